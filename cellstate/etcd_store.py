@@ -1,0 +1,279 @@
+"""``EtcdStore``: the Store protocol over a real etcd (cslab-etcd3's gRPC stubs).
+
+Requests are built as etcd protobufs directly and sent on the client's stubs, so a
+txn costs what the bare client costs. Failures map to the Store errors:
+connection loss or timeouts -> ``Unavailable`` (and the endpoint is marked failed,
+so with several endpoints the next call tries another), compacted revisions ->
+``Compacted``, too many ops or too many bytes -> ``TxnTooLarge`` (checked before
+sending, too), anything else -> ``StoreError`` with etcd's message.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Sequence
+
+import grpc
+import etcd3
+import etcd3.etcdrpc as rpc
+
+from cellstate import etcd_wire
+from cellstate.etcd_watch import EtcdWatchStream, watch_request
+from cellstate.store import (
+    Compacted, Compare, KeyValue, Op, RangeResult, StoreError, TxnResult, TxnTooLarge, Unavailable,
+)
+
+DEFAULT_PAGE_SIZE = 5_000
+MAX_RECEIVE_BYTES = 64 * 1024 * 1024
+_CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
+    ("grpc.max_send_message_length", MAX_RECEIVE_BYTES),
+    ("grpc.keepalive_time_ms", 10_000),  # etcd's default minimum is 5 s
+    ("grpc.keepalive_timeout_ms", 5_000),
+    # Reconnect within a second of a restarted server (gRPC's default backoff grows to 120 s).
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1_000),
+]
+_REVISION_PROBE_KEY = b"\0"
+
+
+def parse_endpoint(endpoint: str) -> tuple[str, int]:
+    """(host, port) of ``"host:port"`` or ``"http://host:port"``; ValueError otherwise."""
+    text = endpoint.split("://", 1)[-1].rstrip("/")
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"etcd endpoint {endpoint!r} is not host:port")
+    return host, int(port)
+
+
+def _credentials(ca_cert: str | None) -> grpc.ChannelCredentials | None:
+    if ca_cert is None:
+        return None
+    try:
+        with open(ca_cert, "rb") as f:
+            return grpc.ssl_channel_credentials(root_certificates=f.read())
+    except OSError as exc:
+        raise ValueError(f"cannot read etcd CA certificate {ca_cert!r}: {exc.strerror}") from None
+
+
+class EtcdStore:
+    """A Store on etcd. ``page_size`` keys are read per Range request by ``range``."""
+
+    def __init__(self, endpoints: list[str], max_txn_ops: int = 128, max_request_bytes: int = 1572864,
+                 timeout: float = 5.0, user: str | None = None, password: str | None = None,
+                 ca_cert: str | None = None, page_size: int = DEFAULT_PAGE_SIZE, time_retry: float = 0.5):
+        if isinstance(endpoints, str) or not endpoints:
+            raise ValueError(f"endpoints must be a non-empty list of host:port strings, got {endpoints!r}")
+        if (user is None) != (password is None):
+            raise ValueError("etcd authentication needs both user and password")
+        for name, value in (("max_txn_ops", max_txn_ops), ("max_request_bytes", max_request_bytes),
+                            ("page_size", page_size)):
+            if type(value) is not int or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        self.max_txn_ops = max_txn_ops
+        self.max_request_bytes = max_request_bytes
+        self.page_size = page_size
+        self._timeout = timeout
+        self._closed = False
+        self._watches: weakref.WeakSet[EtcdWatchStream] = weakref.WeakSet()
+        creds = _credentials(ca_cert)
+        eps = [etcd3.Endpoint(host, port, secure=creds is not None, creds=creds, time_retry=time_retry,
+                              opts=_CHANNEL_OPTIONS) for host, port in map(parse_endpoint, endpoints)]
+        try:
+            self._client = etcd3.MultiEndpointEtcd3Client(
+                endpoints=eps, failover=True, timeout=timeout, user=user, password=password)
+        except grpc.RpcError as exc:
+            for ep in eps:
+                ep.close()
+            raise etcd_wire.store_error(exc, "authentication") from None
+        # The auth token travels as metadata (call credentials are refused on plain channels).
+        self._metadata = self._client.metadata
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _call(self, stub: str, method: str, request, what: str, revision: int | None = None):
+        """One unary RPC with the Store error mapping."""
+        if self._closed:
+            raise StoreError(f"etcd {what} on a closed EtcdStore")
+        try:
+            return getattr(getattr(self._client, stub), method)(request, self._timeout, metadata=self._metadata)
+        except grpc.RpcError as exc:
+            raise self._error(exc, what, revision) from None
+        except etcd_wire.CONNECTION_ERRORS as exc:
+            raise Unavailable(f"etcd {what} failed: {type(exc).__name__}: {exc}") from None
+
+    def _error(self, exc: grpc.RpcError, what: str, revision: int | None) -> StoreError:
+        if exc.code() in etcd_wire.ENDPOINT_FAILURE_CODES:
+            self._fail_endpoint(self._client.endpoint_in_use)
+        if etcd_wire.is_compacted(exc):
+            return Compacted(self._compact_revision(), revision)
+        return etcd_wire.store_error(exc, what)
+
+    def _fail_endpoint(self, endpoint) -> None:
+        """Mark ``endpoint`` failed for time_retry seconds so the next call fails over."""
+        endpoint.fail()
+        if endpoint is self._client.endpoint_in_use:
+            self._client._clear_old_stubs()
+
+    def _compact_revision(self) -> int:
+        """etcd's current compact revision (0 if unknown): a watch from revision 1 reports it."""
+        try:
+            stream = self._open_watch(_REVISION_PROBE_KEY, b"", 1)
+        except StoreError:
+            return 0
+        try:
+            stream.next(timeout=self._timeout)
+        except Compacted as exc:
+            return exc.compact_revision
+        except StoreError:
+            pass
+        finally:
+            stream.cancel()
+        return 0
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def get(self, key: str) -> KeyValue | None:
+        resp = self._call("kvstub", "Range", rpc.RangeRequest(key=key.encode()), f"get of {key!r}")
+        return etcd_wire.key_value(resp.kvs[0]) if resp.kvs else None
+
+    def get_many(self, keys: Sequence[str]) -> tuple[int, dict[str, KeyValue]]:
+        """Read several keys at one revision; chunks beyond max_txn_ops read at the first chunk's revision."""
+        if isinstance(keys, str):
+            raise TypeError("get_many needs a sequence of keys, not a str")
+        found: dict[str, KeyValue] = {}
+        revision = 0
+        for start in range(0, max(len(keys), 1), self.max_txn_ops):
+            ops = [rpc.RequestOp(request_range=rpc.RangeRequest(key=k.encode(), revision=revision))
+                   for k in keys[start:start + self.max_txn_ops]]
+            resp = self._call("kvstub", "Txn", rpc.TxnRequest(success=ops), "get_many", revision or None)
+            revision = revision or resp.header.revision
+            for op_resp in resp.responses:
+                for kv in op_resp.response_range.kvs:
+                    found[kv.key.decode()] = etcd_wire.key_value(kv)
+        return revision, found
+
+    def range(self, prefix: str, revision: int | None = None) -> RangeResult:
+        """All keys under ``prefix`` at ``revision`` (default now), read in pages at one revision."""
+        if revision is not None and (type(revision) is not int or revision < 1):
+            raise ValueError(f"range revision must be a positive int or None, got {revision!r}")
+        key = prefix.encode()
+        end = etcd_wire.prefix_end_bytes(key)
+        key = key or b"\0"
+        rev = revision or 0
+        kvs: list[KeyValue] = []
+        while True:
+            request = rpc.RangeRequest(key=key, range_end=end, limit=self.page_size, revision=rev)
+            resp = self._call("kvstub", "Range", request, f"range of {prefix!r}", revision)
+            rev = rev or resp.header.revision
+            kvs.extend(etcd_wire.key_values(resp.kvs))
+            if not resp.more or not resp.kvs:
+                return RangeResult(rev, tuple(kvs))
+            key = resp.kvs[-1].key + b"\0"
+
+    def revision(self) -> int:
+        request = rpc.RangeRequest(key=_REVISION_PROBE_KEY, count_only=True)
+        return self._call("kvstub", "Range", request, "revision").header.revision
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def txn(self, compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op] = ()) -> TxnResult:
+        """One etcd transaction; TxnTooLarge before sending when a limit is exceeded."""
+        limit = self.max_txn_ops
+        if len(compares) > limit or len(success) > limit or len(failure) > limit:
+            raise TxnTooLarge(f"txn has {len(compares)} compares, {len(success)} success and "
+                              f"{len(failure)} failure ops; the limit is {limit} each")
+        success_ops, success_size = etcd_wire.request_ops(success)
+        failure_ops, failure_size = etcd_wire.request_ops(failure)
+        request = rpc.TxnRequest(compare=[etcd_wire.compare_message(c) for c in compares],
+                                 success=success_ops, failure=failure_ops)
+        estimate = success_size + failure_size + 32 * len(compares)
+        if estimate > self.max_request_bytes * 0.9 and request.ByteSize() > self.max_request_bytes:
+            raise TxnTooLarge(f"txn request is {request.ByteSize()} bytes; the limit is {self.max_request_bytes}")
+        resp = self._call("kvstub", "Txn", request, "txn")
+        ran = success if resp.succeeded else failure
+        return TxnResult(resp.succeeded, resp.header.revision, etcd_wire.branch_reads(ran, resp.responses))
+
+    def put(self, key: str, value: bytes, lease: int = 0) -> int:
+        if not isinstance(value, bytes):
+            raise TypeError(f"put of {key!r} needs a bytes value, got {type(value).__name__}")
+        request = rpc.PutRequest(key=key.encode(), value=value, lease=lease)
+        return self._call("kvstub", "Put", request, f"put of {key!r}").header.revision
+
+    def delete(self, key: str) -> int:
+        request = rpc.DeleteRangeRequest(key=key.encode())
+        return self._call("kvstub", "DeleteRange", request, f"delete of {key!r}").header.revision
+
+    def compact(self, revision: int) -> None:
+        """Compact history before ``revision``; Compacted if it already is."""
+        self._call("kvstub", "Compact", rpc.CompactionRequest(revision=revision), f"compact to {revision}",
+                   revision)
+
+    # -- watches ------------------------------------------------------------------------------
+
+    def watch(self, prefix: str, start_revision: int) -> EtcdWatchStream:
+        """Every change under ``prefix`` from ``start_revision`` on, as WatchBatches."""
+        if type(start_revision) is not int or start_revision < 1:
+            raise ValueError(f"watch start_revision must be a positive int, got {start_revision!r}")
+        key = prefix.encode()
+        return self._open_watch(key or b"\0", etcd_wire.prefix_end_bytes(key), start_revision)
+
+    def _open_watch(self, key: bytes, range_end: bytes, start_revision: int) -> EtcdWatchStream:
+        if self._closed:
+            raise StoreError("watch on a closed EtcdStore")
+        try:
+            channel = self._client.channel
+        except etcd_wire.CONNECTION_ERRORS as exc:
+            raise Unavailable(f"etcd watch failed: {type(exc).__name__}: {exc}") from None
+        endpoint = self._client.endpoint_in_use
+        stream = EtcdWatchStream(channel, watch_request(key, range_end, start_revision), self._metadata,
+                                 on_broken=lambda: self._fail_endpoint(endpoint))
+        self._watches.add(stream)
+        return stream
+
+    # -- leases -------------------------------------------------------------------------------
+
+    def grant_lease(self, ttl: int) -> int:
+        if type(ttl) is not int or ttl < 1:
+            raise ValueError(f"lease ttl must be a positive int of seconds, got {ttl!r}")
+        resp = self._call("leasestub", "LeaseGrant", rpc.LeaseGrantRequest(TTL=ttl), "lease grant")
+        if resp.error:
+            raise StoreError(f"etcd lease grant failed: {resp.error}")
+        return resp.ID
+
+    def refresh_lease(self, lease: int) -> None:
+        """One keep-alive; StoreError when the lease is unknown or expired."""
+        if self._closed:
+            raise StoreError("lease refresh on a closed EtcdStore")
+        try:
+            stub = self._client.leasestub
+            responses = stub.LeaseKeepAlive(iter([rpc.LeaseKeepAliveRequest(ID=lease)]), self._timeout,
+                                            metadata=self._metadata)
+            ttl = next(iter(responses)).TTL
+        except grpc.RpcError as exc:
+            raise self._error(exc, f"refresh of lease {lease}", None) from None
+        except etcd_wire.CONNECTION_ERRORS as exc:
+            raise Unavailable(f"etcd lease refresh failed: {type(exc).__name__}: {exc}") from None
+        except StopIteration:
+            raise Unavailable(f"etcd ended the keep-alive of lease {lease} without an answer") from None
+        if ttl <= 0:
+            raise StoreError(f"lease {lease} not found (expired or revoked)")
+
+    def revoke_lease(self, lease: int) -> None:
+        self._call("leasestub", "LeaseRevoke", rpc.LeaseRevokeRequest(ID=lease), f"revoke of lease {lease}")
+
+    def close(self) -> None:
+        """Cancel every open watch and close the channels; later calls raise StoreError."""
+        if self._closed:
+            return
+        self._closed = True
+        for stream in list(self._watches):
+            stream.cancel()
+        self._client.close()
+
+    def __enter__(self) -> EtcdStore:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,59 @@
+"""Key layout of a cell. Several cells may share one etcd under distinct prefixes.
+
+    {root}/cells/{cell}/machines/{machine_id}      Machine ledger (its mod_revision is its sequence number)
+    {root}/cells/{cell}/jobs/{job_id}              JobRecord: spec + task states
+    {root}/cells/{cell}/allocs/{job_id}/{task}     Alloc: one task on one machine
+    {root}/cells/{cell}/stats/{scheduler}          scheduler stats (leased: vanish with their process)
+    {root}/cells/{cell}/conflicts/{scheduler}/{n}  recent conflicts (leased)
+
+Ids may not contain "/" (validated by the codec and the job-spec loader).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_ROOT = "/omega"
+KINDS = ("machines", "jobs", "allocs", "stats", "conflicts")
+
+
+@dataclass(frozen=True, slots=True)
+class CellKeys:
+    """Builds and parses the keys of one cell."""
+
+    cell: str = "default"
+    root: str = DEFAULT_ROOT
+
+    @property
+    def prefix(self) -> str:
+        return f"{self.root}/cells/{self.cell}/"
+
+    def kind_prefix(self, kind: str) -> str:
+        return f"{self.prefix}{kind}/"
+
+    def machine(self, machine_id: str) -> str:
+        return f"{self.prefix}machines/{machine_id}"
+
+    def job(self, job_id: str) -> str:
+        return f"{self.prefix}jobs/{job_id}"
+
+    def alloc(self, job_id: str, task_index: int) -> str:
+        return f"{self.prefix}allocs/{job_id}/{task_index}"
+
+    def job_allocs(self, job_id: str) -> str:
+        return f"{self.prefix}allocs/{job_id}/"
+
+    def stats(self, scheduler: str) -> str:
+        return f"{self.prefix}stats/{scheduler}"
+
+    def conflict(self, scheduler: str, seq: int) -> str:
+        return f"{self.prefix}conflicts/{scheduler}/{seq:012d}"
+
+    def parse(self, key: str) -> tuple[str, tuple[str, ...]]:
+        """Split a key of this cell into (kind, id parts); ValueError otherwise."""
+        if not key.startswith(self.prefix):
+            raise ValueError(f"key {key!r} is not in cell {self.cell!r}")
+        kind, _, rest = key[len(self.prefix):].partition("/")
+        if kind not in KINDS or not rest:
+            raise ValueError(f"key {key!r} has unknown kind {kind!r}")
+        return kind, tuple(rest.split("/"))

@@ -1,0 +1,389 @@
+"""An in-memory Store with etcd's semantics, for tests and the fauxmaster.
+
+It follows etcd 3.5 where the contract suite checks it against a real server:
+- the revision starts at 1 and rises by one per txn that changed something;
+- reads inside a txn see the earlier writes of the same branch;
+- history is kept per key until ``compact(C)``: reads at C still work, below C raise
+  ``Compacted``; a watch from below C raises ``Compacted``, a watch from C replays the
+  puts made at C (etcd drops the deletes at the compact revision);
+- leases expire ``ttl`` seconds after their grant or last refresh on the injected clock,
+  checked on every operation and by ``expire_leases()``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from cellstate.memory_watch import MemoryWatchStream
+from cellstate.store import (
+    Compacted, Compare, CompareOp, CompareTarget, Delete, Event, EventKind, Get, KeyValue, Op,
+    Put, RangeResult, StoreError, TxnResult, Unavailable, WatchBatch,
+)
+from cellstate.txn_rules import check_txn
+
+DEFAULT_MAX_TXN_OPS = 128
+DEFAULT_MAX_REQUEST_BYTES = 1572864
+LEASE_NOT_FOUND = "requested lease not found"
+FUTURE_REVISION = "required revision is a future revision"
+
+_COMPARE = {
+    CompareOp.EQ: lambda a, b: a == b,
+    CompareOp.NE: lambda a, b: a != b,
+    CompareOp.LT: lambda a, b: a < b,
+    CompareOp.GT: lambda a, b: a > b,
+}
+_FIELD = {
+    CompareTarget.MOD: "mod_revision",
+    CompareTarget.CREATE: "create_revision",
+    CompareTarget.VERSION: "version",
+    CompareTarget.VALUE: "value",
+}
+
+
+@dataclass(slots=True)
+class _Lease:
+    ttl: int
+    deadline: float
+    keys: set[str] = field(default_factory=set)
+
+
+class MemoryStore:
+    """A thread-safe, versioned key-value store in memory (see the module docstring)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic,
+                 max_txn_ops: int = DEFAULT_MAX_TXN_OPS, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES):
+        if max_txn_ops < 1 or max_request_bytes < 1:
+            raise ValueError(f"limits must be positive (max_txn_ops={max_txn_ops}, "
+                             f"max_request_bytes={max_request_bytes})")
+        self.max_txn_ops = max_txn_ops
+        self.max_request_bytes = max_request_bytes
+        self.clock = clock
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._revision = 1
+        self._compact_revision = 0
+        self._kvs: dict[str, KeyValue] = {}
+        self._keys: list[str] = []  # sorted; every key with current or historical versions
+        self._history: dict[str, list[tuple[int, KeyValue | None]]] = {}  # (revision, kv or tombstone)
+        self._log: list[tuple[Event, ...]] = []  # events of revision _log_start + i
+        self._log_start = 2
+        self._leases: dict[int, _Lease] = {}
+        self._lease_ids = itertools.count(1)
+        self._watches: set[MemoryWatchStream] = set()
+        self._closed = False
+
+    # -- reads -------------------------------------------------------------------------
+
+    def get(self, key: str) -> KeyValue | None:
+        with self._lock:
+            self._start_op()
+            return self._kvs.get(key)
+
+    def get_many(self, keys: Sequence[str]) -> tuple[int, dict[str, KeyValue]]:
+        """Read several keys at one revision: (revision, present keys)."""
+        if isinstance(keys, str):
+            raise TypeError("get_many needs a sequence of keys, not a str")
+        with self._lock:
+            self._start_op()
+            found = {key: self._kvs[key] for key in keys if key in self._kvs}
+            return self._revision, found
+
+    def range(self, prefix: str, revision: int | None = None) -> RangeResult:
+        """All keys under ``prefix`` at ``revision`` (default: now), sorted by key;
+        ``RangeResult.revision`` is the revision read."""
+        with self._lock:
+            self._start_op()
+            if revision is None or revision == self._revision:
+                return RangeResult(self._revision, self._current_range(prefix))
+            self._check_readable(revision)
+            return RangeResult(revision, self._historical_range(prefix, revision))
+
+    def revision(self) -> int:
+        with self._lock:
+            self._start_op()
+            return self._revision
+
+    def _current_range(self, prefix: str) -> tuple[KeyValue, ...]:
+        kvs = self._kvs
+        return tuple(kvs[key] for key in self._keys_under(prefix) if key in kvs)
+
+    def _historical_range(self, prefix: str, revision: int) -> tuple[KeyValue, ...]:
+        out = []
+        for key in self._keys_under(prefix):
+            versions = self._history[key]
+            i = bisect.bisect_right(versions, revision, key=lambda entry: entry[0])
+            if i and versions[i - 1][1] is not None:
+                out.append(versions[i - 1][1])
+        return tuple(out)
+
+    def _keys_under(self, prefix: str):
+        keys = self._keys
+        for i in range(bisect.bisect_left(keys, prefix), len(keys)):
+            if not keys[i].startswith(prefix):
+                return
+            yield keys[i]
+
+    def _check_readable(self, revision: int) -> None:
+        if type(revision) is not int or revision < 1:
+            raise ValueError(f"revision must be a positive int, got {revision!r}")
+        if revision > self._revision:
+            raise StoreError(f"{FUTURE_REVISION} (asked {revision}, current {self._revision})")
+        if revision < self._compact_revision:
+            raise Compacted(self._compact_revision, revision)
+
+    # -- writes ------------------------------------------------------------------------
+
+    def txn(self, compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op] = ()) -> TxnResult:
+        """Run ``success`` if every compare holds, else ``failure``, atomically."""
+        check_txn(compares, success, failure, self.max_txn_ops, self.max_request_bytes)
+        with self._lock:
+            self._start_op()
+            succeeded = all(self._holds(compare) for compare in compares)
+            branch = success if succeeded else failure
+            for op in branch:
+                if type(op) is Put and op.lease and op.lease not in self._leases:
+                    raise StoreError(f"{LEASE_NOT_FOUND}: lease {op.lease} for {op.key!r}")
+            reads = self._apply(branch)
+            return TxnResult(succeeded, self._revision, reads)
+
+    def put(self, key: str, value: bytes, lease: int = 0) -> int:
+        """Unconditional put; returns the new revision."""
+        return self.txn((), (Put(key, value, lease),)).revision
+
+    def delete(self, key: str) -> int:
+        """Unconditional delete; returns the store revision after it."""
+        return self.txn((), (Delete(key),)).revision
+
+    def _holds(self, compare: Compare) -> bool:
+        kv = self._kvs.get(compare.key)
+        if kv is None:
+            if compare.target is CompareTarget.VALUE:
+                return False  # etcd: a value compare on a missing key always fails
+            return _COMPARE[compare.op](0, compare.value)
+        return _COMPARE[compare.op](getattr(kv, _FIELD[compare.target]), compare.value)
+
+    def _apply(self, ops: Sequence[Op]) -> tuple[tuple[KeyValue, ...], ...]:
+        """Apply a validated branch at revision + 1; commit the revision if anything changed."""
+        revision = self._revision + 1
+        events: list[Event] = []
+        reads = []
+        for op in ops:
+            if type(op) is Get:
+                keys = self._keys_under(op.key) if op.prefix else (op.key,)
+                reads.append(tuple(self._kvs[key] for key in keys if key in self._kvs))
+            elif type(op) is Put:
+                events.append(self._write_put(op, revision))
+            else:
+                keys = list(self._keys_under(op.key)) if op.prefix else [op.key]
+                events.extend(self._write_delete(key, revision) for key in keys if key in self._kvs)
+        if events:
+            self._commit(revision, events)
+        return tuple(reads)
+
+    def _write_put(self, op: Put, revision: int) -> Event:
+        old = self._kvs.get(op.key)
+        if old is None:
+            kv = KeyValue(op.key, op.value, revision, revision, 1, op.lease)
+        else:
+            kv = KeyValue(op.key, op.value, old.create_revision, revision, old.version + 1, op.lease)
+            if old.lease and old.lease in self._leases:
+                self._leases[old.lease].keys.discard(op.key)
+        if op.lease:
+            self._leases[op.lease].keys.add(op.key)
+        self._kvs[op.key] = kv
+        self._record(op.key, revision, kv)
+        return Event(EventKind.PUT, op.key, op.value, revision, kv.create_revision, kv.version)
+
+    def _write_delete(self, key: str, revision: int) -> Event:
+        old = self._kvs.pop(key)
+        if old.lease and old.lease in self._leases:
+            self._leases[old.lease].keys.discard(key)
+        self._record(key, revision, None)
+        return Event(EventKind.DELETE, key, b"", revision)
+
+    def _record(self, key: str, revision: int, kv: KeyValue | None) -> None:
+        versions = self._history.get(key)
+        if versions is None:
+            self._history[key] = versions = []
+            bisect.insort(self._keys, key)
+        versions.append((revision, kv))
+
+    def _commit(self, revision: int, events: list[Event]) -> None:
+        self._revision = revision
+        self._log.append(tuple(events))
+        self._changed.notify_all()
+
+    # -- compaction ----------------------------------------------------------------------
+
+    def compact(self, revision: int) -> None:
+        """Drop history below ``revision`` (state at ``revision`` stays readable)."""
+        with self._lock:
+            self._start_op()
+            if type(revision) is not int or revision < 1:
+                raise ValueError(f"compact revision must be a positive int, got {revision!r}")
+            if revision > self._revision:
+                raise StoreError(f"{FUTURE_REVISION} (asked {revision}, current {self._revision})")
+            if revision <= self._compact_revision:
+                raise Compacted(self._compact_revision, revision)
+            self._compact_revision = revision
+            self._compact_history(revision)
+            self._compact_log(revision)
+            self._changed.notify_all()
+
+    def _compact_history(self, revision: int) -> None:
+        """Keep, per key, its versions above ``revision`` and its last version at or below it
+        unless that is a deletion."""
+        dropped = False
+        for key, versions in list(self._history.items()):
+            i = bisect.bisect_right(versions, revision, key=lambda entry: entry[0])
+            keep_from = i - 1 if i and versions[i - 1][1] is not None else i
+            if keep_from > 0:
+                del versions[:keep_from]
+            if not versions:
+                del self._history[key]
+                dropped = True
+        if dropped:
+            self._keys = [key for key in self._keys if key in self._history]
+
+    def _compact_log(self, revision: int) -> None:
+        drop = revision - self._log_start
+        if drop <= 0:
+            return
+        del self._log[:drop]
+        self._log_start = revision
+        if self._log:
+            self._log[0] = tuple(ev for ev in self._log[0] if ev.kind is EventKind.PUT)
+
+    # -- watches -------------------------------------------------------------------------
+
+    def watch(self, prefix: str, start_revision: int) -> MemoryWatchStream:
+        """Stream the events under ``prefix`` from ``start_revision`` on, one batch per revision."""
+        if type(start_revision) is not int or start_revision < 1:
+            raise ValueError(f"watch start revision must be a positive int, got {start_revision!r}")
+        with self._lock:
+            self._start_op()
+            stream = MemoryWatchStream(self, prefix, start_revision)
+            self._watches.add(stream)
+            return stream
+
+    def disconnect_watches(self) -> None:
+        """Test hook: every open stream raises Unavailable on its next ``next()``."""
+        with self._lock:
+            for stream in self._watches:
+                stream.broken = True
+            self._watches.clear()
+            self._changed.notify_all()
+
+    def next_batch(self, stream: MemoryWatchStream, timeout: float | None) -> WatchBatch | None:
+        """The stream's next batch (called by MemoryWatchStream.next)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            while True:
+                if self._closed:
+                    stream.broken = True
+                if stream.broken:
+                    raise Unavailable(f"watch of {stream.prefix!r} disconnected; resume from revision "
+                                      f"{stream.next_revision}")
+                if stream.cancelled:
+                    return None
+                self.expire_leases()
+                if stream.next_revision < self._compact_revision:
+                    raise Compacted(self._compact_revision, stream.next_revision)
+                batch = self._scan(stream)
+                if batch is not None:
+                    return batch
+                wait = None if deadline is None else deadline - time.monotonic()
+                if wait is not None and wait <= 0:
+                    return None
+                self._changed.wait(self._wait_slice(wait))
+
+    def forget_watch(self, stream: MemoryWatchStream) -> None:
+        with self._lock:
+            self._watches.discard(stream)
+            self._changed.notify_all()
+
+    def _scan(self, stream: MemoryWatchStream) -> WatchBatch | None:
+        """The first revision from the stream's position with events under its prefix."""
+        prefix = stream.prefix
+        while stream.next_revision <= self._revision:
+            revision = stream.next_revision
+            index = revision - self._log_start
+            stream.next_revision += 1
+            if index < 0:
+                continue  # revision 1 and the unrecorded past before any write
+            events = tuple(ev for ev in self._log[index] if ev.key.startswith(prefix))
+            if events:
+                return WatchBatch(revision, events)
+        return None
+
+    def _wait_slice(self, wait: float | None) -> float | None:
+        """How long a waiting watch may sleep: until its timeout or the next lease deadline."""
+        if not self._leases:
+            return wait
+        until_expiry = max(0.01, min(lease.deadline for lease in self._leases.values()) - self.clock())
+        return until_expiry if wait is None else min(wait, until_expiry)
+
+    # -- leases --------------------------------------------------------------------------
+
+    def grant_lease(self, ttl: int) -> int:
+        if type(ttl) is not int or ttl < 1:
+            raise ValueError(f"lease ttl must be a positive int of seconds, got {ttl!r}")
+        with self._lock:
+            self._start_op()
+            lease = next(self._lease_ids)
+            self._leases[lease] = _Lease(ttl, self.clock() + ttl)
+            return lease
+
+    def refresh_lease(self, lease: int) -> None:
+        with self._lock:
+            self._start_op()
+            entry = self._lease(lease)
+            entry.deadline = self.clock() + entry.ttl
+
+    def revoke_lease(self, lease: int) -> None:
+        """Delete the lease and, in one revision, every key attached to it."""
+        with self._lock:
+            self._start_op()
+            self._lease(lease)
+            self._drop_lease(lease)
+
+    def expire_leases(self) -> list[int]:
+        """Revoke every lease whose deadline has passed; returns their ids, oldest first."""
+        with self._lock:
+            now = self.clock()
+            due = sorted((entry.deadline, lease) for lease, entry in self._leases.items() if entry.deadline <= now)
+            for _, lease in due:
+                self._drop_lease(lease)
+            return [lease for _, lease in due]
+
+    def _lease(self, lease: int) -> _Lease:
+        entry = self._leases.get(lease)
+        if entry is None:
+            raise StoreError(f"{LEASE_NOT_FOUND}: lease {lease}")
+        return entry
+
+    def _drop_lease(self, lease: int) -> None:
+        keys = sorted(self._leases.pop(lease).keys)
+        revision = self._revision + 1
+        events = [self._write_delete(key, revision) for key in keys if key in self._kvs]
+        if events:
+            self._commit(revision, events)
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def _start_op(self) -> None:
+        """Refuse work after close; expire due leases (lazy expiry)."""
+        if self._closed:
+            raise Unavailable("memory store is closed")
+        self.expire_leases()
+
+    def close(self) -> None:
+        """Close the store: further operations raise Unavailable, open watches break."""
+        with self._lock:
+            self._closed = True
+            self._changed.notify_all()

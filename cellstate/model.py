@@ -1,0 +1,199 @@
+"""The cell's data model: machines (with their ledgers), jobs, allocations.
+
+Values here are plain frozen dataclasses; ``cellstate.codec`` turns them into
+schema-versioned msgpack and back, validating on the way in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+from cellstate.resources import ZERO, Resources
+
+
+class MachineState(StrEnum):
+    UP = "up"
+    DRAINING = "draining"
+    DOWN = "down"
+
+
+class JobKind(StrEnum):
+    BATCH = "batch"
+    SERVICE = "service"
+
+
+class JobState(StrEnum):
+    PENDING = "pending"
+    PARTLY_PLACED = "partly-placed"
+    PLACED = "placed"
+    RUNNING = "running"
+    FINISHED = "finished"
+    FAILED = "failed"
+    KILLED = "killed"
+
+
+class TaskState(StrEnum):
+    """One character per task inside ``JobRecord.tasks``."""
+
+    PENDING = "p"
+    PLACED = "a"
+    RUNNING = "r"
+    FINISHED = "f"
+    FAILED = "x"
+    KILLED = "k"
+
+
+class ConstraintOp(StrEnum):
+    EQ = "eq"
+    IN = "in"
+    NOT_IN = "not-in"
+    EXISTS = "exists"
+
+
+TERMINAL_TASK_STATES = frozenset({TaskState.FINISHED, TaskState.FAILED, TaskState.KILLED})
+LIVE_TASK_STATES = frozenset({TaskState.PLACED, TaskState.RUNNING})
+
+
+@dataclass(frozen=True, slots=True)
+class Constraint:
+    """A condition on a machine attribute (``zone``, ``rack``, ``platform`` or a label)."""
+
+    attribute: str
+    op: ConstraintOp
+    values: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Machine:
+    """A machine and its ledger: what it has and the sum of what is allocated on it."""
+
+    id: str
+    capacity: Resources
+    zone: str = ""
+    rack: str = ""
+    platform: str = ""
+    packages: frozenset[str] = frozenset()
+    labels: tuple[tuple[str, str], ...] = ()
+    state: MachineState = MachineState.UP
+    allocated: Resources = ZERO
+    task_count: int = 0
+
+    @property
+    def free(self) -> Resources:
+        """Capacity minus allocated."""
+        return self.capacity - self.allocated
+
+    def attribute(self, name: str) -> str | None:
+        """Value of a named attribute or label (None when absent or empty)."""
+        if name in ("zone", "rack", "platform"):
+            return getattr(self, name) or None
+        for key, value in self.labels:
+            if key == name:
+                return value
+        return None
+
+    def with_claim(self, request: Resources, tasks: int = 1) -> Machine:
+        """This machine with ``tasks`` more tasks charged to its ledger."""
+        return replace(self, allocated=self.allocated + request, task_count=self.task_count + tasks)
+
+    def with_release(self, request: Resources, tasks: int = 1) -> Machine:
+        """This machine with ``tasks`` tasks removed from its ledger."""
+        return replace(self, allocated=self.allocated - request, task_count=self.task_count - tasks)
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A job specification: ``tasks`` identical tasks, each asking for ``request``."""
+
+    id: str
+    kind: JobKind
+    tasks: int
+    request: Resources
+    priority: int = 0
+    owner: str = ""
+    constraints: tuple[Constraint, ...] = ()
+    duration_s: float | None = None
+    gang: bool = False
+    package: str = ""
+    different_machine: bool = False
+    max_per_machine: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """A job as stored: its spec, one TaskState character per task, and bookkeeping."""
+
+    job: Job
+    tasks: str
+    submitted_at: float = 0.0
+    reason: str = ""
+    killed: bool = False
+    first_attempt_at: float | None = None
+    placed_at: float | None = None
+
+    @staticmethod
+    def new(job: Job, submitted_at: float) -> JobRecord:
+        """A freshly submitted job: every task pending."""
+        return JobRecord(job=job, tasks=TaskState.PENDING * job.tasks, submitted_at=submitted_at)
+
+    @property
+    def id(self) -> str:
+        return self.job.id
+
+    def task_state(self, index: int) -> TaskState:
+        return TaskState(self.tasks[index])
+
+    def pending_tasks(self) -> list[int]:
+        """Indices of tasks waiting to be placed, in order."""
+        if self.killed:
+            return []
+        return [i for i, c in enumerate(self.tasks) if c == "p"]
+
+    def count(self, state: TaskState) -> int:
+        return self.tasks.count(state.value)
+
+    @property
+    def state(self) -> JobState:
+        """Lifecycle state derived from the task states."""
+        return derive_job_state(self.tasks, self.killed)
+
+    def with_tasks(self, indices, state: TaskState) -> JobRecord:
+        """This record with the given tasks set to ``state``."""
+        chars = list(self.tasks)
+        for i in indices:
+            chars[i] = state.value
+        return replace(self, tasks="".join(chars))
+
+
+def derive_job_state(tasks: str, killed: bool) -> JobState:
+    """pending → partly-placed → placed → running → finished/failed; killed wins."""
+    if killed:
+        return JobState.KILLED
+    total = len(tasks)
+    pending = tasks.count("p")
+    if pending == total:
+        return JobState.PENDING
+    if pending:
+        return JobState.PARTLY_PLACED
+    if tasks.count("f") == total:
+        return JobState.FINISHED
+    if "a" in tasks:
+        return JobState.PLACED
+    if "r" in tasks:
+        return JobState.RUNNING
+    return JobState.FAILED if "x" in tasks else JobState.FINISHED
+
+
+@dataclass(frozen=True, slots=True)
+class Alloc:
+    """A task placed on a machine, holding ``resources`` of it."""
+
+    job_id: str
+    task_index: int
+    machine_id: str
+    resources: Resources
+    priority: int = 0
+    scheduler: str = ""
+    placed_at: float = 0.0
+    running: bool = False

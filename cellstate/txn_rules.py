@@ -1,0 +1,99 @@
+"""Checks etcd applies to a transaction before running it, for stores that enforce them
+themselves (``MemoryStore``): operation and size limits, duplicate keys, compare types.
+
+Messages follow etcd's wording so both stores report the same failures.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from cellstate.store import Compare, CompareTarget, Delete, Get, Op, Put, StoreError, TxnTooLarge
+
+DUPLICATE_KEY_MESSAGE = "duplicate key given in txn request"
+TOO_MANY_OPS_MESSAGE = "too many operations in txn request"
+TOO_LARGE_MESSAGE = "request is too large"
+# Protobuf framing of one op or compare (tags, lengths, wrapper) and of the request itself.
+_OP_OVERHEAD = 12
+_REQUEST_OVERHEAD = 32
+
+
+def check_txn(compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op],
+              max_txn_ops: int, max_request_bytes: int) -> None:
+    """Raise TxnTooLarge beyond the limits, StoreError on a duplicate key in a branch,
+    ValueError/TypeError on malformed compares or ops."""
+    for compare in compares:
+        check_compare(compare)
+    for branch in (success, failure):
+        for op in branch:
+            check_op(op)
+    if max(len(compares), len(success), len(failure)) > max_txn_ops:
+        raise TxnTooLarge(f"{TOO_MANY_OPS_MESSAGE} (limit {max_txn_ops} per branch)")
+    size = txn_request_bytes(compares, success, failure)
+    if size > max_request_bytes:
+        raise TxnTooLarge(f"{TOO_LARGE_MESSAGE} ({size} bytes, limit {max_request_bytes})")
+    check_duplicates(success)
+    check_duplicates(failure)
+
+
+def check_compare(compare: Compare) -> None:
+    """ValueError unless ``compare`` is a Compare whose value suits its target."""
+    if not isinstance(compare, Compare):
+        raise TypeError(f"expected a Compare, got {compare!r}")
+    _check_key(compare.key)
+    if compare.target is CompareTarget.VALUE:
+        if not isinstance(compare.value, bytes):
+            raise ValueError(f"compare on the value of {compare.key!r} needs bytes, "
+                             f"got {type(compare.value).__name__}")
+    elif type(compare.value) is not int:
+        raise ValueError(f"compare on {compare.target.value} of {compare.key!r} needs an int, "
+                         f"got {compare.value!r}")
+
+
+def check_op(op: Op) -> None:
+    """TypeError unless ``op`` is a Put (with a bytes value), a Delete or a Get."""
+    if type(op) not in (Put, Delete, Get):
+        raise TypeError(f"unknown txn op {op!r} (expected Put, Delete or Get)")
+    _check_key(op.key)
+    if type(op) is Put:
+        if not isinstance(op.value, bytes):
+            raise TypeError(f"put of {op.key!r} needs a bytes value, got {type(op.value).__name__}")
+        if type(op.lease) is not int or op.lease < 0:
+            raise ValueError(f"put of {op.key!r} has an invalid lease {op.lease!r}")
+
+
+def _check_key(key: str) -> None:
+    if not isinstance(key, str):
+        raise TypeError(f"keys are str, got {key!r}")
+
+
+def txn_request_bytes(compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op]) -> int:
+    """Estimated encoded size of the txn request (etcd refuses it above max_request_bytes)."""
+    size = _REQUEST_OVERHEAD
+    for compare in compares:
+        value = compare.value
+        size += len(compare.key.encode()) + (len(value) if isinstance(value, bytes) else 8) + _OP_OVERHEAD
+    for op in (*success, *failure):
+        key_bytes = len(op.key.encode())
+        if type(op) is Put:
+            size += key_bytes + len(op.value) + _OP_OVERHEAD + (8 if op.lease else 0)
+        else:
+            size += (2 * key_bytes if op.prefix else key_bytes) + _OP_OVERHEAD
+    return size
+
+
+def check_duplicates(ops: Sequence[Op]) -> None:
+    """StoreError when two writes of one branch touch the same key (as etcd: two puts of a key,
+    or a put inside a deleted key or range; two deletes may overlap)."""
+    put_keys: set[str] = set()
+    for op in ops:
+        if type(op) is Put:
+            if op.key in put_keys:
+                raise StoreError(f"{DUPLICATE_KEY_MESSAGE}: {op.key!r}")
+            put_keys.add(op.key)
+    for op in ops:
+        if type(op) is Delete:
+            hit = [k for k in put_keys if k.startswith(op.key)] if op.prefix else \
+                ([op.key] if op.key in put_keys else [])
+            if hit:
+                raise StoreError(f"{DUPLICATE_KEY_MESSAGE}: {hit[0]!r}")

@@ -1,0 +1,44 @@
+"""The ``omega`` command line. Each command group lives in its own ``tools/cmd_*.py``
+module exposing ``register(subparsers)``; this module only assembles them."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+# Command modules, in the order they appear in --help.
+COMMAND_MODULES = [
+    "tools.cmd_etcd",
+]
+
+
+class UsageError(Exception):
+    """A user mistake: printed as ``omega: error: …`` with exit status 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="omega", description="Omega-style shared-state cluster scheduling.")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv: debug)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    level = [logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)]
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        return int(args.func(args) or 0)
+    except UsageError as exc:
+        parser.exit(2, f"omega: error: {exc}\n")
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
