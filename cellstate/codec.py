@@ -53,7 +53,7 @@ _JOB_KINDS = {k.value: k for k in JobKind}
 _OPS = {o.value: o for o in ConstraintOp}
 _ATTRIBUTES = ("zone", "rack", "platform")
 _MACHINE_FIELDS = frozenset(
-    "v t id capacity zone rack platform packages labels state allocated tasks".split())
+    "v t id capacity zone rack platform packages labels state allocated tasks writer".split())
 _SPEC_FIELDS = frozenset(
     "id kind tasks request priority owner constraints duration_s gang package "
     "different_machine max_per_machine".split())
@@ -138,6 +138,8 @@ def _machine_map(m: Machine) -> dict:
         d["allocated"] = encode_resources(m.allocated)
     if m.task_count:
         d["tasks"] = m.task_count
+    if m.writer:
+        d["writer"] = m.writer
     return d
 
 
@@ -169,6 +171,7 @@ def _machine_from_map(key: str, d: dict) -> Machine:
         state=fc.member(key, "state", d.get("state", "up"), _MACHINE_STATES),
         allocated=ZERO if allocated is None else resources_from_map(allocated, key, "allocated"),
         task_count=fc.integer(key, "tasks", d.get("tasks", 0)),
+        writer=fc.text(key, "writer", d.get("writer", "")),
     )
 
 

@@ -78,6 +78,7 @@ class Machine:
     state: MachineState = MachineState.UP
     allocated: Resources = ZERO
     task_count: int = 0
+    writer: str = ""  # who last changed the ledger (scheduler or agent name): tells a loser who won
 
     @property
     def free(self) -> Resources:

@@ -56,6 +56,7 @@ def machines(draw) -> Machine:
         state=draw(st.sampled_from(MachineState)),
         allocated=draw(resources()),
         task_count=draw(amounts),
+        writer=draw(texts),
     )
 
 

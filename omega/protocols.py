@@ -1,0 +1,119 @@
+"""The protocols the optimistic core is written against.
+
+``omega`` never talks to etcd itself: it reads a ``CellView`` (a replica at some
+revision), proposes a ``Plan`` of claims and hands it to a ``Committer``, which
+turns it into one store transaction. Concrete views and committers live in
+``cellstate``; the CLI wires them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Protocol
+
+from cellstate.model import Alloc, JobKind, JobRecord, Machine
+from cellstate.resources import Resources
+
+
+@dataclass(frozen=True, slots=True)
+class MachineEntry:
+    """A machine ledger as seen at ``mod_revision`` (its sequence number)."""
+
+    machine: Machine
+    mod_revision: int
+
+    @property
+    def id(self) -> str:
+        return self.machine.id
+
+
+@dataclass(frozen=True, slots=True)
+class JobEntry:
+    """A job record as seen at ``mod_revision``."""
+
+    record: JobRecord
+    mod_revision: int
+
+    @property
+    def id(self) -> str:
+        return self.record.job.id
+
+
+class CellView(Protocol):
+    """Read-only view of a cell at ``revision``. Implementations must not copy the
+    world per call: ``machines()`` iterates live entries."""
+
+    @property
+    def revision(self) -> int: ...
+
+    def machines(self) -> Iterable[MachineEntry]: ...
+
+    def machine(self, machine_id: str) -> MachineEntry | None: ...
+
+    def machine_count(self) -> int: ...
+
+    def job(self, job_id: str) -> JobEntry | None: ...
+
+    def pending_jobs(self, kind: JobKind | None = None) -> list[JobEntry]:
+        """Jobs with at least one pending task (and not killed), any order."""
+        ...
+
+    def allocs_on(self, machine_id: str) -> Iterable[Alloc]: ...
+
+    def allocs_of(self, job_id: str) -> Iterable[Alloc]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """Task ``task_index`` of the plan's job on ``machine_id``, holding ``request``.
+    ``evicts`` lists allocations (job_id, task_index) removed in the same commit (preemption)."""
+
+    task_index: int
+    machine_id: str
+    request: Resources
+    evicts: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Claims for one job, decided on a view; ``machines`` are the ledgers the claims were
+    decided against (their mod_revisions are the compares), ``job`` likewise."""
+
+    job: JobEntry
+    claims: tuple[Claim, ...]
+    machines: dict[str, MachineEntry]
+    scheduler: str
+    unplaced: dict[int, str] = field(default_factory=dict)
+    now: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class CommitOutcome:
+    """What one transaction did. On failure ``fresh_machines``/``fresh_job`` hold the compared
+    keys as the store has them now (None: deleted), read in the same round trip."""
+
+    committed: bool
+    revision: int
+    fresh_machines: dict[str, MachineEntry | None] = field(default_factory=dict)
+    fresh_job: JobEntry | None = None
+    job_deleted: bool = False
+
+
+class PlanTooLarge(Exception):
+    """A plan cannot be committed in one transaction and may not be split (gang)."""
+
+
+class Committer(Protocol):
+    """Turns a plan into ONE store transaction guarded by the machines' and job's revisions."""
+
+    max_claims_per_txn: int
+
+    def commit(self, plan: Plan) -> CommitOutcome: ...
+
+
+class Clock(Protocol):
+    """Time source; the fauxmaster injects a virtual one."""
+
+    def now(self) -> float: ...
+
+    def sleep(self, seconds: float) -> None: ...
