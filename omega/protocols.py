@@ -9,7 +9,7 @@ turns it into one store transaction. Concrete views and committers live in
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Protocol
+from typing import Callable, Iterable, Protocol
 
 from cellstate.model import Alloc, JobKind, JobRecord, Machine
 from cellstate.resources import Resources
@@ -85,6 +85,8 @@ class Plan:
     scheduler: str
     unplaced: dict[int, str] = field(default_factory=dict)
     now: float = 0.0
+    victims: dict[str, JobEntry] = field(default_factory=dict)
+    """Job records of every job a claim evicts from (their revisions are compared too)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +99,11 @@ class CommitOutcome:
     fresh_machines: dict[str, MachineEntry | None] = field(default_factory=dict)
     fresh_job: JobEntry | None = None
     job_deleted: bool = False
+    fresh_victims: dict[str, JobEntry | None] = field(default_factory=dict)
+    written: dict[str, bytes] = field(default_factory=dict)
+    """On success: every key the txn put, with its value (so the caller can apply its own commit)."""
+    deleted: tuple[str, ...] = ()
+    """On success: every key the txn deleted."""
 
 
 class PlanTooLarge(Exception):
@@ -109,6 +116,29 @@ class Committer(Protocol):
     max_claims_per_txn: int
 
     def commit(self, plan: Plan) -> CommitOutcome: ...
+
+
+class Refreshable(Protocol):
+    """A view that can take in what a commit did (written keys on success, the fresh
+    compared entries on failure) without waiting for its watch."""
+
+    def apply_outcome(self, outcome: CommitOutcome) -> None: ...
+
+
+class PlacementView(CellView, Refreshable, Protocol):
+    """What the optimistic loop reads and refreshes."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A scheduler's answer for some tasks of one job: claims, and why the others stay pending."""
+
+    claims: list[Claim]
+    unplaced: dict[int, str] = field(default_factory=dict)
+
+
+Decide = Callable[[JobEntry, list[int], CellView], Decision]
+"""``decide(job_entry, task_indices, view)``: the scheduler's placement function."""
 
 
 class Clock(Protocol):

@@ -1,0 +1,203 @@
+"""``StoreCommitter``: a placement plan as ONE store transaction (Omega §3.4).
+
+    compare  mod_revision == seen for every touched machine, the job and every victim job;
+    success  put each touched machine with its new ledger (seen ledger + claims - evictions),
+             put allocs/{job}/{task} per claim, put the job record (claimed tasks 'a',
+             reason, first_attempt_at, placed_at), delete evicted allocs and put the victim
+             job records with the evicted tasks back to 'p';
+    failure  get every compared key, decoded into fresh entries.
+
+A plan with no claims only updates the job's reason (and first_attempt_at), guarded by the
+job's revision; if the record would not change, the txn writes nothing and only checks it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+
+from cellstate.codec import (
+    decode_job_record, decode_machine, encode_alloc, encode_job_record, encode_machine,
+)
+from cellstate.keys import CellKeys
+from cellstate.model import Alloc, JobRecord, Machine, TaskState
+from cellstate.store import Delete, Get, KeyValue, Put, Store, TxnTooLarge, mod_revision_is
+from omega.protocols import CommitOutcome, JobEntry, MachineEntry, Plan, PlanTooLarge
+
+MAX_REASON_CHARS = 400
+
+
+def claims_per_txn(max_txn_ops: int) -> int:
+    """Claims one txn can hold without evictions: each claim puts an alloc and (at worst)
+    a machine, and the job record is one more put."""
+    if type(max_txn_ops) is not int or max_txn_ops < 3:
+        raise ValueError(f"max_txn_ops must be an int >= 3 to hold one claim, got {max_txn_ops!r}")
+    return (max_txn_ops - 1) // 2
+
+
+def summarize_reasons(unplaced: dict[int, str]) -> str:
+    """One line for a job record: the distinct reasons, most frequent first, with task counts."""
+    if not unplaced:
+        return ""
+    counts = Counter(unplaced.values()).most_common()
+    parts = [f"{n} task{'s' if n > 1 else ''}: {reason}" for reason, n in counts]
+    text = "; ".join(parts)
+    return text if len(text) <= MAX_REASON_CHARS else text[:MAX_REASON_CHARS - 1] + "…"
+
+
+class StoreCommitter:
+    """Implements ``omega.protocols.Committer`` on a ``Store`` for the cell under ``keys``.
+    ``max_txn_ops`` defaults to the store's limit."""
+
+    def __init__(self, store: Store, keys: CellKeys, max_txn_ops: int | None = None):
+        self.store = store
+        self.keys = keys
+        self.max_txn_ops = store.max_txn_ops if max_txn_ops is None else max_txn_ops
+        self.max_claims_per_txn = claims_per_txn(self.max_txn_ops)
+
+    def commit(self, plan: Plan) -> CommitOutcome:
+        """Run the plan's txn; PlanTooLarge if it exceeds the op or request-size limit,
+        ValueError if the plan is inconsistent (claims for tasks that are not pending, …)."""
+        check_plan(plan)
+        compares, keys = self._compares(plan)
+        success, written, deleted = self._writes(plan)
+        ops = max(len(compares), len(success))
+        if ops > self.max_txn_ops:
+            raise PlanTooLarge(f"plan for job {plan.job.id!r} ({len(plan.claims)} claims) needs {ops} "
+                               f"txn operations; the limit is {self.max_txn_ops}")
+        try:
+            result = self.store.txn(compares, success, [Get(key) for key in keys])
+        except TxnTooLarge as exc:
+            raise PlanTooLarge(f"plan for job {plan.job.id!r} ({len(plan.claims)} claims) does not fit "
+                               f"one transaction: {exc}") from None
+        if result.succeeded:
+            return CommitOutcome(True, result.revision, written=written, deleted=deleted)
+        return self._failure(plan, result.revision, result.reads)
+
+    # -- building the txn ----------------------------------------------------------------
+
+    def _compares(self, plan: Plan):
+        """Compares, and the compared keys in order: touched machines, the job, victim jobs."""
+        keys, compares = [], []
+        for machine_id in touched_machines(plan):
+            key = self.keys.machine(machine_id)
+            keys.append(key)
+            compares.append(mod_revision_is(key, plan.machines[machine_id].mod_revision))
+        for entry in (plan.job, *plan.victims.values()):
+            key = self.keys.job(entry.id)
+            keys.append(key)
+            compares.append(mod_revision_is(key, entry.mod_revision))
+        return compares, keys
+
+    def _writes(self, plan: Plan):
+        """Success ops plus the {key: value} put and the keys deleted."""
+        written: dict[str, bytes] = {}
+        deleted: list[str] = []
+        for machine in new_ledgers(plan).values():
+            written[self.keys.machine(machine.id)] = encode_machine(machine)
+        job = plan.job.record
+        for claim in plan.claims:
+            alloc = Alloc(job.id, claim.task_index, claim.machine_id, claim.request,
+                          job.job.priority, plan.scheduler, plan.now)
+            written[self.keys.alloc(job.id, claim.task_index)] = encode_alloc(alloc)
+        record = updated_record(plan)
+        if record != job:
+            written[self.keys.job(job.id)] = encode_job_record(record)
+        for victim in victim_records(plan).values():
+            written[self.keys.job(victim.id)] = encode_job_record(victim)
+        for claim in plan.claims:
+            deleted.extend(self.keys.alloc(job_id, task) for job_id, task in claim.evicts)
+        ops = [Put(key, value) for key, value in written.items()] + [Delete(key) for key in deleted]
+        return ops, written, tuple(deleted)
+
+    # -- failure -------------------------------------------------------------------------
+
+    def _failure(self, plan: Plan, revision: int, reads) -> CommitOutcome:
+        """Decode the Gets of the failure branch (same order as the compares)."""
+        machine_ids = touched_machines(plan)
+        values = [kvs[0] if kvs else None for kvs in reads]
+        fresh_machines = {mid: self._machine_entry(kv) for mid, kv in zip(machine_ids, values)}
+        job_kvs = values[len(machine_ids):]
+        fresh_job = self._job_entry(job_kvs[0])
+        victims = {victim: self._job_entry(kv) for victim, kv in zip(plan.victims, job_kvs[1:])}
+        return CommitOutcome(False, revision, fresh_machines, fresh_job, fresh_job is None, victims)
+
+    @staticmethod
+    def _machine_entry(kv: KeyValue | None) -> MachineEntry | None:
+        return None if kv is None else MachineEntry(decode_machine(kv.key, kv.value), kv.mod_revision)
+
+    @staticmethod
+    def _job_entry(kv: KeyValue | None) -> JobEntry | None:
+        return None if kv is None else JobEntry(decode_job_record(kv.key, kv.value), kv.mod_revision)
+
+
+# -- plan arithmetic (pure) --------------------------------------------------------------
+
+
+def touched_machines(plan: Plan) -> list[str]:
+    """Machine ids the plan's claims use, in first-use order."""
+    return list(dict.fromkeys(claim.machine_id for claim in plan.claims))
+
+
+def check_plan(plan: Plan) -> None:
+    """ValueError naming the job and the problem unless the plan is self-consistent."""
+    record = plan.job.record
+    seen: set[int] = set()
+    evicted: set[tuple[str, int]] = set()
+    for claim in plan.claims:
+        where = f"plan of {plan.scheduler!r} for job {record.id!r}: task {claim.task_index}"
+        if not 0 <= claim.task_index < record.job.tasks:
+            raise ValueError(f"{where} is out of range (job has {record.job.tasks} tasks)")
+        if claim.task_index in seen:
+            raise ValueError(f"{where} is claimed twice")
+        seen.add(claim.task_index)
+        if record.tasks[claim.task_index] != TaskState.PENDING.value:
+            raise ValueError(f"{where} is not pending (state {record.tasks[claim.task_index]!r})")
+        if claim.machine_id not in plan.machines:
+            raise ValueError(f"{where} is on machine {claim.machine_id!r}, which the plan has no ledger of")
+        for job_id, task in claim.evicts:
+            _check_victim(plan, job_id, task, where)
+            if (job_id, task) in evicted:
+                raise ValueError(f"{where} evicts {job_id}/{task}, which another claim evicts too")
+            evicted.add((job_id, task))
+
+
+def _check_victim(plan: Plan, job_id: str, task: int, where: str) -> None:
+    victim = plan.victims.get(job_id)
+    if job_id == plan.job.id or victim is None:
+        raise ValueError(f"{where} evicts {job_id}/{task}, but the plan carries no victim record "
+                         f"of job {job_id!r}")
+    if not 0 <= task < victim.record.job.tasks or victim.record.tasks[task] not in "ar":
+        raise ValueError(f"{where} evicts {job_id}/{task}, which is not placed or running")
+
+
+def new_ledgers(plan: Plan) -> dict[str, Machine]:
+    """Each touched machine's ledger after the plan: seen + claims - evicted tasks."""
+    ledgers = {mid: plan.machines[mid].machine for mid in touched_machines(plan)}
+    for claim in plan.claims:
+        machine = ledgers[claim.machine_id].with_claim(claim.request)
+        for job_id, _ in claim.evicts:
+            machine = machine.with_release(plan.victims[job_id].record.job.request)
+        ledgers[claim.machine_id] = machine
+    return ledgers
+
+
+def updated_record(plan: Plan) -> JobRecord:
+    """The plan's job with claimed tasks 'a', the reason for what stays pending, and times."""
+    record = plan.job.record.with_tasks([c.task_index for c in plan.claims], TaskState.PLACED)
+    first = record.first_attempt_at if record.first_attempt_at is not None else plan.now
+    placed = record.placed_at
+    if placed is None and not record.pending_tasks() and not record.killed:
+        placed = plan.now
+    reason = summarize_reasons({i: r for i, r in plan.unplaced.items() if record.tasks[i] == "p"})
+    return replace(record, reason=reason, first_attempt_at=first, placed_at=placed)
+
+
+def victim_records(plan: Plan) -> dict[str, JobRecord]:
+    """Victim job records with their evicted tasks back to pending."""
+    evicted: dict[str, list[int]] = {}
+    for claim in plan.claims:
+        for job_id, task in claim.evicts:
+            evicted.setdefault(job_id, []).append(task)
+    return {job_id: plan.victims[job_id].record.with_tasks(tasks, TaskState.PENDING)
+            for job_id, tasks in evicted.items()}

@@ -1,0 +1,204 @@
+"""Scheduler statistics: the value a scheduler publishes under its leased ``stats/{name}`` key,
+and ``StatsRecorder``, which accumulates placement attempts into it.
+
+Pure data and arithmetic (no msgpack: ``cellstate.stats_codec`` encodes these). Definitions
+follow the Omega paper: busyness is the fraction of wall time spent deciding and committing,
+the conflict fraction is failed transactions per successful one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, deque
+from dataclasses import dataclass
+
+STATS_KINDS = ("batch", "service", "borg")
+WINDOW_S = 10.0
+DECISION_SAMPLES = 1_000
+HOT_MACHINES_MAX = 10
+RECENT_CONFLICTS_MAX = 20
+
+
+@dataclass(frozen=True, slots=True)
+class HotMachine:
+    """A machine on which this scheduler's transactions failed ``conflicts`` times;
+    ``winners`` counts who had changed the ledger first, most frequent first."""
+
+    machine: str
+    conflicts: int
+    winners: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ConflictNote:
+    """One attempt that lost a race: ``machines[i]`` had been changed by ``winners[i]``
+    ("" when unknown). No machines: the job record itself had changed."""
+
+    at: float
+    job: str
+    machines: tuple[str, ...] = ()
+    winners: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerStats:
+    """What one scheduler publishes about itself (see notes/stats.md)."""
+
+    name: str
+    kind: str
+    pid: int = 0
+    host: str = ""
+    started_at: float = 0.0
+    updated_at: float = 0.0
+    conflict_mode: str = ""
+    commit_mode: str = ""
+    attempts: int = 0
+    txns: int = 0
+    commits: int = 0
+    conflicts: int = 0
+    retries: int = 0
+    jobs_placed: int = 0
+    tasks_placed: int = 0
+    tasks_unplaced: int = 0
+    jobs_per_s: float = 0.0
+    placements_per_s: float = 0.0
+    busyness: float = 0.0
+    decision_ms_p50: float = 0.0
+    decision_ms_p90: float = 0.0
+    decision_ms_p99: float = 0.0
+    hot_machines: tuple[HotMachine, ...] = ()
+    recent_conflicts: tuple[ConflictNote, ...] = ()
+
+    @property
+    def conflict_fraction(self) -> float:
+        """Failed transactions per successful one (Omega's definition); 0 without commits."""
+        return self.conflicts / self.commits if self.commits else 0.0
+
+
+def percentile(sorted_values: list[float], p: float) -> float:
+    """Nearest-rank percentile ``p`` (0 < p <= 100) of ascending ``sorted_values``; 0 when empty."""
+    if not sorted_values:
+        return 0.0
+    rank = max(1, math.ceil(p / 100.0 * len(sorted_values)))
+    return sorted_values[min(rank, len(sorted_values)) - 1]
+
+
+@dataclass(frozen=True, slots=True)
+class _Attempt:
+    """What the sliding windows keep of one attempt (``at`` = when it ended)."""
+
+    at: float
+    busy_s: float
+    job_placed: bool
+    tasks_placed: int
+
+
+_COUNT_ARGS = ("txns", "commits", "conflicts", "retries", "tasks_placed", "tasks_unplaced")
+
+
+def _check_attempt(decision_s: float, busy_s: float, counts: dict[str, int], now: float) -> None:
+    for name, value in (("decision_s", decision_s), ("busy_s", busy_s), ("now", now)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+            raise ValueError(f"record_attempt: {name} must be a non-negative finite number, got {value!r}")
+    for name, value in counts.items():
+        if type(value) is not int or value < 0:
+            raise ValueError(f"record_attempt: {name} must be a non-negative int, got {value!r}")
+
+
+class StatsRecorder:
+    """Accumulates placement attempts of one scheduler and snapshots them as SchedulerStats.
+
+    Counters are totals since start. ``jobs_per_s``, ``placements_per_s`` and ``busyness``
+    cover the last ``window_s`` seconds (or the time since ``started_at``, if shorter); an
+    attempt's busy time is taken to end at its ``now`` and is clipped to the window.
+    Percentiles are nearest-rank over the last ``samples`` decision times. Hot machines are
+    the ``HOT_MACHINES_MAX`` with most conflicts since start (ties by machine id); recent
+    conflicts are the last ``RECENT_CONFLICTS_MAX``, oldest first. Not thread-safe.
+    """
+
+    def __init__(self, name: str, kind: str, *, pid: int = 0, host: str = "", started_at: float = 0.0,
+                 conflict_mode: str = "", commit_mode: str = "", window_s: float = WINDOW_S,
+                 samples: int = DECISION_SAMPLES):
+        if not name or "/" in name:
+            raise ValueError(f'scheduler name must be non-empty without "/", got {name!r}')
+        if kind not in STATS_KINDS:
+            raise ValueError(f"scheduler kind must be one of {', '.join(STATS_KINDS)}, got {kind!r}")
+        if not window_s > 0 or samples < 1:
+            raise ValueError(f"window_s must be > 0 and samples >= 1, got {window_s!r}, {samples!r}")
+        self._identity = dict(name=name, kind=kind, pid=pid, host=host, started_at=float(started_at),
+                              conflict_mode=conflict_mode, commit_mode=commit_mode)
+        self.window_s = float(window_s)
+        self._totals = Counter()
+        self._window: deque[_Attempt] = deque()
+        self._decisions: deque[float] = deque(maxlen=samples)
+        self._machine_conflicts: Counter[str] = Counter()
+        self._machine_winners: dict[str, Counter[str]] = {}
+        self._recent: deque[ConflictNote] = deque(maxlen=RECENT_CONFLICTS_MAX)
+
+    def record_attempt(self, decision_s: float, busy_s: float, txns: int, commits: int, conflicts: int,
+                       retries: int, tasks_placed: int, tasks_unplaced: int, job_placed: bool,
+                       conflict_machines: dict[str, str], job_id: str, now: float) -> None:
+        """Add one placement attempt (one decision and its transactions) that ended at ``now``.
+        ``conflict_machines`` maps each machine whose compare failed to the winner (its
+        ledger's writer). An attempt with ``conflicts`` > 0 becomes a recent-conflict note."""
+        counts = dict(zip(_COUNT_ARGS, (txns, commits, conflicts, retries, tasks_placed, tasks_unplaced)))
+        _check_attempt(decision_s, busy_s, counts, now)
+        if job_placed is not True and job_placed is not False:
+            raise ValueError(f"record_attempt: job_placed must be a bool, got {job_placed!r}")
+        self._totals.update(counts)
+        self._totals["attempts"] += 1
+        self._totals["jobs_placed"] += job_placed
+        self._window.append(_Attempt(float(now), float(busy_s), job_placed, tasks_placed))
+        self._decisions.append(float(decision_s))
+        machines = sorted(conflict_machines)
+        for machine in machines:
+            self._machine_conflicts[machine] += 1
+            self._machine_winners.setdefault(machine, Counter())[conflict_machines[machine]] += 1
+        if conflicts or machines:
+            self._recent.append(ConflictNote(float(now), job_id, tuple(machines),
+                                             tuple(conflict_machines[m] for m in machines)))
+        self._forget_before(now - self.window_s)
+
+    def _forget_before(self, horizon: float) -> None:
+        """Drop attempts whose busy interval ended before ``horizon``."""
+        while self._window and self._window[0].at < horizon:
+            self._window.popleft()
+
+    def snapshot(self, now: float) -> SchedulerStats:
+        """The stats as of ``now``."""
+        self._forget_before(now - self.window_s)
+        start = now - self._span(now)
+        jobs = placements = 0
+        busy = 0.0
+        for a in self._window:
+            if a.at > start and a.at <= now:
+                jobs += a.job_placed
+                placements += a.tasks_placed
+            busy += max(0.0, min(a.at, now) - max(a.at - a.busy_s, start))
+        span = now - start
+        decisions = sorted(self._decisions)
+        return SchedulerStats(
+            **self._identity, updated_at=float(now),
+            **{name: self._totals[name] for name in ("attempts", "jobs_placed") + _COUNT_ARGS},
+            jobs_per_s=jobs / span if span else 0.0,
+            placements_per_s=placements / span if span else 0.0,
+            busyness=min(1.0, busy / span) if span else 0.0,
+            decision_ms_p50=1000.0 * percentile(decisions, 50),
+            decision_ms_p90=1000.0 * percentile(decisions, 90),
+            decision_ms_p99=1000.0 * percentile(decisions, 99),
+            hot_machines=self._hot_machines(),
+            recent_conflicts=tuple(self._recent),
+        )
+
+    def _span(self, now: float) -> float:
+        """Length of the rate window at ``now``: the window, or the time since start if shorter."""
+        return max(0.0, min(self.window_s, now - self._identity["started_at"]))
+
+    def _hot_machines(self) -> tuple[HotMachine, ...]:
+        top = sorted(self._machine_conflicts.items(), key=lambda kv: (-kv[1], kv[0]))[:HOT_MACHINES_MAX]
+        return tuple(HotMachine(machine, count, _ranked(self._machine_winners[machine])) for machine, count in top)
+
+
+def _ranked(counts: Counter[str]) -> tuple[tuple[str, int], ...]:
+    """(name, count) pairs, most frequent first, ties by name."""
+    return tuple(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))

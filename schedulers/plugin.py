@@ -1,0 +1,126 @@
+"""The plugin framework: feasibility ``Filter``s return a ``Verdict``, ``Scorer``s a number.
+
+Modelled on Nomad's feasibility/rank iterators and the kube-scheduler framework:
+each plugin is a tiny object with a ``name``, built by a factory from a frozen args
+dataclass, and declares the job fields it ``reads`` (None: it cannot sign, which
+turns equivalence-class caching off). A filter's verdict may depend only on those
+job fields, the machine, the free resources and ``placed_here``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Iterable, Mapping, Protocol, TypeVar
+
+from cellstate.model import Job, Machine
+from cellstate.resources import Resources
+
+
+class PluginConfigError(ValueError):
+    """A plugin or chain was configured with a bad name or bad arguments."""
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Outcome of one filter on one machine: ok, unfit (may change as the machine frees
+    up or by preemption) or unresolvable (no eviction on this machine can help)."""
+
+    ok: bool
+    plugin: str
+    reason: str = ""
+    unresolvable: bool = False
+
+    @staticmethod
+    def fit(plugin: str) -> Verdict:
+        return Verdict(True, plugin)
+
+    @staticmethod
+    def unfit(plugin: str, reason: str) -> Verdict:
+        return Verdict(False, plugin, reason)
+
+    @staticmethod
+    def never(plugin: str, reason: str) -> Verdict:
+        """Unresolvable: preemption on this machine would not make the task fit."""
+        return Verdict(False, plugin, reason, unresolvable=True)
+
+
+class Filter(Protocol):
+    """A feasibility check of one task of ``job`` on ``machine``."""
+
+    name: str
+    reads: frozenset[str] | None
+
+    def fits(self, job: Job, machine: Machine, free: Resources, placed_here: int) -> Verdict:
+        """``free``: what the machine has left (after this decision's reservations);
+        ``placed_here``: tasks of ``job`` already on the machine, including reserved ones."""
+        ...
+
+
+@dataclass(slots=True)
+class JobPlacement:
+    """Where one job's tasks are: existing allocations plus claims reserved in this decision."""
+
+    machines: dict[str, int] = field(default_factory=dict)
+    zones: dict[str, int] = field(default_factory=dict)
+    total: int = 0
+
+    def on_machine(self, machine_id: str) -> int:
+        return self.machines.get(machine_id, 0)
+
+    def in_zone(self, zone: str) -> int:
+        return self.zones.get(zone, 0)
+
+    def add(self, machine: Machine, tasks: int = 1) -> None:
+        """Count ``tasks`` more (negative: fewer) tasks of the job on ``machine``."""
+        self.machines[machine.id] = self.machines.get(machine.id, 0) + tasks
+        self.zones[machine.zone] = self.zones.get(machine.zone, 0) + tasks
+        self.total += tasks
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreContext:
+    """What a scorer may consult besides the job and machine."""
+
+    placement: JobPlacement
+
+
+class Scorer(Protocol):
+    """Ranks a feasible machine for a task of ``job``; higher is better, within [0, 1]."""
+
+    name: str
+    reads: frozenset[str] | None
+
+    def score(self, job: Job, machine: Machine, free: Resources, ctx: ScoreContext) -> float: ...
+
+
+A = TypeVar("A")
+
+
+def build_args(cls: type[A], raw: A | Mapping[str, Any] | None, plugin: str) -> A:
+    """An args dataclass from an instance, a mapping of its fields, or None (defaults).
+
+    Unknown keys and rejected values raise PluginConfigError naming the plugin."""
+    if raw is None:
+        raw = {}
+    if isinstance(raw, cls):
+        return raw
+    if not isinstance(raw, Mapping):
+        raise PluginConfigError(f"{plugin}: args must be a mapping or {cls.__name__}, got {raw!r}")
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise PluginConfigError(f"{plugin}: unknown args {unknown}; known: {sorted(known)}")
+    try:
+        return cls(**raw)
+    except (TypeError, ValueError) as err:
+        raise PluginConfigError(f"{plugin}: bad args {dict(raw)!r}: {err}") from err
+
+
+def union_reads(plugins: Iterable[Filter | Scorer]) -> frozenset[str] | None:
+    """Job fields a chain of plugins reads; None as soon as one plugin cannot sign."""
+    out: set[str] = set()
+    for plugin in plugins:
+        if plugin.reads is None:
+            return None
+        out |= plugin.reads
+    return frozenset(out)

@@ -1,0 +1,1 @@
+"""One module per Filter/Scorer plugin; ``schedulers.registry`` maps names to factories."""

@@ -1,0 +1,56 @@
+"""Filter: the task's request fits the machine's free resources (after reservations)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cellstate.model import Job, Machine
+from cellstate.resources import Resources
+from schedulers.plugin import PluginConfigError, Verdict, build_args
+
+NAME = "resources_fit"
+
+
+@dataclass(frozen=True, slots=True)
+class ResourcesFitArgs:
+    """``ignore``: resource names this filter does not check (e.g. ``("disk",)``)."""
+
+    ignore: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if isinstance(self.ignore, str) or not all(isinstance(n, str) and n for n in self.ignore):
+            raise PluginConfigError(f"{NAME}: ignore must be a tuple of resource names, got {self.ignore!r}")
+        object.__setattr__(self, "ignore", tuple(self.ignore))
+
+
+class ResourcesFit:
+    """Unfit naming the first short resource; unresolvable when even the machine's whole
+    capacity is too small for it (no eviction could help)."""
+
+    name = NAME
+    reads = frozenset({"request"})
+
+    def __init__(self, args: ResourcesFitArgs) -> None:
+        self.args = args
+        self._ok = Verdict.fit(NAME)
+
+    def fits(self, job: Job, machine: Machine, free: Resources, placed_here: int) -> Verdict:
+        request = job.request
+        if not self.args.ignore and request.fits_in(free):
+            return self._ok
+        short = self._first_short(request, free)
+        if short is None:
+            return self._ok
+        if request.get(short) > machine.capacity.get(short):
+            return Verdict.never(NAME, short)
+        return Verdict.unfit(NAME, short)
+
+    def _first_short(self, request: Resources, free: Resources) -> str | None:
+        for name in request.names():
+            if name not in self.args.ignore and request.get(name) > free.get(name):
+                return name
+        return None
+
+
+def factory(args: ResourcesFitArgs | dict | None = None) -> ResourcesFit:
+    return ResourcesFit(build_args(ResourcesFitArgs, args, NAME))

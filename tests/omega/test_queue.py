@@ -1,0 +1,54 @@
+import pytest
+
+from cellstate.model import Job, JobKind, JobRecord
+from cellstate.resources import Resources
+from omega.protocols import JobEntry
+from omega.queue import JobQueue, fair_order, rendezvous_owner
+
+
+def entry(job_id, owner="a", priority=0, submitted=0.0):
+    job = Job(id=job_id, kind=JobKind.BATCH, tasks=1, request=Resources(100, 100), priority=priority, owner=owner)
+    return JobEntry(JobRecord.new(job, submitted), mod_revision=1)
+
+
+@pytest.mark.parametrize("jobs, expected", [
+    ([entry("j1", submitted=2), entry("j2", submitted=1)], ["j2", "j1"]),
+    ([entry("lo", priority=1), entry("hi", priority=9, submitted=5)], ["hi", "lo"]),
+    ([entry("a1", "a", submitted=1), entry("a2", "a", submitted=2), entry("a3", "a", submitted=3),
+      entry("b1", "b", submitted=4)], ["a1", "b1", "a2", "a3"]),
+    ([entry("y", submitted=1), entry("x", submitted=1)], ["x", "y"]),
+], ids=["oldest-first", "priority-first", "owners-take-turns", "tie-by-id"])
+def test_fair_order(jobs, expected):
+    assert [e.id for e in fair_order(jobs)] == expected
+
+
+def test_rendezvous_splits_and_is_stable():
+    peers = ["s1", "s2", "s3"]
+    owners = {f"j{i}": rendezvous_owner(f"j{i}", peers) for i in range(300)}
+    counts = {p: list(owners.values()).count(p) for p in peers}
+    assert all(60 < c < 140 for c in counts.values()), counts
+    # removing a peer moves only that peer's jobs
+    after = {j: rendezvous_owner(j, ["s1", "s2"]) for j in owners}
+    assert all(after[j] == owners[j] for j in owners if owners[j] != "s3")
+
+
+def test_select_takes_own_share_then_steals_old_jobs():
+    jobs = [entry(f"j{i}", submitted=10.0) for i in range(40)]
+    q1, q2 = JobQueue("s1"), JobQueue("s2")
+    mine1 = {e.id for e in q1.select(jobs, ["s1", "s2"], now=10.5, limit=100)}
+    mine2 = {e.id for e in q2.select(jobs, ["s1", "s2"], now=10.5, limit=100)}
+    assert mine1 and mine2 and not (mine1 & mine2) and len(mine1 | mine2) == 40
+    assert len(q1.select(jobs, ["s1", "s2"], now=13.0, limit=100)) == 40
+
+
+def test_defer_backs_off_exponentially_and_reset_clears():
+    q = JobQueue("s1", backoff_min_s=1.0, backoff_max_s=3.0)
+    jobs = [entry("j")]
+    assert q.defer("j", now=0.0) == 1.0
+    assert q.select(jobs, [], now=0.5, limit=5) == []
+    assert [e.id for e in q.select(jobs, [], now=1.0, limit=5)] == ["j"]
+    assert q.defer("j", now=1.0) == 2.0
+    assert q.defer("j", now=3.0) == 3.0
+    assert q.next_ready_at() == 6.0
+    q.reset()
+    assert [e.id for e in q.select(jobs, [], now=3.1, limit=5)] == ["j"]
