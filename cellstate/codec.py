@@ -426,3 +426,39 @@ def _encode(label: str, value, to_map, from_map) -> bytes:
         return msgpack.packb(d)
     except (OverflowError, ValueError, TypeError) as exc:
         raise CodecError(label, "", f"cannot pack: {exc}") from None
+
+
+# ------------------------------------------------------- map forms (trace files)
+
+
+def machine_to_map(m: Machine) -> dict:
+    """The validated map form of a machine, exactly as ``encode_machine`` packs it."""
+    return _encode_map(f"machine {getattr(m, 'id', '?')}", m, _machine_map, _machine_from_map)
+
+
+def machine_from_map(key: str, d) -> Machine:
+    """The Machine whose map form (as ``machine_to_map`` gives it) is ``d``; CodecError if invalid."""
+    return _machine_from_map(key, _envelope(key, d, "machine"))
+
+
+def job_to_map(job: Job) -> dict:
+    """The validated map form of a bare job spec, exactly as ``encode_job`` packs it."""
+    return _encode_map(f"job {getattr(job, 'id', '?')}", job, _bare_spec_map, _bare_spec_from_map)
+
+
+def job_from_map(key: str, d) -> Job:
+    """The Job whose map form (as ``job_to_map`` gives it) is ``d``; CodecError if invalid."""
+    return _bare_spec_from_map(key, _envelope(key, d, "spec"))
+
+
+def _envelope(key: str, d, tag: str) -> dict:
+    """``d`` after checking it is a map with this codec's schema version and type tag."""
+    if type(d) is not dict:
+        raise fc.expected(key, "", "a msgpack map", d)
+    v = d.get("v")
+    if type(v) is not int or v != SCHEMA_VERSION:
+        raise CodecError(key, "v", "missing schema version" if v is None else
+                         f"unknown schema version {v!r} (this codec reads {SCHEMA_VERSION})")
+    if d.get("t") != tag:
+        raise CodecError(key, "t", f"expected type tag {tag!r}, got {d.get('t')!r}")
+    return d

@@ -172,14 +172,15 @@ def _check_victim(plan: Plan, job_id: str, task: int, where: str) -> None:
 
 
 def new_ledgers(plan: Plan) -> dict[str, Machine]:
-    """Each touched machine's ledger after the plan: seen + claims - evicted tasks."""
+    """Each touched machine's ledger after the plan: seen + claims - evicted tasks, written by
+    the plan's scheduler."""
     ledgers = {mid: plan.machines[mid].machine for mid in touched_machines(plan)}
     for claim in plan.claims:
         machine = ledgers[claim.machine_id].with_claim(claim.request)
         for job_id, _ in claim.evicts:
             machine = machine.with_release(plan.victims[job_id].record.job.request)
         ledgers[claim.machine_id] = machine
-    return ledgers
+    return {mid: replace(machine, writer=plan.scheduler) for mid, machine in ledgers.items()}
 
 
 def updated_record(plan: Plan) -> JobRecord:

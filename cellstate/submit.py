@@ -53,7 +53,7 @@ def submit_jobs(store: Store, keys: CellKeys, jobs: Sequence[Job], now: float) -
     if not jobs:
         raise ValueError("no jobs to submit")
     records = _encoded_records(keys, jobs, now)
-    chunks = _chunks(records, store.max_txn_ops, store.max_request_bytes)
+    chunks = txn_chunks(records, store.max_txn_ops, store.max_request_bytes)
     if len(chunks) > 1:
         _, present = store.get_many([key for key, _ in records])
         if present:
@@ -80,8 +80,9 @@ def _encoded_records(keys: CellKeys, jobs: Sequence[Job], now: float) -> list[tu
     return records
 
 
-def _chunks(records: list[tuple[str, bytes]], max_ops: int, max_bytes: int) -> list[list]:
-    """Consecutive runs of records, each within the op limit and (with margin) the size limit."""
+def txn_chunks(records: list[tuple[str, bytes]], max_ops: int, max_bytes: int) -> list[list]:
+    """Consecutive runs of (key, value) puts, each guarded by one compare per key, within the
+    op limit and (with a margin) the request-size limit of one txn."""
     budget = max_bytes * _SIZE_MARGIN
     chunks: list[list] = [[]]
     size = 0

@@ -70,10 +70,10 @@ class JobPlacement:
     def in_zone(self, zone: str) -> int:
         return self.zones.get(zone, 0)
 
-    def add(self, machine: Machine, tasks: int = 1) -> None:
-        """Count ``tasks`` more (negative: fewer) tasks of the job on ``machine``."""
-        self.machines[machine.id] = self.machines.get(machine.id, 0) + tasks
-        self.zones[machine.zone] = self.zones.get(machine.zone, 0) + tasks
+    def add(self, machine_id: str, zone: str, tasks: int = 1) -> None:
+        """Count ``tasks`` more (negative: fewer) tasks of the job on a machine in ``zone``."""
+        self.machines[machine_id] = self.machines.get(machine_id, 0) + tasks
+        self.zones[zone] = self.zones.get(zone, 0) + tasks
         self.total += tasks
 
 

@@ -11,6 +11,11 @@ import sys
 # Command modules, in the order they appear in --help.
 COMMAND_MODULES = [
     "tools.cmd_etcd",
+    "tools.cmd_jobs",
+    "tools.cmd_cell",
+    "tools.cmd_monitor",
+    "tools.cmd_trace",
+    "tools.cmd_agents",
 ]
 
 

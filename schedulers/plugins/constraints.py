@@ -11,6 +11,7 @@ from cellstate.resources import Resources
 from schedulers.plugin import PluginConfigError, Verdict, build_args
 
 NAME = "constraints"
+_MAX_CACHED = 4096  # verdicts kept per distinct constraint
 
 
 def _as_constraint(raw: Constraint | Mapping[str, Any]) -> Constraint:
@@ -94,6 +95,8 @@ class Constraints:
     def _miss(self, c: Constraint) -> Verdict:
         verdict = self._misses.get(c)
         if verdict is None:
+            if len(self._misses) >= _MAX_CACHED:
+                self._misses.clear()
             verdict = self._misses[c] = Verdict.never(NAME, describe(c))
         return verdict
 

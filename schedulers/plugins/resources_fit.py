@@ -32,24 +32,39 @@ class ResourcesFit:
 
     def __init__(self, args: ResourcesFitArgs) -> None:
         self.args = args
+        self._ignore = frozenset(args.ignore)
         self._ok = Verdict.fit(NAME)
+        self._unfit: dict[str, Verdict] = {}
+        self._never: dict[str, Verdict] = {}
 
     def fits(self, job: Job, machine: Machine, free: Resources, placed_here: int) -> Verdict:
         request = job.request
-        if not self.args.ignore and request.fits_in(free):
-            return self._ok
         short = self._first_short(request, free)
         if short is None:
             return self._ok
         if request.get(short) > machine.capacity.get(short):
-            return Verdict.never(NAME, short)
-        return Verdict.unfit(NAME, short)
+            return self._verdict(self._never, Verdict.never, short)
+        return self._verdict(self._unfit, Verdict.unfit, short)
 
     def _first_short(self, request: Resources, free: Resources) -> str | None:
-        for name in request.names():
-            if name not in self.args.ignore and request.get(name) > free.get(name):
+        ignore = self._ignore
+        if request.cpu > free.cpu and "cpu" not in ignore:
+            return "cpu"
+        if request.memory > free.memory and "memory" not in ignore:
+            return "memory"
+        if request.disk > free.disk and "disk" not in ignore:
+            return "disk"
+        for name, amount in request.extra:
+            if amount > free.get(name) and name not in ignore:
                 return name
         return None
+
+    @staticmethod
+    def _verdict(cache: dict[str, Verdict], make, short: str) -> Verdict:
+        verdict = cache.get(short)
+        if verdict is None:
+            verdict = cache[short] = make(NAME, short)
+        return verdict
 
 
 def factory(args: ResourcesFitArgs | dict | None = None) -> ResourcesFit:

@@ -1,0 +1,243 @@
+"""Transactions of a task's life after placement, as pure builders (the machine agents run them).
+
+Each builder returns ``TxnOps(compares, success, failure)`` for ``Store.txn``; the failure branch
+gets every compared key, so a loser sees who changed what. The builders never read the store.
+
+    start    compare job;            put allocs with running=True, put job with those tasks 'r'
+    finish   compare machines + job; delete allocs, put machines with released ledgers, put job 'f'
+    evict    compare machine + jobs; put machine with a new state and its ledger released (zeroed
+             once nothing is left on it), delete allocs, put jobs with those tasks back to 'p'
+             (a killed job's tasks to 'k') and the reason — used to fail and to drain a machine
+    repair   compare machine;        put machine up with an empty ledger
+
+Every write to ``allocs/{job}/{task}`` also writes ``jobs/{job}``, so a job revision that is
+unchanged proves its allocs are unchanged too: that is why start and finish need no alloc compares.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Mapping, NamedTuple, Sequence
+
+from cellstate.codec import encode_alloc, encode_job_record, encode_machine
+from cellstate.keys import CellKeys
+from cellstate.model import Alloc, JobRecord, Machine, MachineState, TaskState
+from cellstate.resources import ZERO
+from cellstate.store import Compare, Delete, Get, Op, Put, mod_revision_is
+from cellstate.txn_rules import txn_request_bytes
+from omega.protocols import JobEntry, MachineEntry
+
+_LIVE = (TaskState.PLACED.value, TaskState.RUNNING.value)
+
+
+class TxnOps(NamedTuple):
+    """The three lists of one transaction."""
+
+    compares: list[Compare]
+    success: list[Op]
+    failure: list[Op]
+
+
+class LedgerError(ValueError):
+    """Releasing an alloc would drive a machine's ledger below zero (the ledger is inconsistent)."""
+
+
+# ------------------------------------------------------------------------------- start
+
+
+def start_task_ops(keys: CellKeys, job: JobEntry, allocs: Sequence[Alloc]) -> TxnOps:
+    """Mark ``allocs`` (tasks of ``job`` in state 'a') running: alloc ``running=True``, task 'r'.
+    ValueError when an alloc is of another job, repeated, or its task is not placed."""
+    if not allocs:
+        raise ValueError(f"start of job {job.id!r}: no allocs given")
+    record = job.record
+    seen: set[int] = set()
+    success: list[Op] = []
+    for alloc in allocs:
+        _check_alloc_of(record, alloc, "start", (TaskState.PLACED.value,))
+        if alloc.task_index in seen:
+            raise ValueError(f"start of job {job.id!r}: task {alloc.task_index} given twice")
+        seen.add(alloc.task_index)
+        success.append(Put(keys.alloc(alloc.job_id, alloc.task_index), encode_alloc(replace(alloc, running=True))))
+    job_key = keys.job(job.id)
+    success.append(Put(job_key, encode_job_record(record.with_tasks(sorted(seen), TaskState.RUNNING))))
+    return TxnOps([mod_revision_is(job_key, job.mod_revision)], success, [Get(job_key)])
+
+
+# ------------------------------------------------------------------------------ finish
+
+
+def finish_task_ops(keys: CellKeys, job: JobEntry, allocs: Sequence[Alloc],
+                    machines: Mapping[str, MachineEntry], writer: str) -> TxnOps:
+    """End ``allocs`` of ``job`` (tasks 'a' or 'r'): delete them, release them from their machines'
+    ledgers (``writer`` recorded) and set their tasks to 'f'. ``machines`` must hold the machine of
+    every alloc. ValueError on a foreign, repeated or not-live task or a missing machine;
+    LedgerError when a ledger would go negative."""
+    if not allocs:
+        raise ValueError(f"finish of job {job.id!r}: no allocs given")
+    record = job.record
+    ledgers: dict[str, Machine] = {}
+    tasks: list[int] = []
+    deletes: list[Op] = []
+    for alloc in allocs:
+        _check_alloc_of(record, alloc, "finish", _LIVE)
+        if alloc.task_index in tasks:
+            raise ValueError(f"finish of job {job.id!r}: task {alloc.task_index} given twice")
+        entry = machines.get(alloc.machine_id)
+        if entry is None:
+            raise ValueError(f"finish of {alloc.job_id}/{alloc.task_index}: no ledger of machine "
+                             f"{alloc.machine_id!r} given")
+        ledgers[alloc.machine_id] = released(ledgers.get(alloc.machine_id, entry.machine), [alloc])
+        tasks.append(alloc.task_index)
+        deletes.append(Delete(keys.alloc(alloc.job_id, alloc.task_index)))
+    compares, failure = [], []
+    success: list[Op] = list(deletes)
+    for machine_id, ledger in ledgers.items():
+        key = keys.machine(machine_id)
+        compares.append(mod_revision_is(key, machines[machine_id].mod_revision))
+        failure.append(Get(key))
+        success.append(Put(key, encode_machine(replace(ledger, writer=writer))))
+    job_key = keys.job(job.id)
+    compares.append(mod_revision_is(job_key, job.mod_revision))
+    failure.append(Get(job_key))
+    success.append(Put(job_key, encode_job_record(record.with_tasks(tasks, TaskState.FINISHED))))
+    return TxnOps(compares, success, failure)
+
+
+# ------------------------------------------------------------------------------- evict
+
+
+class Eviction(NamedTuple):
+    """One eviction txn and the allocs it removes (the rest need further txns)."""
+
+    ops: TxnOps
+    evicted: list[Alloc]
+
+
+def fail_machine_ops(keys: CellKeys, machine: MachineEntry, allocs: Sequence[Alloc],
+                     jobs: Mapping[str, JobEntry | None], writer: str, max_ops: int,
+                     max_bytes: int | None = None) -> Eviction:
+    """Machine down: ``allocs`` must be every alloc on it. As many as fit one txn are evicted with
+    reason "machine X failed"; when that is all of them the ledger is zeroed."""
+    return evict_ops(keys, machine, allocs, jobs, state=MachineState.DOWN,
+                     reason=f"machine {machine.id} failed", writer=writer, max_ops=max_ops,
+                     max_bytes=max_bytes, zero_when_empty=True)
+
+
+def drain_machine_ops(keys: CellKeys, machine: MachineEntry, service_allocs: Sequence[Alloc],
+                      jobs: Mapping[str, JobEntry | None], writer: str, max_ops: int,
+                      max_bytes: int | None = None) -> Eviction:
+    """Machine draining: the given (service) allocs are moved off it, reason "machine X draining";
+    the rest keep running and the ledger is only released by what is moved."""
+    return evict_ops(keys, machine, service_allocs, jobs, state=MachineState.DRAINING,
+                     reason=f"machine {machine.id} draining", writer=writer, max_ops=max_ops,
+                     max_bytes=max_bytes, zero_when_empty=False)
+
+
+def evict_ops(keys: CellKeys, machine: MachineEntry, allocs: Sequence[Alloc],
+              jobs: Mapping[str, JobEntry | None], *, state: MachineState, reason: str, writer: str,
+              max_ops: int, max_bytes: int | None = None, zero_when_empty: bool) -> Eviction:
+    """Put the machine in ``state`` and evict the first allocs (grouped by job) that fit
+    ``max_ops`` per branch and ``max_bytes`` per request. ``jobs`` maps each alloc's job id to its
+    entry (None: the job is gone; its revision is compared as 0). ValueError on an alloc of
+    another machine or a job missing from ``jobs``; LedgerError on a ledger that would go negative."""
+    if max_ops < 3:
+        raise ValueError(f"eviction needs max_ops >= 3 (machine, one alloc, one job), got {max_ops}")
+    by_job = _group_by_job(machine.id, allocs, jobs)
+    taken: list[Alloc] = []
+    records: dict[str, bytes] = {}
+    ops_used = 1  # the machine put
+    for job_id, group in by_job.items():
+        entry = jobs[job_id]
+        room = max_ops - ops_used - (entry is not None)
+        if room < 1:
+            break
+        chosen = group[:room]
+        if entry is not None:
+            records[job_id] = encode_job_record(_evicted_record(entry.record, chosen, reason))
+        taken.extend(chosen)
+        ops_used += len(chosen) + (entry is not None)
+        if len(chosen) < len(group):
+            break
+    ops = _eviction_txn(keys, machine, taken, jobs, records, state, writer,
+                        zero=zero_when_empty and len(taken) == len(allocs))
+    if max_bytes is not None and len(taken) > 1 and txn_request_bytes(*ops) > max_bytes:
+        half = len(taken) // 2
+        return evict_ops(keys, machine, taken[:half], jobs, state=state, reason=reason, writer=writer,
+                         max_ops=max_ops, max_bytes=max_bytes, zero_when_empty=False)
+    return Eviction(ops, taken)
+
+
+def _group_by_job(machine_id: str, allocs: Sequence[Alloc], jobs: Mapping) -> dict[str, list[Alloc]]:
+    by_job: dict[str, list[Alloc]] = {}
+    for alloc in allocs:
+        if alloc.machine_id != machine_id:
+            raise ValueError(f"evict from machine {machine_id!r}: alloc {alloc.job_id}/{alloc.task_index} "
+                             f"is on machine {alloc.machine_id!r}")
+        if alloc.job_id not in jobs:
+            raise ValueError(f"evict from machine {machine_id!r}: no entry (or None) given for job "
+                             f"{alloc.job_id!r}")
+        by_job.setdefault(alloc.job_id, []).append(alloc)
+    return by_job
+
+
+def _evicted_record(record: JobRecord, allocs: Sequence[Alloc], reason: str) -> JobRecord:
+    """Live tasks of ``allocs`` back to 'p' with ``reason`` (to 'k' when the job is killed)."""
+    tasks = [a.task_index for a in allocs
+             if 0 <= a.task_index < len(record.tasks) and record.tasks[a.task_index] in _LIVE]
+    if record.killed:
+        return record.with_tasks(tasks, TaskState.KILLED)
+    return replace(record.with_tasks(tasks, TaskState.PENDING), reason=reason)
+
+
+def _eviction_txn(keys: CellKeys, machine: MachineEntry, taken: list[Alloc], jobs: Mapping,
+                  records: dict[str, bytes], state: MachineState, writer: str, zero: bool) -> TxnOps:
+    ledger = replace(machine.machine, allocated=ZERO, task_count=0) if zero else released(machine.machine, taken)
+    machine_key = keys.machine(machine.id)
+    compares = [mod_revision_is(machine_key, machine.mod_revision)]
+    failure: list[Op] = [Get(machine_key)]
+    success: list[Op] = [Put(machine_key, encode_machine(replace(ledger, state=state, writer=writer)))]
+    success.extend(Delete(keys.alloc(a.job_id, a.task_index)) for a in taken)
+    for job_id in dict.fromkeys(a.job_id for a in taken):
+        key = keys.job(job_id)
+        entry = jobs[job_id]
+        compares.append(mod_revision_is(key, 0 if entry is None else entry.mod_revision))
+        failure.append(Get(key))
+        if job_id in records:
+            success.append(Put(key, records[job_id]))
+    return TxnOps(compares, success, failure)
+
+
+# ------------------------------------------------------------------------------ repair
+
+
+def repair_machine_ops(keys: CellKeys, machine: MachineEntry, writer: str) -> TxnOps:
+    """Bring a machine back up with an empty ledger (call only when no alloc is on it)."""
+    key = keys.machine(machine.id)
+    fresh = replace(machine.machine, state=MachineState.UP, allocated=ZERO, task_count=0, writer=writer)
+    return TxnOps([mod_revision_is(key, machine.mod_revision)], [Put(key, encode_machine(fresh))], [Get(key)])
+
+
+# ------------------------------------------------------------------------------ shared
+
+
+def released(machine: Machine, allocs: Sequence[Alloc]) -> Machine:
+    """``machine`` with ``allocs`` taken off its ledger; LedgerError if it would go negative."""
+    for alloc in allocs:
+        machine = machine.with_release(alloc.resources)
+    if machine.allocated.is_negative() or machine.task_count < 0:
+        raise LedgerError(f"machine {machine.id!r}: releasing {len(allocs)} alloc(s) leaves a negative "
+                          f"ledger ({machine.allocated.to_dict()}, {machine.task_count} tasks); "
+                          "the ledger does not match its allocs (run `omega check`)")
+    return machine
+
+
+def _check_alloc_of(record: JobRecord, alloc: Alloc, what: str, allowed: tuple[str, ...]) -> None:
+    where = f"{what} of {alloc.job_id}/{alloc.task_index}"
+    if alloc.job_id != record.id:
+        raise ValueError(f"{where}: alloc is not of job {record.id!r}")
+    if not 0 <= alloc.task_index < len(record.tasks):
+        raise ValueError(f"{where}: job {record.id!r} has {len(record.tasks)} tasks")
+    char = record.tasks[alloc.task_index]
+    if char not in allowed:
+        raise ValueError(f"{where}: task state is {char!r}, expected one of {list(allowed)}")

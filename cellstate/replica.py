@@ -1,0 +1,257 @@
+"""``Replica``: a watch-fed local copy of one cell, consistent at ``revision``.
+
+``sync()`` lists the cell prefix at one revision R and opens a watch from R + 1;
+``pump()`` applies the watch's batches in order. After a broken stream (``Unavailable``)
+the watch resumes from ``revision + 1``, retrying with a small backoff and giving up
+(re-raising) after ``give_up_after`` seconds of outage; after ``Compacted`` the replica
+lists the cell again (counted in ``relists``).
+
+The owner may apply its own commits before the watch delivers them (``apply_local``,
+``apply_entries``): every key remembers its mod_revision and a change is applied only
+when it is newer, so the watch's copy of the same change is skipped.
+
+Thread safety: none, by design. One thread (the scheduler that owns the replica) calls
+``pump`` between decisions and reads in between; the live views returned by
+``machines()`` etc. change on the next apply. For readers on other threads use
+``cellstate.replica_thread.ReplicaThread``.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections import deque
+from collections.abc import Mapping
+from contextlib import contextmanager
+from typing import Callable, Iterable, Iterator
+
+from cellstate.keys import CellKeys
+from cellstate.replica_state import DecodeErrorHandler, ReplicaState
+from cellstate.store import Compacted, EventKind, Store, Unavailable, WatchBatch, WatchStream
+from omega.protocols import JobEntry, MachineEntry
+
+DEFAULT_GIVE_UP_AFTER = 30.0
+_FIRST_BACKOFF, _MAX_BACKOFF = 0.05, 1.0
+_PUT = EventKind.PUT
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a listing is decoded: hundreds of thousands of
+    new, acyclic objects would otherwise trigger repeated full collections of the growing heap
+    (a third of the listing time at 200,000 allocations)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+class Replica(ReplicaState):
+    """A ``CellView`` of one cell kept current from a store's watch (see the module docstring)."""
+
+    def __init__(self, store: Store, keys: CellKeys, *, on_decode_error: DecodeErrorHandler | None = None,
+                 clock: Callable[[], float] = time.monotonic, give_up_after: float = DEFAULT_GIVE_UP_AFTER,
+                 sleep: Callable[[float], None] = time.sleep):
+        if give_up_after < 0:
+            raise ValueError(f"give_up_after must be >= 0 seconds, got {give_up_after!r}")
+        super().__init__(keys, on_decode_error)
+        self.store = store
+        self.clock = clock
+        self.give_up_after = give_up_after
+        self._sleep = sleep
+        self.revision = 0
+        self.relists = 0
+        self.resumes = 0
+        self._stream: WatchStream | None = None
+        self._tombstones: deque[tuple[int, str]] = deque()  # local deletes ahead of the watch
+        self._outage_since: float | None = None
+        self._backoff = 0.0
+
+    # -- listing ----------------------------------------------------------------------------
+
+    def sync(self) -> int:
+        """List the cell at one revision, replace the content with it, watch from the next
+        revision; returns that revision. Store errors propagate (content unchanged)."""
+        result = self.store.range(self._prefix)
+        self._close_stream()
+        self._reset()
+        self._tombstones.clear()
+        with _gc_paused():
+            put = self._put
+            for kv in result.kvs:
+                put(kv.key, kv.value, kv.mod_revision)
+        self.revision = result.revision
+        self._stream = self.store.watch(self._prefix, result.revision + 1)
+        return result.revision
+
+    def close(self) -> None:
+        """Stop watching (the content stays readable)."""
+        self._close_stream()
+
+    def _close_stream(self) -> None:
+        if self._stream is not None:
+            self._stream.cancel()
+            self._stream = None
+
+    # -- watching ---------------------------------------------------------------------------
+
+    def pump(self, timeout: float = 0.0, max_batches: int | None = None) -> int:
+        """Apply the watch batches that are ready, waiting up to ``timeout`` seconds for the
+        first (later ones are taken only if already there), at most ``max_batches``; returns
+        how many events changed the replica (skipped duplicates do not count)."""
+        if timeout < 0:
+            raise ValueError(f"pump timeout must be >= 0 seconds, got {timeout!r}")
+        if self._stream is None and self.revision == 0:
+            raise RuntimeError("Replica.pump() before sync(): list the cell first")
+        deadline = self.clock() + timeout
+        applied = batches = 0
+        wait = timeout
+        while max_batches is None or batches < max_batches:
+            try:
+                if self._stream is None:
+                    raise Unavailable("no open watch")
+                batch = self._stream.next(wait)
+            except Unavailable as exc:
+                self._resume(exc)
+                wait = max(0.0, deadline - self.clock()) if not batches else 0.0
+                continue
+            except Compacted:
+                self._relist()
+                wait = 0.0
+                continue
+            self._outage_since = None
+            if batch is None:
+                break
+            applied += self._apply_batch(batch)
+            batches += 1
+            wait = 0.0
+        return applied
+
+    def reconnect(self) -> None:
+        """Reopen the watch from ``revision + 1`` (what ``pump`` does after a broken stream)."""
+        self._close_stream()
+        self._stream = self.store.watch(self._prefix, self.revision + 1)
+
+    def _apply_batch(self, batch: WatchBatch) -> int:
+        mods = self._mod
+        put, delete = self._put, self._delete
+        applied = 0
+        for ev in batch.events:
+            key, mod = ev.key, ev.mod_revision
+            if mod <= mods.get(key, 0):
+                continue  # the owner applied this change (or a newer one) already
+            if ev.kind is _PUT:
+                put(key, ev.value, mod)
+            else:
+                del mods[key]
+                delete(key)
+            applied += 1
+        if batch.revision > self.revision:
+            self.revision = batch.revision
+            if self._tombstones:
+                self._prune_tombstones()
+        return applied
+
+    def _resume(self, error: Unavailable) -> None:
+        """Reopen the watch from revision + 1, probing the store; re-raise ``error`` once the
+        outage has lasted ``give_up_after`` seconds (a later pump tries again)."""
+        if self._outage_since is None:
+            self._outage_since = self.clock()
+            self._backoff = 0.0
+        while True:
+            if self.clock() - self._outage_since >= self.give_up_after and self._backoff:
+                self._close_stream()
+                self._outage_since = None  # the next pump starts a new outage window
+                raise error
+            if self._backoff:
+                self._sleep(self._backoff)
+            self._backoff = min(max(_FIRST_BACKOFF, 2 * self._backoff), _MAX_BACKOFF)
+            try:
+                self.reconnect()
+                self.store.revision()  # the watch reports a dead server late; a read reports it now
+            except Unavailable as exc:
+                error = exc
+                continue
+            self.resumes += 1
+            return
+
+    def _relist(self) -> None:
+        """Sync again after the watch's start revision was compacted away."""
+        self.relists += 1
+        try:
+            self.sync()
+        except Unavailable as exc:
+            self._resume(exc)  # the reopened watch reports Compacted again: relist then
+
+    def _prune_tombstones(self) -> None:
+        """Drop local-delete records the watch has caught up with (a key put again since
+        carries a different mod_revision and is left alone)."""
+        tombstones, mods, revision = self._tombstones, self._mod, self.revision
+        while tombstones and tombstones[0][0] <= revision:
+            mod, key = tombstones.popleft()
+            if mods.get(key) == mod:
+                del mods[key]
+
+    # -- the owner's own commits ----------------------------------------------------------------
+
+    def apply_local(self, revision: int, puts: Mapping[str, bytes] | Iterable[tuple[str, bytes]] = (),
+                    deletes: Iterable[str] = ()) -> int:
+        """Apply a txn the caller committed at ``revision`` (every key gets that mod_revision),
+        skipping keys the replica already holds at ``revision`` or later; returns how many
+        keys changed. ValueError for a key outside the cell."""
+        if type(revision) is not int or revision < 1:
+            raise ValueError(f"apply_local needs the commit's revision (a positive int), got {revision!r}")
+        items = puts.items() if isinstance(puts, Mapping) else puts
+        applied = 0
+        for key, raw in items:
+            if self._newer(key, revision):
+                self._put(key, raw, revision)
+                applied += 1
+        for key in deletes:
+            if self._newer(key, revision):
+                self._delete_local(key, revision)
+                applied += 1
+        return applied
+
+    def apply_entries(self, machines: Iterable[MachineEntry] = (), jobs: Iterable[JobEntry] = (), *,
+                      revision: int = 0, deleted_machines: Iterable[str] = (),
+                      deleted_jobs: Iterable[str] = ()) -> int:
+        """Apply fresh, decoded entries (a failed commit's failure branch), each only if newer
+        than what the replica holds; ``deleted_*`` ids were found absent at ``revision``.
+        Returns how many changed."""
+        applied = 0
+        for entry in machines:
+            key = self.keys.machine(entry.id)
+            if self._newer(key, entry.mod_revision):
+                self._mod[key] = entry.mod_revision
+                self._machines[entry.id] = entry
+                self.quarantine.pop(key, None)
+                applied += 1
+        for entry in jobs:
+            key = self.keys.job(entry.id)
+            if self._newer(key, entry.mod_revision):
+                self._mod[key] = entry.mod_revision
+                self._set_job(entry.id, entry)
+                self.quarantine.pop(key, None)
+                applied += 1
+        gone = [self.keys.machine(i) for i in deleted_machines] + [self.keys.job(i) for i in deleted_jobs]
+        for key in gone:
+            if revision and self._newer(key, revision):
+                self._delete_local(key, revision)
+                applied += 1
+        return applied
+
+    def _newer(self, key: str, revision: int) -> bool:
+        """True when a change of ``key`` at ``revision`` is news to this replica: later than
+        the key's known mod_revision and than the revision the watch has brought it to."""
+        if not key.startswith(self._prefix):
+            raise ValueError(f"key {key!r} is not in cell {self.keys.cell!r} (prefix {self._prefix!r})")
+        return revision > self.revision and revision > self._mod.get(key, 0)
+
+    def _delete_local(self, key: str, revision: int) -> None:
+        self._mod[key] = revision  # a tombstone until the watch passes it
+        self._tombstones.append((revision, key))
+        self._delete(key)

@@ -1,0 +1,215 @@
+"""The decoded content of one cell and its indexes, as kept by a ``Replica``.
+
+``ReplicaState`` applies single key changes (a put of raw bytes, or a delete) and keeps:
+machines, jobs and allocations decoded (by ``cellstate.codec``), ``stats/`` and
+``conflicts/`` values raw, the mod_revision of every key it holds, and three indexes
+(pending jobs by kind, allocations by machine and by job). A value that fails to decode
+is reported to ``on_decode_error(key, error)``, recorded in ``quarantine`` and treated as
+absent; a later good value (or a delete) clears it.
+
+Not thread-safe: one thread applies and reads (see ``cellstate.replica``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable, Iterable
+
+from cellstate.codec import CodecError, decode_alloc, decode_job_record, decode_machine
+from cellstate.keys import CellKeys
+from cellstate.model import Alloc, JobKind
+from omega.protocols import JobEntry, MachineEntry
+
+log = logging.getLogger(__name__)
+
+DecodeErrorHandler = Callable[[str, Exception], None]
+_EMPTY: dict = {}  # shared, never mutated: the answer for an unknown machine or job
+
+
+def log_decode_error(key: str, error: Exception) -> None:
+    """Default decode-error handler: a warning in the log."""
+    log.warning("cell replica: value of %s does not decode, treating the key as absent: %s", key, error)
+
+
+class ReplicaState:
+    """Decoded cell content with incremental indexes (see the module docstring)."""
+
+    def __init__(self, keys: CellKeys, on_decode_error: DecodeErrorHandler | None = None):
+        self.keys = keys
+        self.on_decode_error = on_decode_error or log_decode_error
+        self._prefix = keys.prefix
+        self._plen = len(self._prefix)
+        self._put_kind = {
+            "machines": self._put_machine, "jobs": self._put_job, "allocs": self._put_alloc,
+            "stats": self._put_stats, "conflicts": self._put_conflict,
+        }
+        self.quarantine: dict[str, str] = {}  # key -> why its value was refused
+        self.stats_raw: dict[str, bytes] = {}
+        self.conflicts_raw: dict[str, bytes] = {}
+        self._reset()
+
+    def _reset(self) -> None:
+        """Forget everything (the public dicts are cleared in place)."""
+        self.quarantine.clear()
+        self.stats_raw.clear()
+        self.conflicts_raw.clear()
+        self._mod: dict[str, int] = {}  # key -> mod_revision (or a local delete's revision)
+        self._machines: dict[str, MachineEntry] = {}
+        self._jobs: dict[str, JobEntry] = {}
+        self._allocs: dict[str, Alloc] = {}  # by key
+        self._pending: dict[JobKind, dict[str, JobEntry]] = {kind: {} for kind in JobKind}
+        self._allocs_on: dict[str, dict[tuple[str, int], Alloc]] = {}
+        self._allocs_of: dict[str, dict[int, Alloc]] = {}
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def machines(self) -> Iterable[MachineEntry]:
+        """Live view of every machine entry (no copy; do not hold across applies)."""
+        return self._machines.values()
+
+    def machine(self, machine_id: str) -> MachineEntry | None:
+        return self._machines.get(machine_id)
+
+    def machine_count(self) -> int:
+        return len(self._machines)
+
+    def job(self, job_id: str) -> JobEntry | None:
+        return self._jobs.get(job_id)
+
+    def jobs(self) -> Iterable[JobEntry]:
+        return self._jobs.values()
+
+    def pending_jobs(self, kind: JobKind | None = None) -> list[JobEntry]:
+        """Jobs with at least one pending task and not killed, of ``kind`` (None: any)."""
+        if kind is None:
+            return [entry for by_id in self._pending.values() for entry in by_id.values()]
+        return list(self._pending[kind].values())
+
+    def allocs(self) -> Iterable[Alloc]:
+        return self._allocs.values()
+
+    def allocs_on(self, machine_id: str) -> Iterable[Alloc]:
+        return self._allocs_on.get(machine_id, _EMPTY).values()
+
+    def allocs_of(self, job_id: str) -> Iterable[Alloc]:
+        return self._allocs_of.get(job_id, _EMPTY).values()
+
+    def stats(self) -> dict[str, bytes]:
+        """Raw ``stats/`` values by key (the monitor decodes them)."""
+        return self.stats_raw
+
+    def mod_revision(self, key: str) -> int:
+        """The mod_revision this replica holds for ``key`` (0: unknown or deleted)."""
+        return self._mod.get(key, 0)
+
+    # -- single-key changes ----------------------------------------------------------------
+
+    def _put(self, key: str, raw: bytes, mod: int) -> None:
+        """Store the value of ``key`` at ``mod``; a bad value is quarantined, never fatal."""
+        self._mod[key] = mod
+        kind, _, ident = key[self._plen:].partition("/")
+        try:
+            handler = self._put_kind[kind]
+        except KeyError:
+            self._reject(key, ValueError(f"key {key!r} has unknown kind {kind!r} "
+                                         f"(expected one of {', '.join(self._put_kind)})"))
+            return
+        try:
+            handler(key, ident, raw, mod)
+        except CodecError as exc:
+            self._forget(kind, key, ident)
+            self._reject(key, exc)
+            return
+        if key in self.quarantine:
+            del self.quarantine[key]
+
+    def _delete(self, key: str) -> None:
+        """Forget ``key`` (its mod record is the caller's business)."""
+        kind, _, ident = key[self._plen:].partition("/")
+        self._forget(kind, key, ident)
+        self.quarantine.pop(key, None)
+
+    def _reject(self, key: str, error: Exception) -> None:
+        self.quarantine[key] = str(error)
+        try:
+            self.on_decode_error(key, error)
+        except Exception:  # a faulty handler must not break the replica
+            log.exception("decode-error handler failed for %s", key)
+
+    def _forget(self, kind: str, key: str, ident: str) -> None:
+        if kind == "allocs":
+            old = self._allocs.pop(key, None)
+            if old is not None:
+                self._unindex_alloc(old)
+        elif kind == "machines":
+            self._machines.pop(ident, None)
+        elif kind == "jobs":
+            old_job = self._jobs.pop(ident, None)
+            if old_job is not None:
+                self._pending[old_job.record.job.kind].pop(ident, None)
+        elif kind == "stats":
+            self.stats_raw.pop(key, None)
+        elif kind == "conflicts":
+            self.conflicts_raw.pop(key, None)
+
+    # -- by kind ----------------------------------------------------------------------------
+
+    def _put_machine(self, key: str, ident: str, raw: bytes, mod: int) -> None:
+        machine = decode_machine(key, raw)
+        if machine.id != ident:
+            raise CodecError(key, "id", f"machine id {machine.id!r} does not match its key")
+        self._machines[ident] = MachineEntry(machine, mod)
+
+    def _put_job(self, key: str, ident: str, raw: bytes, mod: int) -> None:
+        record = decode_job_record(key, raw)
+        if record.job.id != ident:
+            raise CodecError(key, "spec.id", f"job id {record.job.id!r} does not match its key")
+        self._set_job(ident, JobEntry(record, mod))
+
+    def _set_job(self, ident: str, entry: JobEntry) -> None:
+        record = entry.record
+        old = self._jobs.get(ident)
+        self._jobs[ident] = entry
+        kind = record.job.kind
+        if old is not None and old.record.job.kind is not kind:
+            self._pending[old.record.job.kind].pop(ident, None)
+        if not record.killed and "p" in record.tasks:
+            self._pending[kind][ident] = entry
+        else:
+            self._pending[kind].pop(ident, None)
+
+    def _put_alloc(self, key: str, ident: str, raw: bytes, mod: int) -> None:
+        alloc = decode_alloc(key, raw)
+        job_id, _, task = ident.partition("/")
+        if alloc.job_id != job_id or str(alloc.task_index) != task:
+            raise CodecError(key, "job", f"alloc {alloc.job_id}/{alloc.task_index} does not match its key")
+        old = self._allocs.get(key)
+        if old is not None:
+            self._unindex_alloc(old)
+        self._allocs[key] = alloc
+        on = self._allocs_on.get(alloc.machine_id)
+        if on is None:
+            self._allocs_on[alloc.machine_id] = on = {}
+        on[(job_id, alloc.task_index)] = alloc
+        of = self._allocs_of.get(job_id)
+        if of is None:
+            self._allocs_of[job_id] = of = {}
+        of[alloc.task_index] = alloc
+
+    def _unindex_alloc(self, alloc: Alloc) -> None:
+        on = self._allocs_on.get(alloc.machine_id)
+        if on is not None:
+            on.pop((alloc.job_id, alloc.task_index), None)
+            if not on:
+                del self._allocs_on[alloc.machine_id]
+        of = self._allocs_of.get(alloc.job_id)
+        if of is not None:
+            of.pop(alloc.task_index, None)
+            if not of:
+                del self._allocs_of[alloc.job_id]
+
+    def _put_stats(self, key: str, ident: str, raw: bytes, mod: int) -> None:
+        self.stats_raw[key] = raw
+
+    def _put_conflict(self, key: str, ident: str, raw: bytes, mod: int) -> None:
+        self.conflicts_raw[key] = raw

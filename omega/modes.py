@@ -1,0 +1,239 @@
+"""Conflict modes and commit modes (Omega §3.4), each an Enum whose members carry a strategy.
+
+Conflict mode: after a failed commit, which claims are still valid against the fresh state?
+  SEQUENCE      coarse: a claim survives only if its machine's revision is unchanged;
+  RESOURCE_FIT  fine: claims on a changed machine are re-checked, cumulatively, against the
+                fresh ledger (the machine must still be up); only those that no longer fit fail.
+Either way a claim whose task is no longer pending in the fresh job is dropped (another
+scheduler placed it, or the job was killed), and a preempting claim survives only if its
+machine and its victims' jobs are unchanged.
+
+Commit mode: what happens to the claims.
+  INCREMENTAL     keep what is valid: retry the kept claims at once (rebased on the fresh
+                  revisions); rejected tasks go back to the scheduler; big plans are split.
+  ALL_OR_NOTHING  gang: a decision must place every task; any rejection sends the whole job
+                  back; a gang larger than one transaction is refused (PlanTooLarge).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from cellstate.model import MachineState
+from omega.protocols import Claim, CommitOutcome, Decision, JobEntry, MachineEntry, Plan, PlanTooLarge
+
+
+@dataclass(frozen=True, slots=True)
+class ConflictSplit:
+    """Claims of a failed plan sorted by the fresh state."""
+
+    kept: tuple[Claim, ...]
+    rejected: tuple[tuple[Claim, str], ...]
+    dropped: tuple[Claim, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    """What to do after a conflict: claims to retry now, tasks to re-decide."""
+
+    retry: tuple[Claim, ...]
+    redecide: tuple[int, ...]
+
+
+def changed_machines(plan: Plan, outcome: CommitOutcome) -> list[str]:
+    """Ids of the plan's machines whose fresh revision differs from the seen one (or are gone)."""
+    out = []
+    for machine_id, fresh in outcome.fresh_machines.items():
+        seen = plan.machines.get(machine_id)
+        if fresh is None or seen is None or fresh.mod_revision != seen.mod_revision:
+            out.append(machine_id)
+    return out
+
+
+def _still_pending(claim: Claim, fresh_job: JobEntry | None) -> bool:
+    return fresh_job is not None and not fresh_job.record.killed and \
+        fresh_job.record.tasks[claim.task_index] == "p"
+
+
+def _preemption_problem(plan: Plan, outcome: CommitOutcome, claim: Claim) -> str | None:
+    """Why a preempting claim cannot be kept (machine or a victim changed), else None."""
+    fresh = outcome.fresh_machines.get(claim.machine_id)
+    if fresh is None or fresh.mod_revision != plan.machines[claim.machine_id].mod_revision:
+        return f"preemption on machine {claim.machine_id} needs it unchanged"
+    for job_id, _ in claim.evicts:
+        victim = outcome.fresh_victims.get(job_id)
+        if victim is None or victim.mod_revision != plan.victims[job_id].mod_revision:
+            return f"victim job {job_id} changed"
+    return None
+
+
+class _ConflictStrategy:
+    """Shared sorting; subclasses decide ``_judge`` for the claims of one machine."""
+
+    label = ""
+
+    def split(self, plan: Plan, outcome: CommitOutcome) -> ConflictSplit:
+        if outcome.committed:
+            raise ValueError("a committed outcome has no conflict to split")
+        kept, rejected, dropped = [], [], []
+        by_machine: dict[str, list[Claim]] = {}
+        for claim in plan.claims:
+            if not _still_pending(claim, outcome.fresh_job):
+                dropped.append(claim)
+            elif claim.evicts:
+                problem = _preemption_problem(plan, outcome, claim)
+                (kept.append(claim) if problem is None else rejected.append((claim, problem)))
+            else:
+                by_machine.setdefault(claim.machine_id, []).append(claim)
+        for machine_id, claims in by_machine.items():
+            k, r = self._judge(plan, outcome, machine_id, claims)
+            kept += k
+            rejected += r
+        order = {c.task_index: n for n, c in enumerate(plan.claims)}
+        kept.sort(key=lambda c: order[c.task_index])
+        return ConflictSplit(tuple(kept), tuple(rejected), tuple(dropped))
+
+    def _judge(self, plan, outcome, machine_id, claims):
+        raise NotImplementedError
+
+
+class SequenceConflicts(_ConflictStrategy):
+    """Any change to a touched machine invalidates every claim on it."""
+
+    label = "sequence"
+
+    def _judge(self, plan: Plan, outcome: CommitOutcome, machine_id: str, claims: list[Claim]):
+        fresh = outcome.fresh_machines.get(machine_id)
+        seen = plan.machines[machine_id].mod_revision
+        if fresh is None:
+            return [], [(c, f"machine {machine_id} is gone") for c in claims]
+        if fresh.mod_revision != seen:
+            why = f"machine {machine_id} changed (revision {seen} -> {fresh.mod_revision})"
+            return [], [(c, why) for c in claims]
+        return claims, []
+
+
+class ResourceFitConflicts(_ConflictStrategy):
+    """Claims on a changed machine are re-checked in order against its fresh free resources."""
+
+    label = "resource-fit"
+
+    def _judge(self, plan: Plan, outcome: CommitOutcome, machine_id: str, claims: list[Claim]):
+        fresh = outcome.fresh_machines.get(machine_id)
+        seen = plan.machines[machine_id].mod_revision
+        if fresh is not None and fresh.mod_revision == seen:
+            return claims, []
+        if fresh is None:
+            return [], [(c, f"machine {machine_id} is gone") for c in claims]
+        if fresh.machine.state != MachineState.UP:
+            return [], [(c, f"machine {machine_id} is {fresh.machine.state}") for c in claims]
+        if _spread_rules_at_risk(plan, outcome):
+            why = f"job {plan.job.id} was placed elsewhere concurrently; its spread must be re-decided"
+            return [], [(c, why) for c in claims]
+        return _fit_cumulatively(fresh, claims)
+
+
+def _spread_rules_at_risk(plan: Plan, outcome: CommitOutcome) -> bool:
+    """True when other tasks of a job with per-machine rules were placed since the plan's view."""
+    spec = plan.job.record.job
+    if not (spec.different_machine or spec.max_per_machine) or outcome.fresh_job is None:
+        return False
+    before, after = plan.job.record.tasks, outcome.fresh_job.record.tasks
+    return any(b == "p" and a in "ar" for b, a in zip(before, after))
+
+
+def _fit_cumulatively(fresh: MachineEntry, claims: list[Claim]):
+    free = fresh.machine.free
+    kept, rejected = [], []
+    for claim in claims:
+        short = claim.request.shortfall(free)
+        if short is None:
+            kept.append(claim)
+            free = free - claim.request
+        else:
+            rejected.append((claim, f"machine {fresh.id} no longer has enough {short}"))
+    return kept, rejected
+
+
+class IncrementalCommits:
+    """Keep whatever is valid; split plans larger than one transaction."""
+
+    label = "incremental"
+
+    def admit(self, job: JobEntry, tasks: list[int], decision: Decision) -> Decision:
+        return decision
+
+    def chunks(self, job: JobEntry, claims: list[Claim], limit: int) -> list[list[Claim]]:
+        return [claims[i:i + limit] for i in range(0, len(claims), limit)]
+
+    def resolve(self, split: ConflictSplit) -> Resolution:
+        return Resolution(split.kept, tuple(c.task_index for c, _ in split.rejected))
+
+
+class AllOrNothingCommits:
+    """Gang: every task of the job in one transaction, or none."""
+
+    label = "all-or-nothing"
+
+    def admit(self, job: JobEntry, tasks: list[int], decision: Decision) -> Decision:
+        """The decision if it places every task, else no claims and one reason for all tasks."""
+        claimed = {c.task_index for c in decision.claims}
+        if claimed == set(tasks):
+            return decision
+        first = next(iter(decision.unplaced.values()), "not every task was placed")
+        why = f"gang of {len(tasks)} tasks: only {len(claimed)} fit ({first})"
+        return Decision([], {i: why for i in tasks})
+
+    def chunks(self, job: JobEntry, claims: list[Claim], limit: int) -> list[list[Claim]]:
+        check_gang_size(job, len(claims), limit)
+        return [claims]
+
+    def resolve(self, split: ConflictSplit) -> Resolution:
+        if split.rejected or split.dropped:
+            everything = (*split.kept, *(c for c, _ in split.rejected), *split.dropped)
+            return Resolution((), tuple(c.task_index for c in everything))
+        return Resolution(split.kept, ())
+
+
+def check_gang_size(job: JobEntry, tasks: int, limit: int) -> None:
+    """PlanTooLarge naming the job, its task count and the limit when a gang cannot fit one txn."""
+    if tasks > limit:
+        raise PlanTooLarge(f"gang job {job.id!r} has {tasks} tasks to place, but one transaction holds "
+                           f"at most {limit} claims; it can never be committed all-or-nothing "
+                           f"(raise the store's max_txn_ops or split the job)")
+
+
+class ConflictMode(Enum):
+    SEQUENCE = SequenceConflicts()
+    RESOURCE_FIT = ResourceFitConflicts()
+
+    @property
+    def strategy(self) -> _ConflictStrategy:
+        return self.value
+
+    @classmethod
+    def parse(cls, text: str) -> ConflictMode:
+        return _parse(cls, text)
+
+
+class CommitMode(Enum):
+    INCREMENTAL = IncrementalCommits()
+    ALL_OR_NOTHING = AllOrNothingCommits()
+
+    @property
+    def strategy(self) -> IncrementalCommits | AllOrNothingCommits:
+        return self.value
+
+    @classmethod
+    def parse(cls, text: str) -> CommitMode:
+        return _parse(cls, text)
+
+
+def _parse(enum, text: str):
+    """The member whose label (or name) is ``text``; ValueError listing the choices."""
+    for member in enum:
+        if text in (member.value.label, member.name, member.name.lower()):
+            return member
+    choices = ", ".join(m.value.label for m in enum)
+    raise ValueError(f"unknown {enum.__name__} {text!r}; choose one of {choices}")

@@ -1,0 +1,297 @@
+"""The optimistic placement loop (Omega §3.4): decide on a private view, commit, resolve conflicts.
+
+One *attempt* = one decision by the scheduler and the transactions it leads to:
+  1. read the job from the view; pick the tasks to decide (all pending tasks the first time,
+     or for a gang; afterwards only the tasks sent back by the commit mode);
+  2. ``decide(job_entry, tasks, view)`` → claims and reasons for the tasks left out;
+  3. commit the claims in transactions of at most ``committer.max_claims_per_txn`` claims
+     (incremental: split; all-or-nothing: one txn or ``PlanTooLarge``); after each txn the
+     view takes in the outcome (``apply_outcome``);
+  4. on a failed txn the conflict mode splits the claims against the fresh state read in
+     the same round trip; the commit mode says which to retry at once (rebased on the fresh
+     revisions) and which tasks go back to the scheduler.
+Attempts repeat (tenacity) while tasks are sent back, up to ``retry.max_attempts`` attempts
+in a row without progress, with jittered exponential backoff slept on the injected clock.
+Whatever stays pending keeps a reason in the job record: nothing is lost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from tenacity import Retrying, retry_if_result
+
+from omega.attempts import Attempt, AttemptOutcome, PlacementResult, classify
+from omega.modes import CommitMode, ConflictMode, changed_machines, check_gang_size
+from omega.protocols import (
+    Claim, Clock, CommitOutcome, Committer, Decide, Decision, JobEntry, PlacementView, Plan, PlanTooLarge,
+)
+from omega.retry import RetryPolicy
+
+
+@dataclass(slots=True)
+class _Placement:
+    """State of one ``place`` call across its attempts."""
+
+    job_id: str
+    view: PlacementView
+    decide: Decide
+    todo: list[int] | None = None
+    unplaced: dict[int, str] = field(default_factory=dict)
+    conflicts: dict[int, str] = field(default_factory=dict)
+    placed: list[Claim] = field(default_factory=list)
+    attempts: list[Attempt] = field(default_factory=list)
+    no_progress: int = 0
+    job_gone: bool = False
+
+
+@dataclass(slots=True)
+class _Tally:
+    """The transactions of one attempt."""
+
+    committed: list[Claim] = field(default_factory=list)
+    conflicting: dict[str, None] = field(default_factory=dict)
+    winners: dict[str, None] = field(default_factory=dict)
+    redecide: list[int] = field(default_factory=list)
+    transactions: int = 0
+    failed: int = 0
+    job_gone: bool = False
+
+
+class OptimisticPlacer:
+    """Places jobs for scheduler ``scheduler_name`` through ``committer`` (see module doc).
+    A job with ``gang=True`` is always committed all-or-nothing."""
+
+    def __init__(self, scheduler_name: str, committer: Committer, conflict_mode: ConflictMode,
+                 commit_mode: CommitMode, retry: RetryPolicy, clock: Clock,
+                 on_attempt: Callable[[Attempt], None] | None = None):
+        if not isinstance(conflict_mode, ConflictMode) or not isinstance(commit_mode, CommitMode):
+            raise TypeError(f"conflict_mode and commit_mode must be ConflictMode and CommitMode members, "
+                            f"got {conflict_mode!r} and {commit_mode!r}")
+        self.scheduler = scheduler_name
+        self.committer = committer
+        self.conflict_mode = conflict_mode
+        self.commit_mode = commit_mode
+        self.retry = retry
+        self.clock = clock
+        self.on_attempt = on_attempt
+
+    def place(self, job_id: str, view: PlacementView, decide: Decide) -> PlacementResult:
+        """Place the pending tasks of ``job_id``; PlanTooLarge for a gang that cannot fit one txn
+        (after recording the attempt and the reason), ValueError for an inconsistent decision."""
+        st = _Placement(job_id, view, decide)
+        retrying = Retrying(
+            stop=lambda _: self.retry.exhausted(st.no_progress),
+            wait=lambda _: self.retry.backoff(st.no_progress),
+            sleep=self.clock.sleep,
+            retry=retry_if_result(lambda finished: not finished),
+            retry_error_callback=lambda _: False,
+        )
+        finished = retrying(self._attempt, st)
+        if not finished:
+            self._give_up(st)
+        return self._result(st, gave_up=not finished)
+
+    # -- one attempt ---------------------------------------------------------------------
+
+    def _attempt(self, st: _Placement) -> bool:
+        """Decide and commit once; True when there is nothing left to retry."""
+        entry = st.view.job(st.job_id)
+        if entry is None:
+            st.job_gone = True
+            return True
+        mode = CommitMode.ALL_OR_NOTHING if entry.record.job.gang else self.commit_mode
+        pending = entry.record.pending_tasks()
+        tasks = pending if st.todo is None or mode is CommitMode.ALL_OR_NOTHING else \
+            sorted(set(st.todo) & set(pending))
+        if not tasks:
+            return True
+        started = self.clock.now()
+        if mode is CommitMode.ALL_OR_NOTHING:
+            self._refuse_oversized_gang(st, entry, tasks, started)
+        decision, decision_time = self._decide(st, entry, tasks)
+        decision = mode.strategy.admit(entry, tasks, decision)
+        st.unplaced.update(decision.unplaced)
+        attempt = dict(decision_time_s=decision_time, claims=tuple(decision.claims), started_at=started)
+        if not decision.claims:
+            tally = _Tally()
+            self._write_reason(st, entry, tally)
+            self._emit(st, attempt, tally, AttemptOutcome.NOTHING_FITS)
+            return True
+        tally = self._commit_decision(st, mode, decision, attempt)
+        st.no_progress = 0 if tally.committed else st.no_progress + 1
+        st.todo = tally.redecide
+        self._emit(st, attempt, tally, classify(attempt["claims"], tuple(tally.committed)))
+        return tally.job_gone or not tally.redecide
+
+    def _decide(self, st: _Placement, entry: JobEntry, tasks: list[int]) -> tuple[Decision, float]:
+        before = self.clock.now()
+        decision = st.decide(entry, list(tasks), st.view)
+        elapsed = max(0.0, self.clock.now() - before)
+        self._check_decision(entry, tasks, decision)
+        return decision, elapsed
+
+    def _check_decision(self, entry: JobEntry, tasks: list[int], decision: Decision) -> None:
+        where = f"decision of scheduler {self.scheduler!r} for job {entry.id!r}"
+        if not isinstance(decision, Decision):
+            raise TypeError(f"{where} is {type(decision).__name__}, expected a Decision")
+        asked = set(tasks)
+        seen: set[int] = set()
+        for claim in decision.claims:
+            if claim.task_index not in asked or claim.task_index in seen:
+                raise ValueError(f"{where} claims task {claim.task_index}, which was not asked for "
+                                 f"or is claimed twice (asked: {sorted(asked)})")
+            seen.add(claim.task_index)
+        stray = set(decision.unplaced) - asked
+        if stray:
+            raise ValueError(f"{where} gives reasons for tasks {sorted(stray)}, which were not asked for")
+
+    def _refuse_oversized_gang(self, st: _Placement, entry: JobEntry, tasks: list[int], started: float):
+        limit = self.committer.max_claims_per_txn
+        try:
+            check_gang_size(entry, len(tasks), limit)
+        except PlanTooLarge as exc:
+            st.unplaced.update({i: f"gang too large for one transaction (limit {limit} tasks)" for i in tasks})
+            tally = _Tally()
+            self._write_reason(st, entry, tally)
+            self._emit(st, dict(decision_time_s=0.0, claims=(), started_at=started), tally,
+                       AttemptOutcome.TOO_LARGE)
+            raise exc
+
+    # -- transactions --------------------------------------------------------------------
+
+    def _commit_decision(self, st: _Placement, mode: CommitMode, decision: Decision, attempt: dict) -> _Tally:
+        tally = _Tally()
+        limit = self.committer.max_claims_per_txn
+        chunks = mode.strategy.chunks(st.view.job(st.job_id), list(decision.claims), limit)
+        try:
+            for chunk in chunks:
+                self._commit_claims(st, mode, chunk, tally)
+                if tally.job_gone:
+                    break
+        except PlanTooLarge as exc:
+            self._record_committed(st, tally)
+            self._emit(st, attempt, tally, AttemptOutcome.TOO_LARGE)
+            entry = st.view.job(st.job_id)
+            if entry is not None:
+                st.unplaced.update({c.task_index: f"plan too large for one transaction ({exc})"
+                                    for c in decision.claims if c not in tally.committed})
+                self._write_reason(st, entry, _Tally())
+            raise
+        self._record_committed(st, tally)
+        return tally
+
+    def _record_committed(self, st: _Placement, tally: _Tally) -> None:
+        st.placed.extend(tally.committed)
+        for claim in tally.committed:
+            st.unplaced.pop(claim.task_index, None)
+            st.conflicts.pop(claim.task_index, None)
+
+    def _commit_claims(self, st: _Placement, mode: CommitMode, claims: list[Claim], tally: _Tally) -> None:
+        """Commit ``claims`` in one txn, retrying kept claims at once after conflicts; an
+        incremental plan the store finds too large is halved."""
+        plan = self._plan(st, claims)
+        for _ in range(self.retry.max_attempts):
+            if plan is None or not plan.claims:
+                tally.job_gone = plan is None
+                return
+            try:
+                outcome = self._commit(st, plan, tally)
+            except PlanTooLarge:
+                if mode is CommitMode.ALL_OR_NOTHING or len(plan.claims) < 2:
+                    raise
+                half = len(plan.claims) // 2
+                self._commit_claims(st, mode, list(plan.claims[:half]), tally)
+                self._commit_claims(st, mode, list(plan.claims[half:]), tally)
+                return
+            if outcome.committed:
+                tally.committed.extend(plan.claims)
+                return
+            plan = self._resolve(st, mode, plan, outcome, tally)
+        if plan is not None:
+            tally.redecide.extend(c.task_index for c in plan.claims)
+
+    def _commit(self, st: _Placement, plan: Plan, tally: _Tally) -> CommitOutcome:
+        outcome = self.committer.commit(plan)
+        st.view.apply_outcome(outcome)
+        tally.transactions += 1
+        if not outcome.committed:
+            tally.failed += 1
+            changed = changed_machines(plan, outcome)
+            tally.conflicting.update(dict.fromkeys(changed))
+            fresh = (outcome.fresh_machines.get(machine_id) for machine_id in changed)
+            tally.winners.update(dict.fromkeys(m.machine.writer for m in fresh if m and m.machine.writer))
+        return outcome
+
+    def _resolve(self, st: _Placement, mode: CommitMode, plan: Plan, outcome: CommitOutcome,
+                 tally: _Tally) -> Plan | None:
+        """The rebased plan of the claims to retry now (None: the job is gone)."""
+        if outcome.job_deleted or outcome.fresh_job is None:
+            return None
+        split = self.conflict_mode.strategy.split(plan, outcome)
+        st.conflicts.update({claim.task_index: why for claim, why in split.rejected})
+        resolution = mode.strategy.resolve(split)
+        tally.redecide.extend(resolution.redecide)
+        machines = {c.machine_id: outcome.fresh_machines[c.machine_id] for c in resolution.retry}
+        victims = {job_id: outcome.fresh_victims[job_id]
+                   for c in resolution.retry for job_id, _ in c.evicts}
+        return Plan(outcome.fresh_job, tuple(resolution.retry), machines, self.scheduler,
+                    dict(st.unplaced), self.clock.now(), victims)
+
+    def _plan(self, st: _Placement, claims: list[Claim]) -> Plan | None:
+        """A plan of the claims whose tasks are still pending in the view (None: job gone)."""
+        entry = st.view.job(st.job_id)
+        if entry is None:
+            return None
+        live = [c for c in claims if entry.record.tasks[c.task_index] == "p" and not entry.record.killed]
+        machines, victims = {}, {}
+        for claim in live:
+            machines[claim.machine_id] = self._entry(st.view.machine(claim.machine_id), "machine",
+                                                     claim.machine_id, entry)
+            for job_id, _ in claim.evicts:
+                victims[job_id] = self._entry(st.view.job(job_id), "victim job", job_id, entry)
+        return Plan(entry, tuple(live), machines, self.scheduler, dict(st.unplaced), self.clock.now(), victims)
+
+    def _entry(self, found, what: str, name: str, job: JobEntry):
+        if found is None:
+            raise ValueError(f"decision of scheduler {self.scheduler!r} for job {job.id!r} uses "
+                             f"{what} {name!r}, which the view does not have")
+        return found
+
+    # -- reasons and results ------------------------------------------------------------
+
+    def _write_reason(self, st: _Placement, entry: JobEntry, tally: _Tally) -> None:
+        """Store the reasons of the still-pending tasks in the job record (guarded by its
+        revision; one more try on fresh state if the job changed meanwhile)."""
+        for _ in range(2):
+            plan = Plan(entry, (), {}, self.scheduler, dict(st.unplaced), self.clock.now())
+            outcome = self._commit(st, plan, tally)
+            if outcome.committed or outcome.fresh_job is None:
+                return
+            entry = outcome.fresh_job
+
+    def _give_up(self, st: _Placement) -> None:
+        entry = st.view.job(st.job_id)
+        if entry is None:
+            return
+        attempts = len(st.attempts)
+        for task in st.todo or ():
+            why = st.conflicts.get(task, "conflicting commits")
+            st.unplaced[task] = f"gave up after {attempts} conflicting attempts ({why})"
+        self._write_reason(st, entry, _Tally())
+
+    def _emit(self, st: _Placement, attempt: dict, tally: _Tally, outcome: AttemptOutcome) -> None:
+        record = Attempt(self.scheduler, st.job_id, attempt["decision_time_s"], attempt["claims"],
+                         tuple(tally.committed), tuple(tally.conflicting), len(st.attempts), outcome,
+                         tally.transactions, tally.failed, attempt["started_at"], tuple(tally.winners))
+        st.attempts.append(record)
+        if self.on_attempt is not None:
+            self.on_attempt(record)
+
+    def _result(self, st: _Placement, gave_up: bool) -> PlacementResult:
+        entry = st.view.job(st.job_id)
+        pending = tuple(entry.record.pending_tasks()) if entry is not None else ()
+        reason = entry.record.reason if entry is not None else ""
+        return PlacementResult(st.job_id, tuple(st.placed), pending, reason, tuple(st.attempts),
+                               gave_up, st.job_gone or entry is None)

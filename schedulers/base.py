@@ -1,0 +1,52 @@
+"""What every scheduler returns and promises: ``Decision`` and the ``Scheduler`` protocol."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence
+
+from omega.protocols import CellView, Claim, JobEntry
+
+
+@dataclass(slots=True)
+class Decision:
+    """Claims for one job's tasks and, for each task left out, why."""
+
+    claims: list[Claim] = field(default_factory=list)
+    unplaced: dict[int, str] = field(default_factory=dict)
+
+
+class Scheduler(Protocol):
+    """Decides where a job's pending tasks go on a read-only view; claims fit cumulatively."""
+
+    name: str
+    kind: str
+
+    def decide(self, job: JobEntry, tasks: list[int], view: CellView) -> Decision: ...
+
+
+def checked_tasks(job: JobEntry, tasks: Sequence[int]) -> list[int]:
+    """``tasks`` as a list after checking each is a distinct pending task of ``job``."""
+    record = job.record
+    pending = set(record.pending_tasks())
+    seen: set[int] = set()
+    for t in tasks:
+        if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < len(record.tasks):
+            raise ValueError(f"job {job.id}: task index {t!r} out of range 0..{len(record.tasks) - 1}")
+        if t not in pending:
+            state = "killed job" if record.killed else f"state {record.tasks[t]!r}"
+            raise ValueError(f"job {job.id}: task {t} is not pending ({state})")
+        if t in seen:
+            raise ValueError(f"job {job.id}: task {t} listed twice")
+        seen.add(t)
+    return list(tasks)
+
+
+def gang_outcome(job: JobEntry, tasks: Sequence[int], decision: Decision) -> Decision:
+    """For a gang job: the decision unchanged if every task was placed, else no claims
+    and every task unplaced with the first failure's reason."""
+    if not job.record.job.gang or not decision.unplaced:
+        return decision
+    first = min(decision.unplaced)
+    why = f"gang: not all {len(tasks)} tasks fit; task {first}: {decision.unplaced[first]}"
+    return Decision([], {t: why for t in tasks})

@@ -1,0 +1,130 @@
+"""The batch scheduler: fast. Power-of-k-choices over a seeded shuffle of machine ids.
+
+Per task: walk the shuffled ids from a cursor, ``sample_size`` machines per round, until
+``k`` feasible machines are found, and take the best ranked. After ``sample_rounds``
+fruitless rounds, scan the whole shuffled list so an almost full cell still finds its
+last hole. Tasks of a job are identical and reservations only shrink what is free, so once
+a full scan finds nothing, the job's remaining tasks are unplaced with the same reason.
+"""
+
+from __future__ import annotations
+
+import random
+
+from cellstate.model import Job, Machine
+from cellstate.resources import Resources
+from omega.protocols import CellView, Claim, JobEntry
+from schedulers.base import Decision, checked_tasks, gang_outcome
+from schedulers.pipeline import NO_MACHINES, Pipeline, Rejections
+from schedulers.plugin import JobPlacement, ScoreContext
+from schedulers.reservation import Reservations
+
+
+class BatchScheduler:
+    """Randomized first fit / best of ``k`` sampled feasible machines."""
+
+    kind = "batch"
+
+    def __init__(self, name: str, rng: random.Random, k: int = 2, sample_size: int = 16,
+                 sample_rounds: int = 3, pipeline: Pipeline | None = None) -> None:
+        for label, value in (("k", k), ("sample_size", sample_size), ("sample_rounds", sample_rounds)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"BatchScheduler {name!r}: {label} must be an int >= 1, got {value!r}")
+        if not isinstance(rng, random.Random):
+            raise ValueError(f"BatchScheduler {name!r}: rng must be a random.Random, got {rng!r}")
+        if pipeline is None:
+            from schedulers.chains import batch_pipeline
+            pipeline = batch_pipeline({})
+        self.name = name
+        self.rng = rng
+        self.k = k
+        self.sample_size = sample_size
+        self.sample_rounds = sample_rounds
+        self.pipeline = pipeline
+        self._ids: list[str] = []
+        self._count = -1
+        self._cursor = 0
+        self._base_free: dict = {}  # machine id -> (Machine, its free): saves recomputing ledgers
+
+    def decide(self, job: JobEntry, tasks: list[int], view: CellView) -> Decision:
+        """Claims for ``tasks`` of ``job``, fitting cumulatively on ``view``."""
+        tasks = checked_tasks(job, tasks)
+        ids = self._machine_ids(view)
+        if not ids:
+            return gang_outcome(job, tasks, Decision([], {t: NO_MACHINES for t in tasks}))
+        spec = job.record.job
+        reservations = Reservations(view, self._base_free)
+        placement = reservations.placement(job.id)
+        self._cursor = self.rng.randrange(len(ids))
+        decision = Decision()
+        for i, task in enumerate(tasks):
+            machine, reason = self._place_one(spec, view, reservations, placement)
+            if machine is None:
+                decision.unplaced.update((t, reason) for t in tasks[i:])
+                break
+            reservations.reserve(job.id, machine, spec.request)
+            decision.claims.append(Claim(task, machine.id, spec.request))
+        return gang_outcome(job, tasks, decision)
+
+    def _machine_ids(self, view: CellView) -> list[str]:
+        """The cached shuffled machine ids, refreshed when the machine count changed."""
+        count = view.machine_count()
+        if count != self._count:
+            self._ids = sorted(entry.id for entry in view.machines())
+            self.rng.shuffle(self._ids)
+            self._count = len(self._ids)
+            self._base_free.clear()
+        return self._ids
+
+    def _place_one(self, spec: Job, view: CellView, reservations: Reservations,
+                   placement: JobPlacement) -> tuple[Machine | None, str]:
+        for _ in range(self.sample_rounds):
+            machine = self._walk(spec, view, reservations, placement, self.sample_size, None)
+            if machine is not None:
+                return machine, ""
+        rejections = Rejections()
+        machine = self._walk(spec, view, reservations, placement, len(self._ids), rejections)
+        return machine, "" if machine is not None else rejections.reason()
+
+    def _walk(self, spec: Job, view: CellView, reservations: Reservations, placement: JobPlacement,
+              limit: int, rejections: Rejections | None) -> Machine | None:
+        """Examine up to ``limit`` machines from the cursor; the best of the first k feasible.
+        Exclusions are tallied into ``rejections`` when given (the full scan)."""
+        ids, n = self._ids, len(self._ids)
+        filters = self.pipeline.filters
+        placed = placement.machines
+        feasible: list[tuple[Machine, Resources]] = []
+        cursor = self._cursor
+        for _ in range(min(limit, n)):
+            machine_id = ids[cursor]
+            cursor = cursor + 1 if cursor + 1 < n else 0
+            entry = view.machine(machine_id)
+            if entry is None:
+                self._count = -1  # the cell changed under the cached ids: refresh next time
+                continue
+            machine = entry.machine
+            free = reservations.free(machine)
+            here = placed.get(machine_id, 0)
+            for f in filters:  # Pipeline.check, inlined: this loop is the scheduler's hot path
+                verdict = f.fits(spec, machine, free, here)
+                if not verdict.ok:
+                    break
+            else:
+                verdict = None
+            if verdict is not None:
+                if rejections is not None:
+                    rejections.add(verdict)
+                continue
+            feasible.append((machine, free))
+            if len(feasible) >= self.k:
+                break
+        self._cursor = cursor
+        return self._best(spec, feasible, placement)
+
+    def _best(self, spec: Job, feasible: list[tuple[Machine, Resources]],
+              placement: JobPlacement) -> Machine | None:
+        if len(feasible) <= 1 or not self.pipeline.stages:
+            return feasible[0][0] if feasible else None
+        ctx = ScoreContext(placement)
+        rank = self.pipeline.rank
+        return max(feasible, key=lambda mf: rank(spec, mf[0], mf[1], ctx))[0]

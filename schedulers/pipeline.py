@@ -1,0 +1,74 @@
+"""A scheduler's chain of plugins: filters run in order (first failure decides), scorers
+are grouped into ranking stages compared lexicographically, each stage a weighted sum."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from cellstate.model import Job, Machine
+from cellstate.resources import Resources
+from schedulers.plugin import Filter, PluginConfigError, ScoreContext, Scorer, Verdict, union_reads
+
+FEASIBLE = Verdict.fit("")
+NO_MACHINES = "no machine fits: the cell has no machines"
+
+
+class Pipeline:
+    """Filters (cheap first) and ranking stages ``[[(scorer, weight), ...], ...]``."""
+
+    def __init__(self, filters: Sequence[Filter], stages: Sequence[Sequence[tuple[Scorer, float]]] = ()):
+        self.filters = tuple(filters)
+        self.stages = tuple(tuple(stage) for stage in stages)
+        for stage in self.stages:
+            if not stage:
+                raise PluginConfigError("a ranking stage needs at least one scorer")
+            for scorer, weight in stage:
+                if not isinstance(weight, (int, float)) or weight <= 0:
+                    raise PluginConfigError(f"{scorer.name}: weight must be > 0, got {weight!r}")
+
+    @property
+    def reads(self) -> frozenset[str] | None:
+        """Job fields the whole chain reads (None: some plugin cannot sign)."""
+        return union_reads(list(self.filters) + [s for stage in self.stages for s, _ in stage])
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.filters) + tuple(s.name for st in self.stages for s, _ in st)
+
+    def check(self, job: Job, machine: Machine, free: Resources, placed_here: int) -> Verdict:
+        """The first failing filter's verdict, or a feasible verdict."""
+        for f in self.filters:
+            verdict = f.fits(job, machine, free, placed_here)
+            if not verdict.ok:
+                return verdict
+        return FEASIBLE
+
+    def rank(self, job: Job, machine: Machine, free: Resources, ctx: ScoreContext) -> tuple[float, ...]:
+        """One weighted mean per stage, normalized to [0, 1]; compare tuples, higher wins."""
+        out = []
+        for stage in self.stages:
+            total = weights = 0.0
+            for scorer, weight in stage:
+                total += weight * scorer.score(job, machine, free, ctx)
+                weights += weight
+            out.append(total / weights)
+        return tuple(out)
+
+
+class Rejections:
+    """Tally of why machines were excluded: (plugin, reason) -> machine count."""
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[str, str], int] = {}
+
+    def add(self, verdict: Verdict) -> None:
+        key = (verdict.plugin, verdict.reason)
+        self.counts[key] = self.counts.get(key, 0) + 1
+
+    def reason(self, top: int = 3) -> str:
+        """``no machine fits: resources_fit: memory (812 machines), constraints: zone in [a] (188)``."""
+        if not self.counts:
+            return NO_MACHINES
+        ranked = sorted(self.counts.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
+        parts = [f"{plugin}: {why} ({n}{' machines' if i == 0 else ''})"
+                 for i, ((plugin, why), n) in enumerate(ranked)]
+        return "no machine fits: " + ", ".join(parts)

@@ -1,0 +1,63 @@
+"""Local reservation while deciding: a small overlay of free resources per touched machine
+and each job's placement (existing allocations plus reserved claims). The view is never copied."""
+
+from __future__ import annotations
+
+from cellstate.model import Machine
+from cellstate.resources import Resources
+from omega.protocols import CellView
+from schedulers.plugin import JobPlacement
+
+
+class Reservations:
+    """What this decision has reserved so far on top of ``view``."""
+
+    def __init__(self, view: CellView, base_free: dict[str, tuple[Machine, Resources]] | None = None):
+        """``base_free``: an optional cache of ``machine.free`` per machine id, kept by the
+        caller across decisions; an entry is used only while it holds the same Machine object."""
+        self.view = view
+        self._base = base_free
+        self._free: dict[str, Resources] = {}
+        self._placements: dict[str, JobPlacement] = {}
+
+    @property
+    def touched(self) -> frozenset[str]:
+        """Machines whose free resources this decision changed."""
+        return frozenset(self._free)
+
+    def free(self, machine: Machine) -> Resources:
+        """The machine's free resources minus what this decision reserved on it."""
+        free = self._free.get(machine.id)
+        if free is not None:
+            return free
+        if self._base is None:
+            return machine.free
+        cached = self._base.get(machine.id)
+        if cached is not None and cached[0] is machine:
+            return cached[1]
+        free = machine.free
+        self._base[machine.id] = (machine, free)
+        return free
+
+    def placement(self, job_id: str) -> JobPlacement:
+        """Where the job's tasks are, counting existing allocations (from the view) once."""
+        placement = self._placements.get(job_id)
+        if placement is None:
+            placement = self._placements[job_id] = JobPlacement()
+            for alloc in self.view.allocs_of(job_id):
+                entry = self.view.machine(alloc.machine_id)
+                placement.add(alloc.machine_id, entry.machine.zone if entry else "")
+        return placement
+
+    def reserve(self, job_id: str, machine: Machine, request: Resources) -> None:
+        """Hold ``request`` on ``machine`` for a task of ``job_id``; refuses to overcommit."""
+        free = self.free(machine)
+        if not request.fits_in(free):
+            raise ValueError(f"reservation of {request} on {machine.id} exceeds free {free}")
+        self._free[machine.id] = free - request
+        self.placement(job_id).add(machine.id, machine.zone)
+
+    def release(self, job_id: str, machine: Machine, request: Resources) -> None:
+        """Undo one ``reserve`` of ``request`` on ``machine`` for ``job_id``."""
+        self._free[machine.id] = self.free(machine) + request
+        self.placement(job_id).add(machine.id, machine.zone, -1)

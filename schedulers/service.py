@@ -1,0 +1,166 @@
+"""The service scheduler: careful. Diego's ordering, a full scan of feasible machines,
+spread across zones first, then machines within a zone, then the least-loaded machine.
+
+Feasibility is computed once per job over every machine; after each reservation only the
+touched machines are checked again. Gang jobs get all their tasks or none; a failed gang
+job's reservations are released before the next decision in the batch is returned.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from cellstate.model import Job, JobKind, Machine
+from omega.protocols import CellView, Claim, JobEntry
+from schedulers.base import Decision, checked_tasks, gang_outcome
+from schedulers.pipeline import Pipeline, Rejections
+from schedulers.plugin import ScoreContext, Verdict
+from schedulers.reservation import Reservations
+
+
+def _size(job: Job) -> tuple[int, int, int]:
+    r = job.request
+    return r.memory, r.cpu, r.disk
+
+
+def order_batch(jobs: Sequence[tuple[JobEntry, Sequence[int]]]) -> list[tuple[JobEntry, int]]:
+    """Diego's auction order: the first instance of every service job (one with no live
+    task yet) by size descending; then batch-kind tasks by size descending; then the
+    remaining instances by their rank within their job, then size descending.
+    Size is (memory, cpu, disk); ties break by job id, then task index."""
+    firsts, batch, rest = [], [], []
+    for entry, tasks in jobs:
+        spec = entry.record.job
+        size = tuple(-x for x in _size(spec))
+        ordered = sorted(tasks)
+        if spec.kind is JobKind.BATCH:
+            batch.extend((size, entry.id, t, entry) for t in ordered)
+            continue
+        has_live = any(c in "ar" for c in entry.record.tasks)
+        for rank, t in enumerate(ordered):
+            if rank == 0 and not has_live:
+                firsts.append((size, entry.id, t, entry))
+            else:
+                rest.append((rank, size, entry.id, t, entry))
+    firsts.sort(key=lambda x: x[:3])
+    batch.sort(key=lambda x: x[:3])
+    rest.sort(key=lambda x: x[:4])
+    return [(x[-1], x[-2]) for x in firsts + batch + rest]
+
+
+@dataclass(slots=True)
+class _JobFeasibility:
+    """One job's feasible machines and, for the others, the verdict that excluded them."""
+
+    feasible: dict[str, Machine] = field(default_factory=dict)
+    rejected: dict[str, Verdict] = field(default_factory=dict)
+
+    def reason(self) -> str:
+        tally = Rejections()
+        for verdict in self.rejected.values():
+            tally.add(verdict)
+        return tally.reason()
+
+
+class ServiceScheduler:
+    """Full-scan placement with zone/machine anti-affinity and least-loaded preference.
+    Deterministic: equally ranked machines are broken by machine id."""
+
+    kind = "service"
+
+    def __init__(self, name: str, pipeline: Pipeline | None = None) -> None:
+        if pipeline is None:
+            from schedulers.chains import service_pipeline
+            pipeline = service_pipeline({})
+        self.name = name
+        self.pipeline = pipeline
+
+    order_batch = staticmethod(order_batch)
+
+    def decide(self, job: JobEntry, tasks: list[int], view: CellView) -> Decision:
+        """Claims for ``tasks`` of ``job``, fitting cumulatively on ``view``."""
+        return self.decide_batch([(job, tasks)], view)[job.id]
+
+    def decide_batch(self, jobs: Sequence[tuple[JobEntry, Sequence[int]]],
+                     view: CellView) -> dict[str, Decision]:
+        """Decisions for several jobs in Diego's order, sharing one reservation overlay.
+        A gang job that cannot get every task releases its reservations at once."""
+        checked = [(job, checked_tasks(job, tasks)) for job, tasks in jobs]
+        ids = [job.id for job, _ in checked]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"decide_batch: a job is listed twice in {ids}")
+        reservations = Reservations(view)
+        states = {job.id: self._scan(job.record.job, view, reservations) for job, _ in checked}
+        decisions = {job.id: Decision() for job, _ in checked}
+        for job, task in order_batch(checked):
+            decision = decisions[job.id]
+            if job.record.job.gang and decision.unplaced:
+                decision.unplaced[task] = next(iter(decision.unplaced.values()))
+                continue
+            self._place(job, task, reservations, states[job.id], decision)
+            if job.record.job.gang and decision.unplaced:
+                self._release(job, decision, reservations)
+        return {job.id: gang_outcome(job, tasks, decisions[job.id]) for job, tasks in checked}
+
+    def _scan(self, spec: Job, view: CellView, reservations: Reservations) -> _JobFeasibility:
+        state = _JobFeasibility()
+        placement = reservations.placement(spec.id)
+        check = self.pipeline.check
+        for entry in view.machines():
+            machine = entry.machine
+            verdict = check(spec, machine, reservations.free(machine), placement.on_machine(machine.id))
+            if verdict.ok:
+                state.feasible[machine.id] = machine
+            else:
+                state.rejected[machine.id] = verdict
+        return state
+
+    def _resync(self, spec: Job, state: _JobFeasibility, reservations: Reservations) -> None:
+        """Re-check the machines this decision reserved on or released (all else is unchanged)."""
+        placement = reservations.placement(spec.id)
+        for machine_id in reservations.touched:
+            machine = state.feasible.pop(machine_id, None)
+            if machine is None:
+                if state.rejected.pop(machine_id, None) is None:
+                    continue  # not in the view when this job scanned it
+                machine = self._machine_of(machine_id, reservations)
+                if machine is None:
+                    continue
+            verdict = self.pipeline.check(spec, machine, reservations.free(machine),
+                                          placement.on_machine(machine_id))
+            if verdict.ok:
+                state.feasible[machine_id] = machine
+            else:
+                state.rejected[machine_id] = verdict
+
+    @staticmethod
+    def _machine_of(machine_id: str, reservations: Reservations) -> Machine | None:
+        entry = reservations.view.machine(machine_id)
+        return entry.machine if entry else None
+
+    def _place(self, job: JobEntry, task: int, reservations: Reservations,
+               state: _JobFeasibility, decision: Decision) -> None:
+        """Reserve the best-ranked feasible machine for ``task`` or record why none fits."""
+        spec = job.record.job
+        self._resync(spec, state, reservations)
+        ctx = ScoreContext(reservations.placement(job.id))
+        rank_of = self.pipeline.rank
+        best = best_rank = None
+        for machine_id, machine in state.feasible.items():
+            rank = rank_of(spec, machine, reservations.free(machine), ctx)
+            if best is None or rank > best_rank or (rank == best_rank and machine_id < best.id):
+                best, best_rank = machine, rank
+        if best is None:
+            decision.unplaced[task] = state.reason()
+            return
+        reservations.reserve(job.id, best, spec.request)
+        decision.claims.append(Claim(task, best.id, spec.request))
+
+    def _release(self, job: JobEntry, decision: Decision, reservations: Reservations) -> None:
+        """Give back every reservation of ``job`` in this decision (failed gang)."""
+        for claim in decision.claims:
+            machine = self._machine_of(claim.machine_id, reservations)
+            if machine is not None:
+                reservations.release(job.id, machine, claim.request)
+        decision.claims.clear()

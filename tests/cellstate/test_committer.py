@@ -1,0 +1,181 @@
+"""StoreCommitter: one placement txn, on a real etcd and on the memory store."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from cellstate.check import check_cell
+from cellstate.codec import decode_alloc, decode_job_record, decode_machine, encode_alloc, encode_job_record, \
+    encode_machine
+from cellstate.committer import StoreCommitter, claims_per_txn, summarize_reasons
+from cellstate.keys import CellKeys
+from cellstate.memory_store import MemoryStore
+from cellstate.model import Alloc, Job, JobKind, JobRecord, Machine
+from cellstate.resources import Resources
+from cellstate.store import Put
+from omega.protocols import Claim, JobEntry, MachineEntry, Plan, PlanTooLarge
+
+REQ = Resources(1000, 512)
+
+
+@pytest.fixture(params=["memory", "etcd"])
+def store(request):
+    if request.param == "memory":
+        yield MemoryStore()
+    else:
+        yield request.getfixturevalue("etcd_store")
+
+
+@pytest.fixture
+def keys(request):
+    if "etcd_store" in request.fixturenames:
+        return request.getfixturevalue("cell_keys")
+    return CellKeys("mem")
+
+
+def put(store, key, raw) -> int:
+    return store.put(key, raw)
+
+
+def seed_machine(store, keys, machine_id, cpu=4000) -> MachineEntry:
+    m = Machine(machine_id, Resources(cpu, 16384, 100_000))
+    return MachineEntry(m, put(store, keys.machine(machine_id), encode_machine(m)))
+
+
+def seed_job(store, keys, job_id, tasks=3, states=None, priority=0) -> JobEntry:
+    job = Job(job_id, JobKind.BATCH, tasks, REQ, priority=priority)
+    record = JobRecord(job, states or "p" * tasks, submitted_at=1.0)
+    return JobEntry(record, put(store, keys.job(job_id), encode_job_record(record)))
+
+
+def read(store, key, decode):
+    kv = store.get(key)
+    return None if kv is None else decode(key, kv.value)
+
+
+def test_success_writes_ledgers_allocs_and_job(store, keys):
+    m1, m2 = seed_machine(store, keys, "m1"), seed_machine(store, keys, "m2")
+    job = seed_job(store, keys, "j", tasks=3)
+    claims = (Claim(0, "m1", REQ), Claim(1, "m1", REQ), Claim(2, "m2", REQ))
+    plan = Plan(job, claims, {"m1": m1, "m2": m2}, "batch-0", now=5.0)
+    outcome = StoreCommitter(store, keys).commit(plan)
+    assert outcome.committed
+    assert outcome.revision == store.revision()
+    m1_now = read(store, keys.machine("m1"), decode_machine)
+    assert (m1_now.allocated, m1_now.task_count, m1_now.writer) == (REQ.scaled(2), 2, "batch-0")
+    record = read(store, keys.job("j"), decode_job_record)
+    assert (record.tasks, record.reason, record.first_attempt_at, record.placed_at) == ("aaa", "", 5.0, 5.0)
+    alloc = read(store, keys.alloc("j", 2), decode_alloc)
+    assert (alloc.machine_id, alloc.resources, alloc.scheduler, alloc.placed_at) == ("m2", REQ, "batch-0", 5.0)
+    assert set(outcome.written) == {keys.machine("m1"), keys.machine("m2"), keys.job("j"),
+                                    *(keys.alloc("j", i) for i in range(3))}
+    for key, raw in outcome.written.items():
+        assert store.get(key).value == raw and store.get(key).mod_revision == outcome.revision
+    assert check_cell(store, keys).ok
+
+
+def test_partial_plan_keeps_reason_and_leaves_placed_at_unset(store, keys):
+    m1 = seed_machine(store, keys, "m1")
+    job = seed_job(store, keys, "j", tasks=3)
+    plan = Plan(job, (Claim(0, "m1", REQ),), {"m1": m1}, "s", unplaced={1: "no room", 2: "no room"}, now=2.0)
+    assert StoreCommitter(store, keys).commit(plan).committed
+    record = read(store, keys.job("j"), decode_job_record)
+    assert (record.tasks, record.reason, record.placed_at) == ("app", "2 tasks: no room", None)
+
+
+def test_changed_machine_fails_and_returns_fresh_state(store, keys):
+    m1, m2 = seed_machine(store, keys, "m1"), seed_machine(store, keys, "m2")
+    job = seed_job(store, keys, "j", tasks=2)
+    rival = replace(m1.machine, allocated=Resources(3000, 0), task_count=1, writer="rival")
+    rival_rev = put(store, keys.machine("m1"), encode_machine(rival))
+    before = store.revision()
+    plan = Plan(job, (Claim(0, "m1", REQ), Claim(1, "m2", REQ)), {"m1": m1, "m2": m2}, "s")
+    outcome = StoreCommitter(store, keys).commit(plan)
+    assert not outcome.committed and store.revision() == before
+    assert outcome.fresh_machines == {"m1": MachineEntry(rival, rival_rev), "m2": m2}
+    assert outcome.fresh_job == job and not outcome.job_deleted
+    assert outcome.written == {} and read(store, keys.alloc("j", 1), decode_alloc) is None
+
+
+def test_deleted_job_is_reported(store, keys):
+    m1 = seed_machine(store, keys, "m1")
+    job = seed_job(store, keys, "j", tasks=1)
+    store.delete(keys.job("j"))
+    outcome = StoreCommitter(store, keys).commit(Plan(job, (Claim(0, "m1", REQ),), {"m1": m1}, "s"))
+    assert not outcome.committed and outcome.job_deleted and outcome.fresh_job is None
+
+
+def test_reason_only_plan_updates_job_and_unchanged_record_writes_nothing(store, keys):
+    job = seed_job(store, keys, "j", tasks=2)
+    committer = StoreCommitter(store, keys)
+    outcome = committer.commit(Plan(job, (), {}, "s", unplaced={0: "too big", 1: "too big"}, now=3.0))
+    record = read(store, keys.job("j"), decode_job_record)
+    assert outcome.committed and (record.reason, record.first_attempt_at) == ("2 tasks: too big", 3.0)
+    fresh = JobEntry(record, store.get(keys.job("j")).mod_revision)
+    before = store.revision()
+    again = committer.commit(Plan(fresh, (), {}, "s", unplaced={0: "too big", 1: "too big"}, now=4.0))
+    assert again.committed and again.written == {} and store.revision() == before
+    stale = committer.commit(Plan(job, (), {}, "s", unplaced={0: "other"}))
+    assert not stale.committed and stale.fresh_job == fresh
+
+
+def test_preemption_evicts_victims_in_the_same_txn(store, keys):
+    m1 = seed_machine(store, keys, "m1", cpu=2000)
+    victim = seed_job(store, keys, "low", tasks=2, states="aa")
+    ledger = replace(m1.machine, allocated=REQ.scaled(2), task_count=2)
+    writes = [Put(keys.machine("m1"), encode_machine(ledger))]
+    writes += [Put(keys.alloc("low", i), encode_alloc(Alloc("low", i, "m1", REQ))) for i in range(2)]
+    revision = store.txn((), writes).revision
+    victim = JobEntry(victim.record, victim.mod_revision)
+    job = seed_job(store, keys, "high", tasks=1, priority=100)
+    plan = Plan(job, (Claim(0, "m1", REQ, evicts=(("low", 1),)),), {"m1": MachineEntry(ledger, revision)},
+                "s", victims={"low": victim})
+    outcome = StoreCommitter(store, keys).commit(plan)
+    assert outcome.committed and outcome.deleted == (keys.alloc("low", 1),)
+    assert read(store, keys.job("low"), decode_job_record).tasks == "ap"
+    assert read(store, keys.machine("m1"), decode_machine).task_count == 2
+    assert check_cell(store, keys).ok
+
+
+@pytest.mark.parametrize("claims, message", [
+    ((Claim(3, "m1", REQ),), "out of range"),
+    ((Claim(0, "m1", REQ), Claim(0, "m1", REQ)), "claimed twice"),
+    ((Claim(1, "m1", REQ),), "not pending"),
+    ((Claim(0, "m9", REQ),), "no ledger"),
+    ((Claim(0, "m1", REQ, evicts=(("other", 0),)),), "no victim record"),
+], ids=["out-of-range", "twice", "not-pending", "unknown-machine", "victim-missing"])
+def test_inconsistent_plans_are_refused(claims, message):
+    store, keys = MemoryStore(), CellKeys("bad")
+    m1 = seed_machine(store, keys, "m1")
+    job = seed_job(store, keys, "j", tasks=3, states="pap")
+    with pytest.raises(ValueError, match=message):
+        StoreCommitter(store, keys).commit(Plan(job, claims, {"m1": m1}, "s"))
+    assert store.get(keys.alloc("j", 0)) is None
+
+
+@pytest.mark.parametrize("ops, claims", [(128, 63), (20, 9), (3, 1)], ids=["etcd-default", "twenty", "minimum"])
+def test_claims_per_txn_follows_the_op_limit(ops, claims):
+    assert claims_per_txn(ops) == claims
+    assert StoreCommitter(MemoryStore(max_txn_ops=ops), CellKeys()).max_claims_per_txn == claims
+
+
+def test_too_small_op_limit_is_refused():
+    with pytest.raises(ValueError, match="max_txn_ops"):
+        StoreCommitter(MemoryStore(), CellKeys(), max_txn_ops=2)
+
+
+def test_plan_beyond_the_op_limit_is_too_large():
+    store, keys = MemoryStore(max_txn_ops=20), CellKeys("big")
+    machines = {f"m{i}": seed_machine(store, keys, f"m{i}") for i in range(10)}
+    job = seed_job(store, keys, "j", tasks=10)
+    plan = Plan(job, tuple(Claim(i, f"m{i}", REQ) for i in range(10)), machines, "s")
+    with pytest.raises(PlanTooLarge, match="'j'.*10 claims.*21.*limit is 20"):
+        StoreCommitter(store, keys).commit(plan)
+
+
+def test_summarize_reasons_counts_distinct_reasons():
+    assert summarize_reasons({0: "a", 1: "b", 2: "b"}) == "2 tasks: b; 1 task: a"
+    assert summarize_reasons({}) == ""
+    assert len(summarize_reasons({i: f"reason {i} " * 20 for i in range(50)})) == 400

@@ -1,0 +1,238 @@
+"""The optimistic loop against real stores: Omega's two-private-copies test vector over
+ConflictMode x CommitMode, job-revision races, plan splitting, gang refusal, retries."""
+
+from __future__ import annotations
+
+import pytest
+
+from cellstate.check import check_cell
+from cellstate.committer import StoreCommitter
+from cellstate.keys import CellKeys
+from cellstate.memory_store import MemoryStore
+from fakeview import (
+    FakeClock, MeddlingCommitter, RecordingDecide, ReplicaView, batch_job, least_loaded, machine, seed,
+)
+from omega.attempts import AttemptOutcome as O
+from omega.modes import CommitMode, ConflictMode
+from omega.occ import OptimisticPlacer
+from omega.protocols import Claim, Decision, PlanTooLarge
+from omega.retry import RetryPolicy
+
+SEQ, FIT = ConflictMode.SEQUENCE, ConflictMode.RESOURCE_FIT
+INC, AON = CommitMode.INCREMENTAL, CommitMode.ALL_OR_NOTHING
+
+
+@pytest.fixture(params=["memory", "etcd"])
+def cell(request):
+    """(store, keys) on the memory store or the session etcd."""
+    if request.param == "memory":
+        return MemoryStore(), CellKeys("occ")
+    return request.getfixturevalue("etcd_store"), request.getfixturevalue("cell_keys")
+
+
+def placer(store, keys, conflict=SEQ, commit=INC, name="s", retry=None, clock=None, committer=None,
+           attempts=None):
+    return OptimisticPlacer(name, committer or StoreCommitter(store, keys), conflict, commit,
+                            retry or RetryPolicy(max_attempts=4), clock or FakeClock(),
+                            on_attempt=None if attempts is None else attempts.append)
+
+
+def assert_consistent(store, keys):
+    report = check_cell(store, keys)
+    assert report.ok, report.violations
+
+
+# Omega's vector: two schedulers decide on private copies at the same revision. "rival" puts
+# job A (1 task) on m1; "us" spread job B's two tasks over m1 and m2 on the stale copy.
+# room: whether m1 can hold A's task and B's task together.
+VECTOR = [
+    # conflict, commit, room, outcomes of our attempts, task lists decided
+    (SEQ, INC, True, [O.PARTIAL, O.COMMITTED], [[0, 1], [0]]),
+    (SEQ, INC, False, [O.PARTIAL, O.COMMITTED], [[0, 1], [0]]),
+    (SEQ, AON, True, [O.CONFLICT, O.COMMITTED], [[0, 1], [0, 1]]),
+    (SEQ, AON, False, [O.CONFLICT, O.COMMITTED], [[0, 1], [0, 1]]),
+    (FIT, INC, True, [O.COMMITTED], [[0, 1]]),
+    (FIT, INC, False, [O.PARTIAL, O.COMMITTED], [[0, 1], [0]]),
+    (FIT, AON, True, [O.COMMITTED], [[0, 1]]),
+    (FIT, AON, False, [O.CONFLICT, O.COMMITTED], [[0, 1], [0, 1]]),
+]
+
+
+@pytest.mark.parametrize("conflict, commit, room, outcomes, decided", VECTOR,
+                         ids=[f"{c.value.label}-{m.value.label}-{'room' if r else 'full'}"
+                              for c, m, r, _, _ in VECTOR])
+def test_two_private_copies_claim_the_same_machine(cell, conflict, commit, room, outcomes, decided):
+    store, keys = cell
+    seed(store, keys, [machine("m1"), machine("m2")],
+         [batch_job("A", 1, cpu=2000 if room else 3500), batch_job("B", 2, cpu=1000)])
+    rival_view, our_view = ReplicaView(store, keys), ReplicaView(store, keys)
+    assert rival_view.revision == our_view.revision
+    rival = placer(store, keys, conflict, commit, name="rival").place("A", rival_view, least_loaded)
+    assert [a.outcome for a in rival.attempts] == [O.COMMITTED] and rival.placed[0].machine_id == "m1"
+
+    attempts, decide = [], RecordingDecide()
+    ours = placer(store, keys, conflict, commit, name="us", attempts=attempts).place("B", our_view, decide)
+    assert [a.outcome for a in attempts] == outcomes
+    assert decide.calls == decided
+    first = attempts[0]
+    assert first.failed_transactions == 1 and first.conflicting_machines == ("m1",)
+    assert first.winners == ("rival",) and first.retries == 0
+    assert ours.pending == () and sorted(c.task_index for c in ours.placed) == [0, 1]
+    assert our_view.job("B").record.tasks == "aa"
+    assert_consistent(store, keys)
+
+
+@pytest.mark.parametrize("conflict, commit", [(SEQ, INC), (SEQ, AON), (FIT, INC), (FIT, AON)],
+                         ids=["sequence-incremental", "sequence-gang", "fit-incremental", "fit-gang"])
+def test_two_placers_of_one_job_never_place_a_task_twice(cell, conflict, commit):
+    store, keys = cell
+    seed(store, keys, [machine(f"m{i}") for i in range(4)], [batch_job("J", 3)])
+    first_view, second_view = ReplicaView(store, keys), ReplicaView(store, keys)
+    first = placer(store, keys, conflict, commit, name="one").place("J", first_view, least_loaded)
+    attempts = []
+    second = placer(store, keys, conflict, commit, name="two", attempts=attempts).place(
+        "J", second_view, least_loaded)
+    assert len(first.placed) == 3 and second.placed == ()
+    assert [a.outcome for a in attempts] == [O.CONFLICT] and attempts[0].failed_transactions == 1
+    assert second_view.job("J").record.tasks == "aaa"
+    while second_view.revision < store.revision():  # allocs arrive by the watch
+        second_view.replica.pump(0.5)
+    assert len(list(second_view.allocs_of("J"))) == 3
+    assert_consistent(store, keys)
+
+
+@pytest.mark.parametrize("backend", ["memory", "etcd"], ids=["memory", "etcd"])
+def test_incremental_plan_larger_than_one_txn_is_split(request, backend):
+    if backend == "memory":
+        store, keys = MemoryStore(max_txn_ops=20), CellKeys("split")
+        committer = StoreCommitter(store, keys)
+    else:
+        store, keys = request.getfixturevalue("etcd_store"), request.getfixturevalue("cell_keys")
+        committer = StoreCommitter(store, keys, max_txn_ops=20)
+    assert committer.max_claims_per_txn == 9
+    seed(store, keys, [machine(f"m{i}", cpu=8000) for i in range(5)], [batch_job("big", 25)])
+    attempts = []
+    result = placer(store, keys, committer=committer, attempts=attempts).place(
+        "big", ReplicaView(store, keys), least_loaded)
+    assert len(result.placed) == 25 and result.pending == ()
+    assert [(a.outcome, a.transactions, a.failed_transactions) for a in attempts] == [(O.COMMITTED, 3, 0)]
+    assert_consistent(store, keys)
+
+
+def test_oversized_gang_is_refused_and_keeps_its_reason():
+    store, keys = MemoryStore(max_txn_ops=20), CellKeys("gang")
+    seed(store, keys, [machine(f"m{i}", cpu=8000) for i in range(5)], [batch_job("g", 25, gang=True)])
+    attempts, decide, view = [], RecordingDecide(), ReplicaView(store, keys)
+    with pytest.raises(PlanTooLarge, match=r"gang job 'g' has 25 tasks.*at most 9 claims"):
+        placer(store, keys, commit=INC, attempts=attempts).place("g", view, decide)
+    assert [a.outcome for a in attempts] == [O.TOO_LARGE] and decide.calls == []
+    record = view.job("g").record
+    assert record.tasks == "p" * 25 and "gang too large" in record.reason and "limit 9" in record.reason
+
+
+@pytest.mark.parametrize("commit, reason", [
+    (INC, "1 task: no machine has 3000 millicores free"),
+    (AON, "3 tasks: gang of 3 tasks: only 2 fit (no machine has 3000 millicores free)"),
+], ids=["incremental", "all-or-nothing"])
+def test_what_does_not_fit_stays_pending_with_its_reason(commit, reason):
+    store, keys = MemoryStore(), CellKeys("fit")
+    seed(store, keys, [machine("m1", cpu=4000), machine("m2", cpu=3000)], [batch_job("j", 3, cpu=3000)])
+    attempts, view = [], ReplicaView(store, keys)
+    result = placer(store, keys, commit=commit, attempts=attempts).place("j", view, least_loaded)
+    expected = O.COMMITTED if commit is INC else O.NOTHING_FITS
+    assert [a.outcome for a in attempts] == [expected]
+    assert result.reason == reason and view.job("j").record.first_attempt_at == 100.0
+    assert len(result.pending) == (1 if commit is INC else 3)
+    assert_consistent(store, keys)
+
+
+def test_retry_count_resets_whenever_an_attempt_makes_progress():
+    store, keys = MemoryStore(), CellKeys("progress")
+    seed(store, keys, [machine(f"m{i}") for i in range(5)], [batch_job("j", 5)])
+    clock, attempts = FakeClock(), []
+    meddler = MeddlingCommitter(store, keys, spare=1, min_claims=2)
+    result = placer(store, keys, retry=RetryPolicy(max_attempts=2), clock=clock, committer=meddler,
+                    attempts=attempts).place("j", ReplicaView(store, keys), least_loaded)
+    assert [a.outcome for a in attempts] == [O.PARTIAL] * 4 + [O.COMMITTED]
+    assert [len(a.committed) for a in attempts] == [1, 1, 1, 1, 1]
+    assert [a.retries for a in attempts] == [0, 1, 2, 3, 4]
+    assert not result.gave_up and result.pending == ()
+    assert clock.sleeps == [0.0] * 4  # no backoff after progress
+    assert_consistent(store, keys)
+
+
+def test_no_progress_gives_up_with_backoff_on_the_injected_clock():
+    store, keys = MemoryStore(), CellKeys("stuck")
+    seed(store, keys, [machine(f"m{i}") for i in range(3)], [batch_job("j", 3)])
+    clock, attempts = FakeClock(), []
+    meddler = MeddlingCommitter(store, keys, spare=0, min_claims=1)
+    policy = RetryPolicy(max_attempts=3, base_wait_s=0.5, max_wait_s=0.75, seed=7)
+    view = ReplicaView(store, keys)
+    result = placer(store, keys, retry=policy, clock=clock, committer=meddler, attempts=attempts).place(
+        "j", view, least_loaded)
+    assert [a.outcome for a in attempts] == [O.CONFLICT] * 3 and result.gave_up
+    assert len(clock.sleeps) == 2 and 0 < clock.sleeps[0] <= 0.5 and 0 < clock.sleeps[1] <= 0.75
+    assert clock.now() == pytest.approx(100.0 + sum(clock.sleeps))
+    assert result.pending == (0, 1, 2)
+    assert "gave up after 3 conflicting attempts" in view.job("j").record.reason
+    assert "changed" in view.job("j").record.reason
+
+
+def test_resource_fit_rebases_on_the_fresh_ledger_without_re_deciding():
+    store, keys = MemoryStore(), CellKeys("rebase")
+    seed(store, keys, [machine("m1")], [batch_job("j", 2)])
+    attempts, decide = [], RecordingDecide()
+    meddler = MeddlingCommitter(store, keys, spare=0, min_claims=2, times=1)
+    placer(store, keys, FIT, INC, committer=meddler, attempts=attempts).place(
+        "j", ReplicaView(store, keys), decide)
+    assert decide.calls == [[0, 1]]
+    assert [(a.outcome, a.transactions, a.failed_transactions) for a in attempts] == [(O.COMMITTED, 2, 1)]
+    assert_consistent(store, keys)
+
+
+@pytest.mark.parametrize("decision, message", [
+    (Decision([], {7: "x"}), "reasons for tasks \\[7\\]"),
+    (Decision([Claim(5, "m1", None)]), "claims task 5"),
+], ids=["stray-reason", "unasked-task"])
+def test_inconsistent_decisions_are_refused(decision, message):
+    store, keys = MemoryStore(), CellKeys("bad")
+    seed(store, keys, [machine("m1")], [batch_job("j", 2)])
+    with pytest.raises(ValueError, match=message):
+        placer(store, keys).place("j", ReplicaView(store, keys), lambda job, tasks, view: decision)
+
+
+def test_missing_job_is_reported_gone():
+    store, keys = MemoryStore(), CellKeys("gone")
+    seed(store, keys, [machine("m1")])
+    result = placer(store, keys).place("nope", ReplicaView(store, keys), least_loaded)
+    assert result.job_gone and result.attempts == ()
+
+
+@pytest.mark.parametrize("text, member", [("sequence", SEQ), ("resource-fit", FIT), ("RESOURCE_FIT", FIT),
+                                          ("all-or-nothing", AON), ("incremental", INC)],
+                         ids=["seq", "fit", "fit-name", "gang", "inc"])
+def test_modes_parse_from_their_labels(text, member):
+    assert type(member).parse(text) is member
+
+
+def test_unknown_mode_names_the_choices():
+    with pytest.raises(ValueError, match="choose one of sequence, resource-fit"):
+        ConflictMode.parse("fine")
+
+
+@pytest.mark.parametrize("gang", [False, True], ids=["incremental-halves", "gang-refused"])
+def test_plan_over_the_request_size_limit_is_halved_or_refused(gang):
+    store, keys = MemoryStore(max_request_bytes=2500), CellKeys("bytes")
+    seed(store, keys, [machine(f"m{i}", cpu=8000) for i in range(8)], [batch_job("j", 8, gang=gang)])
+    attempts, view = [], ReplicaView(store, keys)
+    run = placer(store, keys, attempts=attempts)
+    if gang:
+        with pytest.raises(PlanTooLarge, match="'j'.*request is too large"):
+            run.place("j", view, least_loaded)
+        assert view.job("j").record.tasks == "p" * 8 and "too large" in view.job("j").record.reason
+        assert [a.outcome for a in attempts] == [O.TOO_LARGE]
+    else:
+        result = run.place("j", view, least_loaded)
+        assert result.pending == () and attempts[0].outcome is O.COMMITTED
+        assert attempts[0].transactions > 1 and attempts[0].failed_transactions == 0
+    assert_consistent(store, keys)

@@ -1,0 +1,166 @@
+"""Google clusterdata-2011 importer: the real part 0 and hand-written rows for each rule."""
+
+from __future__ import annotations
+
+import gzip
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from cellstate.model import JobKind
+from cellstate.resources import Resources
+from tools.trace.events import JobKill, JobSubmit, MachineAdd, TaskEnd, TaskEndStatus
+from tools.trace.format import read_trace
+from tools.trace.google2011 import (
+    CPU_SCALE,
+    GOOGLE_2011_MIX,
+    MEMORY_SCALE,
+    CapacityModel,
+    GoogleTraceError,
+    import_google2011,
+)
+
+TRACES = Path("/work/shared/traces/google-2011")
+TASK_EVENTS = TRACES / "task_events/part-00000-of-00500.csv.gz"
+JOB_EVENTS = TRACES / "job_events/part-00000-of-00500.csv.gz"
+
+
+def read_all(path):
+    header, events = read_trace(path)
+    with events:
+        return header, list(events)
+
+
+@pytest.fixture(scope="module")
+def part0(tmp_path_factory):
+    """The full import of part 0 (about 6 s), read back."""
+    out = tmp_path_factory.mktemp("google") / "part0.omt.gz"
+    stats = import_google2011(str(TASK_EVENTS), str(JOB_EVENTS), out, CapacityModel("mix", seed=1))
+    return stats, *read_all(out)
+
+
+def test_part0_counts_match_the_readme(part0):
+    stats, header, events = part0
+    by_type = Counter(type(e).__name__ for e in events)
+    submits = [e for e in events if isinstance(e, JobSubmit)]
+    assert stats.rows == 450_146
+    assert by_type["MachineAdd"] == 12_492
+    assert len({e.job.id.split(".")[0] for e in submits}) == 4_895
+    assert sum(e.job.tasks for e in submits if e.t > 0) == 57_152  # later SUBMITs
+    assert sum(e.job.tasks for e in submits if e.t == 0) == 144_339  # SUBMIT rows at timestamp 0
+    assert 5_000 < events[-1].t <= 5_611.1 - 600
+    assert "64000 millicores" in header.capacity_model and "seed=1" in header.capacity_model
+
+
+def test_part0_ends_refer_to_live_tasks(part0):
+    _, _, events = part0
+    tasks = {}
+    ended = set()
+    for e in events:
+        if isinstance(e, JobSubmit):
+            assert e.job.id not in tasks
+            tasks[e.job.id] = e.job.tasks
+            assert (e.job.kind is JobKind.SERVICE) == (e.job.priority >= 9)
+            if e.job.kind is JobKind.BATCH:
+                assert e.job.duration_s is not None
+            assert e.job.request.cpu >= 1 and e.job.request.memory >= 1
+        elif isinstance(e, TaskEnd):
+            assert e.task < tasks[e.job_id] and (e.job_id, e.task) not in ended
+            ended.add((e.job_id, e.task))
+        elif isinstance(e, JobKill):
+            assert e.job_id in tasks
+    assert sum(isinstance(e, TaskEnd) and e.status is TaskEndStatus.FINISHED for e in events) > 40_000
+
+
+def test_part0_capacities_follow_the_published_mix(part0):
+    _, _, events = part0
+    capacities = Counter(e.machine.capacity for e in events if isinstance(e, MachineAdd))
+    for (cpu, memory), share in GOOGLE_2011_MIX[:4]:
+        seen = capacities[Resources(round(cpu * CPU_SCALE), round(memory * MEMORY_SCALE), 1_048_576)]
+        assert abs(100 * seen / 12_492 - share) < 1.5, (cpu, memory, seen)
+
+
+@pytest.mark.parametrize("name, seed, other_seed, same", [
+    ("mix", 1, 1, True), ("mix", 1, 2, False), ("uniform", 1, 2, True)], ids=["same-seed", "other-seed", "uniform"])
+def test_capacity_draw_is_seeded_and_order_free(name, seed, other_seed, same):
+    ids = [str(i) for i in range(200)]
+    a = [CapacityModel(name, seed).capacity(i) for i in ids]
+    b = [CapacityModel(name, other_seed).capacity(i) for i in reversed(ids)][::-1]
+    assert (a == b) is same
+
+
+def test_unknown_capacity_model_is_rejected():
+    with pytest.raises(ValueError, match="unknown capacity model 'big'"):
+        CapacityModel("big")
+
+
+def write_gz(path, rows):
+    with gzip.open(path, "wt") as f:
+        f.write("".join(",".join(map(str, r)) + "\n" for r in rows))
+    return str(path)
+
+
+def task_row(ts, job, task, machine, kind, priority=0, cpu=0.25, mem=0.125, disk=0.0, different=0):
+    return [ts, "", job, task, machine, kind, "user", 0, priority, cpu, mem, disk, different]
+
+
+S = 600_000_000  # timestamp of trace time 0 s after the window opens
+
+
+def test_rules_on_hand_written_rows(tmp_path):
+    tasks = write_gz(tmp_path / "t.csv.gz", [
+        task_row(0, 7, 0, 100, 0, priority=9), task_row(0, 7, 1, 100, 0, priority=9),
+        task_row(0, 7, 0, 100, 1, priority=9), task_row(0, 8, 0, "", 0, cpu=0.5, different=1),
+        task_row(S + 10_000_000, 8, 1, "", 0, cpu="", mem="", disk=""),  # missing requests: last known
+        task_row(S + 11_000_000, 8, 0, 200, 1), task_row(S + 31_000_000, 8, 0, 200, 4),
+        task_row(S + 40_000_000, 7, 1, 100, 2, priority=9),  # evicted: failed
+        task_row(S + 50_000_000, 7, 1, "", 0, priority=9),  # resubmitted: a new batch
+        task_row(S + 59_500_000, 7, 1, "", 5, priority=9),  # task KILL just before the job KILL
+        task_row(S + 70_000_000, 9, 0, "", 5),  # end of a task never submitted: skipped
+    ])
+    jobs = write_gz(tmp_path / "j.csv.gz", [[S + 60_000_000, "", 7, 5, "user", 0, "n", "l"]])
+    stats = import_google2011(tasks, jobs, tmp_path / "x.omt", CapacityModel("uniform"))
+    events = read_all(tmp_path / "x.omt")[1]
+    half = Resources(CPU_SCALE // 2, MEMORY_SCALE // 2, 1_048_576)
+    g7 = [e.job for e in events if isinstance(e, JobSubmit) and e.job.id.startswith("g7")]
+    g8 = [e.job for e in events if isinstance(e, JobSubmit) and e.job.id.startswith("g8")]
+    assert [e.machine for e in events[:2]] == [MachineAdd(0.0, e.machine).machine for e in events[:2]]
+    assert [(e.machine.id, e.machine.capacity) for e in events[:2]] == [("m100", half), ("m200", half)]
+    assert [(j.id, j.tasks, j.kind, j.duration_s) for j in g7] == [
+        ("g7", 2, JobKind.SERVICE, None), ("g7.1", 1, JobKind.SERVICE, None)]
+    assert [(j.id, j.tasks, j.request.cpu, j.different_machine) for j in g8] == [
+        ("g8", 1, 32_000, True), ("g8.1", 1, 32_000, True)]
+    assert g8[0].duration_s == 20.0  # finished 20 s after its SCHEDULE at 11 s
+    assert g8[1].duration_s == 70.0 - 10.0  # never ran: the rest of the window (last row at 70 s)
+    assert [e for e in events if isinstance(e, (TaskEnd, JobKill))] == [
+        TaskEnd(31.0, "g8", 0, TaskEndStatus.FINISHED), TaskEnd(40.0, "g7", 1, TaskEndStatus.FAILED),
+        JobKill(59.5, "g7"), JobKill(59.5, "g7.1")]
+    assert stats.skipped["end of a task not live in the window"] == 1
+    assert stats.skipped["requests missing (used last known)"] == 1
+
+
+def test_limit_reads_only_the_first_rows(tmp_path):
+    stats = import_google2011(str(TASK_EVENTS), str(JOB_EVENTS), tmp_path / "x.omt", limit=2_000)
+    header, events = read_all(tmp_path / "x.omt")
+    assert stats.rows == 2_000 and "limit=2000" in header.source
+    assert sum(e.job.tasks for e in events if isinstance(e, JobSubmit)) <= 2_000
+
+
+def test_malformed_row_names_the_line(tmp_path):
+    tasks = write_gz(tmp_path / "t.csv.gz", [task_row(0, 1, 0, 5, 0), [0, 1, 2]])
+    jobs = write_gz(tmp_path / "j.csv.gz", [])
+    with pytest.raises(GoogleTraceError, match="line 2: expected 13 columns, got 3"):
+        import_google2011(tasks, jobs, tmp_path / "x.omt")
+
+
+def test_cli_import_google2011(tmp_path, capsys):
+    from tools.cli import main
+
+    out = str(tmp_path / "g.omt")
+    assert main(["import", "google2011", "--task-events", str(TASK_EVENTS), "--job-events", str(JOB_EVENTS),
+                 "--out", out, "--capacity-model", "uniform", "--seed", "3", "--limit", "1000"]) == 0
+    assert f"{out}: 1000 rows" in capsys.readouterr().out
+    header, events = read_all(out)
+    assert "google2011-uniform" in header.capacity_model
+    assert len({e.machine.capacity for e in events if isinstance(e, MachineAdd)}) == 1

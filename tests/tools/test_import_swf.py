@@ -1,0 +1,108 @@
+"""SWF importer: the real KTH SP2 log, hand-written bad lines, and the omega CLI."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from cellstate.model import JobKind
+from cellstate.resources import Resources
+from tools.cli import main
+from tools.trace.events import JobSubmit, MachineAdd
+from tools.trace.format import read_trace
+from tools.trace.swf import SWFError, import_swf
+
+KTH = "/work/shared/traces/swf/KTH-SP2-1996-2.1-cln.swf.gz"
+HEADER = "; Version: 2.2\n; MaxNodes: 4\n; MaxProcs: 8\n"
+GOOD = "  1  10  5  100  2  -1  -1  2  200  2048  1  3  3  -1 -1 -1 -1 -1\n"
+
+
+def read_all(path):
+    header, events = read_trace(path)
+    with events:
+        return header, list(events)
+
+
+def test_kth_log_stops_at_its_one_bad_line(tmp_path):
+    with pytest.raises(SWFError, match=r"KTH-SP2-1996-2.1-cln.swf.gz: line 27323: field req_procs"):
+        import_swf(KTH, tmp_path / "kth.omt")
+
+
+def test_kth_log_with_skip_bad(tmp_path):
+    stats = import_swf(KTH, tmp_path / "kth.omt", skip_bad=True)
+    header, events = read_all(tmp_path / "kth.omt")
+    jobs = [e.job for e in events if isinstance(e, JobSubmit)]
+    assert stats.jobs == len(jobs) == 28_476 - 1
+    assert [n for n, _ in stats.bad_lines] == [27_323]
+    assert sum(isinstance(e, MachineAdd) for e in events) == stats.machines == 100
+    assert all(j.gang and j.kind is JobKind.BATCH and 1 <= j.tasks <= 100 for j in jobs)
+    assert jobs[0].id == "j15" and events[100].t == 599_850 and jobs[0].duration_s == 3477
+    assert "100 machines" in header.capacity_model
+
+
+def swf(tmp_path, body, header=HEADER):
+    path = tmp_path / "x.swf"
+    path.write_text(header + body)
+    return str(path)
+
+
+BAD = [
+    ("too-few-fields", "1 10 5\n", "line 4: expected 18 fields, got 3"),
+    ("not-a-number", GOOD.replace("100", "abc", 1), "line 4: field run_s: not a number: 'abc'"),
+    ("negative-run", GOOD.replace("100", "-1", 1), "line 4: field run_s: invalid value -1"),
+    ("no-processors", GOOD.replace("  2  -1  -1  2", "  -1  -1  -1  -1"), "line 4: field req_procs"),
+    ("fractional-procs", GOOD.replace("  2  200", "  2.5  200"), "line 4: field req_procs: invalid value 2.5"),
+    ("negative-submit", GOOD.replace("  10  ", "  -3  ", 1), "line 4: field submit_s: invalid value -3"),
+    ("submit-goes-back", GOOD + GOOD.replace("  10  ", "  9  ", 1), "line 5: field submit_s: 9 is before"),
+    ("infinite", GOOD.replace("100", "inf", 1), "line 4: field run_s: not finite"),
+]
+
+
+@pytest.mark.parametrize("body, message", [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+def test_bad_lines_name_line_and_field(tmp_path, body, message):
+    path = swf(tmp_path, body)
+    with pytest.raises(SWFError) as info:
+        import_swf(path, tmp_path / "x.omt")
+    assert message in str(info.value)
+    stats = import_swf(path, tmp_path / "x.omt", skip_bad=True)
+    assert len(stats.bad_lines) == 1 and message in stats.bad_lines[0][1]
+
+
+def test_good_line_becomes_a_gang_job(tmp_path):
+    stats = import_swf(swf(tmp_path, GOOD), tmp_path / "x.omt", node_memory_mib=4096)
+    events = read_all(tmp_path / "x.omt")[1]
+    assert stats.machines == 4 and events[0].machine.capacity == Resources(1000, 4096)
+    job = events[-1].job
+    assert (events[-1].t, job.id, job.tasks, job.request, job.duration_s, job.gang, job.owner) == (
+        10.0, "j1", 2, Resources(1000, 2), 100.0, True, "u3")
+
+
+@pytest.mark.parametrize("header, nodes, expected", [
+    ("; MaxProcs: 8\n", None, 8), ("; MaxNodes: 4\n", 16, 16), ("; Note: x\n", 3, 3)],
+    ids=["maxprocs-fallback", "override", "override-without-header"])
+def test_machine_count(tmp_path, header, nodes, expected):
+    assert import_swf(swf(tmp_path, GOOD, header), tmp_path / "x.omt", nodes=nodes).machines == expected
+
+
+def test_header_without_node_count_is_an_error(tmp_path):
+    with pytest.raises(SWFError, match="no positive MaxNodes or MaxProcs"):
+        import_swf(swf(tmp_path, GOOD, "; Version: 2.2\n"), tmp_path / "x.omt")
+
+
+def test_cli_import_and_info(tmp_path, capsys):
+    out = str(tmp_path / "x.omt.gz")
+    assert main(["import", "swf", swf(tmp_path, GOOD + GOOD.replace("  1  10", "  2  20")), "--out", out]) == 0
+    assert "4 machines, 2 jobs" in capsys.readouterr().out
+    assert main(["trace", "info", out]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    counts = Counter(dict(line.split(": ") for line in lines if line.split(":")[0] in ("JobSubmit", "MachineAdd")))
+    assert counts == {"JobSubmit": "2", "MachineAdd": "4"}
+    assert "events: 6, time span: 0.000 .. 20.000 s (20.000 s)" in lines
+
+
+def test_cli_reports_bad_input_as_usage_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["import", "swf", swf(tmp_path, "1 2\n"), "--out", str(tmp_path / "x.omt")])
+    assert info.value.code == 2
+    assert "line 4: expected 18 fields" in capsys.readouterr().err

@@ -1,0 +1,1 @@
+"""Hollow machine agents: simulate the machines of a cell (see ``tools.agents.agent``)."""

@@ -1,0 +1,144 @@
+"""``omega agents run``: hollow machine agents — one process simulating many machines of a cell.
+
+They mark placed tasks running, end batch tasks after their duration (``--time-scale`` runs
+simulated time faster), fail machines (``--fail``, or at random with ``--fail-rate``), repair
+them after ``--repair-after`` seconds and drain machines (``--drain``). Machines come from
+``omega cell init``; with ``--init-spec``/``--init-machines`` the agents register them first.
+Stops cleanly on SIGINT/SIGTERM (or after ``--run-for`` seconds).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from dataclasses import replace
+
+from cellstate.cellspec import CellExists, CellSpec, CellSpecError, init_cell, load_cell_spec
+from cellstate.store import StoreError
+from tools.agents.agent import Agent, AgentConfig
+from tools.agents.lifecycle import MachineSelector
+from tools.agents.metrics import AgentMetrics
+from tools.common import add_store_args, cell_keys, open_store
+
+
+def register(sub) -> None:
+    agents = sub.add_parser("agents", help="hollow machine agents")
+    agents_sub = agents.add_subparsers(dest="agents_command", required=True, metavar="ACTION")
+    run = agents_sub.add_parser("run", help="simulate the machines of a cell until interrupted")
+    run.add_argument("--machines", default="all", metavar="all|PREFIX|ID,ID…",
+                     help="which machines this process simulates (default: all)")
+    run.add_argument("--name", default="agents", help='agent name; ledgers record "agent:NAME" (default agents)')
+    run.add_argument("--time-scale", type=float, default=1.0,
+                     help="simulated seconds per real second: task durations, failure rate and repair "
+                          "time run this much faster (default 1.0)")
+    run.add_argument("--fail-rate", type=float, default=0.0, metavar="PER_MACHINE_PER_HOUR",
+                     help="random machine failures per machine per hour (default 0: none)")
+    run.add_argument("--repair-after", type=float, default=0.0, metavar="SECONDS",
+                     help="repair a failed machine after this long (default 0: never)")
+    run.add_argument("--fail", action="append", default=[], metavar="ID", help="fail this machine at start")
+    run.add_argument("--drain", action="append", default=[], metavar="ID", help="drain this machine at start")
+    run.add_argument("--seed", type=int, default=0, help="seed of the random failures (default 0)")
+    run.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                     help="serve Prometheus metrics on 127.0.0.1:PORT (0: a free port, printed)")
+    run.add_argument("--run-for", type=float, default=0.0, metavar="SECONDS",
+                     help="stop after this long (default 0: until SIGINT/SIGTERM)")
+    run.add_argument("--init-spec", metavar="FILE", help="register the machines of this cell spec first")
+    run.add_argument("--init-machines", type=int, metavar="N",
+                     help="register N machines first (the demo spec, or --init-spec with N machines)")
+    add_store_args(run)
+    run.set_defaults(func=run_agents)
+
+
+def config_from_args(args) -> AgentConfig:
+    """The AgentConfig of the flags; UsageError naming the flag otherwise."""
+    from tools.cli import UsageError
+
+    try:
+        selector = MachineSelector.parse(args.machines)
+        return AgentConfig(name=args.name, machines=selector, time_scale=args.time_scale,
+                           fail_rate=args.fail_rate, repair_after=args.repair_after, seed=args.seed)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def init_spec_from_args(args) -> CellSpec | None:
+    """The cell spec to register first (None: use the machines already in the cell)."""
+    from tools.cli import UsageError
+
+    if args.init_spec is None and args.init_machines is None:
+        return None
+    try:
+        spec = load_cell_spec(args.init_spec) if args.init_spec else CellSpec()
+        return spec if args.init_machines is None else replace(spec, machines=args.init_machines)
+    except CellSpecError as exc:
+        raise UsageError(f"--init-spec/--init-machines: {exc}") from None
+
+
+def run_agents(args) -> int:
+    from tools.cli import UsageError
+
+    config = config_from_args(args)
+    spec = init_spec_from_args(args)
+    if args.run_for < 0 or (args.metrics_port is not None and not 0 <= args.metrics_port < 65536):
+        raise UsageError("--run-for must be >= 0 and --metrics-port a port number (0: free)")
+    keys = cell_keys(args)
+    with open_store(args) as store:
+        if spec is not None:
+            _register(store, keys, spec)
+        metrics = AgentMetrics()
+        if args.metrics_port is not None:
+            print(f"metrics on http://127.0.0.1:{metrics.serve(args.metrics_port)}/metrics", flush=True)
+        agent = Agent(store, keys, config, metrics)
+        try:
+            return _run(agent, args)
+        except (StoreError, ValueError) as exc:
+            print(f"omega: agents: {exc}", file=sys.stderr)
+            return 1
+        finally:
+            agent.close()
+            metrics.close()
+
+
+def _register(store, keys, spec: CellSpec) -> None:
+    try:
+        revision = init_cell(store, keys, spec)
+        print(f"registered {spec.machines} machines in cell {keys.cell!r} at revision {revision}", flush=True)
+    except CellExists as exc:
+        print(f"using the machines already in the cell ({exc})", flush=True)
+
+
+def _run(agent: Agent, args) -> int:
+    """Start, apply --fail/--drain, run until a signal or --run-for."""
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    if args.run_for:
+        timer = threading.Timer(args.run_for, stop.set)
+        timer.daemon = True
+        timer.start()
+    try:
+        agent.start()
+        _check_selected(agent, args.fail + args.drain)
+        for machine_id in args.fail:
+            agent.fail(machine_id)
+        for machine_id in args.drain:
+            agent.drain(machine_id)
+        print(f"agents {agent.config.name!r} simulating {int(agent.metrics.value('omega_agent_machines'))} "
+              f"machines of cell {agent.keys.cell!r}", flush=True)
+        agent.run(stop)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    finished = int(agent.metrics.value("omega_agent_tasks_finished_total"))
+    print(f"agents stopped: {finished} task(s) finished", flush=True)
+    return 0
+
+
+def _check_selected(agent: Agent, machine_ids: list[str]) -> None:
+    from tools.cli import UsageError
+
+    for machine_id in machine_ids:
+        if agent.replica.machine(machine_id) is None:
+            raise UsageError(f"--fail/--drain: no machine {machine_id!r} in cell {agent.keys.cell!r}")
+        if not agent.is_mine(machine_id):
+            raise UsageError(f"--fail/--drain: machine {machine_id!r} is not among the --machines selected")

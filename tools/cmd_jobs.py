@@ -1,0 +1,128 @@
+"""``omega submit``, ``omega kill``, ``omega generate``: put work into a cell.
+
+Exit status: 0 done; 1 refused by the cell (id exists, no such job, store unreachable);
+2 bad input (invalid job file, bad flags).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from cellstate.jobspec import JobSpecError, dump_jobs, load_jobs
+from cellstate.store import StoreError
+from cellstate.submit import JobNotFound, JobsExist, kill_job, submit_jobs
+from tools.common import add_store_args, cell_keys, open_store
+from tools.workload import WorkloadMix, generate
+
+
+def register(sub) -> None:
+    submit = sub.add_parser("submit", help="submit the jobs of TOML/JSON job files")
+    submit.add_argument("files", nargs="+", metavar="FILE")
+    add_store_args(submit)
+    submit.set_defaults(func=run_submit)
+
+    kill = sub.add_parser("kill", help="kill a job: release its tasks' resources")
+    kill.add_argument("job", metavar="JOB")
+    add_store_args(kill)
+    kill.set_defaults(func=run_kill)
+
+    gen = sub.add_parser("generate", help="generate a seeded batch/service workload")
+    gen.add_argument("--seed", type=int, default=1)
+    gen.add_argument("--duration", type=float, default=60.0, help="seconds of arrivals (default 60)")
+    gen.add_argument("--rate", type=float, default=1.0, help="jobs per second, all kinds (default 1)")
+    gen.add_argument("--service-fraction", type=float, default=0.1,
+                     help="share of jobs that are services (default 0.1)")
+    gen.add_argument("--prefix", default=None, help="job id prefix (default w{seed}-)")
+    out = gen.add_mutually_exclusive_group(required=True)
+    out.add_argument("--out", metavar="FILE", help="write a JSON job file")
+    out.add_argument("--submit", action="store_true", help="submit in real time as jobs arrive")
+    add_store_args(gen)
+    gen.set_defaults(func=run_generate)
+
+
+def run_submit(args) -> int:
+    """Validate every file first; then submit file by file (each all-or-nothing)."""
+    from tools.cli import UsageError
+
+    try:
+        batches = [(path, load_jobs(path)) for path in args.files]
+    except JobSpecError as exc:
+        raise UsageError(f"{exc} (nothing submitted)") from None
+    keys = cell_keys(args)
+    with open_store(args) as store:
+        for path, jobs in batches:
+            try:
+                revision = submit_jobs(store, keys, jobs, time.time())
+            except (JobsExist, StoreError) as exc:
+                print(f"omega: {path}: {exc}", file=sys.stderr)
+                return 1
+            print(f"{path}: submitted {len(jobs)} job(s) to cell {keys.cell!r} at revision {revision}")
+    return 0
+
+
+def run_kill(args) -> int:
+    keys = cell_keys(args)
+    with open_store(args) as store:
+        try:
+            revision = kill_job(store, keys, args.job)
+        except (JobNotFound, StoreError) as exc:
+            print(f"omega: kill {args.job}: {exc}", file=sys.stderr)
+            return 1
+    print(f"killed job {args.job!r} at revision {revision}")
+    return 0
+
+
+def _mix(args) -> WorkloadMix:
+    from tools.cli import UsageError
+
+    if not 0 <= args.service_fraction <= 1:
+        raise UsageError(f"--service-fraction must be in [0, 1], got {args.service_fraction}")
+    if args.rate < 0 or args.duration < 0:
+        raise UsageError("--rate and --duration must be >= 0")
+    return WorkloadMix(batch_rate=args.rate * (1 - args.service_fraction),
+                       service_rate=args.rate * args.service_fraction)
+
+
+def run_generate(args) -> int:
+    arrivals = generate(args.seed, args.duration, _mix(args), args.prefix)
+    if args.out:
+        jobs = [job for _, job in arrivals]
+        dump_jobs(jobs, args.out)
+        print(f"wrote {len(jobs)} job(s) to {args.out}")
+        return 0
+    try:
+        return _submit_live(args, arrivals)
+    except StoreError as exc:
+        print(f"omega: generate: {exc}", file=sys.stderr)
+        return 1
+
+
+def _submit_live(args, arrivals) -> int:
+    """Submit each job at its arrival time (jobs due together go in one txn)."""
+    keys = cell_keys(args)
+    start = time.monotonic()
+    submitted = 0
+    with open_store(args) as store:
+        pending: list = []
+        for offset, job in arrivals:
+            wait = start + offset - time.monotonic()
+            if wait > 0 and pending:
+                submitted += _submit_now(store, keys, pending)
+                pending = []
+            if wait > 0:
+                time.sleep(wait)
+            pending.append(job)
+        if pending:
+            submitted += _submit_now(store, keys, pending)
+    print(f"submitted {submitted} job(s) to cell {keys.cell!r}")
+    return 0
+
+
+def _submit_now(store, keys, jobs) -> int:
+    try:
+        submit_jobs(store, keys, jobs, time.time())
+    except JobsExist as exc:
+        print(f"omega: skipped: {exc}", file=sys.stderr)
+        return 0
+    return len(jobs)

@@ -1,0 +1,91 @@
+"""``omega import google2011|swf …`` (published traces → omega trace) and ``omega trace info``."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+
+def register(sub) -> None:
+    imp = sub.add_parser("import", help="convert a published workload trace into an omega trace")
+    imp_sub = imp.add_subparsers(dest="import_format", required=True, metavar="FORMAT")
+    google = imp_sub.add_parser("google2011", help="Google clusterdata-2011 task_events + job_events parts")
+    google.add_argument("--task-events", required=True, help="task_events part file (.csv.gz)")
+    google.add_argument("--job-events", required=True, help="job_events part file (.csv.gz)")
+    google.add_argument("--out", required=True, help="output trace (.omt, or .omt.gz to compress)")
+    google.add_argument("--capacity-model", choices=("mix", "uniform"), default="mix")
+    google.add_argument("--seed", type=int, default=0, help="seed of the capacity draw (default 0)")
+    google.add_argument("--limit", type=int, default=None, help="read only the first N task event rows")
+    google.set_defaults(func=run_import_google)
+    swf = imp_sub.add_parser("swf", help="Standard Workload Format v2.2 log (.swf or .swf.gz)")
+    swf.add_argument("file")
+    swf.add_argument("--out", required=True, help="output trace (.omt, or .omt.gz to compress)")
+    swf.add_argument("--skip-bad", action="store_true", help="skip and count bad job lines")
+    swf.add_argument("--nodes", type=int, default=None, help="machines (default: header MaxNodes/MaxProcs)")
+    swf.add_argument("--node-memory-mib", type=int, default=None, help="memory per machine (default 1024)")
+    swf.set_defaults(func=run_import_swf)
+
+    trace = sub.add_parser("trace", help="inspect omega trace files")
+    trace_sub = trace.add_subparsers(dest="trace_command", required=True, metavar="ACTION")
+    info = trace_sub.add_parser("info", help="header, event counts by type and time span")
+    info.add_argument("file")
+    info.set_defaults(func=run_info)
+
+
+def run_import_google(args) -> int:
+    from tools.cli import UsageError
+    from tools.trace.format import TraceError
+    from tools.trace.google2011 import CapacityModel, GoogleTraceError, import_google2011
+
+    started = time.perf_counter()
+    try:
+        stats = import_google2011(args.task_events, args.job_events, args.out,
+                                  CapacityModel(args.capacity_model, args.seed), limit=args.limit)
+    except (OSError, GoogleTraceError, TraceError) as exc:
+        raise UsageError(str(exc)) from None
+    counts = ", ".join(f"{name} {n}" for name, n in stats.events.items())
+    print(f"{args.out}: {stats.rows} rows → {counts} in {time.perf_counter() - started:.1f} s")
+    for why, n in stats.skipped.items():
+        print(f"  {why}: {n}")
+    return 0
+
+
+def run_import_swf(args) -> int:
+    from tools.cli import UsageError
+    from tools.trace.format import TraceError
+    from tools.trace.swf import DEFAULT_NODE_MEMORY_MIB, SWFError, import_swf
+
+    memory = args.node_memory_mib if args.node_memory_mib is not None else DEFAULT_NODE_MEMORY_MIB
+    started = time.perf_counter()
+    try:
+        stats = import_swf(args.file, args.out, skip_bad=args.skip_bad, nodes=args.nodes, node_memory_mib=memory)
+    except (OSError, SWFError, TraceError) as exc:
+        raise UsageError(str(exc)) from None
+    print(f"{args.out}: {stats.machines} machines, {stats.jobs} jobs in {time.perf_counter() - started:.1f} s")
+    if stats.bad_lines:
+        print(f"  skipped {len(stats.bad_lines)} bad line(s), first: {stats.bad_lines[0][1]}")
+    return 0
+
+
+def run_info(args) -> int:
+    from tools.cli import UsageError
+    from tools.trace.format import TraceError, read_trace
+
+    counts: Counter[str] = Counter()
+    first = last = None
+    try:
+        header, events = read_trace(args.file)
+        with events:
+            for event in events:
+                counts[type(event).__name__] += 1
+                first = event.t if first is None else first
+                last = event.t
+    except (OSError, TraceError) as exc:
+        raise UsageError(str(exc)) from None
+    for name in ("source", "created_at", "cell", "capacity_model", "notes"):
+        print(f"{name}: {getattr(header, name)}")
+    for name, n in sorted(counts.items()):
+        print(f"{name}: {n}")
+    span = "no events" if first is None else f"{first:.3f} .. {last:.3f} s ({last - first:.3f} s)"
+    print(f"events: {sum(counts.values())}, time span: {span}")
+    return 0

@@ -1,0 +1,215 @@
+"""What the conflict monitor shows, computed from a replica of the cell: ``MonitorFrame``.
+
+A frame is plain data (``to_dict`` makes it JSON-ready). It is built while the caller holds
+the replica still (``ReplicaThread.locked()``), from the schedulers' ``stats/`` keys (a key
+exists while its owner's lease lives, so every row is a live scheduler), the UP machines'
+ledgers and the pending-job index.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass
+
+from cellstate.codec_fields import CodecError
+from cellstate.model import JobKind, MachineState
+from cellstate.replica import Replica
+from cellstate.resources import CORE_NAMES
+from cellstate.stats_codec import decode_stats
+from omega.stats import SchedulerStats
+
+HOT_ROWS = 10
+CONFLICT_ROWS = 20
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerRow:
+    """One live scheduler, from its stats key."""
+
+    name: str
+    kind: str
+    alive: bool
+    host: str
+    pid: int
+    updated_at: float
+    jobs_per_s: float
+    placements_per_s: float
+    txns: int
+    commits: int
+    conflicts: int
+    conflict_fraction: float
+    retries: int
+    busyness: float
+    decision_ms_p50: float
+    decision_ms_p99: float
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceUse:
+    """Sum allocated and sum capacity of one resource over the UP machines."""
+
+    name: str
+    allocated: int
+    capacity: int
+
+    @property
+    def fraction(self) -> float:
+        return self.allocated / self.capacity if self.capacity else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class PendingQueue:
+    """Jobs of one kind with pending tasks; ``oldest_wait_s`` since the oldest's submission."""
+
+    kind: str
+    jobs: int
+    tasks: int
+    oldest_wait_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class HotSpot:
+    """A machine where schedulers' transactions failed: ``losers`` are the schedulers whose
+    compares failed there (with counts), ``winners`` those that had changed it first."""
+
+    machine: str
+    conflicts: int
+    losers: tuple[tuple[str, int], ...]
+    winners: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ConflictRow:
+    """One recent conflict of ``scheduler`` (see omega.stats.ConflictNote)."""
+
+    at: float
+    scheduler: str
+    job: str
+    machines: tuple[str, ...]
+    winners: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class MonitorFrame:
+    """Everything one refresh of the monitor shows, as of ``revision`` and wall time ``at``."""
+
+    cell: str
+    revision: int
+    at: float
+    machines_up: int
+    machines_total: int
+    schedulers: tuple[SchedulerRow, ...]
+    utilization: tuple[ResourceUse, ...]
+    pending: tuple[PendingQueue, ...]
+    hot_machines: tuple[HotSpot, ...]
+    recent_conflicts: tuple[ConflictRow, ...]
+    errors: tuple[str, ...] = ()
+
+
+def build_frame(replica: Replica, now: float, store_error: str = "") -> MonitorFrame:
+    """The frame of ``replica`` (held still by the caller) at wall time ``now`` (epoch s).
+    Stats values that do not decode are listed in ``errors`` (key and field), not dropped
+    silently; so are keys the replica quarantined and ``store_error``, when given."""
+    stats, errors = decode_all_stats(replica.stats_raw)
+    errors += [f"{key}: {message}" for key, message in sorted(replica.quarantine.items())]
+    if store_error:
+        errors.insert(0, f"store: {store_error}")
+    machines = [entry.machine for entry in replica.machines()]
+    up = [m for m in machines if m.state is MachineState.UP]
+    return MonitorFrame(
+        cell=replica.keys.cell, revision=replica.revision, at=now,
+        machines_up=len(up), machines_total=len(machines),
+        schedulers=tuple(scheduler_row(s) for s in stats),
+        utilization=utilization(up),
+        pending=tuple(pending_queue(replica, kind, now) for kind in JobKind),
+        hot_machines=merge_hot_machines(stats),
+        recent_conflicts=merge_recent_conflicts(stats),
+        errors=tuple(errors),
+    )
+
+
+def decode_all_stats(stats_raw: dict[str, bytes]) -> tuple[list[SchedulerStats], list[str]]:
+    """Decoded stats ordered by (kind, name), and an error line per value that fails."""
+    decoded, errors = [], []
+    for key, raw in stats_raw.items():
+        try:
+            decoded.append(decode_stats(key, raw))
+        except CodecError as exc:
+            errors.append(str(exc))
+    decoded.sort(key=lambda s: (s.kind, s.name))
+    return decoded, sorted(errors)
+
+
+def scheduler_row(s: SchedulerStats) -> SchedulerRow:
+    return SchedulerRow(
+        name=s.name, kind=s.kind, alive=True, host=s.host, pid=s.pid, updated_at=s.updated_at,
+        jobs_per_s=s.jobs_per_s, placements_per_s=s.placements_per_s, txns=s.txns, commits=s.commits,
+        conflicts=s.conflicts, conflict_fraction=s.conflict_fraction, retries=s.retries,
+        busyness=s.busyness, decision_ms_p50=s.decision_ms_p50, decision_ms_p99=s.decision_ms_p99,
+    )
+
+
+def utilization(up_machines) -> tuple[ResourceUse, ...]:
+    """Per resource (cpu, memory, disk, then extras by name): sums over ``up_machines``."""
+    allocated: Counter[str] = Counter()
+    capacity: Counter[str] = Counter()
+    for m in up_machines:
+        for source, totals in ((m.capacity, capacity), (m.allocated, allocated)):
+            totals["cpu"] += source.cpu
+            totals["memory"] += source.memory
+            totals["disk"] += source.disk
+            for name, amount in source.extra:
+                totals[name] += amount
+    extras = sorted((set(capacity) | set(allocated)) - set(CORE_NAMES))
+    return tuple(ResourceUse(name, allocated[name], capacity[name]) for name in CORE_NAMES + tuple(extras))
+
+
+def pending_queue(replica: Replica, kind: JobKind, now: float) -> PendingQueue:
+    entries = replica.pending_jobs(kind)
+    tasks = sum(e.record.tasks.count("p") for e in entries)
+    oldest = min((e.record.submitted_at for e in entries), default=None)
+    wait = max(0.0, now - oldest) if oldest is not None else 0.0
+    return PendingQueue(str(kind), len(entries), tasks, wait)
+
+
+def merge_hot_machines(stats: list[SchedulerStats], limit: int = HOT_ROWS) -> tuple[HotSpot, ...]:
+    """Hot machines of all schedulers summed per machine, most conflicts first (ties by id)."""
+    losers: dict[str, Counter[str]] = defaultdict(Counter)
+    winners: dict[str, Counter[str]] = defaultdict(Counter)
+    for s in stats:
+        for hot in s.hot_machines:
+            losers[hot.machine][s.name] += hot.conflicts
+            winners[hot.machine].update(dict(hot.winners))
+    totals = sorted(((sum(c.values()), machine) for machine, c in losers.items()), key=lambda t: (-t[0], t[1]))
+    return tuple(HotSpot(machine, total, _ranked(losers[machine]), _ranked(winners[machine]))
+                 for total, machine in totals[:limit])
+
+
+def merge_recent_conflicts(stats: list[SchedulerStats], limit: int = CONFLICT_ROWS) -> tuple[ConflictRow, ...]:
+    """Recent conflicts of all schedulers, newest first."""
+    rows = [ConflictRow(n.at, s.name, n.job, n.machines, n.winners) for s in stats for n in s.recent_conflicts]
+    rows.sort(key=lambda r: (-r.at, r.scheduler, r.job))
+    return tuple(rows[:limit])
+
+
+def _ranked(counts: Counter[str]) -> tuple[tuple[str, int], ...]:
+    return tuple(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def to_dict(frame: MonitorFrame) -> dict:
+    """The frame as JSON-ready data: lists for tuples, ``{name: count}`` maps for counted
+    pairs, and each resource's ``fraction``."""
+    d = _lists(asdict(frame))
+    d["utilization"] = [{**asdict(u), "fraction": u.fraction} for u in frame.utilization]
+    for spot, h in zip(d["hot_machines"], frame.hot_machines):
+        spot["losers"], spot["winners"] = dict(h.losers), dict(h.winners)
+    return d
+
+
+def _lists(x):
+    """``x`` with every tuple (at any depth) turned into a list."""
+    if isinstance(x, dict):
+        return {k: _lists(v) for k, v in x.items()}
+    if isinstance(x, (tuple, list)):
+        return [_lists(v) for v in x]
+    return x

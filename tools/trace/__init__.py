@@ -1,0 +1,1 @@
+"""Workload traces: the ``omega-trace`` file format and importers from published traces."""

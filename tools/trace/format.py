@@ -1,0 +1,332 @@
+"""The ``omega-trace`` file: a versioned stream of msgpack records (see docs/TRACE_FORMAT.md).
+
+Record 0 is the header, records 1..N the events (non-decreasing ``t``), record N+1 the end
+record ``{"type": "end", "events": N}``; a file without it was not closed cleanly and reads
+as truncated. Machines and job specs are stored in the cell codec's map forms
+(``cellstate.codec.machine_to_map`` / ``job_to_map``). Files whose name ends ``.gz`` are
+written gzip-compressed; the reader recognizes gzip by its magic bytes.
+
+Any problem while reading raises ``TraceError`` naming the file and the record index.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import zlib
+from dataclasses import dataclass
+
+import msgpack
+
+from cellstate import codec_fields as fc
+from cellstate.codec import job_from_map, job_to_map, machine_from_map, machine_to_map
+from cellstate.codec_fields import CodecError
+from tools.trace.events import (
+    EVENT_TYPES,
+    JobKill,
+    JobSubmit,
+    MachineAdd,
+    MachineFail,
+    MachineRemove,
+    TaskEnd,
+    TaskEndStatus,
+    TraceEvent,
+)
+
+FORMAT_NAME = "omega-trace"
+FORMAT_VERSION = 1
+TIME_UNIT = "s"
+_HEADER_FIELDS = frozenset("format version source created_at capacity_model cell time_unit notes".split())
+_STATUSES = {s.value: s for s in TaskEndStatus}
+_CHUNK = 1 << 16
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+class TraceError(ValueError):
+    """A trace file that cannot be written or read; the message names file and record."""
+
+
+@dataclass(frozen=True, slots=True)
+class TraceHeader:
+    """What a trace is: where it came from and the assumptions made turning it into events."""
+
+    source: str
+    created_at: str  # ISO 8601, UTC
+    capacity_model: str  # how machine capacities were chosen, in words and numbers
+    cell: str = ""
+    notes: str = ""
+
+
+# ---------------------------------------------------------------- record maps
+
+
+def _header_record(h: TraceHeader) -> dict:
+    return {"format": FORMAT_NAME, "version": FORMAT_VERSION, "source": h.source, "created_at": h.created_at,
+            "capacity_model": h.capacity_model, "cell": h.cell, "time_unit": TIME_UNIT, "notes": h.notes}
+
+
+def _header_from_record(key: str, d) -> TraceHeader:
+    fc.mapping(key, "", d)
+    if d.get("format") != FORMAT_NAME:
+        raise CodecError(key, "format", f"not an {FORMAT_NAME} file (format {d.get('format')!r})")
+    if d.get("version") != FORMAT_VERSION or type(d.get("version")) is not int:
+        raise CodecError(key, "version", f"unknown version {d.get('version')!r} "
+                         f"(this reader reads {FORMAT_VERSION})")
+    fc.require(key, "", d, tuple(sorted(_HEADER_FIELDS)))
+    fc.no_unknown(key, "", d, _HEADER_FIELDS)
+    if d["time_unit"] != TIME_UNIT:
+        raise fc.expected(key, "time_unit", repr(TIME_UNIT), d["time_unit"])
+    return TraceHeader(*(fc.text(key, name, d[name])
+                         for name in ("source", "created_at", "capacity_model", "cell", "notes")))
+
+
+def event_record(ev: TraceEvent) -> dict:
+    """The record map of an event (its payload validated by the cell codec)."""
+    kind = EVENT_TYPES.get(type(ev))
+    if kind is None:
+        raise TypeError(f"not a trace event: {ev!r}")
+    d = {"type": kind, "t": ev.t}
+    if isinstance(ev, MachineAdd):
+        d["machine"] = machine_to_map(ev.machine)
+    elif isinstance(ev, JobSubmit):
+        d["job"] = job_to_map(ev.job)
+    elif isinstance(ev, (MachineRemove, MachineFail)):
+        d["machine"] = ev.machine_id
+    elif isinstance(ev, TaskEnd):
+        d.update(job=ev.job_id, task=ev.task, status=str(ev.status))
+    else:
+        d["job"] = ev.job_id
+    return d
+
+
+def _nested(key: str, field: str, decode, value):
+    """``decode(key, value)`` with CodecError fields prefixed by ``field``."""
+    try:
+        return decode(key, value)
+    except CodecError as exc:
+        raise CodecError(key, f"{field}.{exc.field}" if exc.field else field, exc.message) from None
+
+
+def _machine_id(key, d):
+    return fc.ident(key, "machine", d["machine"])
+
+
+def _job_id(key, d):
+    return fc.ident(key, "job", d["job"])
+
+
+# type tag -> (payload fields, builder(key, d, t))
+_DECODERS = {
+    "machine_add": (("machine",), lambda k, d, t: MachineAdd(t, _nested(k, "machine", machine_from_map,
+                                                                         d["machine"]))),
+    "machine_remove": (("machine",), lambda k, d, t: MachineRemove(t, _machine_id(k, d))),
+    "machine_fail": (("machine",), lambda k, d, t: MachineFail(t, _machine_id(k, d))),
+    "job_submit": (("job",), lambda k, d, t: JobSubmit(t, _nested(k, "job", job_from_map, d["job"]))),
+    "task_end": (("job", "task", "status"), lambda k, d, t: TaskEnd(
+        t, _job_id(k, d), fc.integer(k, "task", d["task"]), fc.member(k, "status", d["status"], _STATUSES))),
+    "job_kill": (("job",), lambda k, d, t: JobKill(t, _job_id(k, d))),
+}
+
+
+def event_from_record(key: str, d) -> TraceEvent:
+    """The event a record map describes; CodecError naming the field if it is invalid."""
+    fc.mapping(key, "", d)
+    kind = d.get("type")
+    entry = _DECODERS.get(kind) if type(kind) is str else None
+    if entry is None:
+        raise fc.expected(key, "type", "an event type (" + ", ".join(_DECODERS) + ")", kind)
+    payload, build = entry
+    fc.require(key, "", d, ("t",) + payload)
+    fc.no_unknown(key, "", d, frozenset(("type", "t") + payload))
+    return build(key, d, fc.seconds(key, "t", d["t"]))
+
+
+def _error(name: str, index: int, exc: CodecError) -> TraceError:
+    where = f" field {exc.field!r}:" if exc.field else ""
+    return TraceError(f"trace {name}: record {index}:{where} {exc.message}")
+
+
+# --------------------------------------------------------------------- writer
+
+
+class TraceWriter:
+    """Writes a trace: the header at once, then ``write(event)`` per event, the end record on
+    ``close()``. A path ending ``.gz`` is gzip-compressed; an open binary file is written as
+    is (and left open). Leaving the ``with`` block by an exception skips the end record, so
+    the partial file reads as truncated."""
+
+    def __init__(self, target, header: TraceHeader):
+        self.name = os.fspath(target) if isinstance(target, (str, os.PathLike)) else getattr(target, "name", "<stream>")
+        if isinstance(target, (str, os.PathLike)):
+            self._file = gzip.open(target, "wb") if self.name.endswith(".gz") else open(target, "wb")
+            self._owned = True
+        else:
+            self._file, self._owned = target, False
+        self._packer = msgpack.Packer()
+        self._buffer = bytearray()
+        self.events = 0
+        self._last_t = 0.0
+        self._closed = False
+        self._pack(_header_record(header))
+
+    def write(self, event: TraceEvent) -> None:
+        """Append an event; TraceError if its time goes backwards or it does not encode."""
+        index = self.events + 1
+        if event.t < self._last_t:
+            raise TraceError(f"trace {self.name}: record {index}: field 't': time goes backwards "
+                             f"({event.t!r} < previous {self._last_t!r})")
+        try:
+            record = event_record(event)
+            event_from_record(f"record {index}", record)  # t and ids checked as the reader will
+        except CodecError as exc:
+            raise _error(self.name, index, exc) from None
+        self._pack(record)
+        self._last_t = event.t
+        self.events += 1
+
+    def _pack(self, record: dict) -> None:
+        self._buffer += self._packer.pack(record)
+        if len(self._buffer) >= _CHUNK:
+            self._flush()
+
+    def _flush(self) -> None:
+        self._file.write(self._buffer)
+        self._buffer.clear()
+
+    def close(self, complete: bool = True) -> None:
+        """Write the end record (unless ``complete`` is False) and close an owned file."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if complete:
+                self._pack({"type": "end", "events": self.events})
+            self._flush()
+        finally:
+            if self._owned:
+                self._file.close()
+
+    def __enter__(self) -> TraceWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close(complete=exc_type is None)
+
+
+# --------------------------------------------------------------------- reader
+
+
+def read_trace(path) -> tuple[TraceHeader, TraceReader]:
+    """The header of the trace at ``path`` and a streaming iterator over its events (also a
+    context manager that closes the file). TraceError on any invalid content."""
+    reader = TraceReader(path)
+    try:
+        header = reader.read_header()
+    except BaseException:
+        reader.close()
+        raise
+    return header, reader
+
+
+class TraceReader:
+    """Iterates the events of one trace file, checking every record as it goes."""
+
+    def __init__(self, path):
+        self.name = os.path.basename(os.fspath(path))
+        raw = open(path, "rb")
+        self._file = gzip.GzipFile(fileobj=raw) if raw.read(2) == _GZIP_MAGIC else raw
+        self._raw = raw
+        raw.seek(0)
+        self._records = self._unpacked()
+        self.index = -1  # index of the last record read
+        self._last_t = 0.0
+
+    def read_header(self) -> TraceHeader:
+        record = self._next_record()
+        try:
+            return _header_from_record("header", record)
+        except CodecError as exc:
+            raise _error(self.name, 0, exc) from None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> TraceEvent:
+        record = self._next_record()
+        if type(record) is dict and record.get("type") == "end":
+            self._check_end(record)
+            self.close()
+            raise StopIteration
+        try:
+            event = event_from_record(f"record {self.index}", record)
+        except CodecError as exc:
+            raise _error(self.name, self.index, exc) from None
+        if event.t < self._last_t:
+            raise TraceError(f"trace {self.name}: record {self.index}: field 't': time goes backwards "
+                             f"({event.t!r} < previous {self._last_t!r})")
+        self._last_t = event.t
+        return event
+
+    def _check_end(self, record: dict) -> None:
+        events = record.get("events")
+        if set(record) != {"type", "events"} or events != self.index - 1 or type(events) is not int:
+            raise TraceError(f"trace {self.name}: record {self.index}: end record says "
+                             f"{events!r} events, read {self.index - 1}")
+        if next(self._records, _EOF) is not _EOF:
+            raise TraceError(f"trace {self.name}: record {self.index + 1}: data after the end record")
+
+    def _next_record(self):
+        if self._file is None:
+            raise StopIteration
+        record = next(self._records, _EOF)
+        if record is _EOF:
+            self.close()
+            raise TraceError(f"trace {self.name}: truncated after record {self.index} (no end record)")
+        self.index += 1
+        return record
+
+    def _unpacked(self):
+        """Records as msgpack objects; TraceError for bytes that are not msgpack."""
+        unpacker = msgpack.Unpacker(raw=False)
+        fed = consumed = 0  # unpacker.tell() also counts a partly read record: track whole ones
+        while chunk := self._read_chunk():
+            unpacker.feed(chunk)
+            fed += len(chunk)
+            while True:
+                try:
+                    record = unpacker.unpack()
+                except msgpack.OutOfData:
+                    break
+                except Exception as exc:  # msgpack raises many types (FormatError, StackError, ValueError…)
+                    raise TraceError(f"trace {self.name}: record {self.index + 1}: not msgpack "
+                                     f"({type(exc).__name__}: {exc})") from None
+                consumed = unpacker.tell()
+                yield record
+        if consumed < fed:
+            raise TraceError(f"trace {self.name}: truncated after record {self.index} "
+                             f"(record {self.index + 1} is incomplete)")
+
+    def _read_chunk(self) -> bytes:
+        try:
+            return self._file.read1(_CHUNK)
+        except EOFError:
+            raise TraceError(f"trace {self.name}: truncated after record {self.index} "
+                             "(compressed stream ends early)") from None
+        except (OSError, zlib.error) as exc:  # BadGzipFile is an OSError
+            raise TraceError(f"trace {self.name}: corrupt compressed data after record {self.index} "
+                             f"({exc})") from None
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._raw.close()
+            self._file = None
+
+    def __enter__(self) -> TraceReader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+_EOF = object()

@@ -1,0 +1,307 @@
+"""Import Google clusterdata-2011 task_events + job_events part files into an omega trace.
+
+Two streaming passes over the task events. The survey (pass 1) collects what an event
+needs before its time: the machine ids, per-job ``different_machine``, task run times
+and the job kills. Pass 2 emits the events (rules in docs/TRACE_FORMAT.md):
+
+- time: ``t = max(0, timestamp_us / 1e6 - 600)`` (the window opens at 600 s; 0 = initial state);
+- every machine id seen → ``machine_add`` at t = 0, capacity from the capacity model;
+- the SUBMITs of one Google job at one timestamp form one ``job_submit`` ("batch"): ids
+  ``g{job}`` then ``g{job}.1``, ``g{job}.2``…; its tasks are the batch's task indices in
+  ascending order; request = per-resource maximum over the batch; priority = the maximum;
+  kind = service when priority >= 9 (production band) else batch;
+- FINISH → ``task_end finished``; EVICT, FAIL, KILL, LOST → ``task_end failed`` (a task the
+  trace resubmits later is a new batch); a job KILL → ``job_kill`` of every batch of that job
+  with live tasks, emitted at the first task KILL of the job within 1 s before it;
+- SCHEDULE and UPDATE_* rows carry no event (the replayed schedulers decide placement).
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import hashlib
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from cellstate.model import Job, JobKind, Machine
+from cellstate.resources import Resources
+from tools.trace.events import JobKill, JobSubmit, MachineAdd, TaskEnd, TaskEndStatus
+from tools.trace.format import TraceHeader, TraceWriter
+from tools.trace.progress import progress
+
+WINDOW_START_US = 600_000_000
+CPU_SCALE = 64_000  # millicores per normalized 1.0 (the largest machine)
+MEMORY_SCALE = 262_144  # MiB per normalized 1.0
+DISK_SCALE = 1_048_576  # MiB per normalized 1.0; every machine gets 1.0 (the trace has no disk capacities)
+PRODUCTION_PRIORITY = 9
+KILL_COALESCE_US = 1_000_000
+SUBMIT, SCHEDULE, EVICT, FAIL, FINISH, KILL, LOST = range(7)
+_ENDS = {EVICT, FAIL, FINISH, KILL, LOST}
+# task_events columns
+TS, MISSING, JOB, TASK, MACHINE, TYPE, USER, CLASS, PRIORITY, CPU, MEMORY, DISK, DIFFERENT = range(13)
+
+# Published 2011 mix of normalized (cpu, memory) capacities and the percentage of machines (Reiss et al. 2012).
+GOOGLE_2011_MIX = (
+    ((0.5, 0.5), 53.47), ((0.5, 0.25), 30.74), ((0.5, 0.75), 7.95), ((1.0, 1.0), 6.32),
+    ((0.25, 0.25), 0.99), ((0.5, 0.12), 0.43), ((0.5, 0.03), 0.04), ((0.5, 0.97), 0.03),
+    ((1.0, 0.5), 0.02), ((0.5, 0.06), 0.01),
+)
+UNIFORM_CLASS = (0.5, 0.5)
+
+
+class GoogleTraceError(ValueError):
+    """A malformed row in a Google trace file (names the file and line)."""
+
+
+def trace_time(ts_us: int) -> float:
+    """Seconds since the window opened; 0 for the initial state and anything before 600 s."""
+    return 0.0 if ts_us <= WINDOW_START_US else (ts_us - WINDOW_START_US) / 1e6
+
+
+def scaled_request(cpu: float, memory: float, disk: float) -> Resources:
+    """Integer request of normalized amounts, rounded up; cpu and memory at least 1 unit."""
+    return Resources(max(1, math.ceil(cpu * CPU_SCALE)), max(1, math.ceil(memory * MEMORY_SCALE)),
+                     math.ceil(disk * DISK_SCALE))
+
+
+@dataclass(frozen=True)
+class CapacityModel:
+    """How machine capacities are chosen: ``mix`` draws each machine's (cpu, memory) class
+    from GOOGLE_2011_MIX by a hash of (seed, machine id), so the draw does not depend on the
+    order machines are seen; ``uniform`` gives every machine UNIFORM_CLASS."""
+
+    name: str = "mix"
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.name not in ("mix", "uniform"):
+            raise ValueError(f"unknown capacity model {self.name!r} (expected mix or uniform)")
+
+    def normalized(self, machine_id: str) -> tuple[float, float]:
+        if self.name == "uniform":
+            return UNIFORM_CLASS
+        digest = hashlib.blake2b(f"{self.seed}:{machine_id}".encode(), digest_size=8).digest()
+        point = int.from_bytes(digest) / 2**64 * 100.0
+        for cls, share in GOOGLE_2011_MIX:
+            point -= share
+            if point < 0:
+                return cls
+        return GOOGLE_2011_MIX[0][0]
+
+    def capacity(self, machine_id: str) -> Resources:
+        cpu, memory = self.normalized(machine_id)
+        return Resources(round(cpu * CPU_SCALE), round(memory * MEMORY_SCALE), DISK_SCALE)
+
+    def describe(self) -> str:
+        classes = ("published 2011 mix " + ", ".join(f"{c}:{s}%" for c, s in GOOGLE_2011_MIX)
+                   + f" drawn per machine id by blake2b(seed={self.seed}:id)"
+                   if self.name == "mix" else f"uniform: every machine {UNIFORM_CLASS}")
+        return (f"google2011-{self.name}: normalized (cpu, memory) {classes}; 1.0 cpu = {CPU_SCALE} "
+                f"millicores, 1.0 memory = {MEMORY_SCALE} MiB, disk {DISK_SCALE} MiB per machine; task "
+                "requests scaled alike, rounded up, cpu/memory at least 1")
+
+
+@dataclass
+class Survey:
+    """What pass 1 learns: facts an event needs before its own time."""
+
+    machine_ids: list[str] = field(default_factory=list)
+    different_machine: set[str] = field(default_factory=set)
+    run_times: dict[tuple[str, str, int], float] = field(default_factory=dict)  # (job, task, attempt) → s
+    job_kills: list[tuple[int, str]] = field(default_factory=list)  # (timestamp_us, job), sorted
+    rows: int = 0
+    last_us: int = 0
+
+
+@dataclass
+class ImportStats:
+    rows: int = 0
+    events: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    skipped: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+
+def read_rows(path: str, limit: int | None = None):
+    """(line number, row) of a gzip CSV part file, at most ``limit`` rows."""
+    with gzip.open(path, "rt", newline="") as f:
+        for number, row in enumerate(csv.reader(f), 1):
+            if limit is not None and number > limit:
+                return
+            yield number, row
+
+
+def _parse(path: str, number: int, row: list[str]) -> tuple[int, int]:
+    """(timestamp_us, event_type) of a task_events row; GoogleTraceError if malformed."""
+    if len(row) != 13:
+        raise GoogleTraceError(f"{path}: line {number}: expected 13 columns, got {len(row)}")
+    try:
+        return int(row[TS]), int(row[TYPE])
+    except ValueError:
+        raise GoogleTraceError(f"{path}: line {number}: bad timestamp or event type {row[:6]!r}") from None
+
+
+def survey(task_events: str, job_events: str, limit: int | None = None) -> Survey:
+    """Pass 1 over the task events (and the job events for kills)."""
+    s = Survey()
+    machines: set[str] = set()
+    attempts: dict[tuple[str, str], int] = defaultdict(int)
+    started: dict[tuple[str, str, int], int] = {}
+    with progress("survey", None) as advance:
+        for number, row in read_rows(task_events, limit):
+            ts, kind = _parse(task_events, number, row)
+            job, task = row[JOB], row[TASK]
+            if row[MACHINE]:
+                machines.add(row[MACHINE])
+            if row[DIFFERENT] == "1":
+                s.different_machine.add(job)
+            if kind == SUBMIT:
+                attempts[job, task] += 1
+            elif kind == SCHEDULE:
+                started[job, task, attempts[job, task]] = ts
+            elif kind == FINISH and (job, task, attempts[job, task]) in started:
+                key = (job, task, attempts[job, task])
+                s.run_times[key] = trace_time(ts) - trace_time(started[key])
+            s.rows, s.last_us = number, ts
+            if number % 20_000 == 0:
+                advance(20_000)
+    s.machine_ids = sorted(machines, key=int)
+    for number, row in read_rows(job_events):
+        if len(row) >= 4 and row[3] == str(KILL) and int(row[0]) <= s.last_us:
+            s.job_kills.append((int(row[0]), row[2]))
+    s.job_kills.sort()
+    return s
+
+
+class _Batches:
+    """Pass 2 state: which batch (our job) and index each live Google task maps to."""
+
+    def __init__(self, s: Survey, stats: ImportStats):
+        self.survey, self.stats = s, stats
+        self.attempts: dict[tuple[str, str], int] = defaultdict(int)
+        self.task_of: dict[tuple[str, str], tuple[str, int]] = {}  # (job, task) → (batch id, index)
+        self.live: dict[str, int] = {}  # batch id → tasks not yet ended
+        self.batches: dict[str, list[str]] = defaultdict(list)  # Google job → its batch ids
+        self.members: dict[str, list[tuple[str, str]]] = {}  # batch id → its (job, task) keys
+        self.last_request: dict[str, Resources] = {}
+        self.killed: set[str] = set()
+        self.pending: dict[str, list[list[str]]] = {}  # this timestamp's SUBMIT rows by job
+        self.window_end = trace_time(s.last_us)
+
+    def submit_row(self, row: list[str]) -> None:
+        self.attempts[row[JOB], row[TASK]] += 1
+        self.pending.setdefault(row[JOB], []).append(row)
+
+    def flush(self, t: float):
+        """One job_submit per Google job among the buffered SUBMIT rows."""
+        for job, rows in self.pending.items():
+            yield JobSubmit(t, self._batch(job, sorted(rows, key=lambda r: int(r[TASK])), t))
+        self.pending = {}
+
+    def _batch(self, job: str, rows: list[list[str]], t: float) -> Job:
+        n = len(self.batches[job])
+        batch_id = f"g{job}" if n == 0 else f"g{job}.{n}"
+        self.batches[job].append(batch_id)
+        request = self._request(job, rows)
+        priority = max(int(r[PRIORITY]) for r in rows)
+        runs = [self.survey.run_times.get((job, r[TASK], self.attempts[job, r[TASK]])) for r in rows]
+        known = [x for x in runs if x is not None]
+        service = priority >= PRODUCTION_PRIORITY
+        duration = max(known) if known else (None if service else self.window_end - t)
+        for index, r in enumerate(rows):
+            self.task_of[job, r[TASK]] = (batch_id, index)
+        self.live[batch_id] = len(rows)
+        self.members[batch_id] = [(job, r[TASK]) for r in rows]
+        return Job(id=batch_id, kind=JobKind.SERVICE if service else JobKind.BATCH, tasks=len(rows),
+                   request=request, priority=priority, owner=rows[0][USER], duration_s=duration,
+                   different_machine=job in self.survey.different_machine)
+
+    def _request(self, job: str, rows: list[list[str]]) -> Resources:
+        """Per-resource maximum of the rows' requests; rows missing them (missing_info) use the
+        job's last known request, or the minimum."""
+        known = [r for r in rows if r[CPU] and r[MEMORY] and r[DISK]]
+        if not known:
+            self.stats.skipped["requests missing (used last known)"] += len(rows)
+            return self.last_request.get(job, scaled_request(0.0, 0.0, 0.0))
+        request = scaled_request(max(float(r[CPU]) for r in known), max(float(r[MEMORY]) for r in known),
+                                 max(float(r[DISK]) for r in known))
+        self.last_request[job] = request
+        return request
+
+    def end(self, t: float, job: str, task: str, kind: int):
+        """task_end for a live task (none for a task the window never submitted)."""
+        mapped = self.task_of.pop((job, task), None)
+        if mapped is None:
+            self.stats.skipped["end of a task not live in the window"] += 1
+            return
+        batch_id, index = mapped
+        self.live[batch_id] -= 1
+        yield TaskEnd(t, batch_id, index, TaskEndStatus.FINISHED if kind == FINISH else TaskEndStatus.FAILED)
+
+    def kill(self, t: float, job: str):
+        """job_kill for every batch of ``job`` with live tasks; its tasks are no longer live."""
+        self.killed.add(job)
+        for batch_id in self.batches.get(job, ()):
+            if self.live[batch_id] > 0:
+                self.live[batch_id] = 0
+                yield JobKill(t, batch_id)
+            for key in self.members[batch_id]:
+                if self.task_of.get(key, ("",))[0] == batch_id:
+                    del self.task_of[key]
+
+
+def google2011_events(task_events: str, s: Survey, capacity: CapacityModel, stats: ImportStats,
+                      limit: int | None = None):
+    """Pass 2: the trace's events in time order."""
+    for machine_id in s.machine_ids:
+        yield MachineAdd(0.0, Machine(id=f"m{machine_id}", capacity=capacity.capacity(machine_id)))
+    state = _Batches(s, stats)
+    kills = list(s.job_kills)
+    kill_at = {job: ts for ts, job in kills}
+    current = 0
+    with progress("import", s.rows) as advance:
+        for number, row in read_rows(task_events, limit):
+            ts, kind = _parse(task_events, number, row)
+            if ts != current:
+                yield from state.flush(trace_time(current))
+                while kills and kills[0][0] < ts:
+                    k_ts, job = kills.pop(0)
+                    if job not in state.killed:
+                        yield from state.kill(trace_time(k_ts), job)
+                current = ts
+            t, job = trace_time(ts), row[JOB]
+            if kind == SUBMIT:
+                state.submit_row(row)
+            elif kind == KILL and 0 <= kill_at.get(job, -1) - ts <= KILL_COALESCE_US:
+                if job not in state.killed:
+                    yield from state.kill(t, job)
+            elif kind in _ENDS:
+                yield from state.end(t, job, row[TASK], kind)
+            stats.rows = number
+            if number % 20_000 == 0:
+                advance(20_000)
+        yield from state.flush(trace_time(current))
+        for k_ts, job in kills:
+            if job not in state.killed:
+                yield from state.kill(trace_time(k_ts), job)
+
+
+def import_google2011(task_events: str, job_events: str, out, capacity: CapacityModel | None = None,
+                      limit: int | None = None, cell: str = "google-2011") -> ImportStats:
+    """Write the omega trace of a task_events/job_events part pair to ``out``; the counts."""
+    capacity = capacity or CapacityModel()
+    s = survey(task_events, job_events, limit)
+    stats = ImportStats()
+    header = TraceHeader(
+        source=f"google clusterdata-2011-2 task_events={task_events} job_events={job_events}"
+               + (f" limit={limit} rows" if limit is not None else ""),
+        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        capacity_model=capacity.describe(), cell=cell,
+        notes="t = max(0, timestamp_us/1e6 - 600); batches of same-timestamp SUBMITs per job; "
+              "see docs/TRACE_FORMAT.md")
+    with TraceWriter(out, header) as writer:
+        for event in google2011_events(task_events, s, capacity, stats, limit):
+            writer.write(event)
+            stats.events[type(event).__name__] += 1
+    return stats

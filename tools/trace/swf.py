@@ -1,0 +1,143 @@
+"""Import a Standard Workload Format (SWF v2.2) log into an omega trace.
+
+Each job line becomes one rigid gang job (all tasks or none) submitted at ``submit_s``
+(trace time = SWF time): ``req_procs`` tasks (``alloc_procs`` when req_procs is -1) of one
+processor each (1000 millicores; memory = ``req_mem_KB`` per processor rounded up to MiB,
+0 when unknown), running ``run_s`` seconds. The cell has one machine per node (header
+``MaxNodes``, else ``MaxProcs``): 1000 millicores and ``node_memory_mib`` (default 1024 MiB:
+SWF headers carry no node memory). Status, queue and the other fields are not used.
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from cellstate.model import Job, JobKind, Machine
+from cellstate.resources import Resources
+from tools.trace.events import JobSubmit, MachineAdd
+from tools.trace.format import TraceHeader, TraceWriter
+from tools.trace.progress import progress
+
+NODE_CPU = 1000
+DEFAULT_NODE_MEMORY_MIB = 1024
+FIELDS = ("job", "submit_s", "wait_s", "run_s", "alloc_procs", "avg_cpu_s", "used_mem_KB", "req_procs",
+          "req_time_s", "req_mem_KB", "status", "user", "group", "app", "queue", "partition", "prev_job",
+          "think_s")
+_HEADER_LINE = re.compile(r";\s*(\w+):\s*(.*?)\s*$")
+
+
+class SWFError(ValueError):
+    """A bad SWF line or header; names the file and line number."""
+
+
+@dataclass
+class SWFStats:
+    jobs: int = 0
+    machines: int = 0
+    bad_lines: list[tuple[int, str]] = field(default_factory=list)  # (line number, why), with skip_bad
+
+
+def _open(path: str):
+    return gzip.open(path, "rt") if path.endswith(".gz") else open(path)
+
+
+def read_header(path: str) -> dict[str, str]:
+    """The ``; Name: value`` header fields before the first job line."""
+    header = {}
+    with _open(path) as f:
+        for line in f:
+            if not line.startswith(";"):
+                if line.strip():
+                    break
+                continue
+            match = _HEADER_LINE.match(line)
+            if match and match.group(2):
+                header[match.group(1)] = match.group(2)
+    return header
+
+
+def node_count(path: str, header: dict[str, str]) -> int:
+    """Machines in the cell: MaxNodes, else MaxProcs; SWFError when neither is a positive int."""
+    for name in ("MaxNodes", "MaxProcs"):
+        value = header.get(name, "")
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    raise SWFError(f"{path}: header has no positive MaxNodes or MaxProcs (give --nodes)")
+
+
+def parse_job(line: str, number: int, path: str) -> JobSubmit:
+    """The job_submit of one SWF job line; SWFError naming the line and the field."""
+    parts = line.split()
+    if len(parts) != len(FIELDS):
+        raise SWFError(f"{path}: line {number}: expected {len(FIELDS)} fields, got {len(parts)}")
+    values = {}
+    for name, text in zip(FIELDS, parts):
+        try:
+            values[name] = float(text)
+        except ValueError:
+            raise SWFError(f"{path}: line {number}: field {name}: not a number: {text!r}") from None
+        if not math.isfinite(values[name]):
+            raise SWFError(f"{path}: line {number}: field {name}: not finite: {text!r}")
+    procs = values["req_procs"] if values["req_procs"] != -1 else values["alloc_procs"]
+    checks = (("job", values["job"] >= 0), ("submit_s", values["submit_s"] >= 0),
+              ("run_s", values["run_s"] >= 0), ("req_procs", procs >= 1 and procs == int(procs)))
+    for name, ok in checks:
+        if not ok:
+            shown = f"{procs:g} (req_procs/alloc_procs)" if name == "req_procs" else f"{values[name]:g}"
+            raise SWFError(f"{path}: line {number}: field {name}: invalid value {shown}")
+    memory = math.ceil(values["req_mem_KB"] / 1024) if values["req_mem_KB"] > 0 else 0
+    user = int(values["user"])
+    job = Job(id=f"j{int(values['job'])}", kind=JobKind.BATCH, tasks=int(procs),
+              request=Resources(NODE_CPU, memory), owner=f"u{user}" if user >= 0 else "",
+              duration_s=values["run_s"], gang=True)
+    return JobSubmit(values["submit_s"], job)
+
+
+def swf_events(path: str, nodes: int, node_memory_mib: int, stats: SWFStats, skip_bad: bool = False):
+    """machine_add for each node at t = 0, then a job_submit per valid job line."""
+    for i in range(nodes):
+        yield MachineAdd(0.0, Machine(id=f"n{i}", capacity=Resources(NODE_CPU, node_memory_mib)))
+    stats.machines = nodes
+    last = 0.0
+    with _open(path) as f, progress("import swf") as advance:
+        for number, line in enumerate(f, 1):
+            if line.startswith(";") or not line.strip():
+                continue
+            try:
+                event = parse_job(line, number, path)
+                if event.t < last:
+                    raise SWFError(f"{path}: line {number}: field submit_s: {event.t:g} is before the "
+                                   f"previous job's {last:g}")
+            except SWFError as exc:
+                if not skip_bad:
+                    raise
+                stats.bad_lines.append((number, str(exc)))
+                continue
+            last = event.t
+            stats.jobs += 1
+            advance()
+            yield event
+
+
+def import_swf(path: str, out, skip_bad: bool = False, nodes: int | None = None,
+               node_memory_mib: int = DEFAULT_NODE_MEMORY_MIB) -> SWFStats:
+    """Write the omega trace of an SWF log to ``out``; the counts (and skipped lines)."""
+    header = read_header(path)
+    nodes = nodes if nodes is not None else node_count(path, header)
+    stats = SWFStats()
+    trace_header = TraceHeader(
+        source=f"swf {path} ({header.get('Computer', '?')}, {header.get('Installation', '?')})",
+        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        capacity_model=f"swf: {nodes} machines, one per node, each {NODE_CPU} millicores and "
+                       f"{node_memory_mib} MiB; a job = req_procs tasks of {NODE_CPU} millicores as a gang",
+        cell=os.path.basename(path).removesuffix(".gz").removesuffix(".swf"),
+        notes="t = submit_s; duration_s = run_s; skip_bad=" + str(skip_bad))
+    with TraceWriter(out, trace_header) as writer:
+        for event in swf_events(path, nodes, node_memory_mib, stats, skip_bad):
+            writer.write(event)
+    return stats

@@ -1,0 +1,126 @@
+"""A seeded workload generator in the spirit of the Omega paper's simulator.
+
+Two independent streams, batch and service, each with exponential interarrival times at its
+own rate. Batch jobs: many tasks (lognormal, clipped to 1..1000), exponential durations with a
+median of minutes, small cpu/memory shapes. Service jobs: few tasks (1..50), no duration
+(they run until killed), larger shapes, higher priority, often spread (different_machine).
+Each stream has its own random generator derived from the seed, so changing one rate does
+not change the other stream's jobs.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from dataclasses import dataclass
+from typing import Iterator
+
+from cellstate.model import Constraint, ConstraintOp, Job, JobKind
+from cellstate.resources import Resources
+
+GIB = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class TaskShape:
+    """A per-task request (cores, MiB) and its weight among a kind's shapes."""
+
+    cores: float
+    memory: int
+    weight: float = 1.0
+
+    @property
+    def request(self) -> Resources:
+        return Resources.of(round(self.cores * 1000), self.memory)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadMix:
+    """Distribution parameters; rates in jobs per second."""
+
+    batch_rate: float = 1.0
+    service_rate: float = 0.1
+    batch_tasks_median: float = 12.0
+    batch_tasks_sigma: float = 1.4
+    batch_tasks_max: int = 1000
+    service_tasks_median: float = 4.0
+    service_tasks_sigma: float = 0.9
+    service_tasks_max: int = 50
+    batch_duration_median_s: float = 300.0
+    batch_shapes: tuple[TaskShape, ...] = (
+        TaskShape(0.25, 512, 2), TaskShape(0.5, 1 * GIB, 4), TaskShape(1, 2 * GIB, 3), TaskShape(2, 4 * GIB, 1))
+    service_shapes: tuple[TaskShape, ...] = (
+        TaskShape(1, 4 * GIB, 3), TaskShape(2, 8 * GIB, 2), TaskShape(4, 16 * GIB, 1))
+    owners: int = 8
+    packages: int = 20
+    package_fraction: float = 0.5
+    gang_fraction: float = 0.05
+    spread_fraction: float = 0.6
+    zones: tuple[str, ...] = ("zone-a", "zone-b", "zone-c")
+    zone_constraint_fraction: float = 0.1
+
+    def __post_init__(self):
+        if self.batch_rate < 0 or self.service_rate < 0 or not math.isfinite(self.batch_rate + self.service_rate):
+            raise ValueError(f"rates must be finite and >= 0, got batch {self.batch_rate}, "
+                             f"service {self.service_rate}")
+        if not self.batch_shapes or not self.service_shapes:
+            raise ValueError("each kind needs at least one task shape")
+
+
+def generate(seed: int, duration_s: float, mix: WorkloadMix = WorkloadMix(),
+             id_prefix: str | None = None) -> Iterator[tuple[float, Job]]:
+    """Jobs arriving in ``[0, duration_s)``, in arrival order, as (time offset, Job).
+
+    Ids are ``{id_prefix}b000000``… and ``{id_prefix}s000000``… (default prefix ``w{seed}-``).
+    """
+    if duration_s < 0:
+        raise ValueError(f"duration_s must be >= 0, got {duration_s}")
+    prefix = f"w{seed}-" if id_prefix is None else id_prefix
+    batch = _stream(random.Random(f"{seed}/batch"), mix.batch_rate, duration_s,
+                    lambda rng, n: _batch_job(rng, mix, f"{prefix}b{n:06d}"))
+    service = _stream(random.Random(f"{seed}/service"), mix.service_rate, duration_s,
+                      lambda rng, n: _service_job(rng, mix, f"{prefix}s{n:06d}"))
+    return heapq.merge(batch, service, key=lambda item: item[0])
+
+
+def _stream(rng: random.Random, rate: float, duration_s: float, make) -> Iterator[tuple[float, Job]]:
+    if rate <= 0:
+        return
+    t, n = rng.expovariate(rate), 0
+    while t < duration_s:
+        yield t, make(rng, n)
+        n += 1
+        t += rng.expovariate(rate)
+
+
+def _lognormal_count(rng: random.Random, median: float, sigma: float, high: int) -> int:
+    return max(1, min(high, round(rng.lognormvariate(math.log(median), sigma))))
+
+
+def _shape(rng: random.Random, shapes: tuple[TaskShape, ...]) -> Resources:
+    return rng.choices(shapes, [s.weight for s in shapes])[0].request
+
+
+def _common(rng: random.Random, mix: WorkloadMix) -> dict:
+    package = f"pkg-{rng.randrange(mix.packages):02d}" if mix.packages and rng.random() < mix.package_fraction else ""
+    return {"owner": f"user-{rng.randrange(max(1, mix.owners)):02d}", "package": package}
+
+
+def _batch_job(rng: random.Random, mix: WorkloadMix, job_id: str) -> Job:
+    tasks = _lognormal_count(rng, mix.batch_tasks_median, mix.batch_tasks_sigma, mix.batch_tasks_max)
+    mean = mix.batch_duration_median_s / math.log(2)
+    duration = round(rng.expovariate(1 / mean), 3) if mean > 0 else 0.0
+    return Job(id=job_id, kind=JobKind.BATCH, tasks=tasks, request=_shape(rng, mix.batch_shapes),
+               priority=rng.randrange(3), duration_s=duration,
+               gang=tasks <= 50 and rng.random() < mix.gang_fraction, **_common(rng, mix))
+
+
+def _service_job(rng: random.Random, mix: WorkloadMix, job_id: str) -> Job:
+    tasks = _lognormal_count(rng, mix.service_tasks_median, mix.service_tasks_sigma, mix.service_tasks_max)
+    constraints = ()
+    if mix.zones and rng.random() < mix.zone_constraint_fraction:
+        constraints = (Constraint("zone", ConstraintOp.EQ, (rng.choice(mix.zones),)),)
+    return Job(id=job_id, kind=JobKind.SERVICE, tasks=tasks, request=_shape(rng, mix.service_shapes),
+               priority=100 + rng.randrange(3), constraints=constraints,
+               different_machine=rng.random() < mix.spread_fraction, **_common(rng, mix))
