@@ -42,7 +42,7 @@ class Cell:
         self.placement = {a: self.machine_ids[i % machines] for i, a in enumerate(self.allocs)}
         self.next_alloc = 0
         self.next_machine = 0
-        self.version = 0
+        self.deleted: set[tuple[str, int]] = set()
 
     def initial_ops(self):
         """Puts of every machine, job and allocation."""
@@ -63,7 +63,8 @@ class Cell:
         return encode_machine(machine)
 
     def change_ops(self, count: int):
-        """``count`` ops: per 10, 2 machine puts, 6 allocation moves, 2 allocation deletes."""
+        """``count`` ops, each a change: per 10, 2 machine puts, 6 allocation moves and 2
+        allocation deletes (an allocation deleted earlier is put back instead)."""
         ops = []
         for i in range(count):
             slot = i % 10
@@ -74,10 +75,12 @@ class Cell:
                 continue
             job_id, task = self.allocs[self.next_alloc % len(self.allocs)]
             self.next_alloc += 1
-            if slot < 8:
+            if slot < 8 or (job_id, task) in self.deleted:  # a deleted allocation comes back
+                self.deleted.discard((job_id, task))
                 mid = self.machine_ids[(self.next_alloc * 7919) % len(self.machine_ids)]
                 ops.append(Put(self.keys.alloc(job_id, task), encode_alloc(Alloc(job_id, task, mid, REQUEST))))
             else:
+                self.deleted.add((job_id, task))
                 ops.append(Delete(self.keys.alloc(job_id, task)))
         return ops
 

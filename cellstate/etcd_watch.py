@@ -125,7 +125,7 @@ class EtcdWatchStream:
         if response.compact_revision:
             return Compacted(response.compact_revision, self._start_revision)
         if response.canceled:
-            return StoreError(f"etcd cancelled the watch: {response.cancel_reason or 'no reason given'}")
+            return etcd_wire.cancelled_watch_error(response.cancel_reason)
         if response.created and not response.events:
             return None
         self._batches.put(WatchBatch(batch_revision(response), etcd_wire.events(response.events)))

@@ -14,7 +14,7 @@ import etcd3.etcdrpc as rpc
 from etcd3 import exceptions as etcd_exceptions
 
 from cellstate.store import (
-    Compare, CompareOp, CompareTarget, Delete, Event, EventKind, Get, KeyValue, Op, Put,
+    Compare, CompareOp, CompareTarget, Delete, Event, EventKind, Get, KeyValue, Op, PermissionDenied, Put,
     StoreError, TxnTooLarge, Unavailable,
 )
 
@@ -27,6 +27,8 @@ CONNECTION_ERRORS = (
 COMPACTED_MESSAGE = "required revision has been compacted"
 _TOO_LARGE_MESSAGES = ("too many operations in txn request", "request is too large",
                        "message larger than max")
+# etcd's auth refusals (PERMISSION_DENIED, or INVALID_ARGUMENT/UNAUTHENTICATED with these details).
+_DENIED_MESSAGES = ("permission denied", "user name is empty", "authentication failed", "invalid auth token")
 
 _RESULTS = {
     CompareOp.EQ: rpc.Compare.EQUAL, CompareOp.NE: rpc.Compare.NOT_EQUAL,
@@ -120,6 +122,12 @@ def branch_reads(ops: Sequence[Op], responses) -> tuple[tuple[KeyValue, ...], ..
     return tuple([key_values(resp.response_range.kvs) for op, resp in zip(ops, responses) if type(op) is Get])
 
 
+def cancelled_watch_error(reason: str) -> StoreError:
+    """The error of a watch etcd cancelled (PermissionDenied when the user may not read the range)."""
+    text = f"etcd cancelled the watch: {reason or 'no reason given'}"
+    return PermissionDenied(text) if any(msg in reason for msg in _DENIED_MESSAGES) else StoreError(text)
+
+
 def is_compacted(exc: grpc.RpcError) -> bool:
     return exc.code() == grpc.StatusCode.OUT_OF_RANGE and COMPACTED_MESSAGE in (exc.details() or "")
 
@@ -131,4 +139,6 @@ def store_error(exc: grpc.RpcError, what: str) -> StoreError:
         return Unavailable(f"etcd {what} failed: {code.name}: {details}")
     if any(msg in details for msg in _TOO_LARGE_MESSAGES):
         return TxnTooLarge(f"etcd refused {what}: {details}")
+    if code == grpc.StatusCode.PERMISSION_DENIED or any(msg in details for msg in _DENIED_MESSAGES):
+        return PermissionDenied(f"etcd denied {what}: {code.name}: {details}")
     return StoreError(f"etcd {what} failed: {code.name}: {details}")

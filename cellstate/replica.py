@@ -101,7 +101,8 @@ class Replica(ReplicaState):
     def pump(self, timeout: float = 0.0, max_batches: int | None = None) -> int:
         """Apply the watch batches that are ready, waiting up to ``timeout`` seconds for the
         first (later ones are taken only if already there), at most ``max_batches``; returns
-        how many events changed the replica (skipped duplicates do not count)."""
+        how many events changed the replica (skipped duplicates do not count, nor does the
+        listing after a compaction, which raises ``relists``)."""
         if timeout < 0:
             raise ValueError(f"pump timeout must be >= 0 seconds, got {timeout!r}")
         if self._stream is None and self.revision == 0:

@@ -38,6 +38,11 @@ class TxnTooLarge(StoreError):
     """A transaction exceeds the store's operation or request-size limit."""
 
 
+class PermissionDenied(StoreError):
+    """The store refused the request for the credentials used: no permission on a key,
+    a wrong or missing user name or password, or an expired auth token."""
+
+
 @dataclass(frozen=True, slots=True)
 class KeyValue:
     key: str

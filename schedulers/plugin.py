@@ -63,6 +63,7 @@ class JobPlacement:
     machines: dict[str, int] = field(default_factory=dict)
     zones: dict[str, int] = field(default_factory=dict)
     total: int = 0
+    racks: dict[str, int] = field(default_factory=dict)
 
     def on_machine(self, machine_id: str) -> int:
         return self.machines.get(machine_id, 0)
@@ -70,18 +71,27 @@ class JobPlacement:
     def in_zone(self, zone: str) -> int:
         return self.zones.get(zone, 0)
 
-    def add(self, machine_id: str, zone: str, tasks: int = 1) -> None:
-        """Count ``tasks`` more (negative: fewer) tasks of the job on a machine in ``zone``."""
+    def in_rack(self, rack: str) -> int:
+        return self.racks.get(rack, 0)
+
+    def add(self, machine_id: str, zone: str, tasks: int = 1, rack: str = "") -> None:
+        """Count ``tasks`` more (negative: fewer) tasks of the job on a machine in ``zone``
+        (and ``rack``: racks are counted only when given)."""
         self.machines[machine_id] = self.machines.get(machine_id, 0) + tasks
         self.zones[zone] = self.zones.get(zone, 0) + tasks
+        if rack:
+            self.racks[rack] = self.racks.get(rack, 0) + tasks
         self.total += tasks
 
 
 @dataclass(frozen=True, slots=True)
 class ScoreContext:
-    """What a scorer may consult besides the job and machine."""
+    """What a scorer may consult besides the job and machine. ``victims``: priorities of the
+    allocations that would be evicted from this machine to fit the task (preemption ranking;
+    empty in the ordinary pass, where the task fits the free resources)."""
 
     placement: JobPlacement
+    victims: tuple[int, ...] = ()
 
 
 class Scorer(Protocol):

@@ -6,12 +6,18 @@ from typing import Any, Callable, Mapping
 
 from schedulers.plugin import Filter, PluginConfigError, Scorer
 from schedulers.plugins import (
+    best_fit,
+    borg_hybrid,
     constraints,
     different_machine,
+    domain_spread,
     least_loaded,
     machine_state,
     max_per_machine,
+    package_locality,
+    priority_aware,
     resources_fit,
+    worst_fit,
     zone_spread,
 )
 
@@ -26,6 +32,12 @@ FILTERS: dict[str, Callable[..., Filter]] = {
 SCORERS: dict[str, Callable[..., Scorer]] = {
     least_loaded.NAME: least_loaded.factory,
     zone_spread.NAME: zone_spread.factory,
+    best_fit.NAME: best_fit.factory,
+    worst_fit.NAME: worst_fit.factory,
+    borg_hybrid.NAME: borg_hybrid.factory,
+    domain_spread.NAME: domain_spread.factory,
+    package_locality.NAME: package_locality.factory,
+    priority_aware.NAME: priority_aware.factory,
 }
 
 

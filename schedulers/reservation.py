@@ -46,7 +46,8 @@ class Reservations:
             placement = self._placements[job_id] = JobPlacement()
             for alloc in self.view.allocs_of(job_id):
                 entry = self.view.machine(alloc.machine_id)
-                placement.add(alloc.machine_id, entry.machine.zone if entry else "")
+                placement.add(alloc.machine_id, entry.machine.zone if entry else "",
+                              rack=entry.machine.rack if entry else "")
         return placement
 
     def reserve(self, job_id: str, machine: Machine, request: Resources) -> None:
@@ -55,9 +56,9 @@ class Reservations:
         if not request.fits_in(free):
             raise ValueError(f"reservation of {request} on {machine.id} exceeds free {free}")
         self._free[machine.id] = free - request
-        self.placement(job_id).add(machine.id, machine.zone)
+        self.placement(job_id).add(machine.id, machine.zone, rack=machine.rack)
 
     def release(self, job_id: str, machine: Machine, request: Resources) -> None:
         """Undo one ``reserve`` of ``request`` on ``machine`` for ``job_id``."""
         self._free[machine.id] = self.free(machine) + request
-        self.placement(job_id).add(machine.id, machine.zone, -1)
+        self.placement(job_id).add(machine.id, machine.zone, -1, rack=machine.rack)

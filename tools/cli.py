@@ -13,9 +13,12 @@ COMMAND_MODULES = [
     "tools.cmd_etcd",
     "tools.cmd_jobs",
     "tools.cmd_cell",
+    "tools.cmd_cellup",
     "tools.cmd_monitor",
     "tools.cmd_trace",
+    "tools.cmd_record",
     "tools.cmd_agents",
+    "tools.cmd_scheduler",
 ]
 
 

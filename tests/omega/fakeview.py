@@ -1,4 +1,4 @@
-"""Test helpers of the optimistic loop: a placement view over the real Replica, a fake clock,
+"""Test helpers of the optimistic loop: the real placement view (re-exported), a fake clock,
 cell seeding and a small least-loaded decide function."""
 
 from __future__ import annotations
@@ -9,38 +9,10 @@ from cellstate.codec import decode_machine, encode_job_record, encode_machine
 from cellstate.committer import StoreCommitter
 from cellstate.keys import CellKeys
 from cellstate.model import Job, JobKind, JobRecord, Machine
-from cellstate.replica import Replica
+from cellstate.placement_view import ReplicaView  # noqa: F401  (the real adapter; tests import it from here)
 from cellstate.resources import Resources
 from cellstate.store import Put
-from omega.protocols import Claim, CommitOutcome, Decision, JobEntry
-
-
-class ReplicaView:
-    """A ``PlacementView``: the replica plus ``apply_outcome`` (what the CLI wires, too)."""
-
-    def __init__(self, store, keys: CellKeys):
-        self.replica = Replica(store, keys)
-        self.replica.sync()
-
-    def __getattr__(self, name):
-        return getattr(self.replica, name)
-
-    @property
-    def revision(self) -> int:
-        return self.replica.revision
-
-    def apply_outcome(self, outcome: CommitOutcome) -> None:
-        if outcome.committed:
-            if outcome.written or outcome.deleted:
-                self.replica.apply_local(outcome.revision, outcome.written, outcome.deleted)
-            return
-        machines = outcome.fresh_machines
-        jobs = {job.id: job for job in (outcome.fresh_job, *outcome.fresh_victims.values()) if job}
-        gone_jobs = [job_id for job_id, job in outcome.fresh_victims.items() if job is None]
-        self.replica.apply_entries([m for m in machines.values() if m], jobs.values(),
-                                   revision=outcome.revision,
-                                   deleted_machines=[mid for mid, m in machines.items() if m is None],
-                                   deleted_jobs=gone_jobs)
+from omega.protocols import Claim, Decision, JobEntry
 
 
 @dataclass

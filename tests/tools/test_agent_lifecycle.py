@@ -12,7 +12,7 @@ from cellstate.resources import Resources
 from omega.protocols import JobEntry, MachineEntry
 from tools.agents.failures import FailureInjector
 from tools.agents.lifecycle import (
-    EndSchedule, MachineNeed, MachineSelector, TaskEnd, chunks, end_time, failure_delay, machine_need, startable,
+    EndSchedule, MachineNeed, MachineSelector, TaskEnd, end_time, failure_delay, machine_need, startable,
 )
 
 R = Resources.of(100, 100)
@@ -43,21 +43,18 @@ def test_machine_selector_refuses_empty(text):
         MachineSelector.parse(text)
 
 
-@pytest.mark.parametrize("a, entry, expected", [
-    (alloc(placed_at=100.0), job(duration=10.0), 110.0 / 1),
-    (alloc(placed_at=100.0), job(duration=0.0), 100.0),
-    (alloc(placed_at=0.0), job(duration=10.0), 50.0 + 5.0),
-    (alloc(), job(kind=JobKind.SERVICE), None),
-    (alloc(), job(duration=None), None),
-    (alloc(), None, None),
-], ids=["batch", "zero-duration", "no-placed-at-uses-first-seen", "service", "no-duration", "unknown-job"])
-def test_end_time(a, entry, expected):
-    scale = 2.0 if a.placed_at == 0.0 else 1.0
+@pytest.mark.parametrize("a, entry, scale, expected", [
+    (alloc(placed_at=100.0), job(duration=10.0), 1.0, 110.0),
+    (alloc(placed_at=100.0), job(duration=30.0), 10.0, 103.0),
+    (alloc(placed_at=100.0), job(duration=0.0), 1.0, 100.0),
+    (alloc(placed_at=0.0), job(duration=10.0), 2.0, 55.0),
+    (alloc(), job(kind=JobKind.SERVICE), 1.0, None),
+    (alloc(), job(duration=None), 1.0, None),
+    (alloc(), None, 1.0, None),
+], ids=["batch", "scaled", "zero-duration", "no-placed-at-uses-first-seen", "service", "no-duration",
+        "unknown-job"])
+def test_end_time(a, entry, scale, expected):
     assert end_time(a, entry, scale, first_seen=50.0) == expected
-
-
-def test_end_time_is_scaled():
-    assert end_time(alloc(placed_at=100.0), job(duration=30.0), 10.0, 0.0) == 103.0
 
 
 def test_startable_takes_placed_tasks_of_live_jobs_only():
@@ -110,8 +107,3 @@ def test_injector_plans_repairs_scaled_and_picks_victims_reproducibly():
     never.plan_next_failure(0.0, 10)
     assert never.next_event_at() == math.inf
 
-
-def test_chunks():
-    assert chunks([1, 2, 3, 4, 5], 2) == [[1, 2], [3, 4], [5]]
-    with pytest.raises(ValueError, match="chunk size"):
-        chunks([1], 0)

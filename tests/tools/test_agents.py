@@ -12,8 +12,10 @@ import pytest
 from cellstate.check import check_cell
 from cellstate.codec import decode_alloc, decode_job_record, decode_machine, encode_job_record, encode_machine
 from cellstate.committer import StoreCommitter
+from cellstate.etcd_store import EtcdStore
 from cellstate.model import Job, JobKind, JobRecord, JobState, Machine, MachineState
 from cellstate.resources import ZERO, Resources
+from cellstate.store import Unavailable
 from cellstate.submit import submit_jobs
 from omega.protocols import Claim, JobEntry, MachineEntry, Plan
 from tools.agents.agent import Agent, AgentConfig
@@ -108,6 +110,17 @@ def test_placed_batch_task_runs_and_ends(etcd_store, cell_keys, make_agent):
     assert_clean(etcd_store, cell_keys)
 
 
+def test_a_restarted_agent_ends_tasks_at_placed_at_plus_duration(etcd_store, cell_keys, make_agent):
+    add_machines(etcd_store, cell_keys, "m1")
+    submit(etcd_store, cell_keys, "j", duration_s=1.0)
+    placed_at = time.time() - 0.5  # placed (and running) before this agents process started
+    place(etcd_store, cell_keys, "j", [(0, "m1")], placed_at=placed_at)
+    agent = make_agent()
+    agent.start()
+    steps_until(agent, lambda: record(etcd_store, cell_keys, "j").tasks == "f")
+    assert placed_at + 1.0 <= time.time() < placed_at + 1.4
+
+
 def test_placed_tasks_are_marked_running(etcd_store, cell_keys, make_agent):
     add_machines(etcd_store, cell_keys, "m1", "m2")
     submit(etcd_store, cell_keys, "s", kind=SERVICE, tasks=3)
@@ -169,15 +182,20 @@ def test_a_concurrent_job_change_is_retried_and_ends_correct(etcd_store, cell_ke
 # ------------------------------------------------------------------------------ machines
 
 
-def test_fail_a_machine_with_three_allocs(etcd_store, cell_keys, make_agent):
+@pytest.mark.parametrize("max_txn_ops", [10_000, 3], ids=["one-txn", "one-alloc-per-txn"])
+def test_fail_a_machine_with_three_allocs(etcd_server, etcd_store, cell_keys, max_txn_ops):
     add_machines(etcd_store, cell_keys, "m1", "m2")
     submit(etcd_store, cell_keys, "j", tasks=3, duration_s=3600.0)
     submit(etcd_store, cell_keys, "s", kind=SERVICE, tasks=1)
     place(etcd_store, cell_keys, "j", [(0, "m1"), (1, "m1"), (2, "m2")])
     place(etcd_store, cell_keys, "s", [(0, "m1")])
-    agent = make_agent()
-    agent.start()
-    assert agent.fail("m1") == 3
+    with EtcdStore(etcd_server.endpoints, max_txn_ops=max_txn_ops) as small:
+        agent = Agent(small, cell_keys)
+        agent.start()
+        before = small.revision()
+        assert agent.fail("m1") == 3
+        assert small.revision() - before == (1 if max_txn_ops > 3 else 3)
+        agent.close()
     m1 = machine(etcd_store, cell_keys, "m1")
     assert (m1.state, m1.allocated, m1.task_count) == (MachineState.DOWN, ZERO, 0)
     j, s = record(etcd_store, cell_keys, "j"), record(etcd_store, cell_keys, "s")
@@ -254,6 +272,36 @@ def test_agent_loop_in_a_thread_finishes_work_within_bounded_time(etcd_store, ce
         agent.metrics.close()
     assert not thread.is_alive()
     assert allocs(etcd_store, cell_keys) == []
+    assert_clean(etcd_store, cell_keys)
+
+
+def test_agent_loop_lists_the_cell_again_after_a_store_error(etcd_store, cell_keys, make_agent):
+    add_machines(etcd_store, cell_keys, "m1")
+    submit(etcd_store, cell_keys, "j", duration_s=0.0)
+    agent = make_agent()
+    agent.start()
+    pump, failed = agent.replica.pump, []
+
+    def pump_once_broken(*args, **kwargs):
+        if not failed:
+            failed.append(True)
+            raise Unavailable("etcd went away (test)")
+        return pump(*args, **kwargs)
+
+    agent.replica.pump = pump_once_broken
+    place(etcd_store, cell_keys, "j", [(0, "m1")])
+    stop = threading.Event()
+    thread = threading.Thread(target=agent.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 5.0
+        while record(etcd_store, cell_keys, "j").tasks != "f":
+            assert time.monotonic() < deadline, "the agent did not recover"
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+    assert failed and not thread.is_alive()
     assert_clean(etcd_store, cell_keys)
 
 

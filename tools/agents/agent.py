@@ -113,16 +113,27 @@ class Agent:
                  len(self._seen), self.replica.revision)
 
     def run(self, stop: threading.Event) -> None:
-        """``step`` until ``stop`` is set (call ``start`` first); store errors are logged and
-        waited out."""
+        """``step`` until ``stop`` is set (call ``start`` first). After a store error (an outage
+        the replica gave up on) the agents wait a second and list the cell again."""
+        broken = False
         while not stop.is_set():
             try:
+                if broken:
+                    self.resync()
+                    broken = False
                 self.step()
             except StoreError as exc:
-                log.warning("agents: store error, retrying in 1s: %s", exc)
+                log.warning("agents: store error, listing the cell again in 1s: %s", exc)
+                broken = True
                 stop.wait(1.0)
         log.info("agents stopped agent=%s finished=%d", self.config.name,
                  int(self.metrics.value("omega_agent_tasks_finished_total")))
+
+    def resync(self) -> None:
+        """List the cell again and re-examine every machine."""
+        self.replica.sync()
+        self._seen.clear()
+        self._scan(self.clock())
 
     def close(self) -> None:
         self.replica.close()

@@ -103,13 +103,6 @@ def machine_need(entry: MachineEntry, allocs: list[Alloc], job_of: JobLookup) ->
     return MachineNeed.NOTHING
 
 
-def chunks(items: list, size: int) -> list[list]:
-    """``items`` in consecutive runs of at most ``size`` (>= 1)."""
-    if size < 1:
-        raise ValueError(f"chunk size must be >= 1, got {size}")
-    return [items[i:i + size] for i in range(0, len(items), size)]
-
-
 # ---------------------------------------------------------------------------- schedule
 
 

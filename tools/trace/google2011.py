@@ -133,13 +133,31 @@ def read_rows(path: str, limit: int | None = None):
 
 
 def _parse(path: str, number: int, row: list[str]) -> tuple[int, int]:
-    """(timestamp_us, event_type) of a task_events row; GoogleTraceError if malformed."""
+    """(timestamp_us, event_type) of a task_events row after checking every column the import
+    reads (task index, machine id, priority, requests); GoogleTraceError if malformed."""
     if len(row) != 13:
         raise GoogleTraceError(f"{path}: line {number}: expected 13 columns, got {len(row)}")
     try:
-        return int(row[TS]), int(row[TYPE])
+        ts, kind = int(row[TS]), int(row[TYPE])
     except ValueError:
         raise GoogleTraceError(f"{path}: line {number}: bad timestamp or event type {row[:6]!r}") from None
+    for column, name, optional in ((TASK, "task index", False), (MACHINE, "machine id", True),
+                                   (PRIORITY, "priority", False)):
+        if not (row[column].isdigit() or (optional and not row[column])):
+            raise GoogleTraceError(f"{path}: line {number}: bad {name} {row[column]!r}")
+    for column, name in ((CPU, "cpu request"), (MEMORY, "memory request"), (DISK, "disk request")):
+        if row[column] and not _fraction(row[column]):
+            raise GoogleTraceError(f"{path}: line {number}: bad {name} {row[column]!r} "
+                                   "(expected a normalized amount 0..1)")
+    return ts, kind
+
+
+def _fraction(text: str) -> bool:
+    """True when ``text`` is a number in 0..1 (the trace's normalized amounts)."""
+    try:
+        return 0.0 <= float(text) <= 1.0
+    except ValueError:
+        return False
 
 
 def survey(task_events: str, job_events: str, limit: int | None = None) -> Survey:
@@ -168,8 +186,11 @@ def survey(task_events: str, job_events: str, limit: int | None = None) -> Surve
                 advance(20_000)
     s.machine_ids = sorted(machines, key=int)
     for number, row in read_rows(job_events):
-        if len(row) >= 4 and row[3] == str(KILL) and int(row[0]) <= s.last_us:
-            s.job_kills.append((int(row[0]), row[2]))
+        if len(row) >= 4 and row[3] == str(KILL):
+            if not row[0].isdigit():
+                raise GoogleTraceError(f"{job_events}: line {number}: bad timestamp {row[0]!r}")
+            if int(row[0]) <= s.last_us:
+                s.job_kills.append((int(row[0]), row[2]))
     s.job_kills.sort()
     return s
 

@@ -1,0 +1,119 @@
+"""``ReplicaView``: what a scheduler process reads and refreshes — a ``Replica`` of its cell
+plus ``apply_outcome`` (omega's ``PlacementView``), the live peers of a scheduler kind
+(from the leased ``stats/`` keys) and a "the cell freed resources" flag.
+
+Freed resources: a machine whose ledger shrank in some dimension (a task ended, was
+evicted or its machine failed), a machine that came back up, or a new machine. Deferred
+jobs may fit again then, so the scheduler resets their backoff (``take_freed``).
+Our own commits only grow ledgers, so they never raise the flag.
+
+Not thread-safe (like the replica): the scheduler's worker thread owns it.
+"""
+
+from __future__ import annotations
+
+from cellstate.codec_fields import CodecError
+from cellstate.keys import CellKeys
+from cellstate.model import Machine, MachineState
+from cellstate.replica import Replica
+from cellstate.stats_codec import decode_stats
+from cellstate.store import Store
+from omega.protocols import CommitOutcome
+
+
+def frees_resources(old: Machine | None, new: Machine) -> bool:
+    """True when ``new`` offers room ``old`` did not: a new machine, one back up, a bigger
+    capacity or a ledger that shrank in some dimension."""
+    if old is None:
+        return new.state is MachineState.UP
+    if new.state is not MachineState.UP:
+        return False
+    if old.state is not MachineState.UP:
+        return True
+    return not new.free.fits_in(old.free)
+
+
+class _WatchedReplica(Replica):
+    """A replica that notices machines freeing resources as the watch applies them."""
+
+    freed = False
+
+    def _put_machine(self, key: str, ident: str, raw: bytes, mod: int) -> None:
+        old = self._machines.get(ident)
+        super()._put_machine(key, ident, raw, mod)
+        if not self.freed and frees_resources(old.machine if old else None, self._machines[ident].machine):
+            self.freed = True
+
+
+class ReplicaView:
+    """A ``PlacementView`` over a synced replica of the cell ``keys`` in ``store``."""
+
+    def __init__(self, store: Store, keys: CellKeys, **replica_options):
+        self.replica = _WatchedReplica(store, keys, **replica_options)
+        self.replica.sync()
+        self._stats_kinds: dict[str, tuple[bytes, str]] = {}
+
+    def __getattr__(self, name):
+        return getattr(self.replica, name)
+
+    @property
+    def revision(self) -> int:
+        return self.replica.revision
+
+    def pump(self, timeout: float = 0.0, max_batches: int | None = None) -> int:
+        """Apply ready watch batches, waiting up to ``timeout`` s for the first (see Replica.pump)."""
+        return self.replica.pump(timeout, max_batches)
+
+    def close(self) -> None:
+        self.replica.close()
+
+    def apply_outcome(self, outcome: CommitOutcome) -> None:
+        """Take in a commit: its written keys on success, the fresh compared entries on failure."""
+        if outcome.committed:
+            if outcome.written or outcome.deleted:
+                self.replica.apply_local(outcome.revision, outcome.written, outcome.deleted)
+            return
+        machines = outcome.fresh_machines
+        self._note_fresh_machines(m for m in machines.values() if m)
+        jobs = {job.id: job for job in (outcome.fresh_job, *outcome.fresh_victims.values()) if job}
+        gone_jobs = [job_id for job_id, job in outcome.fresh_victims.items() if job is None]
+        self.replica.apply_entries([m for m in machines.values() if m], jobs.values(),
+                                   revision=outcome.revision,
+                                   deleted_machines=[mid for mid, m in machines.items() if m is None],
+                                   deleted_jobs=gone_jobs)
+
+    def _note_fresh_machines(self, entries) -> None:
+        """Raise the freed flag for fresh entries (read by a failed commit) that free room:
+        the watch will skip their events, so it would not notice them."""
+        for entry in entries:
+            held = self.replica.machine(entry.id)
+            if (held is None or held.mod_revision < entry.mod_revision) and \
+                    frees_resources(held.machine if held else None, entry.machine):
+                self.replica.freed = True
+
+    def take_freed(self) -> bool:
+        """True (once) if machines freed resources since the last call."""
+        freed, self.replica.freed = self.replica.freed, False
+        return freed
+
+    def peers(self, kind: str) -> list[str]:
+        """Names of the schedulers of ``kind`` whose leased stats key is live, sorted.
+        Values that do not decode are ignored (the replica quarantines nothing here)."""
+        prefix = self.replica.keys.kind_prefix("stats")
+        names = []
+        seen = set()
+        for key, raw in self.replica.stats_raw.items():
+            seen.add(key)
+            cached = self._stats_kinds.get(key)
+            if cached is None or cached[0] is not raw:
+                try:
+                    cached = (raw, decode_stats(key, raw).kind)
+                except CodecError:
+                    cached = (raw, "")
+                self._stats_kinds[key] = cached
+            if cached[1] == kind:
+                names.append(key[len(prefix):])
+        for key in set(self._stats_kinds) - seen:
+            del self._stats_kinds[key]
+        return sorted(names)
+

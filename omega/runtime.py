@@ -1,0 +1,311 @@
+"""``SchedulerProcess``: one process is one scheduler (name, kind, config) serving a cell.
+
+The process owns a ``SchedulerCell`` (a placement view kept current from the store's
+watch), an ``OptimisticPlacer``, a ``JobQueue``, a ``StatsRecorder``, a ``StatsSink`` and a
+``Clock``. Its work loop runs in a worker thread (``anyio.to_thread.run_sync``) so that the
+event loop stays free for signals and for the stats task, which publishes every
+``stats_interval_s``:
+
+  1. pump the view (apply the watch batches that are ready, without waiting);
+     if machines freed resources since the last round, forget every job's backoff;
+  2. select up to ``batch_jobs`` pending jobs of the scheduler's kind (fair order, shared
+     with the live peers of the same kind by rendezvous hashing);
+  3. place each (decide, commit, resolve conflicts); a job left with pending tasks is
+     deferred (exponential backoff), a placed one forgotten;
+  4. with nothing to do, wait on the watch until something changes or a deferred job is due.
+
+``stop()`` (SIGINT/SIGTERM when ``run(handle_signals=True)``, or ``duration_s``) lets the
+current placement finish its commits, then the stats lease is revoked and the view closed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable, Protocol
+
+import anyio
+import anyio.to_thread
+
+from cellstate.model import JobKind
+from omega.attempts import Attempt, PlacementResult
+from omega.modes import CommitMode, ConflictMode
+from omega.occ import OptimisticPlacer
+from omega.protocols import CellView, Claim, Committer, Decision, JobEntry, PlacementView, PlanTooLarge
+from omega.queue import JobQueue
+from omega.retry import RetryPolicy, retry_policy_for
+from omega.stats import SchedulerStats, StatsRecorder
+
+log = logging.getLogger(__name__)
+
+
+class SchedulerCell(PlacementView, Protocol):
+    """The view a scheduler process works on (``cellstate.placement_view.ReplicaView``)."""
+
+    def pump(self, timeout: float = 0.0) -> int:
+        """Apply ready watch batches, waiting up to ``timeout`` s for the first; how many changed."""
+        ...
+
+    def peers(self, kind: str) -> list[str]:
+        """Live schedulers of ``kind`` (from their leased stats keys)."""
+        ...
+
+    def take_freed(self) -> bool:
+        """True (once) if machines freed resources since the last call."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class StatsSink(Protocol):
+    """Where a scheduler's stats go (``cellstate.stats_sink.LeasedStatsSink``)."""
+
+    def publish(self, stats: SchedulerStats) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class PlacingScheduler(Protocol):
+    """What the process needs of a scheduler (``schedulers.base.Scheduler``)."""
+
+    name: str
+    kind: str
+
+    def decide(self, job: JobEntry, tasks: list[int], view: CellView): ...
+
+
+class SystemClock:
+    """Wall-clock time (epoch seconds, as job submission times are)."""
+
+    def now(self) -> float:
+        return time.time()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeOptions:
+    """Knobs of the work loop. ``duration_s`` 0: run until stopped. ``transient_errors``:
+    exceptions of a round (store outages) that are logged and retried after ``error_wait_s``."""
+
+    batch_jobs: int = 16
+    steal_after_s: float = 2.0
+    stats_interval_s: float = 1.0
+    idle_wait_s: float = 0.2
+    error_wait_s: float = 1.0
+    duration_s: float = 0.0
+    transient_errors: tuple[type[BaseException], ...] = ()
+
+    def __post_init__(self) -> None:
+        if type(self.batch_jobs) is not int or self.batch_jobs < 1:
+            raise ValueError(f"batch_jobs must be an int >= 1, got {self.batch_jobs!r}")
+        for name in ("steal_after_s", "duration_s"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be >= 0 seconds, got {getattr(self, name)!r}")
+        for name in ("stats_interval_s", "idle_wait_s", "error_wait_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0 seconds, got {getattr(self, name)!r}")
+
+
+def kv(**fields) -> str:
+    """``key=value`` pairs for a log line; values with spaces are quoted."""
+    parts = []
+    for key, value in fields.items():
+        if isinstance(value, (list, tuple)):
+            value = ",".join(map(str, value))
+        text = f"{value:.3f}" if isinstance(value, float) else str(value)
+        parts.append(f'{key}="{text}"' if (" " in text or not text) else f"{key}={text}")
+    return " ".join(parts)
+
+
+class SchedulerProcess:
+    """One scheduler serving one cell (see the module docstring)."""
+
+    def __init__(self, scheduler: PlacingScheduler, view: SchedulerCell, committer: Committer, sink: StatsSink, *,
+                 conflict_mode: ConflictMode = ConflictMode.RESOURCE_FIT,
+                 commit_mode: CommitMode = CommitMode.INCREMENTAL, retry: RetryPolicy | None = None,
+                 clock=None, options: RuntimeOptions = RuntimeOptions(),
+                 observers: Iterable[Callable[[Attempt], None]] = ()):
+        self.scheduler = scheduler
+        self.name = scheduler.name
+        self.kind = scheduler.kind
+        self.view = view
+        self.sink = sink
+        self.clock = clock or SystemClock()
+        self.options = options
+        self.observers = list(observers)
+        self.job_kind = JobKind(self.kind) if self.kind in {k.value for k in JobKind} else None  # borg: all
+        self.placer = OptimisticPlacer(self.name, committer, conflict_mode, commit_mode,
+                                       retry or retry_policy_for(self.kind), self.clock, self._on_attempt)
+        self.queue = JobQueue(self.name, steal_after_s=options.steal_after_s)
+        self.recorder = StatsRecorder(self.name, self.kind, pid=os.getpid(), host=socket.gethostname(),
+                                      started_at=self.clock.now(), conflict_mode=conflict_mode.value.label,
+                                      commit_mode=commit_mode.value.label)
+        self._stats_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._last_unplaced = 0
+        self.final_stats: SchedulerStats | None = None
+
+    # -- control ----------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Ask the loop to stop after the current placement (thread-safe, idempotent)."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def snapshot(self) -> SchedulerStats:
+        with self._stats_lock:
+            return self.recorder.snapshot(self.clock.now())
+
+    async def run(self, handle_signals: bool = True) -> SchedulerStats:
+        """Serve until stopped; then publish nothing more, revoke the stats lease, close the
+        view. Returns the final stats. Signals need the main thread (``handle_signals``)."""
+        try:
+            await anyio.to_thread.run_sync(self._publish)
+            async with anyio.create_task_group() as tg:
+                if handle_signals:
+                    tg.start_soon(self._stop_on_signals)
+                tg.start_soon(self._publish_every_interval)
+                if self.options.duration_s:
+                    tg.start_soon(self._stop_after, self.options.duration_s)
+                try:
+                    await anyio.to_thread.run_sync(self._work)
+                finally:
+                    self._stop.set()
+                    tg.cancel_scope.cancel()
+        finally:
+            self.final_stats = self.snapshot()
+            self._close()
+        return self.final_stats
+
+    def _close(self) -> None:
+        for what, close in (("stats sink", self.sink.close), ("view", self.view.close)):
+            try:
+                close()
+            except Exception:  # closing must go on: the other resource still needs closing
+                log.exception("closing the %s of %s failed", what, self.name)
+
+    async def _stop_on_signals(self) -> None:
+        import signal
+
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for signum in signals:
+                log.info("stopping %s", kv(scheduler=self.name, signal=signal.Signals(signum).name))
+                self.stop()
+                return
+
+    async def _stop_after(self, seconds: float) -> None:
+        await anyio.sleep(seconds)
+        log.info("stopping %s", kv(scheduler=self.name, after_s=float(seconds)))
+        self.stop()
+
+    async def _publish_every_interval(self) -> None:
+        while True:
+            await anyio.sleep(self.options.stats_interval_s)
+            await anyio.to_thread.run_sync(self._publish)
+
+    def _publish(self) -> None:
+        try:
+            self.sink.publish(self.snapshot())
+        except Exception as exc:  # a missed publish is retried next interval; the lease covers 3
+            log.warning("stats publish failed %s", kv(scheduler=self.name, error=str(exc)))
+
+    # -- the work loop (worker thread) ------------------------------------------------------
+
+    def _work(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if not self.work_round():
+                    self._idle()
+            except self.options.transient_errors as exc:
+                log.warning("scheduling round failed, retrying %s",
+                            kv(scheduler=self.name, error=str(exc), wait_s=self.options.error_wait_s))
+                self._stop.wait(self.options.error_wait_s)
+
+    def work_round(self) -> int:
+        """One round: pump, select, place. Returns how many jobs were tried."""
+        self.view.pump(0.0)
+        if self.view.take_freed():
+            self.queue.reset()
+        now = self.clock.now()
+        pending = self.view.pending_jobs(self.job_kind)
+        jobs = self.queue.select(pending, self.view.peers(self.kind), now, self.options.batch_jobs)
+        for n, entry in enumerate(jobs):
+            if self._stop.is_set():
+                return n
+            if n:
+                self.view.pump(0.0)
+            self.place(entry.id)
+        return len(jobs)
+
+    def place(self, job_id: str) -> PlacementResult | None:
+        """Place one job's pending tasks; defer it if some stay pending. None: refused (a gang
+        larger than one transaction; its reason is in the job record)."""
+        try:
+            result = self.placer.place(job_id, self.view, self._decide)
+        except PlanTooLarge as exc:
+            log.warning("job refused %s", kv(scheduler=self.name, job=job_id, reason=str(exc)))
+            self.queue.defer(job_id, self.clock.now())
+            return None
+        if result.pending and not result.job_gone:
+            self.queue.defer(job_id, self.clock.now())
+        else:
+            self.queue.reset(job_id)
+        return result
+
+    def _idle(self) -> None:
+        """Wait on the watch until the cell changes or the next deferred job is due."""
+        wait = self.options.idle_wait_s
+        due = self.queue.next_ready_at()
+        if due is not None:
+            wait = min(wait, max(0.0, due - self.clock.now()))
+        self.view.pump(wait)
+
+    def _decide(self, job: JobEntry, tasks: list[int], view: CellView) -> Decision:
+        """The scheduler's decision as omega's ``Decision``."""
+        decision = self.scheduler.decide(job, tasks, view)
+        claims: list[Claim] = list(decision.claims)
+        self._last_unplaced = len(decision.unplaced)
+        return Decision(claims, dict(decision.unplaced))
+
+    # -- attempts -----------------------------------------------------------------------------
+
+    def _on_attempt(self, attempt: Attempt) -> None:
+        now = self.clock.now()
+        winners = {}
+        for machine_id in attempt.conflicting_machines:
+            entry = self.view.machine(machine_id)
+            winners[machine_id] = entry.machine.writer if entry is not None else ""
+        job = self.view.job(attempt.job_id)
+        job_placed = bool(attempt.committed) and job is not None and not job.record.pending_tasks()
+        unplaced, self._last_unplaced = self._last_unplaced, 0
+        with self._stats_lock:
+            self.recorder.record_attempt(
+                decision_s=attempt.decision_time_s, busy_s=max(0.0, now - attempt.started_at),
+                txns=attempt.transactions, commits=attempt.transactions - attempt.failed_transactions,
+                conflicts=attempt.failed_transactions, retries=int(attempt.retries > 0),
+                tasks_placed=len(attempt.committed), tasks_unplaced=unplaced, job_placed=job_placed,
+                conflict_machines=winners, job_id=attempt.job_id, now=now)
+        self._log(attempt, winners)
+        for observe in self.observers:
+            observe(attempt)
+
+    def _log(self, attempt: Attempt, winners: dict[str, str]) -> None:
+        if attempt.failed_transactions:
+            log.info("conflict %s", kv(scheduler=self.name, job=attempt.job_id, machines=list(winners),
+                                       winners=sorted(set(w for w in winners.values() if w)),
+                                       failed_txns=attempt.failed_transactions, retries=attempt.retries,
+                                       committed=len(attempt.committed), claims=len(attempt.claims)))
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("decision %s", kv(scheduler=self.name, job=attempt.job_id, outcome=attempt.outcome.value,
+                                        claims=len(attempt.claims), committed=len(attempt.committed),
+                                        decision_ms=1000.0 * attempt.decision_time_s, txns=attempt.transactions,
+                                        retries=attempt.retries))

@@ -1,0 +1,153 @@
+"""Fuzzing the trace readers: only each reader's own error type may escape.
+
+Random bytes into ``read_trace`` are covered in tests/tools/test_trace_format.py; here:
+mutated valid omega traces, random SWF job lines and random Google task-event rows.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import os
+import sys
+import tempfile
+
+import msgpack
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+sys.path.insert(0, os.path.dirname(__file__))
+from fuzzlib import msgpack_values, mutated  # noqa: E402
+
+from cellstate.codec import job_to_map, machine_to_map  # noqa: E402
+from cellstate.model import Job, JobKind, Machine  # noqa: E402
+from cellstate.resources import Resources  # noqa: E402
+from tools.trace.format import TraceError, read_trace  # noqa: E402
+from tools.trace.google2011 import GoogleTraceError, import_google2011  # noqa: E402
+from tools.trace.swf import FIELDS, SWFError, import_swf  # noqa: E402
+
+HEADER = {"format": "omega-trace", "version": 1, "source": "fuzz", "created_at": "2024-01-01T00:00:00+00:00",
+          "capacity_model": "none", "cell": "c", "time_unit": "s", "notes": ""}
+MACHINE = machine_to_map(Machine(id="m1", capacity=Resources(1000, 1024), zone="z", labels=(("k", "v"),)))
+JOB = job_to_map(Job(id="j1", kind=JobKind.BATCH, tasks=2, request=Resources(100, 10, 0, (("gpu", 1),)),
+                     duration_s=3.5))
+VALID_TRACE = [
+    HEADER,
+    {"type": "machine_add", "t": 0.0, "machine": MACHINE},
+    {"type": "job_submit", "t": 1.0, "job": JOB},
+    {"type": "task_end", "t": 2.0, "job": "j1", "task": 1, "status": "finished"},
+    {"type": "machine_fail", "t": 2.5, "machine": "m1"},
+    {"type": "machine_remove", "t": 3, "machine": "m1"},
+    {"type": "job_kill", "t": 4.0, "job": "j1"},
+    {"type": "end", "events": 6},
+]
+
+
+def _read_back(blob: bytes, name: str = "fuzz.omt") -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, name)
+        with open(path, "wb") as f:
+            f.write(blob)
+        try:
+            _, events = read_trace(path)
+            with events:
+                list(events)
+        except TraceError:
+            pass
+
+
+def test_the_unmutated_trace_reads():
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "ok.omt")
+        with open(path, "wb") as f:
+            f.write(b"".join(msgpack.packb(r) for r in VALID_TRACE))
+        _, events = read_trace(path)
+        with events:
+            assert len(list(events)) == 6
+
+
+@settings(max_examples=250, deadline=None)
+@given(records=mutated(VALID_TRACE, values=msgpack_values), compress=st.booleans())
+def test_mutated_valid_traces_raise_only_trace_error(records, compress):
+    packed = b"".join(msgpack.packb(r) for r in records) if isinstance(records, list) else msgpack.packb(records)
+    _read_back(gzip.compress(packed) if compress else packed)
+
+
+@settings(max_examples=100, deadline=None)
+@given(records=st.lists(st.sampled_from(VALID_TRACE[1:]), max_size=8), cut=st.integers(0, 400))
+def test_reordered_and_cut_traces_raise_only_trace_error(records, cut):
+    packed = b"".join(msgpack.packb(r) for r in [HEADER, *records])
+    _read_back(packed[: len(packed) - cut])
+
+
+# ------------------------------------------------------------------------------ SWF
+
+SWF_HEADER = "; Computer: fuzz\n; MaxNodes: 4\n"
+SWF_GOOD = "1 0 5 100 2 -1 -1 2 200 1024 1 3 1 -1 1 -1 -1 -1"
+_SWF_TOKENS = st.sampled_from(["0", "1", "-1", "-2", "2.5", "1e308", "1e400", "nan", "inf", "-inf", "x", "",
+                               "4000000", "1e-9", "0x10", "3", "99999999999999999999"])
+swf_lines = st.one_of(
+    st.lists(_SWF_TOKENS, min_size=len(FIELDS), max_size=len(FIELDS)).map(" ".join),
+    st.lists(_SWF_TOKENS, max_size=20).map(" ".join),
+    st.text(max_size=40).filter(lambda s: "\n" not in s and "\r" not in s),
+    st.just(SWF_GOOD),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(lines=st.lists(swf_lines, min_size=1, max_size=5), skip_bad=st.booleans())
+def test_swf_lines_raise_only_swf_error(lines, skip_bad):
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "fuzz.swf")
+        with open(path, "w") as f:
+            f.write(SWF_HEADER + "\n".join(lines) + "\n")
+        try:
+            stats = import_swf(path, os.path.join(tmp, "out.omt"), skip_bad=skip_bad)
+        except SWFError:
+            assert not skip_bad, "--skip-bad must skip every bad job line"
+            return
+        _, events = read_trace(os.path.join(tmp, "out.omt"))
+        with events:
+            assert sum(1 for e in events) == stats.machines + stats.jobs
+
+
+# --------------------------------------------------------------------------- Google
+
+_G_TOKENS = st.sampled_from(["", "0", "1", "2", "4", "5", "9", "11", "600000000", "700000000", "-1", "x",
+                             "0.5", "1e400", "nan", "-0.1", "3.0"])
+g_rows = st.one_of(
+    st.lists(_G_TOKENS, min_size=13, max_size=13),
+    st.lists(_G_TOKENS, max_size=15),
+    st.tuples(st.sampled_from(["600000000", "700000000", "800000000"]), st.just(""),
+              st.sampled_from(["1", "2"]), st.sampled_from(["0", "1"]), st.sampled_from(["", "5", "6"]),
+              st.sampled_from(["0", "1", "4", "5", "7"]), st.just("u"), st.just("0"),
+              st.sampled_from(["0", "9", "11"]), _G_TOKENS, _G_TOKENS, _G_TOKENS,
+              st.sampled_from(["0", "1"])).map(list),
+)
+job_rows = st.lists(st.sampled_from(["600000000", "x", "", "5", "1", "2"]), max_size=8)
+
+
+def _gzip_csv(path: str, rows) -> None:
+    buf = io.StringIO()
+    csv.writer(buf).writerows(rows)
+    with gzip.open(path, "wt", newline="") as f:
+        f.write(buf.getvalue())
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(g_rows, min_size=1, max_size=6), jobs=st.lists(job_rows, max_size=3))
+def test_google_rows_raise_only_google_trace_error(rows, jobs):
+    """GoogleTraceError is the importer's documented error for malformed rows."""
+    rows = sorted(rows, key=lambda r: int(r[0]) if r and r[0].isdigit() else 0)
+    with tempfile.TemporaryDirectory() as tmp:
+        task_events, job_events = os.path.join(tmp, "t.csv.gz"), os.path.join(tmp, "j.csv.gz")
+        _gzip_csv(task_events, rows)
+        _gzip_csv(job_events, jobs)
+        try:
+            import_google2011(task_events, job_events, os.path.join(tmp, "out.omt"))
+        except GoogleTraceError:
+            return
+        _, events = read_trace(os.path.join(tmp, "out.omt"))
+        with events:
+            list(events)

@@ -1,0 +1,123 @@
+"""``omega cell up [--secure]``: run the embedded etcd for cells in the foreground until Ctrl-C.
+
+With ``--secure`` clients must use TLS (a local CA and server certificate in
+``DATA_DIR/pki``) and log in: ``root`` plus, per ``--cell``, the users
+``{cell}-scheduler``/``{cell}-agent`` (read-write on the cell) and
+``{cell}-monitor``/``{cell}-recorder`` (read-only), whose random passwords are in
+``DATA_DIR/credentials.json`` (mode 0600). Other commands connect with
+``--credentials DATA_DIR/credentials.json --as default-scheduler``.
+
+Registers ``up`` under the ``cell`` command of ``tools.cmd_cell`` (listed after it
+in ``COMMAND_MODULES``), or creates ``cell`` when that module is absent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import signal
+import tempfile
+import threading
+from pathlib import Path
+
+from cellstate.etcd_server import (
+    DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_TXN_OPS, EtcdCluster, EtcdError, EtcdOptions,
+)
+from cellstate.keys import DEFAULT_ROOT
+
+
+def _cell_actions(sub):
+    """The sub-command action of the ``cell`` parser (made here if no module registered it)."""
+    cell = sub.choices.get("cell")
+    if cell is None:
+        cell = sub.add_parser("cell", help="cell setup")
+        return cell.add_subparsers(dest="cell_command", required=True, metavar="ACTION")
+    return next(a for a in cell._actions if isinstance(a, argparse._SubParsersAction))
+
+
+def register(sub) -> None:
+    up = _cell_actions(sub).add_parser("up", help="run an etcd for cells (TLS + auth with --secure) until Ctrl-C")
+    up.add_argument("--secure", action="store_true", help="TLS for clients and peers, etcd auth with cell roles")
+    up.add_argument("--members", type=int, default=1, help="cluster size (default 1)")
+    up.add_argument("--port", type=int, default=None, help="client port of the first member (default: free)")
+    up.add_argument("--data-dir", default=None,
+                    help="keep etcd data, PKI and credentials here (default: a temp dir removed on exit)")
+    up.add_argument("--cell", action="append", dest="cells", metavar="NAME",
+                    help="a cell to create users for with --secure (repeat; default: default)")
+    up.add_argument("--root", default=DEFAULT_ROOT, help=f"key root of the cells (default: {DEFAULT_ROOT})")
+    up.add_argument("--token-ttl", default="24h", help="lifetime of auth tokens with --secure (default 24h)")
+    up.add_argument("--max-txn-ops", type=int, default=DEFAULT_MAX_TXN_OPS)
+    up.add_argument("--max-request-bytes", type=int, default=DEFAULT_MAX_REQUEST_BYTES)
+    up.add_argument("--no-fsync", action="store_true", help="unsafe: skip fsync (tests, demos)")
+    up.set_defaults(func=run_up)
+
+
+def _options(args, data_dir: Path) -> EtcdOptions:
+    limits = dict(max_txn_ops=args.max_txn_ops, max_request_bytes=args.max_request_bytes,
+                  unsafe_no_fsync=args.no_fsync)
+    if not args.secure:
+        return EtcdOptions(**limits)
+    from cellstate.security import secure_options
+
+    return secure_options(data_dir / "pki", token_ttl=args.token_ttl, **limits)
+
+
+def _start(args, data_dir: Path):
+    """(running cluster, credentials path or None); UsageError when etcd or auth setup fails."""
+    from cellstate.pki import PkiError
+    from cellstate.security import CREDENTIALS_FILE, SecurityError, secure_cells
+    from tools.cli import UsageError
+
+    if args.members < 1:
+        raise UsageError(f"--members must be >= 1, got {args.members}")
+    cells = args.cells or ["default"]
+    try:
+        cluster = EtcdCluster(size=args.members, options=_options(args, data_dir), data_dir=str(data_dir),
+                              client_port=args.port)
+        cluster.start()
+    except (EtcdError, PkiError) as exc:
+        raise UsageError(str(exc)) from None
+    if not args.secure:
+        return cluster, None
+    try:
+        creds_path = data_dir / CREDENTIALS_FILE
+        secure_cells(cluster.endpoints, cells, creds_path, args.root, cluster.ca_cert)
+    except SecurityError as exc:
+        cluster.stop()
+        raise UsageError(str(exc)) from None
+    return cluster, creds_path
+
+
+def _announce(cluster: EtcdCluster, creds_path: Path | None) -> None:
+    endpoints = ",".join(cluster.endpoints)
+    print(f"etcd up ({'TLS + auth' if creds_path else 'plain'}); endpoints: {endpoints}", flush=True)
+    print(f"  export OMEGA_ENDPOINTS={endpoints}", flush=True)
+    if creds_path is not None:
+        print(f"  CA certificate: {cluster.ca_cert}", flush=True)
+        print(f"  credentials (mode 0600): {creds_path}", flush=True)
+        print(f"  export OMEGA_CREDENTIALS={creds_path}  # then: --as <cell>-scheduler|agent|monitor|recorder",
+              flush=True)
+
+
+def run_up(args) -> int:
+    temporary = args.data_dir is None
+    data_dir = Path(tempfile.mkdtemp(prefix="omega-cell-")) if temporary else Path(args.data_dir)
+    try:
+        cluster, creds_path = _start(args, data_dir)
+        stop = threading.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+        _announce(cluster, creds_path)
+        try:
+            while not stop.wait(0.5):
+                dead = [m.spec.name for m in cluster.members if not m.running]
+                if dead:
+                    print(f"etcd member(s) exited: {', '.join(dead)}", flush=True)
+                    return 1
+        finally:
+            cluster.stop()
+            print("etcd stopped", flush=True)
+        return 0
+    finally:
+        if temporary:
+            shutil.rmtree(data_dir, ignore_errors=True)

@@ -1,0 +1,111 @@
+"""``omega scheduler run``: one scheduler process serving a cell until SIGINT/SIGTERM (or
+``--duration``). It keeps a watch-fed replica of the cell, places pending jobs of its kind
+optimistically, publishes its stats under a leased ``stats/{name}`` key every second and,
+with ``--metrics-port``, serves Prometheus metrics on 127.0.0.1. On exit it prints one
+``final-stats {json}`` line (its SchedulerStats) and exits 0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import tomllib
+
+import anyio
+
+from cellstate.committer import StoreCommitter
+from cellstate.placement_view import ReplicaView
+from cellstate.stats_sink import LeasedStatsSink
+from cellstate.store import StoreError
+from omega.modes import CommitMode, ConflictMode
+from omega.retry import retry_policy_for
+from omega.runtime import RuntimeOptions, SchedulerProcess
+from schedulers.chains import KINDS, make_scheduler
+from schedulers.plugin import PluginConfigError
+from tools.common import add_store_args, cell_keys, open_store
+from tools.scheduler_metrics import SchedulerMetrics
+
+
+def register(sub) -> None:
+    scheduler = sub.add_parser("scheduler", help="scheduler processes")
+    scheduler_sub = scheduler.add_subparsers(dest="scheduler_command", required=True, metavar="ACTION")
+    run = scheduler_sub.add_parser("run", help="serve a cell until interrupted")
+    run.add_argument("--kind", required=True, help=f"scheduler kind: {' | '.join(sorted(KINDS))}")
+    run.add_argument("--name", help="scheduler name (default: KIND-PID)")
+    run.add_argument("--conflict-mode", default="resource-fit", help="sequence | resource-fit (default)")
+    run.add_argument("--commit-mode", default="incremental", help="incremental (default) | all-or-nothing")
+    run.add_argument("--seed", type=int, default=0, help="seed of the scheduler's randomness (default 0)")
+    run.add_argument("--config", metavar="FILE.toml", help="scheduler config (plugins and their args, knobs)")
+    run.add_argument("--batch-jobs", type=int, default=16, metavar="N",
+                     help="jobs selected per scheduling round (default 16)")
+    run.add_argument("--steal-after", type=float, default=2.0, metavar="SECONDS",
+                     help="a job pending this long may be taken by any peer of the kind (default 2)")
+    run.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                     help="serve Prometheus metrics on 127.0.0.1:PORT (0: a free port, printed; default off)")
+    run.add_argument("--duration", type=float, default=0.0, metavar="SECONDS",
+                     help="stop after this long (default 0: until SIGINT/SIGTERM)")
+    add_store_args(run)
+    run.set_defaults(func=run_scheduler)
+
+
+def _config(path: str | None) -> dict:
+    from tools.cli import UsageError
+
+    if path is None:
+        return {}
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except OSError as exc:
+        raise UsageError(f"--config: cannot read {path!r}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"--config: {path!r} is not valid TOML: {exc}") from None
+
+
+def build_parts(args):
+    """(scheduler, conflict mode, commit mode, runtime options) of the flags; UsageError otherwise."""
+    from tools.cli import UsageError
+
+    if args.kind not in KINDS:
+        raise UsageError(f"--kind must be one of {', '.join(sorted(KINDS))}, got {args.kind!r}")
+    name = args.name or f"{args.kind}-{os.getpid()}"
+    if "/" in name:
+        raise UsageError(f'--name may not contain "/", got {name!r}')
+    if args.metrics_port is not None and not 0 <= args.metrics_port < 65536:
+        raise UsageError(f"--metrics-port must be a port number (0: a free one), got {args.metrics_port}")
+    try:
+        scheduler = make_scheduler(args.kind, name, args.seed, _config(args.config))
+        conflict, commit = ConflictMode.parse(args.conflict_mode), CommitMode.parse(args.commit_mode)
+        options = RuntimeOptions(batch_jobs=args.batch_jobs, steal_after_s=args.steal_after,
+                                 duration_s=args.duration, transient_errors=(StoreError,))
+    except (PluginConfigError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    return scheduler, conflict, commit, options
+
+
+def run_scheduler(args) -> int:
+    scheduler, conflict, commit, options = build_parts(args)
+    keys = cell_keys(args)
+    metrics = SchedulerMetrics(scheduler.name)
+    with open_store(args) as store:
+        try:
+            view = ReplicaView(store, keys)
+        except StoreError as exc:
+            print(f"omega: scheduler: cannot read cell {keys.cell!r}: {exc}", file=sys.stderr)
+            return 1
+        process = SchedulerProcess(
+            scheduler, view, StoreCommitter(store, keys, max_txn_ops=args.max_txn_ops),
+            LeasedStatsSink(store, keys, scheduler.name), conflict_mode=conflict, commit_mode=commit,
+            retry=retry_policy_for(scheduler.kind, args.seed), options=options, observers=[metrics.observe])
+        try:
+            if args.metrics_port is not None:
+                print(f"metrics on http://127.0.0.1:{metrics.serve(args.metrics_port)}/metrics", flush=True)
+            print(f"scheduler {scheduler.name!r} ({scheduler.kind}, {conflict.value.label}, {commit.value.label}) "
+                  f"serving cell {keys.cell!r} at revision {view.revision}", flush=True)
+            stats = anyio.run(process.run)
+        finally:
+            metrics.close()
+    print("final-stats " + json.dumps(dataclasses.asdict(stats), sort_keys=True), flush=True)
+    return 0

@@ -1,0 +1,227 @@
+"""The simulated cell around the replayed schedulers: Borg's "stubbed machines".
+
+``SimCell`` applies trace events to the store at their virtual times (machines join, fail or
+leave; jobs are submitted or killed; recorded task ends) and ends batch tasks
+``duration_s`` after they were placed (the placement is noticed by ``ObservedCommitter``).
+Task ends use ``cellstate.lifecycle_txn.finish_task_ops`` (the agents' txn); machine failures
+``fail_machine_ops``; kills ``cellstate.submit.kill_job``. Every change that may let a job
+fit (or adds one) wakes the parked schedulers. ``UsageLedger`` follows capacity and
+allocation per machine from the same changes, so utilization needs no store scan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+from cellstate.codec import decode_alloc, decode_job_record, decode_machine, encode_machine
+from cellstate.committer import StoreCommitter
+from cellstate.keys import CellKeys
+from cellstate.lifecycle_txn import fail_machine_ops, finish_task_ops
+from cellstate.model import Alloc, Job, JobKind, Machine
+from cellstate.store import Put, Store, missing
+from cellstate.submit import JobNotFound, kill_job, submit_jobs
+from omega.protocols import CommitOutcome, JobEntry, MachineEntry, Plan
+from tools.fauxmaster.clock import EventCore
+
+AGENT = "fauxmaster"
+
+
+@dataclass(slots=True)
+class UsageLedger:
+    """Capacity and allocation (cpu millicores, memory MiB) of every up machine."""
+
+    capacity: dict[str, tuple[int, int]] = field(default_factory=dict)
+    allocated: dict[str, list[int]] = field(default_factory=dict)
+
+    def add_machine(self, machine: Machine) -> None:
+        self.capacity[machine.id] = (machine.capacity.cpu, machine.capacity.memory)
+        self.allocated[machine.id] = [machine.allocated.cpu, machine.allocated.memory]
+
+    def remove_machine(self, machine_id: str) -> None:
+        self.capacity.pop(machine_id, None)
+        self.allocated.pop(machine_id, None)
+
+    def charge(self, machine_id: str, cpu: int, memory: int) -> None:
+        used = self.allocated.get(machine_id)
+        if used is not None:
+            used[0] += cpu
+            used[1] += memory
+
+
+@dataclass(slots=True)
+class CellCounters:
+    """What the cell did (reported with the result)."""
+
+    machines_added: int = 0
+    machines_failed: int = 0
+    jobs_submitted: int = 0
+    tasks_submitted: int = 0
+    jobs_killed: int = 0
+    tasks_ended: int = 0
+    trace_ends_of_unplaced_tasks: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+
+    def skip(self, why: str) -> None:
+        self.skipped[why] = self.skipped.get(why, 0) + 1
+
+
+class ObservedCommitter(StoreCommitter):
+    """A ``StoreCommitter`` that tells the cell about every committed claim."""
+
+    def __init__(self, store: Store, keys: CellKeys, on_commit: Callable[[Plan], None]):
+        super().__init__(store, keys)
+        self.on_commit = on_commit
+
+    def commit(self, plan: Plan) -> CommitOutcome:
+        outcome = super().commit(plan)
+        if outcome.committed and plan.claims:
+            self.on_commit(plan)
+        return outcome
+
+
+class SimCell:
+    """The store side of a replay (see the module docstring)."""
+
+    def __init__(self, store: Store, keys: CellKeys, core: EventCore, wake: Callable[[], None]):
+        self.store = store
+        self.keys = keys
+        self.core = core
+        self.wake = wake
+        self.usage = UsageLedger()
+        self.counters = CellCounters()
+        self.submitted_at: dict[str, float] = {}
+        self.task_counts: dict[str, int] = {}
+
+    def committer(self) -> ObservedCommitter:
+        return ObservedCommitter(self.store, self.keys, self.note_placed)
+
+    # -- machines ---------------------------------------------------------------------------
+
+    def add_machines(self, machines: list[Machine]) -> None:
+        """Write new machines (ids already in the cell are skipped and counted), in txns of
+        at most half the store's op limit (each machine is a compare and a put)."""
+        fresh = []
+        for machine in machines:
+            if machine.id in self.usage.capacity:
+                self.counters.skip("machine_add of a machine already up")
+            else:
+                fresh.append(replace(machine, writer=AGENT))
+        step = max(1, self.store.max_txn_ops)
+        for i in range(0, len(fresh), step):
+            chunk = fresh[i:i + step]
+            ops = [Put(self.keys.machine(m.id), encode_machine(m)) for m in chunk]
+            self.store.txn([missing(op.key) for op in ops], ops, [])
+            for machine in chunk:
+                self.usage.add_machine(machine)
+        self.counters.machines_added += len(fresh)
+        if fresh:
+            self.wake()
+
+    def fail_machine(self, machine_id: str) -> None:
+        """Machine down: every alloc on it evicted (tasks back to pending), ledger zeroed."""
+        kv = self.store.get(self.keys.machine(machine_id))
+        if kv is None:
+            self.counters.skip("failure of an unknown machine")
+            return
+        entry = MachineEntry(decode_machine(kv.key, kv.value), kv.mod_revision)
+        allocs = [a for a in self._all_allocs() if a.machine_id == machine_id]
+        while True:
+            jobs = {job_id: self._job(job_id) for job_id in {a.job_id for a in allocs}}
+            eviction = fail_machine_ops(self.keys, entry, allocs, jobs, AGENT, self.store.max_txn_ops,
+                                        self.store.max_request_bytes)
+            result = self.store.txn(*eviction.ops)
+            if not result.succeeded:
+                raise RuntimeError(f"machine {machine_id}: eviction txn lost a race in a single-threaded replay")
+            done = {(a.job_id, a.task_index) for a in eviction.evicted}
+            allocs = [a for a in allocs if (a.job_id, a.task_index) not in done]
+            kv = self.store.get(kv.key)
+            entry = MachineEntry(decode_machine(kv.key, kv.value), kv.mod_revision)
+            if not allocs:
+                break
+        self.usage.remove_machine(machine_id)
+        self.counters.machines_failed += 1
+        self.wake()
+
+    def _all_allocs(self) -> list[Alloc]:
+        return [decode_alloc(kv.key, kv.value) for kv in self.store.range(self.keys.kind_prefix("allocs")).kvs]
+
+    # -- jobs -------------------------------------------------------------------------------
+
+    def submit(self, jobs: list[Job]) -> None:
+        """Submit jobs at the current virtual time (ids already submitted are skipped)."""
+        fresh = [job for job in jobs if job.id not in self.submitted_at]
+        for _ in range(len(jobs) - len(fresh)):
+            self.counters.skip("job_submit of an id already submitted")
+        if not fresh:
+            return
+        submit_jobs(self.store, self.keys, fresh, self.core.now)
+        for job in fresh:
+            self.submitted_at[job.id] = self.core.now
+            self.task_counts[job.id] = job.tasks
+        self.counters.jobs_submitted += len(fresh)
+        self.counters.tasks_submitted += sum(job.tasks for job in fresh)
+        self.wake()
+
+    def kill(self, job_id: str) -> None:
+        """Kill a job: its allocs released, pending tasks killed."""
+        allocs = [decode_alloc(kv.key, kv.value) for kv in self.store.range(self.keys.job_allocs(job_id)).kvs]
+        try:
+            kill_job(self.store, self.keys, job_id)
+        except JobNotFound:
+            self.counters.skip("kill of an unknown job")
+            return
+        for alloc in allocs:
+            self.usage.charge(alloc.machine_id, -alloc.resources.cpu, -alloc.resources.memory)
+        self.counters.jobs_killed += 1
+        if allocs:
+            self.wake()
+
+    # -- tasks ------------------------------------------------------------------------------
+
+    def note_placed(self, plan: Plan) -> None:
+        """Charge a committed plan and schedule the ends of its batch tasks."""
+        spec = plan.job.record.job
+        for claim in plan.claims:
+            self.usage.charge(claim.machine_id, claim.request.cpu, claim.request.memory)
+            for victim_id, _ in claim.evicts:
+                request = plan.victims[victim_id].record.job.request
+                self.usage.charge(claim.machine_id, -request.cpu, -request.memory)
+        if spec.kind is JobKind.BATCH and spec.duration_s is not None:
+            for claim in plan.claims:
+                self.core.after(spec.duration_s, self._ender(spec.id, claim.task_index, claim.machine_id, plan.now))
+
+    def _ender(self, job_id: str, task: int, machine_id: str, placed_at: float) -> Callable[[], None]:
+        return lambda: self.end_task(job_id, task, (machine_id, placed_at))
+
+    def end_task(self, job_id: str, task: int, placement: tuple[str, float] | None = None) -> bool:
+        """End a live task (only the given placement, if any): alloc deleted, ledger released,
+        task 'f'. False when the task has no (such) alloc."""
+        for _ in range(3):
+            kv = self.store.get(self.keys.alloc(job_id, task))
+            if kv is None:
+                return False
+            alloc = decode_alloc(kv.key, kv.value)
+            if placement is not None and (alloc.machine_id, alloc.placed_at) != placement:
+                return False  # evicted and placed again: that placement has its own end
+            job = self._job(job_id)
+            machine_kv = self.store.get(self.keys.machine(alloc.machine_id))
+            if job is None or machine_kv is None:
+                return False
+            machine = MachineEntry(decode_machine(machine_kv.key, machine_kv.value), machine_kv.mod_revision)
+            ops = finish_task_ops(self.keys, job, [alloc], {alloc.machine_id: machine}, AGENT)
+            if self.store.txn(*ops).succeeded:
+                self.usage.charge(alloc.machine_id, -alloc.resources.cpu, -alloc.resources.memory)
+                self.counters.tasks_ended += 1
+                self.wake()
+                return True
+        raise RuntimeError(f"end of {job_id}/{task}: txn lost three races in a single-threaded replay")
+
+    def trace_task_end(self, job_id: str, task: int) -> None:
+        """A recorded task end: end the task if the replay has it placed."""
+        if not self.end_task(job_id, task):
+            self.counters.trace_ends_of_unplaced_tasks += 1
+
+    def _job(self, job_id: str) -> JobEntry | None:
+        kv = self.store.get(self.keys.job(job_id))
+        return None if kv is None else JobEntry(decode_job_record(kv.key, kv.value), kv.mod_revision)

@@ -1,0 +1,234 @@
+"""``replay(trace_path, config) -> ReplayResult``: the fauxmaster.
+
+Reads an omega trace, builds the cell in a ``MemoryStore`` (default, leases on virtual time)
+or a real etcd (``store="etcd"``), writes the machines present at t = 0, then runs the
+configured schedulers (``SimScheduler``: real scheduler classes, real optimistic placer and
+committer, one watch-fed replica each) on an ``EventCore`` while a feeder applies the
+trace's events at their times. The replay stops at ``until`` (virtual seconds) or, by
+default, at the time of the trace's last event. Same trace, config and seeds → the same
+result (with ``decision_time="modelled"``; measured times vary with the host).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Mapping
+
+from cellstate.check import check_cell
+from cellstate.keys import CellKeys
+from cellstate.memory_store import MemoryStore
+from tools.fauxmaster.cell import SimCell
+from tools.fauxmaster.clock import EventCore, VirtualClock
+from tools.fauxmaster.metrics import (
+    JobJournal, SchedulerMetrics, UtilizationSample, WaitStats, busyness, conflict_fraction, sample_utilization,
+)
+from tools.fauxmaster.scheduler_process import DECISION_TIME_MODES, SchedulerConfig, SimScheduler
+from tools.fauxmaster.trace_feed import TraceFeed
+
+DEFAULT_SCHEDULERS = (SchedulerConfig("batch", "batch"), SchedulerConfig("service", "service"))
+STORES = ("memory", "etcd")
+
+
+@dataclass
+class ReplayConfig:
+    """How to replay. ``schedulers`` also accepts dicts of ``SchedulerConfig`` fields."""
+
+    schedulers: list[SchedulerConfig] = field(default_factory=lambda: list(DEFAULT_SCHEDULERS))
+    store: str = "memory"
+    endpoints: list[str] = field(default_factory=list)
+    cell: str = "fauxmaster"
+    decision_time: str = "modelled"
+    time_scale: float = 1.0
+    until: float | None = None
+    sample_every_s: float = 60.0
+    check: bool = True
+    max_txn_ops: int = 128
+
+    def __post_init__(self):
+        self.schedulers = [s if isinstance(s, SchedulerConfig) else _scheduler_from_dict(s) for s in self.schedulers]
+        if not self.schedulers:
+            raise ValueError("replay needs at least one scheduler")
+        names = [s.name for s in self.schedulers]
+        if len(set(names)) != len(names):
+            raise ValueError(f"scheduler names must be unique, got {names}")
+        if self.store not in STORES:
+            raise ValueError(f"store must be one of {STORES}, got {self.store!r}")
+        if self.store == "etcd" and not self.endpoints:
+            raise ValueError('store="etcd" needs endpoints (["host:port", …])')
+        if self.decision_time not in DECISION_TIME_MODES:
+            raise ValueError(f"decision_time must be one of {DECISION_TIME_MODES}, got {self.decision_time!r}")
+        if self.until is not None and self.until <= 0:
+            raise ValueError(f"until must be > 0 virtual seconds, got {self.until!r}")
+        if self.sample_every_s <= 0 or self.time_scale <= 0:
+            raise ValueError(f"sample_every_s and time_scale must be > 0, got {self.sample_every_s!r}, "
+                             f"{self.time_scale!r}")
+
+
+def _scheduler_from_dict(d: Mapping[str, Any]) -> SchedulerConfig:
+    if not isinstance(d, Mapping):
+        raise ValueError(f"a scheduler config must be a SchedulerConfig or a mapping, got {d!r}")
+    known = set(SchedulerConfig.__dataclass_fields__)
+    unknown = sorted(set(d) - known)
+    if unknown:
+        raise ValueError(f"scheduler config {dict(d)!r}: unknown keys {unknown}; known: {sorted(known)}")
+    return SchedulerConfig(**d)
+
+
+@dataclass
+class ReplayResult:
+    """Figures of one replay (see ``tools.fauxmaster.metrics``); ``store``/``keys`` are the
+    final cell (not serialized)."""
+
+    trace: str
+    sim_time_s: float
+    wall_time_s: float
+    events: int
+    schedulers: list[SchedulerMetrics]
+    wait_to_first_attempt: WaitStats
+    wait_to_placed: WaitStats
+    jobs_submitted: int
+    jobs_unscheduled: int
+    cell: dict[str, Any]
+    utilization: list[UtilizationSample]
+    check: dict[str, Any] | None
+    config: dict[str, Any]
+    waits_first: list[float] = field(default_factory=list, repr=False)
+    waits_placed: list[float] = field(default_factory=list, repr=False)
+    store: Any = field(default=None, repr=False, compare=False)
+    keys: CellKeys | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def speedup(self) -> float:
+        """Virtual seconds per wall second."""
+        return self.sim_time_s / self.wall_time_s if self.wall_time_s > 0 else 0.0
+
+    def to_dict(self, include_wall: bool = True) -> dict[str, Any]:
+        """Plain data (without the raw wait lists); ``include_wall=False`` drops the host-dependent
+        wall-clock figures, so two replays with the same seeds compare equal."""
+        out = {name: getattr(self, name) for name in (
+            "trace", "sim_time_s", "events", "jobs_submitted", "jobs_unscheduled", "cell", "check", "config")}
+        out["schedulers"] = [asdict(s) for s in self.schedulers]
+        out["wait_to_first_attempt"] = asdict(self.wait_to_first_attempt)
+        out["wait_to_placed"] = asdict(self.wait_to_placed)
+        out["utilization"] = [asdict(u) for u in self.utilization]
+        if include_wall:
+            out["wall_time_s"] = self.wall_time_s
+            out["speedup"] = self.speedup
+        else:
+            for s in out["schedulers"]:
+                s.pop("decide_wall_s")
+        return out
+
+    def to_json(self, include_wall: bool = True, indent: int | None = 2) -> str:
+        import json
+
+        return json.dumps(self.to_dict(include_wall), indent=indent, sort_keys=True)
+
+
+def replay(trace_path, config: ReplayConfig | Mapping[str, Any] | None = None,
+           progress: Callable[[float, float | None], None] | None = None) -> ReplayResult:
+    """Replay the trace at ``trace_path`` (see the module docstring). ``progress(now, until)`` is
+    called every few thousand events. ``config`` may be a ReplayConfig or a dict of its fields."""
+    config = _config_of(config)
+    started = time.perf_counter()
+    core = EventCore()
+    store, owned = _open_store(config, core)
+    keys = CellKeys(cell=config.cell)
+    try:
+        return _run(trace_path, config, core, store, keys, started, progress)
+    finally:
+        if owned and config.store == "etcd":
+            store.close()
+
+
+def _config_of(config) -> ReplayConfig:
+    if config is None:
+        return ReplayConfig()
+    if isinstance(config, ReplayConfig):
+        return config
+    if isinstance(config, Mapping):
+        return ReplayConfig(**config)
+    raise TypeError(f"config must be a ReplayConfig or a mapping, got {type(config).__name__}")
+
+
+def _open_store(config: ReplayConfig, core: EventCore):
+    if config.store == "memory":
+        return MemoryStore(clock=lambda: core.now, max_txn_ops=config.max_txn_ops), True
+    from cellstate.etcd_store import EtcdStore
+
+    return EtcdStore(list(config.endpoints), max_txn_ops=config.max_txn_ops), True
+
+
+def _run(trace_path, config: ReplayConfig, core: EventCore, store, keys: CellKeys, started: float,
+         progress) -> ReplayResult:
+    if store.range(keys.prefix).kvs:
+        raise ValueError(f"cell {keys.cell!r} (prefix {keys.prefix}) is not empty; replay into a new cell")
+    clock = VirtualClock(core)
+    schedulers: list[SimScheduler] = []
+    cell = SimCell(store, keys, core, wake=lambda: [s.process.wake() for s in schedulers])
+    journal = JobJournal(submitted=cell.submitted_at)
+    with TraceFeed(trace_path, cell, core, config.until) as feed:
+        feed.write_initial_machines()
+        for sc in config.schedulers:
+            peers = [o.name for o in config.schedulers if o.kind == sc.kind]
+            schedulers.append(SimScheduler(sc, store, core, clock, cell, peers, config.decision_time,
+                                           config.time_scale, journal))
+        feed.start()
+        samples: list[UtilizationSample] = []
+        _sample_every(core, cell, config.sample_every_s, samples)
+        core.run(config.until, _progress_hook(core, progress, config.until))
+        sim_time = core.now
+        events = feed.events
+    samples.append(sample_utilization(sim_time, cell.usage))
+    return _result(trace_path, config, store, keys, schedulers, cell, journal, samples, sim_time, events,
+                   core, started)
+
+
+def _sample_every(core: EventCore, cell: SimCell, every: float, samples: list[UtilizationSample]) -> None:
+    def sample() -> None:
+        samples.append(sample_utilization(core.now, cell.usage))
+        core.after(every, sample)
+
+    core.at(core.now, sample)
+
+
+def _progress_hook(core: EventCore, progress, until):
+    if progress is None:
+        return None
+    step = [0]
+
+    def hook(now: float) -> None:
+        step[0] += 1
+        if step[0] % 2000 == 0:
+            progress(now, until)
+    return hook
+
+
+def _result(trace_path, config, store, keys, schedulers, cell, journal, samples, sim_time, events, core,
+            started) -> ReplayResult:
+    first = schedulers[0]
+    first.catch_up()
+    unscheduled = len(first.view.pending_jobs())
+    for s in schedulers:
+        s.view.close()
+    report = check_cell(store, keys).to_dict() if config.check else None
+    metrics = [_scheduler_metrics(s, sim_time) for s in schedulers]
+    waits_first, waits_placed = journal.waits_to_first_attempt(), journal.waits_to_placed()
+    plain_config = asdict(config)
+    return ReplayResult(
+        trace=str(trace_path), sim_time_s=sim_time, wall_time_s=time.perf_counter() - started,
+        events=events, schedulers=metrics, wait_to_first_attempt=WaitStats.of(waits_first),
+        wait_to_placed=WaitStats.of(waits_placed), jobs_submitted=cell.counters.jobs_submitted,
+        jobs_unscheduled=unscheduled, cell=asdict(cell.counters), utilization=samples, check=report,
+        config=plain_config, waits_first=waits_first, waits_placed=waits_placed, store=store, keys=keys)
+
+
+def _scheduler_metrics(s: SimScheduler, sim_time: float) -> SchedulerMetrics:
+    t, c = s.tally, s.config
+    return SchedulerMetrics(
+        name=c.name, kind=c.kind, conflict_mode=c.conflict_mode, commit_mode=c.commit_mode, busy_s=s.busy_s,
+        busyness=busyness(s.busy_s, sim_time), attempts=t.attempts, transactions=t.transactions,
+        failed_transactions=t.failed_transactions,
+        conflict_fraction=conflict_fraction(t.transactions, t.failed_transactions), jobs_taken=t.jobs_taken,
+        tasks_placed=t.tasks_placed, gave_up=t.gave_up, decide_wall_s=t.decide_wall_s)

@@ -1,0 +1,189 @@
+"""One replayed scheduler: the REAL scheduler class (``make_scheduler``), the REAL
+``OptimisticPlacer`` and ``StoreCommitter``, its own watch-fed ``ReplicaView``, and the
+``JobQueue`` — run as a simulated process on virtual time.
+
+Loop: pump the replica (the view is now as of T), choose the next job (fair order, work
+shared with same-kind peers), ``placer.place`` it. The decide function the placer calls
+runs the scheduler on the view as of T, then holds the process for the decision time
+(modelled ``t_job + t_task × tasks``, or the measured wall time × ``time_scale``), so the
+commit lands at T + decision time, after every commit other schedulers made meanwhile.
+Idle, the process parks until the cell changes or a deferred job is due.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from cellstate.memory_store import MemoryStore
+from cellstate.model import JobKind
+from cellstate.placement_view import ReplicaView
+from cellstate.store import Store
+from omega.attempts import Attempt
+from omega.modes import CommitMode, ConflictMode
+from omega.occ import OptimisticPlacer
+from omega.protocols import Decision, JobEntry, PlanTooLarge
+from omega.queue import JobQueue
+from omega.retry import retry_policy_for
+from schedulers.chains import make_scheduler
+from tools.fauxmaster.clock import EventCore, Process, VirtualClock
+
+DECISION_TIME_MODES = ("modelled", "measured")
+_JOB_KINDS = {"batch": (JobKind.BATCH,), "service": (JobKind.SERVICE,)}
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """One replayed scheduler. ``t_job``/``t_task``: modelled decision time (Omega's defaults)."""
+
+    name: str
+    kind: str = "batch"
+    conflict_mode: str = "resource-fit"
+    commit_mode: str = "incremental"
+    seed: int = 0
+    t_job: float = 0.1
+    t_task: float = 0.005
+    plugins: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if not self.name or "/" in self.name:
+            raise ValueError(f'scheduler name must be non-empty without "/", got {self.name!r}')
+        if self.kind not in _JOB_KINDS:
+            raise ValueError(f"scheduler {self.name!r}: unknown kind {self.kind!r}; known: {sorted(_JOB_KINDS)}")
+        if self.t_job < 0 or self.t_task < 0:
+            raise ValueError(f"scheduler {self.name!r}: t_job and t_task must be >= 0, "
+                             f"got {self.t_job!r} and {self.t_task!r}")
+        ConflictMode.parse(self.conflict_mode)
+        CommitMode.parse(self.commit_mode)
+
+
+@dataclass(slots=True)
+class SchedulerTally:
+    """What one scheduler did during the replay."""
+
+    attempts: int = 0
+    transactions: int = 0
+    failed_transactions: int = 0
+    conflicted_attempts: int = 0
+    tasks_placed: int = 0
+    jobs_taken: int = 0
+    gave_up: int = 0
+    too_large: int = 0
+    decide_wall_s: float = 0.0
+
+
+class SimScheduler:
+    """A scheduler process of the replay (see the module docstring)."""
+
+    def __init__(self, config: SchedulerConfig, store: Store, core: EventCore, clock: VirtualClock,
+                 cell, peers: list[str], decision_time: str = "modelled", time_scale: float = 1.0,
+                 journal=None):
+        if decision_time not in DECISION_TIME_MODES:
+            raise ValueError(f"decision_time must be one of {DECISION_TIME_MODES}, got {decision_time!r}")
+        self.config = config
+        self.name = config.name
+        self.store = store
+        self.core = core
+        self.clock = clock
+        self.peers = peers
+        self.kinds = _JOB_KINDS[config.kind]
+        self.measured = decision_time == "measured"
+        self.synchronous_watch = isinstance(store, MemoryStore)
+        self.time_scale = time_scale
+        self.journal = journal
+        self.tally = SchedulerTally()
+        self.scheduler = make_scheduler(config.kind, config.name, config.seed, {"plugins": config.plugins}
+                                        if config.plugins else None)
+        self.view = ReplicaView(store, cell.keys)
+        self.placer = OptimisticPlacer(config.name, cell.committer(), ConflictMode.parse(config.conflict_mode),
+                                       CommitMode.parse(config.commit_mode),
+                                       retry_policy_for(config.kind, config.seed), clock, self._on_attempt)
+        self.queue = JobQueue(config.name)
+        self.process = Process(core, config.name, self._run)
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            self.catch_up()
+            if self.view.take_freed():
+                self.queue.reset()
+            now = self.clock.now()
+            pending = self._pending()
+            chosen = self.queue.select(pending, self.peers, now, 1)
+            if not chosen:
+                self.process.park(self._idle_timeout(pending, now))
+                continue
+            self._place(chosen[0])
+
+    def _pending(self) -> list[JobEntry]:
+        if len(self.kinds) == 1:
+            return self.view.pending_jobs(self.kinds[0])
+        return [e for kind in self.kinds for e in self.view.pending_jobs(kind)]
+
+    def _place(self, entry: JobEntry) -> None:
+        self.tally.jobs_taken += 1
+        if self.journal is not None:
+            self.journal.taken(entry.id, self.clock.now())
+        try:
+            result = self.placer.place(entry.id, self.view, self._decide)
+        except PlanTooLarge:
+            self.tally.too_large += 1
+            self.queue.defer(entry.id, self.clock.now())
+            return
+        self.tally.gave_up += result.gave_up
+        if result.pending and not result.job_gone:
+            self.queue.defer(entry.id, self.clock.now())
+        else:
+            self.queue.reset(entry.id)
+            if self.journal is not None and not result.job_gone:
+                self.journal.placed(entry.id, self.clock.now())
+
+    def _idle_timeout(self, pending: list[JobEntry], now: float) -> float | None:
+        """Until the next deferred job is due or a peer's job may be stolen (None: no such time)."""
+        times = []
+        ready = self.queue.next_ready_at()
+        if ready is not None and ready > now:
+            times.append(ready)
+        steal = self.queue.steal_after_s
+        times.extend(t for t in (e.record.submitted_at + steal for e in pending) if t > now)
+        return min(times) - now if times else None
+
+    def catch_up(self) -> None:
+        """Bring the replica to the store's current revision (a memory store's watch is
+        synchronous; an etcd watch may lag a little: wait for it, at most a second)."""
+        target = self.store.revision()
+        self.view.pump()
+        deadline = time.monotonic() + 1.0
+        while not self.synchronous_watch and self.view.revision < target and time.monotonic() < deadline:
+            self.view.pump(0.02)
+
+    # -- what the placer calls ------------------------------------------------------------------
+
+    def _decide(self, entry: JobEntry, tasks: list[int], view) -> Decision:
+        """The scheduler's decision on the view as of now; then the decision time passes."""
+        self.catch_up()
+        started = time.perf_counter()
+        answer = self.scheduler.decide(entry, tasks, view)
+        wall = time.perf_counter() - started
+        self.tally.decide_wall_s += wall
+        if self.measured:
+            spent = wall * self.time_scale
+        else:
+            spent = self.config.t_job + self.config.t_task * len(tasks)
+        self.process.hold(spent, "decide")
+        return Decision(list(answer.claims), dict(answer.unplaced))
+
+    def _on_attempt(self, attempt: Attempt) -> None:
+        t = self.tally
+        t.attempts += 1
+        t.transactions += attempt.transactions
+        t.failed_transactions += attempt.failed_transactions
+        t.conflicted_attempts += attempt.conflicted
+        t.tasks_placed += len(attempt.committed)
+
+    @property
+    def busy_s(self) -> float:
+        """Virtual seconds spent deciding and backing off."""
+        return sum(self.process.held.values())

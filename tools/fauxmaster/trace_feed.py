@@ -1,0 +1,97 @@
+"""``TraceFeed``: streams a trace's events into a ``SimCell`` at their virtual times.
+
+The machines that open the trace (``machine_add`` at t = 0) are written before the
+schedulers start, so their replicas list them. Afterwards the feed runs as one action per
+distinct event time: the events of that time in file order, consecutive job submissions in
+one ``submit`` call (as one client would). When the trace ends the replay stops there,
+unless an ``until`` time was given.
+"""
+
+from __future__ import annotations
+
+from tools.fauxmaster.cell import SimCell
+from tools.fauxmaster.clock import EventCore
+from tools.trace.events import JobKill, JobSubmit, MachineAdd, MachineFail, MachineRemove, TaskEnd
+from tools.trace.format import read_trace
+
+
+class TraceFeed:
+    """Feeds the trace at ``path`` to ``cell`` on ``core`` (a context manager closing the file)."""
+
+    def __init__(self, path, cell: SimCell, core: EventCore, until: float | None = None):
+        self.header, self._reader = read_trace(path)
+        self.cell = cell
+        self.core = core
+        self.until = until
+        self.events = 0
+        self.last_t = 0.0
+        self._next = self._read()
+
+    def _read(self):
+        event = next(self._reader, None)
+        if event is not None:
+            self.events += 1
+            self.last_t = event.t
+        return event
+
+    def write_initial_machines(self) -> None:
+        """Write the machine_add events at t = 0 that open the trace."""
+        machines = []
+        while isinstance(self._next, MachineAdd) and self._next.t == 0:
+            machines.append(self._next.machine)
+            self._next = self._read()
+        self.cell.add_machines(machines)
+
+    def start(self) -> None:
+        """Schedule the first event time (or the end, for a trace of machines only)."""
+        self._schedule_next()
+
+    def _schedule_next(self) -> None:
+        event = self._next
+        if event is None:
+            if self.until is None:
+                self.core.at(max(self.core.now, self.last_t), self.core.stop)
+            return
+        if self.until is not None and event.t > self.until:
+            return
+        self.core.at(event.t, self._feed)
+
+    def _feed(self) -> None:
+        """Apply every event of the current time, then schedule the next time."""
+        now = self.core.now
+        submits = []
+        while self._next is not None and self._next.t == now:
+            event = self._next
+            if isinstance(event, JobSubmit):
+                submits.append(event.job)
+            else:
+                if submits:
+                    self.cell.submit(submits)
+                    submits = []
+                self._apply(event)
+            self._next = self._read()
+        if submits:
+            self.cell.submit(submits)
+        self._schedule_next()
+
+    def _apply(self, event) -> None:
+        cell = self.cell
+        if isinstance(event, MachineAdd):
+            cell.add_machines([event.machine])
+        elif isinstance(event, (MachineFail, MachineRemove)):
+            cell.fail_machine(event.machine_id)
+        elif isinstance(event, TaskEnd):
+            cell.trace_task_end(event.job_id, event.task)
+        elif isinstance(event, JobKill):
+            cell.kill(event.job_id)
+        else:
+            raise TypeError(f"unknown trace event {event!r}")
+
+    def close(self) -> None:
+        self._reader.close()
+
+    def __enter__(self) -> TraceFeed:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
