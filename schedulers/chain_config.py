@@ -112,7 +112,12 @@ def _plugin_spec(entry: Any, at: str, table: Mapping, keys: frozenset[str]) -> P
     stage = entry.get("stage", 0)
     if isinstance(stage, bool) or not isinstance(stage, int) or stage < 0:
         raise PluginConfigError(f"{at} ({name}): stage must be an int >= 0, got {stage!r}")
-    return PluginSpec(name, _tuples(args), float(weight), stage)
+    spec = PluginSpec(name, _tuples(args), float(weight), stage)
+    try:
+        table[name](dict(spec.args))
+    except PluginConfigError as err:
+        raise PluginConfigError(f"{at} ({name}): {err}") from None
+    return spec
 
 
 def _tuples(args: Mapping[str, Any]) -> dict[str, Any]:

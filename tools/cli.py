@@ -18,7 +18,10 @@ COMMAND_MODULES = [
     "tools.cmd_trace",
     "tools.cmd_record",
     "tools.cmd_agents",
+    "tools.cmd_replay",
     "tools.cmd_scheduler",
+    "tools.cmd_demo",
+    "tools.cmd_explain",
 ]
 
 

@@ -102,6 +102,9 @@ def _announce(cluster: EtcdCluster, creds_path: Path | None) -> None:
 def run_up(args) -> int:
     temporary = args.data_dir is None
     data_dir = Path(tempfile.mkdtemp(prefix="omega-cell-")) if temporary else Path(args.data_dir)
+    if args.secure:  # keys and credentials inside; etcd itself makes its member dirs 0700
+        data_dir.mkdir(parents=True, exist_ok=True)
+        data_dir.chmod(0o700)
     try:
         cluster, creds_path = _start(args, data_dir)
         stop = threading.Event()

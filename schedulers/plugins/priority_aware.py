@@ -34,7 +34,7 @@ class PriorityAware:
     1/(n+2): fewer victims always score higher and, at equal count, a lower top priority."""
 
     name = NAME
-    reads = frozenset({"priority"})
+    reads = frozenset()  # the victims come from the context; job.priority only picks them
 
     def __init__(self, args: PriorityAwareArgs) -> None:
         self.args = args

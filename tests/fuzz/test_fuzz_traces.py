@@ -86,8 +86,20 @@ def test_reordered_and_cut_traces_raise_only_trace_error(records, cut):
 SWF_HEADER = "; Computer: fuzz\n; MaxNodes: 4\n"
 SWF_GOOD = "1 0 5 100 2 -1 -1 2 200 1024 1 3 1 -1 1 -1 -1 -1"
 _SWF_TOKENS = st.sampled_from(["0", "1", "-1", "-2", "2.5", "1e308", "1e400", "nan", "inf", "-inf", "x", "",
-                               "4000000", "1e-9", "0x10", "3", "99999999999999999999"])
+                               "4000000", "1e-9", "0x10", "3", "99999999999999999999", "\u00b2", "1e30"])
+
+
+@st.composite
+def one_field_changed(draw):
+    """The good line with one or two fields replaced by a token."""
+    parts = SWF_GOOD.split()
+    for _ in range(draw(st.integers(1, 2))):
+        parts[draw(st.integers(0, len(parts) - 1))] = draw(_SWF_TOKENS.filter(bool))
+    return " ".join(parts)
+
+
 swf_lines = st.one_of(
+    one_field_changed(),
     st.lists(_SWF_TOKENS, min_size=len(FIELDS), max_size=len(FIELDS)).map(" ".join),
     st.lists(_SWF_TOKENS, max_size=20).map(" ".join),
     st.text(max_size=40).filter(lambda s: "\n" not in s and "\r" not in s),
@@ -112,10 +124,23 @@ def test_swf_lines_raise_only_swf_error(lines, skip_bad):
             assert sum(1 for e in events) == stats.machines + stats.jobs
 
 
+@settings(max_examples=60, deadline=None)
+@given(name=st.sampled_from(["MaxNodes", "MaxProcs", "Computer"]), value=_SWF_TOKENS)
+def test_swf_header_values_raise_only_swf_error(name, value):
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "fuzz.swf")
+        with open(path, "w") as f:
+            f.write(f"; {name}: {value}\n{SWF_GOOD}\n")
+        try:
+            import_swf(path, os.path.join(tmp, "out.omt"))
+        except SWFError:
+            pass
+
+
 # --------------------------------------------------------------------------- Google
 
 _G_TOKENS = st.sampled_from(["", "0", "1", "2", "4", "5", "9", "11", "600000000", "700000000", "-1", "x",
-                             "0.5", "1e400", "nan", "-0.1", "3.0"])
+                             "0.5", "1e400", "nan", "-0.1", "3.0", "\u00b2", "99999999999999999999"])
 g_rows = st.one_of(
     st.lists(_G_TOKENS, min_size=13, max_size=13),
     st.lists(_G_TOKENS, max_size=15),

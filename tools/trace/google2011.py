@@ -143,19 +143,19 @@ def _parse(path: str, number: int, row: list[str]) -> tuple[int, int]:
         raise GoogleTraceError(f"{path}: line {number}: bad timestamp or event type {row[:6]!r}") from None
     for column, name, optional in ((TASK, "task index", False), (MACHINE, "machine id", True),
                                    (PRIORITY, "priority", False)):
-        if not (row[column].isdigit() or (optional and not row[column])):
+        if not (row[column].isdecimal() or (optional and not row[column])):
             raise GoogleTraceError(f"{path}: line {number}: bad {name} {row[column]!r}")
     for column, name in ((CPU, "cpu request"), (MEMORY, "memory request"), (DISK, "disk request")):
-        if row[column] and not _fraction(row[column]):
+        if row[column] and not _amount(row[column]):
             raise GoogleTraceError(f"{path}: line {number}: bad {name} {row[column]!r} "
-                                   "(expected a normalized amount 0..1)")
+                                   "(expected a non-negative normalized amount)")
     return ts, kind
 
 
-def _fraction(text: str) -> bool:
-    """True when ``text`` is a number in 0..1 (the trace's normalized amounts)."""
+def _amount(text: str) -> bool:
+    """True when ``text`` is a finite number >= 0 (the trace's normalized amounts)."""
     try:
-        return 0.0 <= float(text) <= 1.0
+        return 0.0 <= float(text) < math.inf
     except ValueError:
         return False
 
@@ -187,7 +187,7 @@ def survey(task_events: str, job_events: str, limit: int | None = None) -> Surve
     s.machine_ids = sorted(machines, key=int)
     for number, row in read_rows(job_events):
         if len(row) >= 4 and row[3] == str(KILL):
-            if not row[0].isdigit():
+            if not row[0].isdecimal():
                 raise GoogleTraceError(f"{job_events}: line {number}: bad timestamp {row[0]!r}")
             if int(row[0]) <= s.last_us:
                 s.job_kills.append((int(row[0]), row[2]))

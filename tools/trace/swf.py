@@ -65,7 +65,7 @@ def node_count(path: str, header: dict[str, str]) -> int:
     """Machines in the cell: MaxNodes, else MaxProcs; SWFError when neither is a positive int."""
     for name in ("MaxNodes", "MaxProcs"):
         value = header.get(name, "")
-        if value.isdigit() and int(value) > 0:
+        if value.isdecimal() and int(value) > 0:
             return int(value)
     raise SWFError(f"{path}: header has no positive MaxNodes or MaxProcs (give --nodes)")
 

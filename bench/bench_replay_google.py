@@ -1,0 +1,80 @@
+"""Fauxmaster replay speed on Google clusterdata-2011 part 0 (real scheduler code, virtual time).
+
+Imports part 0 once (cached in the temp dir), replays ``--hours`` of it with the default
+schedulers (one batch, one service; Omega's modelled decision times) on the in-memory store,
+and prints virtual seconds per wall second. Goal: >= 300x. ``--profile`` writes a
+pyinstrument HTML profile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.bench_common import verdict  # noqa: E402
+from tools.fauxmaster.replay import ReplayConfig, replay  # noqa: E402
+from tools.trace.google2011 import CapacityModel, import_google2011  # noqa: E402
+
+TRACES = Path("/work/shared/traces/google-2011")
+GOAL = 300.0
+
+
+def imported_trace() -> Path:
+    """Part 0 as an omega trace, imported once per temp dir."""
+    out = Path(tempfile.gettempdir()) / "omega-bench-google2011-part0.omt"
+    if not out.exists():
+        started = time.perf_counter()
+        tmp = out.with_suffix(f".{os.getpid()}.tmp")
+        import_google2011(str(TRACES / "task_events/part-00000-of-00500.csv.gz"),
+                          str(TRACES / "job_events/part-00000-of-00500.csv.gz"), tmp, CapacityModel("mix", 0))
+        tmp.rename(out)
+        print(f"imported part 0 in {time.perf_counter() - started:.1f} s -> {out}")
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--hours", type=float, default=1.56, help="virtual hours to replay (default 1.56)")
+    parser.add_argument("--batch", type=int, default=1, help="batch schedulers (default 1)")
+    parser.add_argument("--profile", metavar="HTML", help="write a pyinstrument profile here")
+    args = parser.parse_args()
+    trace = imported_trace()
+    schedulers = [dict(name=f"batch{i}", kind="batch", seed=i) for i in range(args.batch)]
+    schedulers.append(dict(name="service", kind="service"))
+    config = ReplayConfig(schedulers=schedulers, until=args.hours * 3600, check=False)
+    profiler = None
+    if args.profile:
+        from pyinstrument import Profiler
+        profiler = Profiler()
+        profiler.start()
+    result = replay(trace, config)
+    if profiler is not None:
+        profiler.stop()
+        Path(args.profile).write_text(profiler.output_html())
+    print_figures(result)
+    print(verdict("replay speed", result.speedup, GOAL, "virtual s per wall s", higher_is_better=True))
+    return 0
+
+
+def print_figures(result) -> None:
+    print(f"trace events {result.events:,}, virtual {result.sim_time_s:,.0f} s, wall {result.wall_time_s:.1f} s")
+    print(f"jobs submitted {result.jobs_submitted:,}, unscheduled at end {result.jobs_unscheduled:,}, "
+          f"tasks ended {result.cell['tasks_ended']:,}")
+    for s in result.schedulers:
+        print(f"  {s.name:8s} busyness {s.busyness:.3f}  conflict fraction {s.conflict_fraction:.4f}  "
+              f"attempts {s.attempts:,}  tasks placed {s.tasks_placed:,}  decide wall {s.decide_wall_s:.1f} s")
+    w1, w2 = result.wait_to_first_attempt, result.wait_to_placed
+    print(f"wait to first attempt: mean {w1.mean:.2f} s p90 {w1.p90:.2f} p99 {w1.p99:.2f}; "
+          f"to placed: mean {w2.mean:.2f} p90 {w2.p90:.2f} p99 {w2.p99:.2f} ({w2.jobs:,} jobs)")
+    last = result.utilization[-1]
+    print(f"utilization at end: cpu {last.cpu:.3f} memory {last.memory:.3f} load cv {last.load_cv:.3f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,310 @@
+"""The Borg-style scheduler: one chain of filters and weighted scorers, made fast by the
+three tricks of Borg (EuroSys'15 §3.4), each switchable:
+
+- equivalence classes: the tasks of a decision share one walk: feasibility and scores are
+  computed once per machine for the class and only the machines this decision reserved
+  on are evaluated again; off, every task evaluates machines afresh (its own class);
+- score cache: (class, machine) -> verdict and rank at the machine's mod_revision, kept
+  across decisions, so jobs with the same signature reuse them; exact invalidation;
+- relaxed randomization: machines in a seeded shuffled order from a random cursor; stop
+  once ``k`` feasible machines are in hand and take the best; off, every machine is scored.
+
+Classes and the cache need every plugin of the chain to sign (``reads`` not None); with
+one that cannot (zone_spread, domain_spread: they depend on where the job's tasks are) both
+are off, whatever the config says (``tricks`` tells what is in effect).
+
+When a task fits nowhere, ``preemption`` picks one machine and the lower-priority
+allocations to evict there (fewest victims, then lowest priorities; see
+``schedulers.preemption``); the claim lists them in ``evicts``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from dataclasses import dataclass
+
+from cellstate.model import Alloc, Job, JobKind, Machine
+from omega.protocols import CellView, Claim, JobEntry, MachineEntry
+from schedulers.base import Decision, checked_tasks, gang_outcome
+from schedulers.borg_cache import ScoreCache, Signer
+from schedulers.pipeline import NO_MACHINES, Pipeline, Rejections
+from schedulers.plugin import PluginConfigError, ScoreContext, Verdict
+from schedulers.preemption import choose_victims, cost, preemptible
+from schedulers.reservation import Reservations
+
+ALL_KINDS = (JobKind.BATCH, JobKind.SERVICE)
+
+
+@dataclass(slots=True)
+class BorgCounters:
+    """What the scheduler did, cumulatively: machines evaluated (through the chain or the
+    cache), cache hits, decisions, tasks decided and tasks placed by preemption."""
+
+    decisions: int = 0
+    tasks: int = 0
+    evaluations: int = 0
+    cache_hits: int = 0
+    preemptions: int = 0
+
+
+def _serves(value) -> tuple[JobKind, ...]:
+    if isinstance(value, (str, JobKind)) or not value:
+        raise PluginConfigError(f"borg: serves must be a non-empty list of job kinds, got {value!r}")
+    try:
+        return tuple(dict.fromkeys(JobKind(v) for v in value))
+    except ValueError:
+        raise PluginConfigError(f"borg: serves: unknown job kind in {value!r}; "
+                                f"known: {[k.value for k in JobKind]}") from None
+
+
+class BorgScheduler:
+    """See the module docstring. ``serves``: the job kinds the runtime should hand it."""
+
+    kind = "borg"
+
+    def __init__(self, name: str, rng: random.Random, pipeline: Pipeline | None = None, *, k: int = 50,
+                 equivalence_classes: bool = True, score_cache: bool = True,
+                 relaxed_randomization: bool = True, preemption: bool = True,
+                 cache_entries: int = 500_000, serves=ALL_KINDS) -> None:
+        for label, flag in (("equivalence_classes", equivalence_classes), ("score_cache", score_cache),
+                            ("relaxed_randomization", relaxed_randomization), ("preemption", preemption)):
+            if not isinstance(flag, bool):
+                raise PluginConfigError(f"borg {name!r}: {label} must be a bool, got {flag!r}")
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise PluginConfigError(f"borg {name!r}: k must be an int >= 1, got {k!r}")
+        if not isinstance(rng, random.Random):
+            raise PluginConfigError(f"borg {name!r}: rng must be a random.Random, got {rng!r}")
+        if pipeline is None:
+            from schedulers.chains import borg_pipeline
+            pipeline = borg_pipeline()
+        self.name, self.rng, self.pipeline, self.k = name, rng, pipeline, k
+        self.serves = _serves(serves)
+        reads = pipeline.reads
+        self.signer = Signer(reads) if reads is not None else None
+        self.classes = equivalence_classes and reads is not None
+        self.cache = ScoreCache(cache_entries) if score_cache and reads is not None else None
+        self.relaxed = relaxed_randomization
+        self.preemption = preemption
+        self.counters = BorgCounters()
+        self._ids: list[str] = []
+        self._count = -1
+        self._base_free: dict = {}
+
+    @property
+    def tricks(self) -> dict[str, bool]:
+        """The tricks in effect (a chain that cannot sign turns classes and the cache off)."""
+        return {"equivalence_classes": self.classes, "score_cache": self.cache is not None,
+                "relaxed_randomization": self.relaxed, "preemption": self.preemption}
+
+    def decide(self, job: JobEntry, tasks: list[int], view: CellView) -> Decision:
+        """Claims for ``tasks`` of ``job``, fitting cumulatively on ``view`` (with evictions
+        of lower-priority allocations when preemption is on and a task fits nowhere)."""
+        tasks = checked_tasks(job, tasks)
+        ids = self._machine_ids(view)
+        self.counters.decisions += 1
+        self.counters.tasks += len(tasks)
+        if not ids:
+            return gang_outcome(job, tasks, Decision([], {t: NO_MACHINES for t in tasks}))
+        decision = _Decider(self, job, view, ids).run(tasks)
+        if self.cache is not None:
+            self.cache.trim()
+        return gang_outcome(job, tasks, decision)
+
+    def _machine_ids(self, view: CellView) -> list[str]:
+        """All machine ids, sorted then shuffled by the seeded rng (refreshed when the count
+        changes, or when a listed machine disappeared)."""
+        count = view.machine_count()
+        if count != self._count:
+            self._ids = sorted(entry.id for entry in view.machines())
+            if self.relaxed:
+                self.rng.shuffle(self._ids)
+            self._count = len(self._ids)
+            self._base_free.clear()
+        return self._ids
+
+    def table_for(self, spec: Job, task: int | None):
+        """The cache table of the class of ``spec`` (or of one task when classes are off)."""
+        if self.cache is None:
+            return None
+        key = self.signer.signature(spec) if task is None else ("task", spec.id, task)
+        return self.cache.table(self.signer.class_of(key))
+
+
+class _Decider:
+    """One decision: the reservation overlay, the per-class searches and the preemption pass."""
+
+    def __init__(self, sched: BorgScheduler, job: JobEntry, view: CellView, ids: list[str]):
+        self.sched, self.job, self.view, self.ids = sched, job, view, ids
+        self.spec = job.record.job
+        self.res = Reservations(view, sched._base_free)
+        self.placement = self.res.placement(job.id)
+        self.touched: set[str] = set()
+        self.evicted: set[tuple[str, int]] = set()
+        self.cursor = sched.rng.randrange(len(ids)) if sched.relaxed else 0
+
+    def run(self, tasks: list[int]) -> Decision:
+        decision = Decision()
+        search = None
+        for i, task in enumerate(tasks):
+            if search is None or not self.sched.classes:
+                search = _Search(self, self.sched.table_for(self.spec, None if self.sched.classes else task))
+            want = self.sched.k if self.sched.relaxed else len(self.ids)
+            search.fill(want)
+            machine = search.best()
+            victims: list[Alloc] = []
+            if machine is None and self.sched.preemption:
+                machine, victims = self._preempt()
+            if machine is None:
+                reason = search.rejections.reason()
+                decision.unplaced.update((t, reason) for t in tasks[i:])
+                break
+            self._reserve(machine, victims)
+            decision.claims.append(Claim(task, machine.id, self.spec.request,
+                                         tuple((a.job_id, a.task_index) for a in victims)))
+            self.cursor = search.cursor
+            if self.sched.classes and i + 1 < len(tasks):
+                search.refresh(machine)  # without classes the next task walks afresh
+        return decision
+
+    def _reserve(self, machine: Machine, victims: list[Alloc]) -> None:
+        for a in victims:
+            self.res.release(a.job_id, machine, a.resources)
+            self.evicted.add((a.job_id, a.task_index))
+        self.res.reserve(self.job.id, machine, self.spec.request)
+        self.touched.add(machine.id)
+        self.sched.counters.preemptions += bool(victims)
+
+    def _preempt(self) -> tuple[Machine | None, list[Alloc]]:
+        """The machine and victims of least cost (then best rank, then id). With relaxed
+        randomization the scan stops once ``k`` machines could make room; a machine that
+        needs no victim (room freed by this decision's evictions) ends it at once."""
+        spec, pipeline, best, options = self.spec, self.sched.pipeline, None, 0
+        for machine_id in self.ids:
+            entry = self.view.machine(machine_id)
+            option = None if entry is None else self._victims_on(entry.machine)
+            if option is None:
+                continue
+            victims, free = option
+            ctx = ScoreContext(self.placement, tuple(a.priority for a in victims))
+            rank = pipeline.rank(spec, entry.machine, free, ctx)
+            key = (cost(victims), tuple(-x for x in rank), machine_id)
+            if best is None or key < best[0]:
+                best = (key, entry.machine, victims)
+            options += 1
+            if not victims or (self.sched.relaxed and options >= self.sched.k):
+                break
+        return (best[1], best[2]) if best else (None, [])
+
+    def _victims_on(self, machine: Machine):
+        """(victims, free after evicting them) when evicting lower-priority allocations lets
+        the task pass every filter on ``machine``; None otherwise."""
+        spec, check = self.spec, self.sched.pipeline.check
+        free = self.res.free(machine)
+        here = self.placement.on_machine(machine.id)
+        verdict = check(spec, machine, free, here)
+        if verdict.ok:
+            return [], free
+        if verdict.unresolvable:
+            return None
+        candidates = [a for a in preemptible(self.view.allocs_on(machine.id), spec.priority, spec.id,
+                                             self.evicted) if self._live(a)]
+        if not candidates:
+            return None
+        victims = choose_victims(spec.request, free, candidates)
+        if victims is None:
+            return None
+        for a in victims:
+            free = free + a.resources
+        return (victims, free) if check(spec, machine, free, here).ok else None
+
+
+    def _live(self, alloc: Alloc) -> bool:
+        """The alloc's task is placed or running in its job record (a replica may see a
+        rival's eviction in the job record before the alloc's deletion)."""
+        entry = self.view.job(alloc.job_id)
+        tasks = entry.record.tasks if entry is not None else ""
+        return alloc.task_index < len(tasks) and tasks[alloc.task_index] in "ar"
+
+
+class _Search:
+    """A class's walk over the shuffled machines: a pool of feasible machines (a heap by
+    rank, ties by machine id) and the exclusions tallied along the way."""
+
+    def __init__(self, decider: _Decider, table) -> None:
+        self.d = decider
+        self.table = table
+        self.cursor = decider.cursor
+        self.walked = 0
+        self.pool: dict[str, int] = {}  # machine id -> sequence number of its live heap entry
+        self.heap: list[tuple[tuple[float, ...], str, int, Machine]] = []
+        self.seq = 0
+        self.rejections = Rejections()
+        self.ctx = ScoreContext(decider.placement)
+
+    def fill(self, want: int) -> None:
+        """Walk on until ``want`` machines are feasible or every machine was walked."""
+        d, ids = self.d, self.d.ids
+        n = len(ids)
+        while len(self.pool) < want and self.walked < n:
+            machine_id = ids[self.cursor]
+            self.cursor = self.cursor + 1 if self.cursor + 1 < n else 0
+            self.walked += 1
+            entry = d.view.machine(machine_id)
+            if entry is None:
+                d.sched._count = -1  # the cell changed under the cached ids: refresh next time
+                continue
+            verdict, rank = self.evaluate(entry)
+            if rank is None:
+                self.rejections.add(verdict)
+            else:
+                self._push(entry.machine, rank)
+
+    def evaluate(self, entry: MachineEntry) -> tuple[Verdict, tuple[float, ...] | None]:
+        """Verdict and rank (None unless feasible), from the cache when the machine is at
+        the cached revision and untouched by this decision."""
+        d = self.d
+        machine = entry.machine
+        machine_id = machine.id
+        here = d.placement.machines.get(machine_id, 0)
+        counters = d.sched.counters
+        counters.evaluations += 1
+        table = self.table
+        cacheable = table is not None and not here and machine_id not in d.touched
+        if cacheable:
+            hit = table.get(machine_id)
+            if hit is not None and hit[0] == entry.mod_revision:
+                counters.cache_hits += 1
+                return hit[1], hit[2]
+        free = d.res.free(machine)
+        pipeline = d.sched.pipeline
+        verdict = pipeline.check(d.spec, machine, free, here)
+        rank = pipeline.rank(d.spec, machine, free, self.ctx) if verdict.ok else None
+        if cacheable:
+            table[machine_id] = (entry.mod_revision, verdict, rank)
+        return verdict, rank
+
+    def _push(self, machine: Machine, rank: tuple[float, ...]) -> None:
+        self.seq += 1
+        self.pool[machine.id] = self.seq
+        heapq.heappush(self.heap, (tuple(-x for x in rank), machine.id, self.seq, machine))
+
+    def best(self) -> Machine | None:
+        """The best-ranked feasible machine in the pool (stale heap entries skipped)."""
+        heap, pool = self.heap, self.pool
+        while heap:
+            _, _, seq, machine = heap[0]
+            if pool.get(machine.id) == seq:
+                return machine
+            heapq.heappop(heap)
+        return None
+
+    def refresh(self, machine: Machine) -> None:
+        """Evaluate ``machine`` again after this decision reserved on it."""
+        self.pool.pop(machine.id, None)
+        entry = self.d.view.machine(machine.id)
+        verdict, rank = self.evaluate(entry)
+        if rank is None:
+            self.rejections.add(verdict)
+        else:
+            self._push(entry.machine, rank)

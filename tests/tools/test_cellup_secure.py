@@ -1,0 +1,110 @@
+"""``omega cell up --secure`` and the store auth flags (--credentials/--as, --user/--password-file)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tools.cli import UsageError, main
+from tools.common import add_store_args, store_auth
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_store_args(parser)
+    return parser.parse_args(argv)
+
+
+@pytest.fixture
+def no_auth_env(monkeypatch):
+    for name in ("OMEGA_CA_CERT", "OMEGA_USER", "OMEGA_PASSWORD", "OMEGA_CREDENTIALS", "OMEGA_AS"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def creds_file(tmp_path):
+    from cellstate.security import Credentials, UserCredential, save_credentials
+
+    path = tmp_path / "credentials.json"
+    save_credentials(path, Credentials(("127.0.0.1:1",), "/pki/ca.pem", "/omega",
+                                       {"a-monitor": UserCredential("a-monitor", "pw-m", "a-reader", "a")}))
+    (tmp_path / "pw").write_text("from-file\n")
+    return path
+
+
+FLAGS = [
+    ([], {}),
+    (["--ca-cert", "/x/ca.pem"], {"user": None, "password": None, "ca_cert": "/x/ca.pem"}),
+    (["--user", "u", "--password", "p"], {"user": "u", "password": "p", "ca_cert": None}),
+    (["--user", "u", "--password-file", "{dir}/pw"], {"user": "u", "password": "from-file", "ca_cert": None}),
+    (["--credentials", "{dir}/credentials.json", "--as", "a-monitor"],
+     {"user": "a-monitor", "password": "pw-m", "ca_cert": "/pki/ca.pem"}),
+    (["--credentials", "{dir}/credentials.json", "--as", "a-monitor", "--ca-cert", "/mine.pem"],
+     {"user": "a-monitor", "password": "pw-m", "ca_cert": "/mine.pem"}),
+]
+
+
+@pytest.mark.parametrize("argv, expected", FLAGS,
+                         ids=["none", "ca-only", "user-password", "password-file", "credentials", "ca-override"])
+def test_store_auth_flags(no_auth_env, creds_file, argv, expected):
+    argv = [a.replace("{dir}", str(creds_file.parent)) for a in argv]
+    assert store_auth(parse(argv)) == expected
+
+
+BAD_FLAGS = [
+    (["--user", "u"], "--user needs --password"),
+    (["--password", "p"], "--user needs --password"),
+    (["--credentials", "{dir}/credentials.json"], "--credentials needs --as"),
+    (["--credentials", "{dir}/credentials.json", "--as", "root"], "no user 'root'"),
+    (["--credentials", "{dir}/missing.json", "--as", "a-monitor"], "cannot read credentials file"),
+    (["--user", "u", "--password-file", "{dir}/nope"], "--password-file"),
+]
+
+
+@pytest.mark.parametrize("argv, message", BAD_FLAGS,
+                         ids=["user-only", "password-only", "no-as", "unknown-user", "missing-file", "no-pw-file"])
+def test_store_auth_flag_mistakes(no_auth_env, creds_file, argv, message):
+    argv = [a.replace("{dir}", str(creds_file.parent)) for a in argv]
+    with pytest.raises(UsageError, match=message):
+        store_auth(parse(argv))
+
+
+def test_namespace_without_auth_flags_means_no_auth():
+    assert store_auth(argparse.Namespace(endpoints="127.0.0.1:2379", max_txn_ops=128)) == {}
+
+
+@pytest.mark.slow
+def test_cell_up_secure_serves_cell_users_until_interrupted(tmp_path, no_auth_env, capsys):
+    data = tmp_path / "data"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tools.cli", "cell", "up", "--secure", "--data-dir", str(data), "--cell", "a",
+         "--no-fsync"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        lines = []
+        deadline = time.monotonic() + 60
+        while not any("credentials" in line for line in lines):
+            assert time.monotonic() < deadline and process.poll() is None, "".join(lines)
+            lines.append(process.stdout.readline())
+        endpoints = re.search(r"endpoints: (\S+)", "".join(lines)).group(1)
+        creds = data / "credentials.json"
+        assert stat.S_IMODE(os.stat(creds).st_mode) == 0o600
+        common = ["--endpoints", endpoints, "--cell", "a", "--credentials", str(creds)]
+        assert main(["cell", "init", "--machines", "4", *common, "--as", "a-scheduler"]) == 0
+        assert main(["check", *common, "--as", "a-monitor"]) == 0
+        assert main(["cell", "init", "--machines", "4", "--replace", *common, "--as", "a-monitor"]) == 1
+        assert "permission denied" in capsys.readouterr().err
+    finally:
+        process.send_signal(signal.SIGINT)
+        out, _ = process.communicate(timeout=30)
+    assert process.returncode == 0 and "etcd stopped" in out

@@ -1,0 +1,53 @@
+"""``omega replay``: flags, scheduler specs, JSON and HTML output."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tools.cli import main
+from tools.cmd_replay import parse_schedulers
+
+from fauxmaster_traces import mixed_trace
+
+
+@pytest.mark.parametrize("spec, expected", [
+    ("a:batch", [dict(name="a", kind="batch", seed=5)]),
+    ("a:batch:sequence:all-or-nothing,s:service",
+     [dict(name="a", kind="batch", conflict_mode="sequence", commit_mode="all-or-nothing", seed=5),
+      dict(name="s", kind="service", seed=6)]),
+    ('[{"name": "x", "kind": "batch", "seed": 1}]', [dict(name="x", kind="batch", seed=1, t_job=2.0)]),
+], ids=["short", "modes-and-two", "json"])
+def test_parse_schedulers(spec, expected):
+    got = parse_schedulers(spec, seed=5, t_job=2.0 if spec.startswith("[") else None)
+    assert got == expected
+
+
+@pytest.mark.parametrize("spec", ["a", "a:batch:x:y:z", "a::sequence"], ids=["no-kind", "too-many", "empty-part"])
+def test_bad_scheduler_items_are_refused(spec):
+    with pytest.raises(ValueError, match="NAME:KIND"):
+        parse_schedulers(spec)
+
+
+def test_replay_command_writes_json_and_html(tmp_path, capsys):
+    trace = mixed_trace(tmp_path / "mixed.omt")
+    out, report = tmp_path / "r.json", tmp_path / "report"
+    code = main(["replay", trace, "--schedulers", "b1:batch,b2:batch:sequence,s:service", "--until", "20",
+                 "--sample-every", "1", "--json", str(out), "--html", str(report)])
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "invariants: ok" in text and "b2: busyness" in text
+    data = json.loads(out.read_text())
+    assert [s["name"] for s in data["schedulers"]] == ["b1", "b2", "s"] and data["sim_time_s"] == 20.0
+    assert {p.name for p in report.iterdir()} >= {"index.html", "result.json", "utilization.png", "wait_cdf.png",
+                                                  "busyness.png"}
+    assert (report / "utilization.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_replay_command_reports_a_bad_spec_as_usage_error(tmp_path, capsys):
+    trace = mixed_trace(tmp_path / "mixed.omt")
+    with pytest.raises(SystemExit) as exc:
+        main(["replay", trace, "--schedulers", "a:weird"])
+    assert exc.value.code == 2
+    assert "unknown kind 'weird'" in capsys.readouterr().err

@@ -1,0 +1,68 @@
+"""Fauxmaster metrics on hand-computed cases."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tools.fauxmaster.cell import UsageLedger
+from tools.fauxmaster.metrics import (
+    JobJournal, WaitStats, busyness, conflict_fraction, load_cv, sample_utilization,
+)
+
+from fauxmaster_traces import machine
+
+
+@pytest.mark.parametrize("waits, expected", [
+    ([], WaitStats(0, 0.0, 0.0, 0.0)),
+    ([3.0], WaitStats(1, 3.0, 3.0, 3.0)),
+    # 1..10: mean 5.5; nearest rank p90 = ceil(9) -> 9th = 9; p99 = ceil(9.9) -> 10th = 10
+    ([float(i) for i in range(10, 0, -1)], WaitStats(10, 5.5, 9.0, 10.0)),
+], ids=["empty", "one", "one-to-ten"])
+def test_wait_stats(waits, expected):
+    assert WaitStats.of(waits) == expected
+
+
+@pytest.mark.parametrize("transactions, failed, expected", [
+    (0, 0, 0.0), (10, 0, 0.0), (10, 2, 0.25), (3, 3, 0.0),
+], ids=["none", "no-conflicts", "two-of-ten", "all-failed"])
+def test_conflict_fraction_is_failed_per_successful(transactions, failed, expected):
+    assert conflict_fraction(transactions, failed) == expected
+
+
+def test_busyness_and_load_cv():
+    assert busyness(30.0, 120.0) == 0.25 and busyness(1.0, 0.0) == 0.0
+    # shares 0.0 and 1.0: mean 0.5, population std 0.5 -> cv 1
+    assert load_cv([0.0, 1.0]) == 1.0
+    assert load_cv([0.5, 0.5, 0.5]) == 0.0 and load_cv([]) == 0.0 and load_cv([0.0, 0.0]) == 0.0
+
+
+def test_utilization_of_a_hand_ledger():
+    usage = UsageLedger()
+    for i, cpu in enumerate((4000, 4000, 8000)):
+        usage.add_machine(machine(i, cpu))
+    usage.charge("m0", 4000, 8192)
+    usage.charge("m2", 2000, 0)
+    usage.charge("gone", 999, 999)  # an unknown machine is ignored
+    sample = sample_utilization(7.0, usage)
+    assert sample.t == 7.0 and sample.machines == 3
+    assert sample.cpu == pytest.approx(6000 / 16000)
+    assert sample.memory == pytest.approx(8192 / (3 * 8192))
+    shares = [1.0, 0.0, 0.25]
+    mean = sum(shares) / 3
+    std = math.sqrt(sum((s - mean) ** 2 for s in shares) / 3)
+    assert sample.load_cv == pytest.approx(std / mean)
+    usage.remove_machine("m0")
+    assert sample_utilization(8.0, usage).cpu == pytest.approx(2000 / 12000)
+
+
+def test_journal_keeps_first_times_only():
+    journal = JobJournal(submitted={"a": 1.0, "b": 2.0})
+    journal.taken("a", 1.5)
+    journal.taken("a", 9.0)
+    journal.taken("b", 4.0)
+    journal.placed("a", 3.0)
+    journal.placed("a", 30.0)
+    assert sorted(journal.waits_to_first_attempt()) == [0.5, 2.0]
+    assert journal.waits_to_placed() == [2.0]

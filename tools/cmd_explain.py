@@ -1,0 +1,69 @@
+"""``omega explain JOB [TASK]``: why a task of a job goes where it goes, or stays pending."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from cellstate.store import StoreError
+from tools.common import add_store_args, cell_keys, open_store
+
+
+def register(sub) -> None:
+    p = sub.add_parser("explain", help="run a scheduler chain for one task and show every filter and score")
+    add_store_args(p)
+    p.add_argument("job", help="job id")
+    p.add_argument("task", nargs="?", type=int, default=None, help="task index (default: the first pending)")
+    p.add_argument("--kind", default="borg", help="scheduler kind whose default chain to run (default borg)")
+    p.add_argument("--chains", default=None, help="a chain TOML file (see schedulers/default_chains.toml)")
+    p.add_argument("--table", default=None, help="table of --chains to use (default: --kind)")
+    p.add_argument("--top", type=int, default=5, help="machines to show (default 5)")
+    p.add_argument("--json", action="store_true", help="print the explanation as JSON")
+    p.set_defaults(func=run)
+
+
+def _scheduler(args):
+    """The scheduler whose chain is explained, from --kind or --chains/--table."""
+    from schedulers.chain_config import load_chain_config
+    from schedulers.chains import make_scheduler
+    from schedulers.plugin import PluginConfigError
+    from tools.cli import UsageError
+
+    try:
+        if args.chains is None:
+            if args.table is not None:
+                raise UsageError("--table needs --chains")
+            return make_scheduler(args.kind, "explain", 0)
+        configs = load_chain_config(args.chains)
+        table = args.table or args.kind
+        if table not in configs:
+            raise UsageError(f"--table: {args.chains} has no table [{table}]; tables: {sorted(configs)}")
+        config = configs[table]
+        return make_scheduler(config.kind, "explain", 0, config.as_config())
+    except (PluginConfigError, OSError) as exc:
+        raise UsageError(str(exc)) from None
+
+
+def run(args) -> int:
+    from cellstate.replica import Replica
+    from tools.cli import UsageError
+    from tools.explain import ExplainError, explain, render
+
+    if args.top < 1:
+        raise UsageError(f"--top must be >= 1, got {args.top}")
+    scheduler = _scheduler(args)
+    keys = cell_keys(args)
+    with open_store(args) as store:
+        replica = Replica(store, keys)
+        try:
+            replica.sync()
+            result = explain(replica, args.job, args.task, scheduler.pipeline, args.top, scheduler)
+        except StoreError as exc:
+            print(f"omega: explain: {exc}", file=sys.stderr)
+            return 1
+        except ExplainError as exc:
+            raise UsageError(str(exc)) from None
+        finally:
+            replica.close()
+    print(json.dumps(result.to_dict(), indent=2) if args.json else render(result))
+    return 0

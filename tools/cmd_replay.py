@@ -1,0 +1,109 @@
+"""``omega replay FILE``: run the fauxmaster — replay an omega trace against the real
+schedulers on virtual time, print the figures, optionally write JSON and an HTML report.
+
+``--schedulers`` takes a JSON list of scheduler configs (or ``@file.json``), or a comma list
+of ``NAME:KIND[:CONFLICT_MODE[:COMMIT_MODE]]`` items, e.g. ``b1:batch,b2:batch:sequence,s:service``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+DEFAULT_SPEC = "batch:batch,service:service"
+
+
+def register(sub) -> None:
+    p = sub.add_parser("replay", help="replay a trace against the real schedulers on virtual time (fauxmaster)")
+    p.add_argument("file", help="omega trace (.omt or .omt.gz)")
+    p.add_argument("--store", choices=("memory", "etcd"), default="memory", help="cell store (default memory)")
+    p.add_argument("--endpoints", default="127.0.0.1:2379", help="etcd host:port list for --store etcd")
+    p.add_argument("--cell", default="fauxmaster", help="cell name (must be empty in etcd)")
+    p.add_argument("--schedulers", default=DEFAULT_SPEC, metavar="SPEC",
+                   help=f"JSON list, @file.json, or NAME:KIND[:CONFLICT[:COMMIT]],… (default {DEFAULT_SPEC})")
+    p.add_argument("--decision-time", choices=("modelled", "measured"), default="modelled")
+    p.add_argument("--time-scale", type=float, default=1.0, help="measured decision time multiplier")
+    p.add_argument("--t-job", type=float, default=None, help="modelled seconds per job (default 0.1)")
+    p.add_argument("--t-task", type=float, default=None, help="modelled seconds per task (default 0.005)")
+    p.add_argument("--seed", type=int, default=0, help="base seed: scheduler i gets seed + i (default 0)")
+    p.add_argument("--until", type=float, default=None, help="stop at this virtual time (default: trace end)")
+    p.add_argument("--sample-every", type=float, default=60.0, help="utilization sample period (virtual s)")
+    p.add_argument("--no-check", action="store_true", help="skip the invariant check of the final cell")
+    p.add_argument("--json", metavar="OUT", help="write the result as JSON")
+    p.add_argument("--html", metavar="DIR", help="write an HTML report with plots (needs matplotlib)")
+    p.set_defaults(func=run_replay)
+
+
+def parse_schedulers(spec: str, seed: int = 0, t_job: float | None = None, t_task: float | None = None) -> list[dict]:
+    """Scheduler config dicts from ``spec`` (see the module docstring); ValueError if malformed."""
+    spec = spec.strip()
+    if spec.startswith("@"):
+        with open(spec[1:]) as f:
+            spec = f.read().strip()
+    if spec.startswith("["):
+        configs = json.loads(spec)
+        if not isinstance(configs, list) or not all(isinstance(c, dict) for c in configs):
+            raise ValueError("--schedulers JSON must be a list of objects")
+    else:
+        configs = [_item(item) for item in spec.split(",") if item.strip()]
+    for i, config in enumerate(configs):
+        config.setdefault("seed", seed + i)
+        for key, value in (("t_job", t_job), ("t_task", t_task)):
+            if value is not None:
+                config.setdefault(key, value)
+    return configs
+
+
+def _item(item: str) -> dict:
+    parts = [p.strip() for p in item.strip().split(":")]
+    if len(parts) < 2 or len(parts) > 4 or not all(parts):
+        raise ValueError(f"--schedulers item {item!r}: expected NAME:KIND[:CONFLICT_MODE[:COMMIT_MODE]]")
+    config = {"name": parts[0], "kind": parts[1]}
+    if len(parts) > 2:
+        config["conflict_mode"] = parts[2]
+    if len(parts) > 3:
+        config["commit_mode"] = parts[3]
+    return config
+
+
+def run_replay(args) -> int:
+    from tools.cli import UsageError
+    from tools.common import endpoints_of
+    from tools.fauxmaster.replay import ReplayConfig, replay
+    from tools.fauxmaster.report import rich_progress, write_html, write_json
+    from tools.trace.format import TraceError
+
+    try:
+        config = ReplayConfig(
+            schedulers=parse_schedulers(args.schedulers, args.seed, args.t_job, args.t_task), store=args.store,
+            endpoints=endpoints_of(args.endpoints) if args.store == "etcd" else [], cell=args.cell,
+            decision_time=args.decision_time, time_scale=args.time_scale, until=args.until,
+            sample_every_s=args.sample_every, check=not args.no_check)
+    except (ValueError, OSError) as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        with rich_progress(sys.stderr.isatty()) as progress:
+            result = replay(args.file, config, progress)
+    except (OSError, TraceError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    _print_summary(result)
+    if args.json:
+        write_json(result, args.json)
+    if args.html:
+        print(f"report: {write_html(result, args.html)}")
+    return 0 if result.check is None or result.check["ok"] else 1
+
+
+def _print_summary(result) -> None:
+    print(f"{result.trace}: {result.sim_time_s:,.1f} virtual s in {result.wall_time_s:,.2f} s "
+          f"({result.speedup:,.0f}x), {result.events:,} events, {result.jobs_submitted:,} jobs, "
+          f"{result.jobs_unscheduled:,} unscheduled at the end")
+    for s in result.schedulers:
+        print(f"  {s.name}: busyness {s.busyness:.3f}, conflict fraction {s.conflict_fraction:.4f}, "
+              f"{s.attempts:,} attempts, {s.tasks_placed:,} tasks placed")
+    w1, w2 = result.wait_to_first_attempt, result.wait_to_placed
+    print(f"  wait to first attempt mean {w1.mean:.2f} s (p90 {w1.p90:.2f}, p99 {w1.p99:.2f}); "
+          f"to placed mean {w2.mean:.2f} s (p90 {w2.p90:.2f}, p99 {w2.p99:.2f})")
+    if result.check is not None:
+        state = "ok" if result.check["ok"] else f"{len(result.check['violations'])} VIOLATIONS"
+        print(f"  invariants: {state}")

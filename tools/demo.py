@@ -1,0 +1,350 @@
+"""``run_demo``: a whole live cell on one machine.
+
+1. an embedded etcd (fsync on, a high ``--max-txn-ops``), with TLS and etcd auth when
+   ``secure`` (the users and passwords of ``omega cell up --secure``);
+2. the cell's machines (``init_cell``, in-process);
+3. as separate processes, each in its own process group, logging to ``RUN_DIR/NAME.log``:
+   the hollow machine agents (time running ``time_scale`` times faster, so batch tasks end
+   during the demo), the schedulers (``batch-0``…, ``service-0``…, ``borg-0``…), and, once
+   every scheduler has published its stats, the workload generator;
+4. in the foreground the live conflict monitor (or, with ``monitor=False``, a status line
+   every few seconds), until Ctrl-C, SIGTERM, ``duration`` seconds, or a child that fails.
+
+Then it stops the generator, the schedulers (reading their stats first; they print their
+final stats on exit), the agents and etcd, in that order — SIGTERM to each process group,
+SIGKILL for stragglers, also on errors — and returns a ``DemoSummary`` with the invariant
+check of the cell.
+"""
+
+from __future__ import annotations
+
+import _thread
+import signal
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from cellstate.cellspec import CellSpec, init_cell
+from cellstate.check import check_cell
+from cellstate.etcd_server import EtcdCluster, EtcdOptions
+from cellstate.etcd_store import EtcdStore
+from cellstate.keys import DEFAULT_ROOT, CellKeys
+from cellstate.store import StoreError
+from tools.demo_children import Child, Children
+from tools.demo_summary import (
+    DemoSummary, check_dict, describe_cell, final_stats, read_leased_stats, scheduler_summary,
+)
+
+MAX_TXN_OPS = 10_000         # the demo's etcd accepts big txns: a 1,000-task job commits in one
+STATUS_EVERY_S = 5.0          # --no-monitor: a status line this often
+SCHEDULERS_READY_S = 60.0     # how long the schedulers may take to publish their first stats
+STOP_TIMEOUT_S = 15.0         # SIGTERM → SIGKILL
+GENERATOR_FOREVER_S = 7 * 24 * 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class DemoConfig:
+    """What ``run_demo`` starts; see ``omega demo --help``."""
+
+    machines: int = 1000
+    zones: int = 3
+    batch_schedulers: int = 2
+    service_schedulers: int = 1
+    borg_schedulers: int = 0
+    rate: float = 40.0
+    service_fraction: float = 0.1
+    duration: float | None = None
+    seed: int = 1
+    monitor: bool = True
+    conflict_mode: str = "resource-fit"
+    time_scale: float = 30.0
+    steal_after: float = 1.0
+    secure: bool = False
+    cell: str = "demo"
+
+    def __post_init__(self):
+        checks = [("machines", self.machines >= 1), ("zones", 1 <= self.zones <= 26),
+                  ("batch_schedulers", self.batch_schedulers >= 0), ("service_schedulers", self.service_schedulers >= 0),
+                  ("borg_schedulers", self.borg_schedulers >= 0), ("rate", self.rate >= 0),
+                  ("service_fraction", 0 <= self.service_fraction <= 1), ("time_scale", self.time_scale > 0),
+                  ("steal_after", self.steal_after >= 0),
+                  ("duration", self.duration is None or self.duration > 0),
+                  ("cell", bool(self.cell) and "/" not in self.cell)]
+        for name, ok in checks:
+            if not ok:
+                raise ValueError(f"demo {name}: invalid value {getattr(self, name)!r}")
+        if self.schedulers == 0:
+            raise ValueError("demo: at least one scheduler is needed")
+
+    @property
+    def schedulers(self) -> int:
+        return self.batch_schedulers + self.service_schedulers + self.borg_schedulers
+
+    def scheduler_names(self) -> list[tuple[str, str]]:
+        """(name, kind) of every scheduler: batch-0…, service-0…, borg-0…."""
+        counts = (("batch", self.batch_schedulers), ("service", self.service_schedulers),
+                  ("borg", self.borg_schedulers))
+        return [(f"{kind}-{i}", kind) for kind, n in counts for i in range(n)]
+
+
+class Demo:
+    """The running parts of one demo (see the module docstring)."""
+
+    def __init__(self, config: DemoConfig, run_dir: Path, out: TextIO):
+        self.config = config
+        self.run_dir = run_dir
+        self.out = out
+        self.keys = CellKeys(cell=config.cell, root=DEFAULT_ROOT)
+        self.cluster: EtcdCluster | None = None
+        self.credentials: Path | None = None
+        self.store: EtcdStore | None = None
+        self.children = Children(run_dir)
+        self.started_at = time.monotonic()
+        self.stop_reason = ""
+
+    # -- start ----------------------------------------------------------------------------
+
+    def start_etcd(self) -> None:
+        options = EtcdOptions(max_txn_ops=MAX_TXN_OPS)
+        if self.config.secure:
+            from cellstate.security import secure_options
+
+            options = secure_options(self.run_dir / "pki", max_txn_ops=MAX_TXN_OPS)
+        self.cluster = EtcdCluster(size=1, options=options).start()
+        if self.config.secure:
+            from cellstate.security import CREDENTIALS_FILE, secure_cells
+
+            self.credentials = self.run_dir / CREDENTIALS_FILE
+            secure_cells(self.cluster.endpoints, [self.keys.cell], self.credentials, self.keys.root,
+                         self.cluster.ca_cert)
+        self.store = self.open_store("scheduler")
+
+    def open_store(self, component: str) -> EtcdStore:
+        """A store on the demo's etcd, logged in as the cell's ``component`` user when secure."""
+        auth = {}
+        if self.credentials is not None:
+            from cellstate.security import cell_user, load_credentials
+
+            auth = load_credentials(self.credentials).store_kwargs(cell_user(self.keys.cell, component))
+        return EtcdStore(self.cluster.endpoints, max_txn_ops=MAX_TXN_OPS, **auth)
+
+    def child_args(self, component: str) -> list[str]:
+        """The store flags of a child connecting as the cell's ``component`` user."""
+        args = ["--endpoints", ",".join(self.cluster.endpoints), "--cell", self.keys.cell,
+                "--max-txn-ops", str(MAX_TXN_OPS)]
+        if self.credentials is not None:
+            from cellstate.security import cell_user
+
+            args += ["--credentials", str(self.credentials), "--as", cell_user(self.keys.cell, component)]
+        return args
+
+    def init_cell(self) -> int:
+        c = self.config
+        return init_cell(self.store, self.keys, CellSpec(machines=c.machines, zones=c.zones, seed=c.seed))
+
+    def start_children(self) -> None:
+        """Agents and schedulers; then, once every scheduler publishes, the generator."""
+        c = self.config
+        self.children.start("agents", ["agents", "run", "--time-scale", f"{c.time_scale:g}",
+                                       "--seed", str(c.seed), *self.child_args("agent")])
+        for i, (name, kind) in enumerate(c.scheduler_names()):
+            self.children.start(name, ["scheduler", "run", "--kind", kind, "--name", name,
+                                       "--seed", str(c.seed + i), "--conflict-mode", c.conflict_mode,
+                                       "--steal-after", f"{c.steal_after:g}", *self.child_args("scheduler")])
+        self.wait_for_schedulers()
+        arrivals = c.duration if c.duration is not None else GENERATOR_FOREVER_S
+        self.children.start("generator", ["generate", "--submit", "--rate", f"{c.rate:g}",
+                                          "--duration", f"{arrivals:g}", "--seed", str(c.seed),
+                                          "--service-fraction", f"{c.service_fraction:g}",
+                                          *self.child_args("scheduler")], expected_exit=True)
+        self.started_at = time.monotonic()
+
+    def wait_for_schedulers(self) -> None:
+        """Until every scheduler's stats key exists; RuntimeError if one fails or it takes too long."""
+        wanted = {name for name, _ in self.config.scheduler_names()}
+        deadline = time.monotonic() + SCHEDULERS_READY_S
+        while not wanted <= set(read_leased_stats(self.store, self.keys)):
+            self.raise_if_failed()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"schedulers not serving after {SCHEDULERS_READY_S:g} s; logs in {self.run_dir}")
+            time.sleep(0.1)
+
+    def raise_if_failed(self) -> None:
+        failed = self.children.failed()
+        if failed:
+            child = failed[0]
+            raise RuntimeError(f"{child.name} exited with status {child.returncode}:\n{child.log_tail()}")
+
+    # -- foreground -----------------------------------------------------------------------
+
+    def foreground(self) -> None:
+        """The monitor, or status lines, until the duration elapses (or an interrupt)."""
+        c = self.config
+        if c.monitor:
+            from tools.monitor.live import run_monitor
+
+            monitor_store = self.open_store("monitor")
+            try:
+                run_monitor(monitor_store, self.keys, duration=c.duration)
+            finally:
+                monitor_store.close()
+            return
+        next_status = time.monotonic() + STATUS_EVERY_S
+        while c.duration is None or time.monotonic() - self.started_at < c.duration:
+            time.sleep(0.1)
+            if time.monotonic() >= next_status:
+                self.print_status()
+                next_status += STATUS_EVERY_S
+
+    def print_status(self) -> None:
+        try:
+            stats = read_leased_stats(self.store, self.keys).values()
+        except StoreError as exc:
+            self.out.write(f"status: store error: {exc}\n")
+            return
+        placed = sum(s.tasks_placed for s in stats)
+        self.out.write(f"t={time.monotonic() - self.started_at:5.1f}s  schedulers {len(stats)}  "
+                       f"placements {placed}  txns {sum(s.txns for s in stats)}  "
+                       f"conflicts {sum(s.conflicts for s in stats)}\n")
+        self.out.flush()
+
+    # -- stop -------------------------------------------------------------------------------
+
+    def stop_children(self) -> dict:
+        """Generator, schedulers, agents, in that order; the schedulers' last leased stats."""
+        try:
+            leased = read_leased_stats(self.store, self.keys) if self.store else {}
+        except StoreError:
+            leased = {}
+        for prefix in ("generator", "batch-", "service-", "borg-", "agents"):
+            self.children.stop(self.children.named(prefix), STOP_TIMEOUT_S)
+        self.children.stop_all(STOP_TIMEOUT_S)
+        return leased
+
+    def summarize(self, leased: dict) -> DemoSummary:
+        """The summary of the stopped cell (children stopped, etcd still up)."""
+        by_name = {c.name: c for c in self.children.children}
+        schedulers = []
+        for name, kind in self.config.scheduler_names():
+            child: Child | None = by_name.get(name)
+            final = final_stats(child.log_lines()) if child else None
+            schedulers.append(scheduler_summary(name, kind, child.returncode if child else None, final,
+                                                leased.get(name)))
+        summary = DemoSummary(self.keys.cell, str(self.run_dir), time.monotonic() - self.started_at, schedulers,
+                              children={c.name: c.returncode for c in self.children.children},
+                              failed_children=[c.name for c in self.children.failed()])
+        try:
+            describe_cell(summary, self.store, self.keys, time.time())
+            summary.check = check_dict(check_cell(self.store, self.keys))
+        except (StoreError, ValueError) as exc:
+            summary.check = {"ok": False, "error": str(exc), "violations": []}
+        return summary
+
+    def close(self) -> None:
+        """Stop whatever still runs: children, the store connection, etcd (idempotent)."""
+        self.children.stop_all(STOP_TIMEOUT_S)
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+        if self.cluster is not None:
+            self.cluster.stop()
+            self.cluster = None
+
+
+class SignalGuard:
+    """Running: SIGTERM acts as Ctrl-C, and a watchdog interrupts the main thread when a child
+    fails. ``shield()`` (while stopping): Ctrl-C and SIGTERM are only noted, so stopping runs to
+    its end. ``restore()``: the previous handlers. Outside the main thread it does nothing."""
+
+    def __init__(self, demo: Demo):
+        self.demo = demo
+        self.active = threading.current_thread() is threading.main_thread()
+        self.previous: dict = {}
+        self.done = threading.Event()
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self._watch, name="demo-watchdog", daemon=True)
+
+    def __enter__(self) -> SignalGuard:
+        if self.active:
+            self.previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+            signal.signal(signal.SIGTERM, _raise_interrupt)
+            self.thread.start()
+        return self
+
+    def _watch(self) -> None:
+        while not self.done.wait(0.5):
+            failed = self.demo.children.failed()
+            if failed:
+                with self.lock:
+                    if not self.done.is_set():
+                        self.demo.stop_reason = f"{failed[0].name} exited with status {failed[0].returncode}"
+                        _thread.interrupt_main()
+                return
+
+    def shield(self) -> None:
+        if not self.active:
+            return
+        while True:
+            try:
+                with self.lock:
+                    self.done.set()
+                    for sig in self.previous:
+                        signal.signal(sig, self._note)
+                break
+            except KeyboardInterrupt:  # arrived before the swap: we are stopping anyway
+                continue
+        self.thread.join()
+
+    def _note(self, signum, _frame) -> None:
+        self.demo.stop_reason += f"; {signal.Signals(signum).name} ignored while stopping"
+
+    def __exit__(self, *exc) -> None:
+        self.shield()
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+
+def _raise_interrupt(*_) -> None:
+    raise KeyboardInterrupt
+
+
+def run_demo(config: DemoConfig, out: TextIO | None = None, run_dir: str | None = None) -> DemoSummary:
+    """Run the demo (see the module docstring) and return its summary. Children are stopped
+    and etcd is stopped whatever happens; the logs stay in ``run_dir`` (default: a new temp dir)."""
+    out = out or sys.stdout
+    directory = Path(run_dir) if run_dir else Path(tempfile.mkdtemp(prefix="omega-demo-"))
+    directory.mkdir(parents=True, exist_ok=True)
+    demo = Demo(config, directory, out)
+    with SignalGuard(demo) as guard:
+        try:
+            try:
+                _start(demo)
+                demo.foreground()
+                demo.stop_reason = demo.stop_reason or "duration elapsed"
+            except KeyboardInterrupt:
+                demo.stop_reason = demo.stop_reason or "interrupted"
+            finally:
+                guard.shield()
+            out.write(f"\nstopping ({demo.stop_reason}) …\n")
+            out.flush()
+            leased = demo.stop_children()
+            return demo.summarize(leased)
+        finally:
+            demo.close()
+
+
+def _start(demo: Demo) -> None:
+    out, c = demo.out, demo.config
+    demo.start_etcd()
+    out.write(f"etcd up ({'TLS + auth' if c.secure else 'plain'}): {','.join(demo.cluster.endpoints)}; "
+              f"logs in {demo.run_dir}\n")
+    revision = demo.init_cell()
+    out.write(f"cell {c.cell!r}: {c.machines} machines in {c.zones} zones at revision {revision}\n")
+    demo.start_children()
+    names = ", ".join(name for name, _ in c.scheduler_names())
+    out.write(f"agents (time x{c.time_scale:g}), schedulers {names}, generator at {c.rate:g} jobs/s running\n")
+    out.flush()

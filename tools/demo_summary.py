@@ -1,0 +1,180 @@
+"""The end-of-demo summary: what each scheduler did (placements, transactions, conflicts), the
+cell's utilization, pending queues and task states, the children's exit codes and the
+invariant check. ``DemoSummary.to_dict`` is the ``--summary-json`` document."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TextIO
+
+from cellstate.check import Report
+from cellstate.codec_fields import CodecError
+from cellstate.keys import CellKeys
+from cellstate.replica import Replica
+from cellstate.stats_codec import decode_stats
+from cellstate.store import Store
+from omega.stats import SchedulerStats
+from tools.monitor.model import build_frame, to_dict
+from tools.monitor.render import amount
+
+FINAL_STATS_PREFIX = "final-stats "
+TASK_STATES = {"p": "pending", "a": "placed", "r": "running", "f": "finished", "x": "failed", "k": "killed"}
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerSummary:
+    """One scheduler's totals; ``source`` says where they come from: "final" (the line the
+    process printed on exit), "lease" (its stats key, read before it was stopped) or "none"."""
+
+    name: str
+    kind: str
+    source: str
+    exit_code: int | None
+    attempts: int = 0
+    txns: int = 0
+    commits: int = 0
+    conflicts: int = 0
+    conflict_fraction: float = 0.0
+    retries: int = 0
+    tasks_placed: int = 0
+    jobs_placed: int = 0
+    busyness: float = 0.0
+
+
+@dataclass
+class DemoSummary:
+    """Everything the demo reports when it ends."""
+
+    cell: str
+    run_dir: str
+    seconds: float
+    schedulers: list[SchedulerSummary]
+    machines_up: int = 0
+    machines_total: int = 0
+    jobs: int = 0
+    tasks: dict[str, int] = field(default_factory=dict)
+    utilization: list[dict] = field(default_factory=list)
+    pending: list[dict] = field(default_factory=list)
+    check: dict = field(default_factory=dict)
+    children: dict[str, int | None] = field(default_factory=dict)
+    failed_children: list[str] = field(default_factory=list)
+
+    @property
+    def placements(self) -> int:
+        return sum(s.tasks_placed for s in self.schedulers)
+
+    @property
+    def txns(self) -> int:
+        return sum(s.txns for s in self.schedulers)
+
+    @property
+    def conflicts(self) -> int:
+        return sum(s.conflicts for s in self.schedulers)
+
+    @property
+    def ok(self) -> bool:
+        """The invariants hold and no child failed."""
+        return bool(self.check.get("ok")) and not self.failed_children
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d.update(ok=self.ok, placements=self.placements, txns=self.txns, conflicts=self.conflicts)
+        return d
+
+
+def read_leased_stats(store: Store, keys: CellKeys) -> dict[str, SchedulerStats]:
+    """The stats every live scheduler published, by name (values that do not decode are skipped:
+    the final-stats lines are the primary source)."""
+    found = {}
+    for kv in store.range(keys.kind_prefix("stats")).kvs:
+        try:
+            stats = decode_stats(kv.key, kv.value)
+        except CodecError:
+            continue
+        found[stats.name] = stats
+    return found
+
+
+def final_stats(log_lines: list[str]) -> dict | None:
+    """The SchedulerStats map of the last ``final-stats {json}`` line, or None."""
+    for line in reversed(log_lines):
+        if line.startswith(FINAL_STATS_PREFIX):
+            try:
+                return json.loads(line[len(FINAL_STATS_PREFIX):])
+            except ValueError:
+                return None
+    return None
+
+
+def scheduler_summary(name: str, kind: str, exit_code: int | None, final: dict | None,
+                      leased: SchedulerStats | None) -> SchedulerSummary:
+    """Totals of one scheduler from its final line, else from its last leased stats."""
+    if final is not None:
+        source, values = "final", final
+    elif leased is not None:
+        source, values = "lease", dataclasses.asdict(leased)
+    else:
+        return SchedulerSummary(name, kind, "none", exit_code)
+    counts = {f: int(values.get(f, 0)) for f in ("attempts", "txns", "commits", "conflicts", "retries",
+                                                  "tasks_placed", "jobs_placed")}
+    commits = counts["commits"]
+    return SchedulerSummary(name, kind, source, exit_code, busyness=float(values.get("busyness", 0.0)),
+                            conflict_fraction=counts["conflicts"] / commits if commits else 0.0, **counts)
+
+
+def describe_cell(summary: DemoSummary, store: Store, keys: CellKeys, now: float) -> None:
+    """Fill in utilization, pending queues, machines and task states from one sync of the cell."""
+    replica = Replica(store, keys)
+    try:
+        replica.sync()
+        frame = to_dict(build_frame(replica, now))
+        states: Counter[str] = Counter()
+        jobs = 0
+        for entry in replica.jobs():
+            jobs += 1
+            states.update(entry.record.tasks)
+    finally:
+        replica.close()
+    summary.machines_up, summary.machines_total = frame["machines_up"], frame["machines_total"]
+    summary.utilization, summary.pending = frame["utilization"], frame["pending"]
+    summary.jobs = jobs
+    summary.tasks = {name: states.get(char, 0) for char, name in TASK_STATES.items()}
+
+
+def check_dict(report: Report, shown: int = 20) -> dict:
+    """The check report as data, with at most ``shown`` violations listed."""
+    d = report.to_dict()
+    d["violation_count"] = len(report.violations)
+    d["violations"] = d["violations"][:shown]
+    return d
+
+
+def print_summary(summary: DemoSummary, out: TextIO) -> None:
+    """The summary as text."""
+    w = out.write
+    w(f"\n=== omega demo summary: cell {summary.cell!r}, {summary.seconds:.1f} s ===\n")
+    w(f"{'scheduler':<14}{'kind':<9}{'placed':>8}{'jobs':>7}{'txns':>8}{'commits':>9}{'conflicts':>11}"
+      f"{'frac':>7}{'busy':>6}  source\n")
+    for s in summary.schedulers:
+        w(f"{s.name:<14}{s.kind:<9}{s.tasks_placed:>8}{s.jobs_placed:>7}{s.txns:>8}{s.commits:>9}"
+          f"{s.conflicts:>11}{s.conflict_fraction:>7.3f}{s.busyness:>6.0%}  {s.source}\n")
+    w(f"{'total':<23}{summary.placements:>8}{'':>7}{summary.txns:>8}{'':>9}{summary.conflicts:>11}\n")
+    w(f"machines up {summary.machines_up}/{summary.machines_total}; {summary.jobs} jobs; tasks "
+      + ", ".join(f"{name} {n}" for name, n in summary.tasks.items()) + "\n")
+    for u in summary.utilization:
+        w(f"  {u['name']:<8} {u['fraction']:6.1%}  {amount(u['name'], u['allocated'])} / "
+          f"{amount(u['name'], u['capacity'])}\n")
+    for q in summary.pending:
+        w(f"  pending {q['kind']:<8} {q['jobs']} jobs, {q['tasks']} tasks, oldest {q['oldest_wait_s']:.1f} s\n")
+    for name in summary.failed_children:
+        w(f"  child {name} failed (exit {summary.children.get(name)}); see {summary.run_dir}/{name}.log\n")
+    check = summary.check
+    verdict = "clean" if check.get("ok") else f"{check.get('violation_count', '?')} violation(s)"
+    w(f"invariant check at revision {check.get('revision')}: {verdict}\n")
+    for v in check.get("violations", []):
+        w(f"  {v['kind']:18} {v['key']}: {v['message']}\n")
+    w(f"logs: {summary.run_dir}\n")
+    out.flush()

@@ -1,0 +1,118 @@
+"""Reports of a replay: JSON, and an HTML page with PNG plots (matplotlib, the ``report``
+extra): utilization over time, the CDF of job wait times, busyness per scheduler.
+Also ``rich_progress``, a progress bar over virtual time for the command line."""
+
+from __future__ import annotations
+
+import html
+import json
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator
+
+from tools.fauxmaster.replay import ReplayResult
+
+PLOTS = ("utilization.png", "wait_cdf.png", "busyness.png")
+
+
+def write_json(result: ReplayResult, path) -> Path:
+    """The result as JSON at ``path`` (parent directories created)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(result.to_json() + "\n")
+    return path
+
+
+def write_html(result: ReplayResult, directory) -> Path:
+    """``index.html``, ``result.json`` and the PNG plots in ``directory``; the index path."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise RuntimeError("the HTML report needs matplotlib: pip install 'omega-scheduler[report]'") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(result, out / "result.json")
+    for name, draw in zip(PLOTS, (_utilization, _wait_cdf, _busyness)):
+        fig, ax = plt.subplots(figsize=(7, 3.6))
+        draw(ax, result)
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=100)
+        plt.close(fig)
+    index = out / "index.html"
+    index.write_text(_page(result))
+    return index
+
+
+def _utilization(ax, result: ReplayResult) -> None:
+    t = [u.t / 3600 for u in result.utilization]
+    ax.plot(t, [u.cpu for u in result.utilization], label="cpu")
+    ax.plot(t, [u.memory for u in result.utilization], label="memory")
+    ax.plot(t, [u.load_cv for u in result.utilization], label="load std/mean", linestyle=":")
+    ax.set_xlabel("virtual time (h)")
+    ax.set_ylabel("fraction")
+    ax.set_title("Utilization over time")
+    ax.legend()
+
+
+def _wait_cdf(ax, result: ReplayResult) -> None:
+    for label, waits in (("to first attempt", result.waits_first), ("to fully placed", result.waits_placed)):
+        ordered = sorted(waits)
+        if ordered:
+            n = len(ordered)
+            ax.step(ordered, [(i + 1) / n for i in range(n)], where="post", label=f"{label} ({n} jobs)")
+    ax.set_xscale("symlog", linthresh=0.1)
+    ax.set_xlabel("job wait time (s)")
+    ax.set_ylabel("fraction of jobs")
+    ax.set_title("Job wait time CDF")
+    ax.legend()
+
+
+def _busyness(ax, result: ReplayResult) -> None:
+    names = [s.name for s in result.schedulers]
+    ax.bar(names, [s.busyness for s in result.schedulers])
+    ax.set_ylabel("busy time / simulated time")
+    ax.set_title("Scheduler busyness")
+
+
+def _page(result: ReplayResult) -> str:
+    rows = "".join(
+        f"<tr><td>{html.escape(s.name)}</td><td>{s.kind}</td><td>{s.conflict_mode}</td><td>{s.commit_mode}</td>"
+        f"<td>{s.busyness:.3f}</td><td>{s.conflict_fraction:.4f}</td><td>{s.attempts}</td>"
+        f"<td>{s.tasks_placed}</td></tr>" for s in result.schedulers)
+    w1, w2 = result.wait_to_first_attempt, result.wait_to_placed
+    images = "".join(f'<p><img src="{name}" alt="{name}"></p>' for name in PLOTS)
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>omega replay</title>
+<style>body{{font-family:sans-serif;margin:2em}}td,th{{padding:2px 8px;text-align:right}}</style></head><body>
+<h1>Replay of {html.escape(result.trace)}</h1>
+<p>{result.sim_time_s:,.0f} virtual s in {result.wall_time_s:,.1f} wall s ({result.speedup:,.0f}x);
+{result.events:,} trace events; {result.jobs_submitted:,} jobs submitted, {result.jobs_unscheduled:,}
+unscheduled at the end.</p>
+<table><tr><th>scheduler</th><th>kind</th><th>conflict mode</th><th>commit mode</th><th>busyness</th>
+<th>conflict fraction</th><th>attempts</th><th>tasks placed</th></tr>{rows}</table>
+<p>Wait to first attempt: mean {w1.mean:.2f} s, p90 {w1.p90:.2f} s, p99 {w1.p99:.2f} s ({w1.jobs} jobs).<br>
+Wait to fully placed: mean {w2.mean:.2f} s, p90 {w2.p90:.2f} s, p99 {w2.p99:.2f} s ({w2.jobs} jobs).</p>
+{images}
+<p><a href="result.json">result.json</a></p></body></html>
+"""
+
+
+@contextmanager
+def rich_progress(enabled: bool) -> Iterator[Callable[[float, float | None], None] | None]:
+    """A ``progress(now, until)`` callback drawing a rich bar of virtual time (None if disabled)."""
+    if not enabled:
+        yield None
+        return
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("replay"), BarColumn(), TextColumn("{task.fields[now]:,.0f} virtual s"),
+               TimeElapsedColumn())
+    with Progress(*columns, transient=True) as bar:
+        task = bar.add_task("replay", total=None, now=0.0)
+
+        def update(now: float, until: float | None) -> None:
+            bar.update(task, completed=now, total=until, now=now)
+
+        yield update
