@@ -27,6 +27,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -106,7 +107,10 @@ def start_scheduler(endpoint: str, cell: str, name: str, seed: int, mode: str, a
            "--max-txn-ops", str(args.max_txn_ops), "--batch-jobs", str(args.batch_jobs),
            "--steal-after", str(args.steal_after)]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+    log = tempfile.NamedTemporaryFile("w+", prefix=f"omega-bench-{name}-", suffix=".log", delete=False)
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True, env=env)
+    proc.log_path = log.name
+    return proc
 
 
 class PlacedCounter:
@@ -144,7 +148,7 @@ def scheduler_run(store, endpoint: str, processes: int, mode: str, args, run_id:
         for proc in procs:
             line = proc.stdout.readline()
             if not line.startswith("scheduler "):
-                raise RuntimeError(f"scheduler did not start: {line!r}")
+                raise RuntimeError(f"scheduler did not start: {line!r}; see {proc.log_path}")
         wait_until(lambda: all(store.get(keys.stats(n)) for n in names), 30, "every stats key")
         jobs = [Job(f"j{i:05d}", JobKind.BATCH, args.tasks, REQUEST) for i in range(args.jobs)]
         counter = PlacedCounter(store, keys)
