@@ -22,7 +22,7 @@ from cellstate.codec import (
 from cellstate.keys import CellKeys
 from cellstate.model import Alloc, JobRecord, Machine, TaskState
 from cellstate.store import Delete, Get, KeyValue, Put, Store, TxnTooLarge, mod_revision_is
-from omega.protocols import CommitOutcome, JobEntry, MachineEntry, Plan, PlanTooLarge
+from omega.protocols import CommitOutcome, JobEntry, MachineEntry, Plan, PlanRejected, PlanTooLarge
 
 MAX_REASON_CHARS = 400
 
@@ -187,8 +187,20 @@ def new_ledgers(plan: Plan) -> dict[str, Machine]:
         for job_id, _ in claim.evicts:
             entry[1] = entry[1] - plan.victims[job_id].record.job.request
             entry[2] -= 1
+    for mid, (seen, allocated, count) in totals.items():
+        _check_ledger(plan, seen, allocated, count)
     return {mid: replace(seen, allocated=allocated, task_count=count, writer=plan.scheduler)
             for mid, (seen, allocated, count) in totals.items()}
+
+
+def _check_ledger(plan: Plan, seen: Machine, allocated, count: int) -> None:
+    """ValueError unless the new ledger fits the machine: a plan never overcommits, whatever
+    its scheduler decided (defence in depth behind every scheduler's own fit check)."""
+    short = allocated.shortfall(seen.capacity)
+    if short is not None or allocated.is_negative() or count < 0:
+        raise PlanRejected(
+            f"plan of {plan.scheduler!r} for job {plan.job.id!r} would leave machine {seen.id!r} with "
+            f"ledger {allocated.to_dict()} ({count} tasks) against capacity {seen.capacity.to_dict()}")
 
 
 def updated_record(plan: Plan) -> JobRecord:

@@ -106,6 +106,11 @@ class CommitOutcome:
     """On success: every key the txn deleted."""
 
 
+class PlanRejected(ValueError):
+    """A committer refused a plan that breaks an invariant (e.g. it would overcommit a
+    machine): a scheduler bug caught before anything was written."""
+
+
 class PlanTooLarge(Exception):
     """A plan cannot be committed in one transaction and may not be split (gang)."""
 

@@ -35,7 +35,7 @@ from cellstate.model import JobKind
 from omega.attempts import Attempt, PlacementResult
 from omega.modes import CommitMode, ConflictMode
 from omega.occ import OptimisticPlacer
-from omega.protocols import CellView, Claim, Committer, Decision, JobEntry, PlacementView, PlanTooLarge
+from omega.protocols import CellView, Claim, Committer, Decision, JobEntry, PlacementView, PlanRejected, PlanTooLarge
 from omega.queue import JobQueue
 from omega.retry import RetryPolicy, retry_policy_for
 from omega.stats import SchedulerStats, StatsRecorder
@@ -253,6 +253,10 @@ class SchedulerProcess:
             result = self.placer.place(job_id, self.view, self._decide)
         except PlanTooLarge as exc:
             log.warning("job refused %s", kv(scheduler=self.name, job=job_id, reason=str(exc)))
+            self.queue.defer(job_id, self.clock.now())
+            return None
+        except PlanRejected as exc:
+            log.error("plan rejected %s", kv(scheduler=self.name, job=job_id, reason=str(exc)))
             self.queue.defer(job_id, self.clock.now())
             return None
         if result.pending and not result.job_gone:

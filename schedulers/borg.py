@@ -34,6 +34,7 @@ from schedulers.preemption import choose_victims, cost, preemptible
 from schedulers.reservation import Reservations
 
 ALL_KINDS = (JobKind.BATCH, JobKind.SERVICE)
+_NO_ALLOCS = 1 << 62  # the floor of a machine without allocations: nothing to evict
 
 
 @dataclass(slots=True)
@@ -90,6 +91,7 @@ class BorgScheduler:
         self._ids: list[str] = []
         self._count = -1
         self._base_free: dict = {}
+        self._floors: dict[str, tuple[int, int]] = {}  # machine id -> (revision, lowest alloc priority)
 
     @property
     def tricks(self) -> dict[str, bool]:
@@ -121,6 +123,7 @@ class BorgScheduler:
                 self.rng.shuffle(self._ids)
             self._count = len(self._ids)
             self._base_free.clear()
+            self._floors.clear()
         return self._ids
 
     def table_for(self, spec: Job, task: int | None):
@@ -182,7 +185,9 @@ class _Decider:
         spec, pipeline, best, options = self.spec, self.sched.pipeline, None, 0
         for machine_id in self.ids:
             entry = self.view.machine(machine_id)
-            option = None if entry is None else self._victims_on(entry.machine)
+            if entry is None or (machine_id not in self.touched and self._floor(entry) >= spec.priority):
+                continue  # untouched and nothing of lower priority on it: no eviction can help
+            option = self._victims_on(entry.machine)
             if option is None:
                 continue
             victims, free = option
@@ -195,6 +200,17 @@ class _Decider:
             if not victims or (self.sched.relaxed and options >= self.sched.k):
                 break
         return (best[1], best[2]) if best else (None, [])
+
+    def _floor(self, entry: MachineEntry) -> int:
+        """The lowest priority allocated on the machine, cached at its revision (allocation
+        changes always rewrite the machine's ledger, so the revision covers them)."""
+        floors = self.sched._floors
+        cached = floors.get(entry.id)
+        if cached is not None and cached[0] == entry.mod_revision:
+            return cached[1]
+        lowest = min((a.priority for a in self.view.allocs_on(entry.id)), default=_NO_ALLOCS)
+        floors[entry.id] = (entry.mod_revision, lowest)
+        return lowest
 
     def _victims_on(self, machine: Machine):
         """(victims, free after evicting them) when evicting lower-priority allocations lets

@@ -68,7 +68,8 @@ class DemoConfig:
 
     def __post_init__(self):
         checks = [("machines", self.machines >= 1), ("zones", 1 <= self.zones <= 26),
-                  ("batch_schedulers", self.batch_schedulers >= 0), ("service_schedulers", self.service_schedulers >= 0),
+                  ("batch_schedulers", self.batch_schedulers >= 0),
+                  ("service_schedulers", self.service_schedulers >= 0),
                   ("borg_schedulers", self.borg_schedulers >= 0), ("rate", self.rate >= 0),
                   ("service_fraction", 0 <= self.service_fraction <= 1), ("time_scale", self.time_scale > 0),
                   ("steal_after", self.steal_after >= 0),
@@ -235,8 +236,10 @@ class Demo:
             schedulers.append(scheduler_summary(name, kind, child.returncode if child else None, final,
                                                 leased.get(name)))
         summary = DemoSummary(self.keys.cell, str(self.run_dir), time.monotonic() - self.started_at, schedulers,
-                              children={c.name: c.returncode for c in self.children.children},
-                              failed_children=[c.name for c in self.children.failed()])
+                              children={c.name: {"pid": c.pid, "exit_code": c.returncode}
+                                        for c in self.children.children},
+                              failed_children=[c.name for c in self.children.failed()],
+                              etcd_endpoints=list(self.cluster.endpoints) if self.cluster else [])
         try:
             describe_cell(summary, self.store, self.keys, time.time())
             summary.check = check_dict(check_cell(self.store, self.keys))

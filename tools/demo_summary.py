@@ -59,8 +59,9 @@ class DemoSummary:
     utilization: list[dict] = field(default_factory=list)
     pending: list[dict] = field(default_factory=list)
     check: dict = field(default_factory=dict)
-    children: dict[str, int | None] = field(default_factory=dict)
+    children: dict[str, dict] = field(default_factory=dict)  # name -> {"pid", "exit_code"}
     failed_children: list[str] = field(default_factory=list)
+    etcd_endpoints: list[str] = field(default_factory=list)
 
     @property
     def placements(self) -> int:
@@ -170,7 +171,8 @@ def print_summary(summary: DemoSummary, out: TextIO) -> None:
     for q in summary.pending:
         w(f"  pending {q['kind']:<8} {q['jobs']} jobs, {q['tasks']} tasks, oldest {q['oldest_wait_s']:.1f} s\n")
     for name in summary.failed_children:
-        w(f"  child {name} failed (exit {summary.children.get(name)}); see {summary.run_dir}/{name}.log\n")
+        code = summary.children.get(name, {}).get("exit_code")
+        w(f"  child {name} failed (exit {code}); see {summary.run_dir}/{name}.log\n")
     check = summary.check
     verdict = "clean" if check.get("ok") else f"{check.get('violation_count', '?')} violation(s)"
     w(f"invariant check at revision {check.get('revision')}: {verdict}\n")

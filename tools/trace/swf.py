@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from cellstate.codec import MAX_TASKS
 from cellstate.model import Job, JobKind, Machine
 from cellstate.resources import Resources
 from tools.trace.events import JobSubmit, MachineAdd
@@ -25,6 +26,7 @@ from tools.trace.progress import progress
 
 NODE_CPU = 1000
 DEFAULT_NODE_MEMORY_MIB = 1024
+MAX_MEMORY_KB = 1024 * (2**63 - 1)  # the request in MiB must fit a msgpack int64
 FIELDS = ("job", "submit_s", "wait_s", "run_s", "alloc_procs", "avg_cpu_s", "used_mem_KB", "req_procs",
           "req_time_s", "req_mem_KB", "status", "user", "group", "app", "queue", "partition", "prev_job",
           "think_s")
@@ -85,7 +87,9 @@ def parse_job(line: str, number: int, path: str) -> JobSubmit:
             raise SWFError(f"{path}: line {number}: field {name}: not finite: {text!r}")
     procs = values["req_procs"] if values["req_procs"] != -1 else values["alloc_procs"]
     checks = (("job", values["job"] >= 0), ("submit_s", values["submit_s"] >= 0),
-              ("run_s", values["run_s"] >= 0), ("req_procs", procs >= 1 and procs == int(procs)))
+              ("run_s", values["run_s"] >= 0),
+              ("req_procs", 1 <= procs <= MAX_TASKS and procs == int(procs)),
+              ("req_mem_KB", values["req_mem_KB"] <= MAX_MEMORY_KB))
     for name, ok in checks:
         if not ok:
             shown = f"{procs:g} (req_procs/alloc_procs)" if name == "req_procs" else f"{values[name]:g}"

@@ -1,0 +1,177 @@
+"""``omega demo`` end to end, and the monitor against live scheduler processes.
+
+The demo runs as a subprocess for 20 s with its default cell (1,000 machines, 2 batch, 1
+service and, when the kind exists, 1 Borg scheduler): it must place tasks, see conflicts,
+leave a clean cell and no process behind. The monitor tests start two real ``omega
+scheduler run`` processes (via the demo's ``Children``) on the session etcd.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from rich.console import Console
+
+from cellstate.cellspec import CellSpec, init_cell
+from tools.cli import main
+from tools.demo import DemoConfig
+from tools.demo_children import PROJECT_ROOT, Children
+from tools.demo_summary import final_stats, scheduler_summary
+from tools.monitor.live import run_monitor
+from omega.stats import SchedulerStats
+
+pytestmark = pytest.mark.slow
+
+DEMO_SECONDS = 20
+LEASE_GONE_S = 10.0  # TTL 3 s; the lease may have been refreshed just before the kill
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def _refused(endpoint: str) -> bool:
+    host, port = endpoint.rsplit(":", 1)
+    try:
+        with socket.create_connection((host, int(port)), timeout=1.0):
+            return False
+    except OSError:
+        return True
+
+
+def test_demo_places_conflicts_and_leaves_a_clean_cell(tmp_path):
+    summary_path = tmp_path / "summary.json"
+    cmd = [sys.executable, "-m", "tools.cli", "demo", "--duration", str(DEMO_SECONDS), "--no-monitor",
+           "--summary-json", str(summary_path), "--run-dir", str(tmp_path / "run")]
+    done = subprocess.run(cmd, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=DEMO_SECONDS + 70)
+    assert done.returncode == 0, f"demo exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    summary = json.loads(summary_path.read_text())
+    assert summary["ok"] and summary["check"]["ok"], summary["check"]
+    assert summary["placements"] > 0
+    assert summary["conflicts"] > 0, [(s["name"], s["txns"], s["conflicts"]) for s in summary["schedulers"]]
+    assert all(s["source"] == "final" and s["exit_code"] == 0 for s in summary["schedulers"]), summary["schedulers"]
+    assert {s["kind"] for s in summary["schedulers"]} >= {"batch", "service"}
+    assert [u["name"] for u in summary["utilization"]][:2] == ["cpu", "memory"]
+    assert summary["utilization"][0]["allocated"] > 0
+    assert "invariant check" in done.stdout and "clean" in done.stdout
+    assert all(_gone(child["pid"]) for child in summary["children"].values()), summary["children"]
+    assert all(_refused(endpoint) for endpoint in summary["etcd_endpoints"]), "etcd still answers"
+
+
+@pytest.fixture
+def live_cell(etcd_server, etcd_store, cell_keys, tmp_path):
+    """A small cell served by two batch scheduler processes; the Children object."""
+    init_cell(etcd_store, cell_keys, CellSpec(machines=20, zones=2))
+    children = Children(tmp_path)
+    try:
+        for name in ("batch-a", "batch-b"):
+            children.start(name, ["scheduler", "run", "--kind", "batch", "--name", name, "--endpoints",
+                                  ",".join(etcd_server.endpoints), "--cell", cell_keys.cell])
+        yield etcd_store, cell_keys, children
+    finally:
+        children.stop_all(10.0)
+
+
+def _monitored(etcd_server, keys, capsys) -> set[str]:
+    assert main(["monitor", "--once", "--json", "--endpoints", ",".join(etcd_server.endpoints),
+                 "--cell", keys.cell]) == 0
+    return {row["name"] for row in json.loads(capsys.readouterr().out)["schedulers"]}
+
+
+def _poll(condition, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def test_monitor_lists_live_schedulers_until_a_killed_one_loses_its_lease(live_cell, etcd_server, capsys):
+    _, keys, children = live_cell
+    _poll(lambda: _monitored(etcd_server, keys, capsys) == {"batch-a", "batch-b"}, 30.0, "both schedulers")
+    victim = children.named("batch-b")[0]
+    os.killpg(victim.pid, signal.SIGKILL)
+    victim.process.wait(5)
+    killed_at = time.monotonic()
+    _poll(lambda: _monitored(etcd_server, keys, capsys) == {"batch-a"}, LEASE_GONE_S, "the killed one to vanish")
+    assert time.monotonic() - killed_at <= LEASE_GONE_S
+    assert children.named("batch-a")[0].running
+
+
+def test_live_screen_shows_the_running_schedulers(live_cell):
+    store, keys, children = live_cell
+    console = Console(record=True, width=180, file=io.StringIO(), force_terminal=True)
+    # The first frames may predate the schedulers' first stats: keep redrawing for ~2 s.
+    _poll(lambda: {c.name for c in children.children} <= set(_stats_names(store, keys)), 30.0, "stats keys")
+    assert run_monitor(store, keys, refresh_hz=4, duration=2.0, console=console) == 0
+    screen = console.export_text()
+    for text in ("omega monitor", keys.cell, "batch-a", "batch-b", "utilization", "pending", "cpu"):
+        assert text in screen, f"{text!r} not on the screen:\n{screen[-2000:]}"
+
+
+def _stats_names(store, keys) -> list[str]:
+    return [kv.key.rsplit("/", 1)[1] for kv in store.range(keys.kind_prefix("stats")).kvs]
+
+
+# -- pieces --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("lines, expected", [
+    ([], None),
+    (["scheduler 'a' serving", 'final-stats {"name": "a", "txns": 3}'], {"name": "a", "txns": 3}),
+    (['final-stats {"txns": 1}', 'final-stats {"txns": 2}'], {"txns": 2}),
+    (["final-stats {not json"], None),
+], ids=["none", "one", "last-wins", "bad-json"])
+def test_final_stats_line(lines, expected):
+    assert final_stats(lines) == expected
+
+
+@pytest.mark.parametrize("final, leased, source, txns, fraction", [
+    ({"txns": 10, "commits": 8, "conflicts": 2, "tasks_placed": 40}, None, "final", 10, 0.25),
+    (None, SchedulerStats("b", "batch", txns=5, commits=4, conflicts=1), "lease", 5, 0.25),
+    ({"txns": 7, "commits": 0, "conflicts": 7}, SchedulerStats("b", "batch", txns=1), "final", 7, 0.0),
+    (None, None, "none", 0, 0.0),
+], ids=["final", "lease-fallback", "final-preferred", "nothing"])
+def test_scheduler_summary_sources(final, leased, source, txns, fraction):
+    s = scheduler_summary("b", "batch", 0, final, leased)
+    assert (s.source, s.txns, s.conflict_fraction) == (source, txns, fraction)
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"machines": 0}, "machines"),
+    ({"rate": -1}, "rate"),
+    ({"time_scale": 0}, "time_scale"),
+    ({"duration": 0}, "duration"),
+    ({"service_fraction": 1.5}, "service_fraction"),
+    ({"cell": "a/b"}, "cell"),
+    ({"batch_schedulers": 0, "service_schedulers": 0, "borg_schedulers": 0}, "scheduler"),
+], ids=["machines", "rate", "time-scale", "duration", "service-fraction", "cell", "no-schedulers"])
+def test_config_rejects_bad_values(changes, field):
+    with pytest.raises(ValueError, match=field):
+        DemoConfig(**changes)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--conflict-mode", "bogus"], "bogus"),
+    (["--machines", "0"], "machines"),
+    (["--time-scale", "-2"], "time_scale"),
+], ids=["conflict-mode", "machines", "time-scale"])
+def test_cli_rejects_bad_flags_before_starting_anything(args, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["demo", *args])
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Run the omega demo cell on this machine: creates .venv if missing, installs the project into it
+# and runs `omega demo` (etcd + agents + schedulers + generator + live monitor; Ctrl-C stops all).
+# Flags pass through, e.g. `bash tools/demo.sh --duration 30` ends with a summary and a check.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+fi
+.venv/bin/python -m pip install -q -e .
+exec .venv/bin/omega demo "$@"
