@@ -42,11 +42,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--hours", type=float, default=1.56, help="virtual hours to replay (default 1.56)")
     parser.add_argument("--batch", type=int, default=1, help="batch schedulers (default 1)")
+    parser.add_argument("--service-scheduler", choices=("service", "batch"), default="batch",
+                        help="chain placing service jobs (default batch: the service chain scans every "
+                             "machine per task, see docs/BENCHMARKS.md)")
     parser.add_argument("--profile", metavar="HTML", help="write a pyinstrument profile here")
     args = parser.parse_args()
     trace = imported_trace()
     schedulers = [dict(name=f"batch{i}", kind="batch", seed=i) for i in range(args.batch)]
-    schedulers.append(dict(name="service", kind="service"))
+    schedulers.append(dict(name="service", kind=args.service_scheduler, jobs="service"))
     config = ReplayConfig(schedulers=schedulers, until=args.hours * 3600, check=False)
     profiler = None
     if args.profile:

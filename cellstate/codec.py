@@ -32,6 +32,7 @@ import msgpack
 
 from cellstate import codec_fields as fc
 from cellstate.codec_fields import CodecError
+from cellstate.fastbuild import builder
 from cellstate.model import (
     Alloc,
     Constraint,
@@ -61,6 +62,8 @@ _RECORD_FIELDS = frozenset(
     "v t spec tasks submitted_at reason killed first_attempt_at placed_at".split())
 _ALLOC_FIELDS = frozenset("v t job task machine resources priority scheduler placed_at running".split())
 _CONSTRAINT_FIELDS = frozenset(("attribute", "op", "values"))
+# Decoded values are built without their dataclass __init__ (see cellstate.fastbuild).
+_MACHINE, _ALLOC, _RESOURCES = builder(Machine), builder(Alloc), builder(Resources)
 
 # ---------------------------------------------------------------------- envelope
 
@@ -100,8 +103,25 @@ def resources_from_map(m, key: str = "resources", field: str = "resources") -> R
             return _resources_general(m, key, field)
         if (type(cpu) is int and cpu >= 0 and type(memory) is int and memory >= 0
                 and type(disk) is int and disk >= 0):
-            return Resources(cpu, memory, disk) if cpu or memory or disk else ZERO
+            return core_resources(cpu, memory, disk)
     return _resources_general(m, key, field)
+
+
+_INTERNED: dict[tuple[int, int, int], Resources] = {}
+_INTERNED_MAX = 1 << 16
+
+
+def core_resources(cpu: int, memory: int, disk: int) -> Resources:
+    """The (shared, immutable) vector of these core amounts, from a bounded cache: a cell's
+    requests, capacities and ledgers repeat a few vectors, and building one costs more
+    than looking it up. The caller has checked the amounts (non-negative ints)."""
+    key = (cpu, memory, disk)
+    found = _INTERNED.get(key)
+    if found is None:
+        if len(_INTERNED) >= _INTERNED_MAX:
+            _INTERNED.clear()
+        found = _INTERNED[key] = _RESOURCES(cpu, memory, disk, ())
+    return found
 
 
 def _resources_general(m, key: str, field: str) -> Resources:
@@ -154,25 +174,38 @@ def decode_machine(key: str, raw: bytes) -> Machine:
 
 
 def _machine_from_map(key: str, d: dict) -> Machine:
-    if "id" not in d or "capacity" not in d:
+    # Straight-line (checks in field order, the validators only to raise): every watch event
+    # of a ledger decodes here.
+    try:
+        ident, capacity = d["id"], d["capacity"]
+    except KeyError:
         fc.require(key, "", d, ("id", "capacity"))
-    fc.no_unknown(key, "", d, _MACHINE_FIELDS)
-    packages = d.get("packages")
-    labels = d.get("labels")
-    allocated = d.get("allocated")
-    return Machine(
-        id=fc.ident(key, "id", d["id"]),
-        capacity=resources_from_map(d["capacity"], key, "capacity"),
-        zone=fc.text(key, "zone", d.get("zone", "")),
-        rack=fc.text(key, "rack", d.get("rack", "")),
-        platform=fc.text(key, "platform", d.get("platform", "")),
-        packages=frozenset() if packages is None else _packages(key, packages),
-        labels=() if labels is None else _labels(key, labels),
-        state=fc.member(key, "state", d.get("state", "up"), _MACHINE_STATES),
-        allocated=ZERO if allocated is None else resources_from_map(allocated, key, "allocated"),
-        task_count=fc.integer(key, "tasks", d.get("tasks", 0)),
-        writer=fc.text(key, "writer", d.get("writer", "")),
-    )
+        raise
+    if not _MACHINE_FIELDS.issuperset(d):
+        fc.no_unknown(key, "", d, _MACHINE_FIELDS)
+    if type(ident) is not str or not ident or "/" in ident:
+        fc.ident(key, "id", ident)
+    capacity = resources_from_map(capacity, key, "capacity")
+    get = d.get
+    zone, rack, platform = get("zone", ""), get("rack", ""), get("platform", "")
+    if type(zone) is not str or type(rack) is not str or type(platform) is not str:
+        for name, value in (("zone", zone), ("rack", rack), ("platform", platform)):
+            fc.text(key, name, value)
+    packages, labels, state = get("packages"), get("labels"), get("state")
+    packages = _NO_PACKAGES if packages is None else _packages(key, packages)
+    labels = () if labels is None else _labels(key, labels)
+    state = MachineState.UP if state is None else fc.member(key, "state", state, _MACHINE_STATES)
+    allocated = get("allocated")
+    allocated = ZERO if allocated is None else resources_from_map(allocated, key, "allocated")
+    tasks, writer = get("tasks", 0), get("writer", "")
+    if type(tasks) is not int or tasks < 0:
+        fc.integer(key, "tasks", tasks)
+    if type(writer) is not str:
+        fc.text(key, "writer", writer)
+    return _MACHINE(ident, capacity, zone, rack, platform, packages, labels, state, allocated, tasks, writer)
+
+
+_NO_PACKAGES: frozenset[str] = frozenset()
 
 
 def _packages(key: str, x) -> frozenset[str]:
@@ -234,8 +267,9 @@ def decode_job(key: str, raw: bytes) -> Job:
 
 
 def validate_job(job: Job) -> None:
-    """Raise CodecError(key="job <id>", …) unless ``job`` is a valid, storable spec."""
-    _encode_map(f"job {getattr(job, 'id', '?')}", job, _spec_map, _spec_from_map)
+    """Raise CodecError(key="job <id>", …) unless ``job`` is a valid, storable spec (packed too:
+    an integer beyond msgpack's 64 bits is refused here, not when the job is stored)."""
+    _encode(f"job {getattr(job, 'id', '?')}", job, _spec_map, _spec_from_map)
 
 
 def _bare_spec_from_map(key: str, d: dict) -> Job:
@@ -399,8 +433,8 @@ def _alloc_from_map(key: str, d: dict) -> Alloc:
     running = d.get("running", False)
     if running is not False and running is not True:
         fc.flag(key, "running", running)
-    return Alloc(job_id, task, machine_id, resources_from_map(res, key, "resources"),
-                 priority, scheduler, placed_at, running)
+    return _ALLOC(job_id, task, machine_id, resources_from_map(res, key, "resources"),
+                  priority, scheduler, placed_at, running)
 
 
 # ---------------------------------------------------------------------- encoding

@@ -16,15 +16,18 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
-from cellstate.codec import (
-    decode_job_record, decode_machine, encode_alloc, encode_job_record, encode_machine,
-)
+from cellstate.codec import decode_job_record, decode_machine, encode_job_record
+from cellstate.codec_trusted import pack_alloc, pack_machine
+from cellstate.fastbuild import builder
 from cellstate.keys import CellKeys
 from cellstate.model import Alloc, JobRecord, Machine, TaskState
+from cellstate.resources import Resources
 from cellstate.store import Delete, Get, KeyValue, Put, Store, TxnTooLarge, mod_revision_is
 from omega.protocols import CommitOutcome, JobEntry, MachineEntry, Plan, PlanRejected, PlanTooLarge
 
 MAX_REASON_CHARS = 400
+_ALLOC, _MACHINE, _MACHINE_ENTRY = builder(Alloc), builder(Machine), builder(MachineEntry)
+_RESOURCES = builder(Resources)
 
 
 def claims_per_txn(max_txn_ops: int) -> int:
@@ -60,7 +63,7 @@ class StoreCommitter:
         ValueError if the plan is inconsistent (claims for tasks that are not pending, …)."""
         check_plan(plan)
         compares, keys = self._compares(plan)
-        success, written, deleted = self._writes(plan)
+        success, written, deleted, applied = self._writes(plan)
         ops = max(len(compares), len(success))
         if ops > self.max_txn_ops:
             raise PlanTooLarge(f"plan for job {plan.job.id!r} ({len(plan.claims)} claims) needs {ops} "
@@ -71,7 +74,7 @@ class StoreCommitter:
             raise PlanTooLarge(f"plan for job {plan.job.id!r} ({len(plan.claims)} claims) does not fit "
                                f"one transaction: {exc}") from None
         if result.succeeded:
-            return CommitOutcome(True, result.revision, written=written, deleted=deleted)
+            return self._success(result.revision, written, deleted, applied)
         return self._failure(plan, result.revision, result.reads)
 
     # -- building the txn ----------------------------------------------------------------
@@ -90,25 +93,40 @@ class StoreCommitter:
         return compares, keys
 
     def _writes(self, plan: Plan):
-        """Success ops plus the {key: value} put and the keys deleted."""
+        """Success ops, the {key: value} put, the keys deleted, and the values put as
+        objects: (ledgers, job records, {alloc key: Alloc}). Values are built here from the
+        plan's decoded entries, so they take the codec's trusted encoders (field checks
+        instead of a decode-back; same bytes, same errors)."""
         written: dict[str, bytes] = {}
         deleted: list[str] = []
-        for machine in new_ledgers(plan).values():
-            written[self.keys.machine(machine.id)] = encode_machine(machine)
+        ledgers = list(new_ledgers(plan).values())
+        for machine in ledgers:
+            written[self.keys.machine(machine.id)] = pack_machine(machine)
         job = plan.job.record
+        allocs: dict[str, Alloc] = {}
+        priority, scheduler, now = job.job.priority, plan.scheduler, plan.now
         for claim in plan.claims:
-            alloc = Alloc(job.id, claim.task_index, claim.machine_id, claim.request,
-                          job.job.priority, plan.scheduler, plan.now)
-            written[self.keys.alloc(job.id, claim.task_index)] = encode_alloc(alloc)
+            key = self.keys.alloc(job.id, claim.task_index)
+            allocs[key] = alloc = _ALLOC(job.id, claim.task_index, claim.machine_id, claim.request,
+                                         priority, scheduler, now, False)
+            written[key] = pack_alloc(alloc)
         record = updated_record(plan)
-        if record != job:
-            written[self.keys.job(job.id)] = encode_job_record(record)
-        for victim in victim_records(plan).values():
-            written[self.keys.job(victim.id)] = encode_job_record(victim)
+        records = ([record] if record != job else []) + list(victim_records(plan).values())
+        for record in records:
+            written[self.keys.job(record.id)] = encode_job_record(record)
         for claim in plan.claims:
             deleted.extend(self.keys.alloc(job_id, task) for job_id, task in claim.evicts)
         ops = [Put(key, value) for key, value in written.items()] + [Delete(key) for key in deleted]
-        return ops, written, tuple(deleted)
+        return ops, written, tuple(deleted), (ledgers, records, allocs)
+
+    @staticmethod
+    def _success(revision: int, written: dict[str, bytes], deleted: tuple[str, ...], applied) -> CommitOutcome:
+        """The outcome of a committed txn, with what it put as decoded entries at ``revision``."""
+        ledgers, records, allocs = applied
+        return CommitOutcome(True, revision, written=written, deleted=deleted,
+                             applied_machines=tuple([_MACHINE_ENTRY(m, revision) for m in ledgers]),
+                             applied_jobs=tuple([JobEntry(r, revision) for r in records]),
+                             applied_allocs=allocs, applied=True)
 
     # -- failure -------------------------------------------------------------------------
 
@@ -174,7 +192,7 @@ def _check_victim(plan: Plan, job_id: str, task: int, where: str) -> None:
 def new_ledgers(plan: Plan) -> dict[str, Machine]:
     """Each touched machine's ledger after the plan: seen + claims - evicted tasks, written by
     the plan's scheduler."""
-    # Sums first, one ``replace`` per machine at the end: the commit's hot path (a replace of a
+    # Sums first, one new Machine per machine at the end: the commit's hot path (building a
     # Machine costs more than the arithmetic).
     totals: dict[str, list] = {}
     for claim in plan.claims:
@@ -182,21 +200,34 @@ def new_ledgers(plan: Plan) -> dict[str, Machine]:
         if entry is None:
             seen = plan.machines[claim.machine_id].machine
             totals[claim.machine_id] = entry = [seen, seen.allocated, seen.task_count]
-        entry[1] = entry[1] + claim.request
+        entry[1] = _plus(entry[1], claim.request)
         entry[2] += 1
         for job_id, _ in claim.evicts:
             entry[1] = entry[1] - plan.victims[job_id].record.job.request
             entry[2] -= 1
     for mid, (seen, allocated, count) in totals.items():
         _check_ledger(plan, seen, allocated, count)
-    return {mid: replace(seen, allocated=allocated, task_count=count, writer=plan.scheduler)
+    writer = plan.scheduler
+    return {mid: _MACHINE(seen.id, seen.capacity, seen.zone, seen.rack, seen.platform, seen.packages, seen.labels,
+                          seen.state, allocated, count, writer)  # replace(seen, ...), without its cost
             for mid, (seen, allocated, count) in totals.items()}
+
+
+def _plus(a: Resources, b: Resources) -> Resources:
+    """``a + b``; built directly when neither has extra resources (the usual case)."""
+    if a.extra or b.extra:
+        return a + b
+    return _RESOURCES(a.cpu + b.cpu, a.memory + b.memory, a.disk + b.disk, ())
 
 
 def _check_ledger(plan: Plan, seen: Machine, allocated, count: int) -> None:
     """ValueError unless the new ledger fits the machine: a plan never overcommits, whatever
     its scheduler decided (defence in depth behind every scheduler's own fit check)."""
-    short = allocated.shortfall(seen.capacity)
+    capacity = seen.capacity
+    if (count >= 0 and not allocated.extra and not capacity.extra and 0 <= allocated.cpu <= capacity.cpu
+            and 0 <= allocated.memory <= capacity.memory and 0 <= allocated.disk <= capacity.disk):
+        return  # the common case, decided without building names
+    short = allocated.shortfall(capacity)
     if short is not None or allocated.is_negative() or count < 0:
         raise PlanRejected(
             f"plan of {plan.scheduler!r} for job {plan.job.id!r} would leave machine {seen.id!r} with "

@@ -184,10 +184,10 @@ class EtcdStore:
         if len(compares) > limit or len(success) > limit or len(failure) > limit:
             raise TxnTooLarge(f"txn has {len(compares)} compares, {len(success)} success and "
                               f"{len(failure)} failure ops; the limit is {limit} each")
-        success_ops, success_size = etcd_wire.request_ops(success)
-        failure_ops, failure_size = etcd_wire.request_ops(failure)
-        request = rpc.TxnRequest(compare=[etcd_wire.compare_message(c) for c in compares],
-                                 success=success_ops, failure=failure_ops)
+        request = rpc.TxnRequest()
+        etcd_wire.add_compares(request.compare, compares)
+        success_size = etcd_wire.add_request_ops(request.success, success)
+        failure_size = etcd_wire.add_request_ops(request.failure, failure)
         estimate = success_size + failure_size + 32 * len(compares)
         if estimate > self.max_request_bytes * 0.9 and request.ByteSize() > self.max_request_bytes:
             raise TxnTooLarge(f"txn request is {request.ByteSize()} bytes; the limit is {self.max_request_bytes}")

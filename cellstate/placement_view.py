@@ -18,7 +18,7 @@ from cellstate.model import Machine, MachineState
 from cellstate.replica import Replica
 from cellstate.stats_codec import decode_stats
 from cellstate.store import Store
-from omega.protocols import CommitOutcome
+from omega.protocols import CommitOutcome, MachineEntry
 
 
 def frees_resources(old: Machine | None, new: Machine) -> bool:
@@ -30,6 +30,10 @@ def frees_resources(old: Machine | None, new: Machine) -> bool:
         return False
     if old.state is not MachineState.UP:
         return True
+    a, b, capacity = old.allocated, new.allocated, new.capacity
+    if capacity == old.capacity and not (a.extra or b.extra or capacity.extra):
+        # Same capacity, core resources only: free grew somewhere iff the ledger shrank there.
+        return b.cpu < a.cpu or b.memory < a.memory or b.disk < a.disk
     return not new.free.fits_in(old.free)
 
 
@@ -38,10 +42,10 @@ class _WatchedReplica(Replica):
 
     freed = False
 
-    def _put_machine(self, key: str, ident: str, raw: bytes, mod: int) -> None:
+    def _set_machine(self, ident: str, entry: MachineEntry) -> None:
         old = self._machines.get(ident)
-        super()._put_machine(key, ident, raw, mod)
-        if not self.freed and frees_resources(old.machine if old else None, self._machines[ident].machine):
+        super()._set_machine(ident, entry)
+        if not self.freed and frees_resources(old.machine if old else None, entry.machine):
             self.freed = True
 
 
@@ -70,7 +74,10 @@ class ReplicaView:
     def apply_outcome(self, outcome: CommitOutcome) -> None:
         """Take in a commit: its written keys on success, the fresh compared entries on failure."""
         if outcome.committed:
-            if outcome.written or outcome.deleted:
+            if outcome.applied:  # the committer's own objects: nothing to decode
+                self.replica.apply_commit(outcome.revision, outcome.applied_machines, outcome.applied_jobs,
+                                          outcome.applied_allocs, outcome.deleted)
+            elif outcome.written or outcome.deleted:
                 self.replica.apply_local(outcome.revision, outcome.written, outcome.deleted)
             return
         machines = outcome.fresh_machines

@@ -4,7 +4,8 @@
 ``pump()`` applies the watch's batches in order. After a broken stream (``Unavailable``)
 the watch resumes from ``revision + 1``, retrying with a small backoff and giving up
 (re-raising) after ``give_up_after`` seconds of outage; after ``Compacted`` the replica
-lists the cell again (counted in ``relists``).
+lists the cell again (counted in ``relists``). Any other stream error is raised once and
+the stream dropped: the next ``pump`` reopens the watch from ``revision + 1``.
 
 The owner may apply its own commits before the watch delivers them (``apply_local``,
 ``apply_entries``): every key remembers its mod_revision and a change is applied only
@@ -19,6 +20,7 @@ Thread safety: none, by design. One thread (the scheduler that owns the replica)
 from __future__ import annotations
 
 import gc
+import logging
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -26,9 +28,12 @@ from contextlib import contextmanager
 from typing import Callable, Iterable, Iterator
 
 from cellstate.keys import CellKeys
+from cellstate.model import Alloc
 from cellstate.replica_state import DecodeErrorHandler, ReplicaState
-from cellstate.store import Compacted, EventKind, Store, Unavailable, WatchBatch, WatchStream
+from cellstate.store import Compacted, EventKind, Store, StoreError, Unavailable, WatchBatch, WatchStream
 from omega.protocols import JobEntry, MachineEntry
+
+log = logging.getLogger(__name__)
 
 DEFAULT_GIVE_UP_AFTER = 30.0
 _FIRST_BACKOFF, _MAX_BACKOFF = 0.05, 1.0
@@ -123,6 +128,9 @@ class Replica(ReplicaState):
                 self._relist()
                 wait = 0.0
                 continue
+            except StoreError:
+                self._close_stream()  # a failed stream stays failed: the next pump reopens the watch
+                raise
             self._outage_since = None
             if batch is None:
                 break
@@ -177,6 +185,8 @@ class Replica(ReplicaState):
                 error = exc
                 continue
             self.resumes += 1
+            log.info("cell replica resumed cell=%s revision=%d outage_s=%.1f", self.keys.cell, self.revision,
+                     self.clock() - self._outage_since)
             return
 
     def _relist(self) -> None:
@@ -186,6 +196,9 @@ class Replica(ReplicaState):
             self.sync()
         except Unavailable as exc:
             self._resume(exc)  # the reopened watch reports Compacted again: relist then
+            return
+        log.info("cell replica relisted after a compaction cell=%s revision=%d relists=%d", self.keys.cell,
+                 self.revision, self.relists)
 
     def _prune_tombstones(self) -> None:
         """Drop local-delete records the watch has caught up with (a key put again since
@@ -241,6 +254,32 @@ class Replica(ReplicaState):
         gone = [self.keys.machine(i) for i in deleted_machines] + [self.keys.job(i) for i in deleted_jobs]
         for key in gone:
             if revision and self._newer(key, revision):
+                self._delete_local(key, revision)
+                applied += 1
+        return applied
+
+    def apply_commit(self, revision: int, machines: Iterable[MachineEntry] = (), jobs: Iterable[JobEntry] = (),
+                     allocs: Mapping[str, Alloc] | None = None, deletes: Iterable[str] = ()) -> int:
+        """``apply_local`` for a txn the caller committed at ``revision``, given as the decoded
+        values it put (entries at ``revision``, allocations by key): nothing to decode. The
+        values must be what the txn wrote (the committer built and encoded them). Same skip
+        rules; returns how many keys changed. ValueError for a key outside the cell."""
+        if type(revision) is not int or revision < 1:
+            raise ValueError(f"apply_commit needs the commit's revision (a positive int), got {revision!r}")
+        keys, mods, quarantine = self.keys, self._mod, self.quarantine
+        changes = [(keys.machine(e.id), self._set_machine, e.id, e) for e in machines]
+        changes += [(keys.job(e.id), self._set_job, e.id, e) for e in jobs]
+        changes += [(key, self._set_alloc, key, alloc) for key, alloc in (allocs or {}).items()]
+        applied = 0
+        for key, store, ident, value in changes:
+            if self._newer(key, revision):
+                mods[key] = revision
+                store(ident, value)
+                if quarantine:
+                    quarantine.pop(key, None)
+                applied += 1
+        for key in deletes:
+            if self._newer(key, revision):
                 self._delete_local(key, revision)
                 applied += 1
         return applied

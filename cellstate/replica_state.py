@@ -16,6 +16,7 @@ import logging
 from typing import Callable, Iterable
 
 from cellstate.codec import CodecError, decode_alloc, decode_job_record, decode_machine
+from cellstate.fastbuild import builder
 from cellstate.keys import CellKeys
 from cellstate.model import Alloc, JobKind
 from omega.protocols import JobEntry, MachineEntry
@@ -23,6 +24,7 @@ from omega.protocols import JobEntry, MachineEntry
 log = logging.getLogger(__name__)
 
 DecodeErrorHandler = Callable[[str, Exception], None]
+_MACHINE_ENTRY, _JOB_ENTRY = builder(MachineEntry), builder(JobEntry)  # entries without __init__'s cost
 _EMPTY: dict = {}  # shared, never mutated: the answer for an unknown machine or job
 
 
@@ -158,13 +160,17 @@ class ReplicaState:
         machine = decode_machine(key, raw)
         if machine.id != ident:
             raise CodecError(key, "id", f"machine id {machine.id!r} does not match its key")
-        self._machines[ident] = MachineEntry(machine, mod)
+        self._set_machine(ident, _MACHINE_ENTRY(machine, mod))
+
+    def _set_machine(self, ident: str, entry: MachineEntry) -> None:
+        """Hold ``entry`` for machine ``ident`` (subclasses watch ledgers change here)."""
+        self._machines[ident] = entry
 
     def _put_job(self, key: str, ident: str, raw: bytes, mod: int) -> None:
         record = decode_job_record(key, raw)
         if record.job.id != ident:
             raise CodecError(key, "spec.id", f"job id {record.job.id!r} does not match its key")
-        self._set_job(ident, JobEntry(record, mod))
+        self._set_job(ident, _JOB_ENTRY(record, mod))
 
     def _set_job(self, ident: str, entry: JobEntry) -> None:
         record = entry.record
@@ -183,6 +189,11 @@ class ReplicaState:
         job_id, _, task = ident.partition("/")
         if alloc.job_id != job_id or str(alloc.task_index) != task:
             raise CodecError(key, "job", f"alloc {alloc.job_id}/{alloc.task_index} does not match its key")
+        self._set_alloc(key, alloc)
+
+    def _set_alloc(self, key: str, alloc: Alloc) -> None:
+        """Hold ``alloc`` under ``key`` and index it by machine and by job."""
+        job_id = alloc.job_id
         old = self._allocs.get(key)
         if old is not None:
             self._unindex_alloc(old)

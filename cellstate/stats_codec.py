@@ -29,8 +29,8 @@ __all__ = ["CodecError", "encode_stats", "decode_stats"]
 
 _TEXT = ("host", "conflict_mode", "commit_mode")
 _TIMES = ("started_at", "updated_at")
-_COUNTS = ("pid", "attempts", "txns", "commits", "conflicts", "retries", "jobs_placed", "tasks_placed",
-           "tasks_unplaced")
+_COUNTS = ("pid", "attempts", "txns", "commits", "conflicts", "stale_retries", "retries", "jobs_placed",
+           "tasks_placed", "tasks_unplaced")
 _RATES = ("jobs_per_s", "placements_per_s")
 _PERCENTILES = ("decision_ms_p50", "decision_ms_p90", "decision_ms_p99")
 _STATS_FIELDS = ("name", "kind") + _TEXT + _TIMES + _COUNTS + _RATES + ("busyness",) + _PERCENTILES + (

@@ -19,9 +19,12 @@ class AttemptOutcome(StrEnum):
 @dataclass(frozen=True, slots=True)
 class Attempt:
     """One decision and the transactions it led to. ``retries`` counts the attempts before
-    this one in the same placement; ``conflicting_machines`` are the machines whose revision
-    had changed in a failed transaction, ``winners`` who changed them; ``transactions``/``failed_transactions`` feed the
-    conflict fraction (failed ÷ successful)."""
+    this one in the same placement. ``failed_transactions`` counts the txns whose compares
+    failed; ``stale_retries`` those of them that were only stale (resource-fit: every claim
+    still fit the fresh ledgers and the job was unchanged, so the claims were resubmitted;
+    see ``omega.modes``); the rest are conflicts (``conflict_transactions``), which with the
+    committed txns give Omega's conflict fraction. ``conflicting_machines`` are the
+    machines of the claims rejected in conflicts, ``winners`` who last wrote them."""
 
     scheduler: str
     job_id: str
@@ -36,10 +39,17 @@ class Attempt:
     started_at: float = 0.0
     winners: tuple[str, ...] = ()
     """Who last wrote the conflicting machines (their ledgers' ``writer``)."""
+    stale_retries: int = 0
+
+    @property
+    def conflict_transactions(self) -> int:
+        """Failed txns that were conflicts (not stale retries)."""
+        return self.failed_transactions - self.stale_retries
 
     @property
     def conflicted(self) -> bool:
-        return self.failed_transactions > 0
+        """True when a txn of this attempt met a conflict (stale retries do not count)."""
+        return self.conflict_transactions > 0
 
 
 def classify(claims: tuple[Claim, ...], committed: tuple[Claim, ...]) -> AttemptOutcome:

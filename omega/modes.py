@@ -8,6 +8,13 @@ Either way a claim whose task is no longer pending in the fresh job is dropped (
 scheduler placed it, or the job was killed), and a preempting claim survives only if its
 machine and its victims' jobs are unchanged.
 
+Accounting (``stale``): etcd can only compare revisions, so resource-fit detection is
+emulated: any change to a touched machine fails the txn, and the fit is re-checked on the
+fresh ledgers the failure branch read. A failed txn whose claims all still hold (none
+rejected or dropped) on an unchanged job record is a *stale retry* (an artifact of that
+emulation: Omega's fine-grained store would have accepted it), not a conflict. In sequence
+mode every failed txn is a conflict.
+
 Commit mode: what happens to the claims.
   INCREMENTAL     keep what is valid: retry the kept claims at once (rebased on the fresh
                   revisions); rejected tasks go back to the scheduler; big plans are split.
@@ -97,6 +104,11 @@ class _ConflictStrategy:
     def _judge(self, plan, outcome, machine_id, claims):
         raise NotImplementedError
 
+    def stale(self, plan: Plan, outcome: CommitOutcome, split: ConflictSplit) -> bool:
+        """True when the failed txn of ``plan`` is a stale retry rather than a conflict (see
+        the module docstring); ``split`` is this strategy's split of it."""
+        return False
+
 
 class SequenceConflicts(_ConflictStrategy):
     """Any change to a touched machine invalidates every claim on it."""
@@ -132,6 +144,11 @@ class ResourceFitConflicts(_ConflictStrategy):
             why = f"job {plan.job.id} was placed elsewhere concurrently; its spread must be re-decided"
             return [], [(c, why) for c in claims]
         return _fit_cumulatively(fresh, claims)
+
+    def stale(self, plan: Plan, outcome: CommitOutcome, split: ConflictSplit) -> bool:
+        fresh = outcome.fresh_job
+        return (not split.rejected and not split.dropped and fresh is not None
+                and fresh.mod_revision == plan.job.mod_revision)
 
 
 def _spread_rules_at_risk(plan: Plan, outcome: CommitOutcome) -> bool:

@@ -9,7 +9,8 @@ One *attempt* = one decision by the scheduler and the transactions it leads to:
      view takes in the outcome (``apply_outcome``);
   4. on a failed txn the conflict mode splits the claims against the fresh state read in
      the same round trip; the commit mode says which to retry at once (rebased on the fresh
-     revisions) and which tasks go back to the scheduler.
+     revisions) and which tasks go back to the scheduler. The failed txn counts as a
+     conflict, or as a stale retry when nothing really conflicted (``omega.modes``).
 Attempts repeat (tenacity) while tasks are sent back, up to ``retry.max_attempts`` attempts
 in a row without progress, with jittered exponential backoff slept on the injected clock.
 Whatever stays pending keeps a reason in the job record: nothing is lost.
@@ -23,7 +24,7 @@ from typing import Callable
 from tenacity import Retrying, retry_if_result
 
 from omega.attempts import Attempt, AttemptOutcome, PlacementResult, classify
-from omega.modes import CommitMode, ConflictMode, changed_machines, check_gang_size
+from omega.modes import CommitMode, ConflictMode, ConflictSplit, check_gang_size
 from omega.protocols import (
     Claim, Clock, CommitOutcome, Committer, Decide, Decision, JobEntry, PlacementView, Plan, PlanTooLarge,
 )
@@ -56,6 +57,7 @@ class _Tally:
     redecide: list[int] = field(default_factory=list)
     transactions: int = 0
     failed: int = 0
+    stale: int = 0
     job_gone: bool = False
 
 
@@ -218,18 +220,20 @@ class OptimisticPlacer:
         tally.transactions += 1
         if not outcome.committed:
             tally.failed += 1
-            changed = changed_machines(plan, outcome)
-            tally.conflicting.update(dict.fromkeys(changed))
-            fresh = (outcome.fresh_machines.get(machine_id) for machine_id in changed)
-            tally.winners.update(dict.fromkeys(m.machine.writer for m in fresh if m and m.machine.writer))
         return outcome
 
     def _resolve(self, st: _Placement, mode: CommitMode, plan: Plan, outcome: CommitOutcome,
                  tally: _Tally) -> Plan | None:
-        """The rebased plan of the claims to retry now (None: the job is gone)."""
+        """The rebased plan of the claims to retry now (None: the job is gone). Counts the
+        failed txn as a stale retry or notes its conflict (``omega.modes``: accounting)."""
         if outcome.job_deleted or outcome.fresh_job is None:
             return None
-        split = self.conflict_mode.strategy.split(plan, outcome)
+        strategy = self.conflict_mode.strategy
+        split = strategy.split(plan, outcome)
+        if strategy.stale(plan, outcome, split):
+            tally.stale += 1
+        else:
+            _note_conflict(outcome, split, tally)
         st.conflicts.update({claim.task_index: why for claim, why in split.rejected})
         resolution = mode.strategy.resolve(split)
         tally.redecide.extend(resolution.redecide)
@@ -284,7 +288,8 @@ class OptimisticPlacer:
     def _emit(self, st: _Placement, attempt: dict, tally: _Tally, outcome: AttemptOutcome) -> None:
         record = Attempt(self.scheduler, st.job_id, attempt["decision_time_s"], attempt["claims"],
                          tuple(tally.committed), tuple(tally.conflicting), len(st.attempts), outcome,
-                         tally.transactions, tally.failed, attempt["started_at"], tuple(tally.winners))
+                         tally.transactions, tally.failed, attempt["started_at"], tuple(tally.winners),
+                         tally.stale)
         st.attempts.append(record)
         if self.on_attempt is not None:
             self.on_attempt(record)
@@ -295,3 +300,11 @@ class OptimisticPlacer:
         reason = entry.record.reason if entry is not None else ""
         return PlacementResult(st.job_id, tuple(st.placed), pending, reason, tuple(st.attempts),
                                gave_up, st.job_gone or entry is None)
+
+
+def _note_conflict(outcome: CommitOutcome, split: ConflictSplit, tally: _Tally) -> None:
+    """Record the machines of the rejected claims and who last wrote them."""
+    machines = dict.fromkeys(claim.machine_id for claim, _ in split.rejected)
+    tally.conflicting.update(machines)
+    fresh = (outcome.fresh_machines.get(machine_id) for machine_id in machines)
+    tally.winners.update(dict.fromkeys(m.machine.writer for m in fresh if m and m.machine.writer))

@@ -104,6 +104,15 @@ class CommitOutcome:
     """On success: every key the txn put, with its value (so the caller can apply its own commit)."""
     deleted: tuple[str, ...] = ()
     """On success: every key the txn deleted."""
+    applied_machines: tuple[MachineEntry, ...] = ()
+    """On success, when the committer provides them: the ledgers it put, decoded, at ``revision``."""
+    applied_jobs: tuple[JobEntry, ...] = ()
+    """Likewise the job records it put (the plan's job, victims' jobs)."""
+    applied_allocs: dict[str, Alloc] = field(default_factory=dict)
+    """Likewise the allocations it put, by key. A view holding these need not decode
+    ``written``: together with ``deleted`` they are the whole txn (``applied`` says so)."""
+    applied: bool = False
+    """True when ``applied_*`` and ``deleted`` describe every change of the txn."""
 
 
 class PlanRejected(ValueError):

@@ -295,7 +295,8 @@ class SchedulerProcess:
             self.recorder.record_attempt(
                 decision_s=attempt.decision_time_s, busy_s=max(0.0, now - attempt.started_at),
                 txns=attempt.transactions, commits=attempt.transactions - attempt.failed_transactions,
-                conflicts=attempt.failed_transactions, retries=int(attempt.retries > 0),
+                conflicts=attempt.conflict_transactions, stale_retries=attempt.stale_retries,
+                retries=int(attempt.retries > 0),
                 tasks_placed=len(attempt.committed), tasks_unplaced=unplaced, job_placed=job_placed,
                 conflict_machines=winners, job_id=attempt.job_id, now=now)
         self._log(attempt, winners)
@@ -303,11 +304,12 @@ class SchedulerProcess:
             observe(attempt)
 
     def _log(self, attempt: Attempt, winners: dict[str, str]) -> None:
-        if attempt.failed_transactions:
+        if attempt.conflicted:
             log.info("conflict %s", kv(scheduler=self.name, job=attempt.job_id, machines=list(winners),
                                        winners=sorted(set(w for w in winners.values() if w)),
-                                       failed_txns=attempt.failed_transactions, retries=attempt.retries,
-                                       committed=len(attempt.committed), claims=len(attempt.claims)))
+                                       failed_txns=attempt.failed_transactions, stale_retries=attempt.stale_retries,
+                                       retries=attempt.retries, committed=len(attempt.committed),
+                                       claims=len(attempt.claims)))
         if log.isEnabledFor(logging.DEBUG):
             log.debug("decision %s", kv(scheduler=self.name, job=attempt.job_id, outcome=attempt.outcome.value,
                                         claims=len(attempt.claims), committed=len(attempt.committed),

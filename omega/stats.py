@@ -56,6 +56,7 @@ class SchedulerStats:
     txns: int = 0
     commits: int = 0
     conflicts: int = 0
+    stale_retries: int = 0
     retries: int = 0
     jobs_placed: int = 0
     tasks_placed: int = 0
@@ -71,7 +72,8 @@ class SchedulerStats:
 
     @property
     def conflict_fraction(self) -> float:
-        """Failed transactions per successful one (Omega's definition); 0 without commits."""
+        """Conflicts per successful transaction (Omega's definition; stale retries are not
+        conflicts); 0 without commits."""
         return self.conflicts / self.commits if self.commits else 0.0
 
 
@@ -93,7 +95,7 @@ class _Attempt:
     tasks_placed: int
 
 
-_COUNT_ARGS = ("txns", "commits", "conflicts", "retries", "tasks_placed", "tasks_unplaced")
+_COUNT_ARGS = ("txns", "commits", "conflicts", "retries", "tasks_placed", "tasks_unplaced", "stale_retries")
 
 
 def _check_attempt(decision_s: float, busy_s: float, counts: dict[str, int], now: float) -> None:
@@ -137,11 +139,15 @@ class StatsRecorder:
 
     def record_attempt(self, decision_s: float, busy_s: float, txns: int, commits: int, conflicts: int,
                        retries: int, tasks_placed: int, tasks_unplaced: int, job_placed: bool,
-                       conflict_machines: dict[str, str], job_id: str, now: float) -> None:
+                       conflict_machines: dict[str, str], job_id: str, now: float,
+                       stale_retries: int = 0) -> None:
         """Add one placement attempt (one decision and its transactions) that ended at ``now``.
-        ``conflict_machines`` maps each machine whose compare failed to the winner (its
-        ledger's writer). An attempt with ``conflicts`` > 0 becomes a recent-conflict note."""
-        counts = dict(zip(_COUNT_ARGS, (txns, commits, conflicts, retries, tasks_placed, tasks_unplaced)))
+        ``txns`` = ``commits`` + ``conflicts`` + ``stale_retries`` (failed txns that were
+        not conflicts, see ``omega.modes``). ``conflict_machines`` maps each machine of a
+        conflict to the winner (its ledger's writer). An attempt with ``conflicts`` > 0
+        becomes a recent-conflict note."""
+        counts = dict(zip(_COUNT_ARGS, (txns, commits, conflicts, retries, tasks_placed, tasks_unplaced,
+                                        stale_retries)))
         _check_attempt(decision_s, busy_s, counts, now)
         if job_placed is not True and job_placed is not False:
             raise ValueError(f"record_attempt: job_placed must be a bool, got {job_placed!r}")

@@ -28,7 +28,7 @@ from cellstate.model import Alloc, Job, JobKind, Machine
 from omega.protocols import CellView, Claim, JobEntry, MachineEntry
 from schedulers.base import Decision, checked_tasks, gang_outcome
 from schedulers.borg_cache import ScoreCache, Signer
-from schedulers.pipeline import NO_MACHINES, Pipeline, Rejections
+from schedulers.pipeline import FEASIBLE, NO_MACHINES, Pipeline, Rejections
 from schedulers.plugin import PluginConfigError, ScoreContext, Verdict
 from schedulers.preemption import choose_victims, cost, preemptible
 from schedulers.reservation import Reservations
@@ -40,13 +40,16 @@ _NO_ALLOCS = 1 << 62  # the floor of a machine without allocations: nothing to e
 @dataclass(slots=True)
 class BorgCounters:
     """What the scheduler did, cumulatively: machines evaluated (through the chain or the
-    cache), cache hits, decisions, tasks decided and tasks placed by preemption."""
+    cache), cache hits, decisions, tasks decided, tasks placed by preemption, searches that
+    found no feasible machine after walking them all (``fits_nowhere``), preemption passes."""
 
     decisions: int = 0
     tasks: int = 0
     evaluations: int = 0
     cache_hits: int = 0
     preemptions: int = 0
+    fits_nowhere: int = 0
+    preemption_passes: int = 0
 
 
 def _serves(value) -> tuple[JobKind, ...]:
@@ -156,7 +159,10 @@ class _Decider:
             search.fill(want)
             machine = search.best()
             victims: list[Alloc] = []
+            if machine is None:
+                self.sched.counters.fits_nowhere += 1
             if machine is None and self.sched.preemption:
+                self.sched.counters.preemption_passes += 1
                 machine, victims = self._preempt()
             if machine is None:
                 reason = search.rejections.reason()
@@ -257,6 +263,8 @@ class _Search:
         self.seq = 0
         self.rejections = Rejections()
         self.ctx = ScoreContext(decider.placement)
+        self.filters = decider.sched.pipeline.filters
+        self.rank = decider.sched.pipeline.rank
 
     def fill(self, want: int) -> None:
         """Walk on until ``want`` machines are feasible or every machine was walked."""
@@ -278,7 +286,8 @@ class _Search:
 
     def evaluate(self, entry: MachineEntry) -> tuple[Verdict, tuple[float, ...] | None]:
         """Verdict and rank (None unless feasible), from the cache when the machine is at
-        the cached revision and untouched by this decision."""
+        the cached revision and untouched by this decision. The hot path: Pipeline.check
+        is inlined."""
         d = self.d
         machine = entry.machine
         machine_id = machine.id
@@ -293,9 +302,15 @@ class _Search:
                 counters.cache_hits += 1
                 return hit[1], hit[2]
         free = d.res.free(machine)
-        pipeline = d.sched.pipeline
-        verdict = pipeline.check(d.spec, machine, free, here)
-        rank = pipeline.rank(d.spec, machine, free, self.ctx) if verdict.ok else None
+        spec = d.spec
+        for f in self.filters:
+            verdict = f.fits(spec, machine, free, here)
+            if not verdict.ok:
+                rank = None
+                break
+        else:
+            verdict = FEASIBLE
+            rank = self.rank(spec, machine, free, self.ctx)
         if cacheable:
             table[machine_id] = (entry.mod_revision, verdict, rank)
         return verdict, rank

@@ -27,6 +27,11 @@ from schedulers.plugin import PluginConfigError
 from tools.common import add_store_args, cell_keys, open_store
 from tools.scheduler_metrics import SchedulerMetrics
 
+# The replica gives an outage up (raises) after this long; the work loop then retries after
+# RuntimeOptions.error_wait_s. Short, so SIGTERM is honoured within seconds during an outage
+# (the replica's default of 30 s kept the worker thread, and the process, waiting that long).
+REPLICA_GIVE_UP_S = 5.0
+
 
 def register(sub) -> None:
     scheduler = sub.add_parser("scheduler", help="scheduler processes")
@@ -91,7 +96,7 @@ def run_scheduler(args) -> int:
     metrics = SchedulerMetrics(scheduler.name)
     with open_store(args) as store:
         try:
-            view = ReplicaView(store, keys)
+            view = ReplicaView(store, keys, give_up_after=REPLICA_GIVE_UP_S)
         except StoreError as exc:
             print(f"omega: scheduler: cannot read cell {keys.cell!r}: {exc}", file=sys.stderr)
             return 1

@@ -12,6 +12,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,12 +20,17 @@ from pathlib import Path
 from cellstate.cellspec import CellSpec, init_cell
 from cellstate.check import check_cell
 from cellstate.codec import decode_job_record, decode_machine
+from cellstate.committer import StoreCommitter
 from cellstate.etcd_server import EtcdCluster, EtcdOptions
 from cellstate.etcd_store import EtcdStore
 from cellstate.keys import CellKeys
 from cellstate.model import Job, JobRecord, MachineState
+from cellstate.placement_view import ReplicaView
+from cellstate.stats_sink import LeasedStatsSink
 from cellstate.store import StoreError
 from cellstate.submit import JobsExist, submit_jobs
+from omega.runtime import RuntimeOptions, SchedulerProcess
+from schedulers.chains import make_scheduler
 from tools.workload import WorkloadMix, generate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -144,6 +150,38 @@ def agents_proc(endpoints: list[str], cell: str, log_dir: Path, time_scale: floa
     return OmegaProc("agents", argv, log_dir, "agents ")
 
 
+class ThreadScheduler:
+    """A ``SchedulerProcess`` wired as ``omega scheduler run`` wires it (store errors are
+    transient), run in a thread of the test so its replica can be inspected afterwards."""
+
+    def __init__(self, store: EtcdStore, keys: CellKeys, kind: str, name: str, seed: int = 0, **replica_options):
+        import anyio
+
+        self.view = ReplicaView(store, keys, **replica_options)
+        self.process = SchedulerProcess(make_scheduler(kind, name, seed), self.view, StoreCommitter(store, keys),
+                                        LeasedStatsSink(store, keys, name),
+                                        options=RuntimeOptions(transient_errors=(StoreError,)))
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(anyio,), name=f"scheduler-{name}", daemon=True)
+        self.thread.start()
+
+    def _run(self, anyio) -> None:
+        try:
+            anyio.run(self.process.run, False)
+        except BaseException as exc:  # reported by stop()
+            self.error = exc
+
+    def alive(self) -> bool:
+        return self.thread.is_alive()
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """Stop and join; AssertionError if the loop died or does not stop."""
+        self.process.stop()
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), f"{self.process.name} did not stop within {timeout} s"
+        assert self.error is None, f"{self.process.name} died: {self.error!r}"
+
+
 @dataclass
 class Crew:
     """The processes of one test; ``stop_all`` ends every one (SIGTERM, then SIGKILL)."""
@@ -223,6 +261,14 @@ class Trickle:
             submit_through_outages(self.store, self.keys, batch, deadline)
             self.sent += len(batch)
         return len(batch)
+
+    def one_now(self, deadline: float) -> bool:
+        """Submit the next job at once, due or not; False when none is left."""
+        if self.done:
+            return False
+        submit_through_outages(self.store, self.keys, [self.arrivals[self.sent][1]], deadline)
+        self.sent += 1
+        return True
 
     @property
     def done(self) -> bool:

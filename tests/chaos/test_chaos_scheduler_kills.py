@@ -38,32 +38,33 @@ def test_sigkilled_schedulers_never_leave_a_half_commit(cell_keys, tmp_path):
         schedulers = [crew.add(scheduler_proc(kind, name, cluster.endpoints, cell_keys.cell, tmp_path, seed))
                       for seed, (kind, name) in enumerate([("batch", "b1"), ("batch", "b2"), ("service", "s1")])]
         crew.wait_ready()
+        started = time.monotonic()
         kills, placed_at_kills = _kill_loop(rng, schedulers, trickle, store, cell_keys)
+        kill_phase_s = time.monotonic() - started
         trickle.flush(time.monotonic() + 10)
         converge_s = wait_converged(store, cell_keys, timeout=45)
         crew.assert_alive()
         victim = rng.choice(schedulers)  # one last crash, no restart: its lease makes it vanish
         victim.kill()
+        killed_at = time.monotonic()
         wait_for(lambda: store.get(cell_keys.stats(victim.name)) is None, 10, f"the stats key of {victim.name} gone")
+        lease_s = time.monotonic() - killed_at
     finally:
         statuses = crew.stop_all()
-        records = job_records(store, cell_keys) if cluster.members[0].running else {}
-        try:
-            if records:
-                submitted = [job for _, job in arrivals]
-                records = assert_nothing_lost(store, cell_keys, submitted)
-        finally:
-            store.close()
-            cluster.stop()
+    try:
+        records = assert_nothing_lost(store, cell_keys, [job for _, job in arrivals])
+    finally:
+        store.close()
+        cluster.stop()
     assert kills >= KILLS, f"only {kills} kills in {KILL_PHASE_LIMIT_S} s"
-    assert placed_at_kills[-1] > placed_at_kills[0], "tasks were placed between the kills"
     assert all(status == 0 for name, status in statuses.items() if name != victim.name), statuses
     counts = task_counts(records)
     assert counts == {"a": sum(job.tasks for _, job in arrivals)}, counts  # the cell has room for all
     mid_placement = sum(1 for placed in placed_at_kills if placed < counts["a"])
     assert mid_placement >= KILLS // 2, f"only {mid_placement} kills while tasks were still being placed"
-    print(f"kills={kills} ({mid_placement} while placing) "
-          f"converged in {converge_s:.1f}s tasks={counts}")
+    print(f"kill phase {kill_phase_s:.1f}s, {kills} kills ({mid_placement} while placing), stats key gone "
+          f"{lease_s:.1f}s after the last crash, "
+          f"converged {converge_s:.1f}s after the last kill; tasks {counts}")
 
 
 def _kill_loop(rng, schedulers, trickle, store, keys) -> tuple[int, list[int]]:
@@ -76,9 +77,7 @@ def _kill_loop(rng, schedulers, trickle, store, keys) -> tuple[int, list[int]]:
     while (kills < KILLS or not trickle.done) and time.monotonic() < deadline:
         time.sleep(rng.uniform(0.1, 0.5))
         trickle.due(deadline)
-        serving = [s for s in schedulers if s.ready()]
-        if not serving:
-            continue
+        serving = wait_for(lambda: [s for s in schedulers if s.ready()], 20, "a scheduler serving", 0.02)
         victim = rng.choice(serving)
         victim.kill()
         victim.start()

@@ -14,6 +14,7 @@ import sys
 import tempfile
 
 import msgpack
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -164,7 +165,7 @@ def _gzip_csv(path: str, rows) -> None:
 @given(rows=st.lists(g_rows, min_size=1, max_size=6), jobs=st.lists(job_rows, max_size=3))
 def test_google_rows_raise_only_google_trace_error(rows, jobs):
     """GoogleTraceError is the importer's documented error for malformed rows."""
-    rows = sorted(rows, key=lambda r: int(r[0]) if r and r[0].isdigit() else 0)
+    rows = sorted(rows, key=lambda r: int(r[0]) if r and r[0].isdecimal() else 0)
     with tempfile.TemporaryDirectory() as tmp:
         task_events, job_events = os.path.join(tmp, "t.csv.gz"), os.path.join(tmp, "j.csv.gz")
         _gzip_csv(task_events, rows)
@@ -176,3 +177,44 @@ def test_google_rows_raise_only_google_trace_error(rows, jobs):
         _, events = read_trace(os.path.join(tmp, "out.omt"))
         with events:
             list(events)
+
+
+def test_writer_refuses_integers_beyond_64_bits_with_trace_error(tmp_path):
+    """Found by fuzzing: TraceWriter.write let msgpack's OverflowError escape."""
+    from cellstate.model import Machine
+    from tools.trace.events import MachineAdd
+    from tools.trace.format import TraceHeader, TraceWriter
+
+    header = TraceHeader(source="t", created_at="2024-01-01T00:00:00+00:00", capacity_model="none")
+    with TraceWriter(tmp_path / "x.omt", header) as writer:
+        with pytest.raises(TraceError, match="record 1: cannot pack"):
+            writer.write(MachineAdd(0.0, Machine(id="m", capacity=Resources(2**70, 1))))
+
+
+@pytest.mark.parametrize("column,value", [(9, "1e30"), (4, "x"), (3, "\u00b2"), (8, "")],
+                         ids=["huge-cpu", "machine-not-a-number", "task-unicode-digit", "priority-empty"])
+def test_google_bad_columns_name_the_line(tmp_path, column, value):
+    """Found by fuzzing: these escaped as ValueError/OverflowError."""
+    row = ["600000000", "", "1", "0", "5", "0", "u", "0", "9", "0.1", "0.1", "0.1", "0"]
+    row[column] = value
+    _gzip_csv(tmp_path / "t.csv.gz", [row])
+    _gzip_csv(tmp_path / "j.csv.gz", [])
+    with pytest.raises(GoogleTraceError, match="line 1: bad"):
+        import_google2011(str(tmp_path / "t.csv.gz"), str(tmp_path / "j.csv.gz"), tmp_path / "o.omt")
+
+
+@pytest.mark.parametrize("line,field", [(SWF_GOOD.replace(" 2 200 ", " 4000000 200 "), "req_procs"),
+                                        (SWF_GOOD.replace(" 1024 ", " 1e300 "), "req_mem_KB")],
+                         ids=["too-many-tasks", "memory-beyond-64-bits"])
+def test_swf_limits_are_swf_errors(tmp_path, line, field):
+    """Found by fuzzing: these escaped as TraceError/OverflowError (even with --skip-bad)."""
+    (tmp_path / "x.swf").write_text(SWF_HEADER + line + "\n")
+    with pytest.raises(SWFError, match=f"field {field}"):
+        import_swf(str(tmp_path / "x.swf"), tmp_path / "o.omt")
+
+
+def test_swf_node_count_is_bounded(tmp_path):
+    """Found by fuzzing: MaxNodes 10**20 made the importer add machines forever."""
+    (tmp_path / "x.swf").write_text("; MaxNodes: 99999999999999999999\n" + SWF_GOOD + "\n")
+    with pytest.raises(SWFError, match="MaxNodes must be between 1 and"):
+        import_swf(str(tmp_path / "x.swf"), tmp_path / "o.omt")

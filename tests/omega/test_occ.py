@@ -44,24 +44,25 @@ def assert_consistent(store, keys):
 
 # Omega's vector: two schedulers decide on private copies at the same revision. "rival" puts
 # job A (1 task) on m1; "us" spread job B's two tasks over m1 and m2 on the stale copy.
-# room: whether m1 can hold A's task and B's task together.
+# room: whether m1 can hold A's task and B's task together. Our first txn fails either way
+# (etcd compares revisions); in resource-fit mode with room it is a stale retry, not a conflict.
 VECTOR = [
-    # conflict, commit, room, outcomes of our attempts, task lists decided
-    (SEQ, INC, True, [O.PARTIAL, O.COMMITTED], [[0, 1], [0]]),
-    (SEQ, INC, False, [O.PARTIAL, O.COMMITTED], [[0, 1], [0]]),
-    (SEQ, AON, True, [O.CONFLICT, O.COMMITTED], [[0, 1], [0, 1]]),
-    (SEQ, AON, False, [O.CONFLICT, O.COMMITTED], [[0, 1], [0, 1]]),
-    (FIT, INC, True, [O.COMMITTED], [[0, 1]]),
-    (FIT, INC, False, [O.PARTIAL, O.COMMITTED], [[0, 1], [0]]),
-    (FIT, AON, True, [O.COMMITTED], [[0, 1]]),
-    (FIT, AON, False, [O.CONFLICT, O.COMMITTED], [[0, 1], [0, 1]]),
+    # conflict, commit, room, outcomes of our attempts, task lists decided, stale retries
+    (SEQ, INC, True, [O.PARTIAL, O.COMMITTED], [[0, 1], [0]], 0),
+    (SEQ, INC, False, [O.PARTIAL, O.COMMITTED], [[0, 1], [0]], 0),
+    (SEQ, AON, True, [O.CONFLICT, O.COMMITTED], [[0, 1], [0, 1]], 0),
+    (SEQ, AON, False, [O.CONFLICT, O.COMMITTED], [[0, 1], [0, 1]], 0),
+    (FIT, INC, True, [O.COMMITTED], [[0, 1]], 1),
+    (FIT, INC, False, [O.PARTIAL, O.COMMITTED], [[0, 1], [0]], 0),
+    (FIT, AON, True, [O.COMMITTED], [[0, 1]], 1),
+    (FIT, AON, False, [O.CONFLICT, O.COMMITTED], [[0, 1], [0, 1]], 0),
 ]
 
 
-@pytest.mark.parametrize("conflict, commit, room, outcomes, decided", VECTOR,
+@pytest.mark.parametrize("conflict, commit, room, outcomes, decided, stale", VECTOR,
                          ids=[f"{c.value.label}-{m.value.label}-{'room' if r else 'full'}"
-                              for c, m, r, _, _ in VECTOR])
-def test_two_private_copies_claim_the_same_machine(cell, conflict, commit, room, outcomes, decided):
+                              for c, m, r, _, _, _ in VECTOR])
+def test_two_private_copies_claim_the_same_machine(cell, conflict, commit, room, outcomes, decided, stale):
     store, keys = cell
     seed(store, keys, [machine("m1"), machine("m2")],
          [batch_job("A", 1, cpu=2000 if room else 3500), batch_job("B", 2, cpu=1000)])
@@ -75,8 +76,10 @@ def test_two_private_copies_claim_the_same_machine(cell, conflict, commit, room,
     assert [a.outcome for a in attempts] == outcomes
     assert decide.calls == decided
     first = attempts[0]
-    assert first.failed_transactions == 1 and first.conflicting_machines == ("m1",)
-    assert first.winners == ("rival",) and first.retries == 0
+    assert first.failed_transactions == 1 and first.stale_retries == stale and first.retries == 0
+    assert first.conflicted == (not stale) and first.conflict_transactions == 1 - stale
+    conflict_on_m1 = () if stale else ("m1",)
+    assert first.conflicting_machines == conflict_on_m1 and first.winners == (() if stale else ("rival",))
     assert ours.pending == () and sorted(c.task_index for c in ours.placed) == [0, 1]
     assert our_view.job("B").record.tasks == "aa"
     assert_consistent(store, keys)

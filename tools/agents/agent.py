@@ -41,6 +41,9 @@ from tools.agents.runner import TxnGaveUp, TxnRunner
 log = logging.getLogger("omega.agents")
 _LIVE = "ar"
 RETRY_DELAY = 0.5  # seconds before work that gave up is tried again
+# The replica gives an outage up after this long and ``run`` lists the cell again; short, so a
+# stop request is honoured within seconds during an outage (not after the replica's 30 s).
+REPLICA_GIVE_UP_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +83,7 @@ class Agent:
         self.store, self.keys, self.config = store, keys, config
         self.metrics = metrics or AgentMetrics()
         self.clock = clock
-        self.replica = Replica(store, keys)
+        self.replica = Replica(store, keys, give_up_after=REPLICA_GIVE_UP_S)
         rng = random.Random(config.seed)
         self.runner = TxnRunner(store, self.replica, self.metrics, random.Random(rng.random()), config.attempts)
         self.ops = MachineOps(store, keys, self.replica, self.runner, config.writer)

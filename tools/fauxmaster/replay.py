@@ -171,7 +171,7 @@ def _run(trace_path, config: ReplayConfig, core: EventCore, store, keys: CellKey
     with TraceFeed(trace_path, cell, core, config.until) as feed:
         feed.write_initial_machines()
         for sc in config.schedulers:
-            peers = [o.name for o in config.schedulers if o.kind == sc.kind]
+            peers = [o.name for o in config.schedulers if (o.jobs or o.kind) == (sc.jobs or sc.kind)]
             schedulers.append(SimScheduler(sc, store, core, clock, cell, peers, config.decision_time,
                                            config.time_scale, journal))
         feed.start()

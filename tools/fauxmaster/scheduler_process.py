@@ -30,7 +30,8 @@ from schedulers.chains import make_scheduler
 from tools.fauxmaster.clock import EventCore, Process, VirtualClock
 
 DECISION_TIME_MODES = ("modelled", "measured")
-_JOB_KINDS = {"batch": (JobKind.BATCH,), "service": (JobKind.SERVICE,)}
+SELECT_BATCH = 16  # jobs taken from one fair ordering of the queue before ordering it again
+_JOB_KINDS = {"batch": (JobKind.BATCH,), "service": (JobKind.SERVICE,), "all": (JobKind.BATCH, JobKind.SERVICE)}
 
 
 @dataclass(frozen=True)
@@ -45,12 +46,18 @@ class SchedulerConfig:
     t_job: float = 0.1
     t_task: float = 0.005
     plugins: dict[str, Any] = field(default_factory=dict)
+    jobs: str = ""
+    """Job kinds it places: "batch", "service" or "all" (default: its own kind)."""
 
     def __post_init__(self):
         if not self.name or "/" in self.name:
             raise ValueError(f'scheduler name must be non-empty without "/", got {self.name!r}')
         if self.kind not in _JOB_KINDS:
             raise ValueError(f"scheduler {self.name!r}: unknown kind {self.kind!r}; known: {sorted(_JOB_KINDS)}")
+        if self.jobs and self.jobs not in _JOB_KINDS:
+            raise ValueError(f"scheduler {self.name!r}: jobs must be one of {sorted(_JOB_KINDS)}, got {self.jobs!r}")
+        if self.kind == "all":
+            raise ValueError(f"scheduler {self.name!r}: kind must be batch or service")
         if self.t_job < 0 or self.t_task < 0:
             raise ValueError(f"scheduler {self.name!r}: t_job and t_task must be >= 0, "
                              f"got {self.t_job!r} and {self.t_task!r}")
@@ -87,7 +94,7 @@ class SimScheduler:
         self.core = core
         self.clock = clock
         self.peers = peers
-        self.kinds = _JOB_KINDS[config.kind]
+        self.kinds = _JOB_KINDS[config.jobs or config.kind]
         self.measured = decision_time == "measured"
         self.synchronous_watch = isinstance(store, MemoryStore)
         self.time_scale = time_scale
@@ -111,11 +118,17 @@ class SimScheduler:
                 self.queue.reset()
             now = self.clock.now()
             pending = self._pending()
-            chosen = self.queue.select(pending, self.peers, now, 1)
+            chosen = self.queue.select(pending, self.peers, now, SELECT_BATCH)
             if not chosen:
                 self.process.park(self._idle_timeout(pending, now))
                 continue
-            self._place(chosen[0])
+            for entry in chosen:  # the fair order is computed once per batch of jobs
+                current = self.view.job(entry.id)
+                if current is not None and current.record.pending_tasks():
+                    self._place(current)
+                if self.view.take_freed():
+                    self.queue.reset()
+                    break
 
     def _pending(self) -> list[JobEntry]:
         if len(self.kinds) == 1:

@@ -42,6 +42,8 @@ class SchedulerRow:
     busyness: float
     decision_ms_p50: float
     decision_ms_p99: float
+    stale_retries: int = 0
+    """Failed txns that were not conflicts (resource-fit re-checks that still fit)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +148,7 @@ def scheduler_row(s: SchedulerStats) -> SchedulerRow:
         jobs_per_s=s.jobs_per_s, placements_per_s=s.placements_per_s, txns=s.txns, commits=s.commits,
         conflicts=s.conflicts, conflict_fraction=s.conflict_fraction, retries=s.retries,
         busyness=s.busyness, decision_ms_p50=s.decision_ms_p50, decision_ms_p99=s.decision_ms_p99,
+        stale_retries=s.stale_retries,
     )
 
 

@@ -40,17 +40,17 @@ def scheduler_table(frame: MonitorFrame) -> Table:
     table = Table(title="schedulers", expand=True, title_justify="left")
     for name, justify in (("scheduler", "left"), ("kind", "left"), ("alive", "center"), ("jobs/s", "right"),
                           ("placements/s", "right"), ("txns", "right"), ("conflicts", "right"),
-                          ("conflict frac", "right"), ("retries", "right"), ("busy", "right"),
+                          ("conflict frac", "right"), ("stale", "right"), ("retries", "right"), ("busy", "right"),
                           ("p50 ms", "right"), ("p99 ms", "right")):
         table.add_column(name, justify=justify, no_wrap=True)
     for r in frame.schedulers:
         table.add_row(r.name, r.kind, Text("●", "green") if r.alive else Text("✗", "red"),
                       f"{r.jobs_per_s:.1f}", f"{r.placements_per_s:.1f}", str(r.txns), str(r.conflicts),
                       Text(f"{r.conflict_fraction:.3f}", _severity(r.conflict_fraction, 0.1, 0.5)),
-                      str(r.retries), Text(f"{r.busyness:.0%}", _severity(r.busyness, 0.5, 0.9)),
+                      str(r.stale_retries), str(r.retries), Text(f"{r.busyness:.0%}", _severity(r.busyness, 0.5, 0.9)),
                       f"{r.decision_ms_p50:.1f}", f"{r.decision_ms_p99:.1f}")
     if not frame.schedulers:
-        table.add_row(Text("no live schedulers", "dim"), *[""] * 11)
+        table.add_row(Text("no live schedulers", "dim"), *[""] * 12)
     return table
 
 

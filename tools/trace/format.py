@@ -178,9 +178,14 @@ class TraceWriter:
         try:
             record = event_record(event)
             event_from_record(f"record {index}", record)  # t and ids checked as the reader will
+            packed = msgpack.packb(record)
         except CodecError as exc:
             raise _error(self.name, index, exc) from None
-        self._pack(record)
+        except (OverflowError, ValueError, TypeError) as exc:  # e.g. an integer beyond 64 bits
+            raise TraceError(f"trace {self.name}: record {index}: cannot pack: {exc}") from None
+        self._buffer += packed
+        if len(self._buffer) >= _CHUNK:
+            self._flush()
         self._last_t = event.t
         self.events += 1
 

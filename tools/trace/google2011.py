@@ -148,14 +148,14 @@ def _parse(path: str, number: int, row: list[str]) -> tuple[int, int]:
     for column, name in ((CPU, "cpu request"), (MEMORY, "memory request"), (DISK, "disk request")):
         if row[column] and not _amount(row[column]):
             raise GoogleTraceError(f"{path}: line {number}: bad {name} {row[column]!r} "
-                                   "(expected a non-negative normalized amount)")
+                                   "(expected a normalized amount 0..1)")
     return ts, kind
 
 
 def _amount(text: str) -> bool:
-    """True when ``text`` is a finite number >= 0 (the trace's normalized amounts)."""
+    """True when ``text`` is a number in 0..1 (amounts are normalized to the largest machine)."""
     try:
-        return 0.0 <= float(text) < math.inf
+        return 0.0 <= float(text) <= 1.0
     except ValueError:
         return False
 

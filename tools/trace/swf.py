@@ -26,6 +26,7 @@ from tools.trace.progress import progress
 
 NODE_CPU = 1000
 DEFAULT_NODE_MEMORY_MIB = 1024
+MAX_NODES = 1_000_000
 MAX_MEMORY_KB = 1024 * (2**63 - 1)  # the request in MiB must fit a msgpack int64
 FIELDS = ("job", "submit_s", "wait_s", "run_s", "alloc_procs", "avg_cpu_s", "used_mem_KB", "req_procs",
           "req_time_s", "req_mem_KB", "status", "user", "group", "app", "queue", "partition", "prev_job",
@@ -68,8 +69,15 @@ def node_count(path: str, header: dict[str, str]) -> int:
     for name in ("MaxNodes", "MaxProcs"):
         value = header.get(name, "")
         if value.isdecimal() and int(value) > 0:
-            return int(value)
+            return checked_nodes(path, int(value), name)
     raise SWFError(f"{path}: header has no positive MaxNodes or MaxProcs (give --nodes)")
+
+
+def checked_nodes(path: str, nodes: int, source: str = "--nodes") -> int:
+    """``nodes`` if it is 1..MAX_NODES; SWFError naming where it came from otherwise."""
+    if not 1 <= nodes <= MAX_NODES:
+        raise SWFError(f"{path}: {source} must be between 1 and {MAX_NODES} machines, got {nodes}")
+    return nodes
 
 
 def parse_job(line: str, number: int, path: str) -> JobSubmit:
@@ -132,7 +140,7 @@ def import_swf(path: str, out, skip_bad: bool = False, nodes: int | None = None,
                node_memory_mib: int = DEFAULT_NODE_MEMORY_MIB) -> SWFStats:
     """Write the omega trace of an SWF log to ``out``; the counts (and skipped lines)."""
     header = read_header(path)
-    nodes = nodes if nodes is not None else node_count(path, header)
+    nodes = checked_nodes(path, nodes) if nodes is not None else node_count(path, header)
     stats = SWFStats()
     trace_header = TraceHeader(
         source=f"swf {path} ({header.get('Computer', '?')}, {header.get('Installation', '?')})",

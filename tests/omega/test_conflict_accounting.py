@@ -1,0 +1,67 @@
+"""Conflict accounting of the conflict modes: a failed txn is a conflict, or (resource-fit
+only) a stale retry when every claim still holds on the fresh state and the job is unchanged."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from cellstate.model import MachineState, TaskState
+from fakeview import batch_job, machine
+from omega.modes import ConflictMode
+from omega.protocols import Claim, CommitOutcome, JobEntry, MachineEntry, Plan
+from omega.stats import StatsRecorder
+
+SEQ, FIT = ConflictMode.SEQUENCE, ConflictMode.RESOURCE_FIT
+JOB = JobEntry(batch_job("j", 2, cpu=1000), 5)
+SEEN = {"m1": MachineEntry(machine("m1", cpu=4000), 3), "m2": MachineEntry(machine("m2", cpu=4000), 4)}
+CLAIMS = (Claim(0, "m1", JOB.record.job.request), Claim(1, "m2", JOB.record.job.request))
+
+
+def fresh_m1(cpu_used: int = 0, state=MachineState.UP) -> dict:
+    """m1 changed (revision 9) with ``cpu_used`` millicores allocated by a rival; m2 unchanged."""
+    m1 = SEEN["m1"].machine
+    changed = replace(m1, allocated=replace(m1.allocated, cpu=cpu_used), state=state, writer="rival")
+    return {"m1": MachineEntry(changed, 9), "m2": SEEN["m2"]}
+
+
+CASES = [
+    # mode, fresh machines, fresh job, stale?
+    (SEQ, fresh_m1(), JOB, False),
+    (FIT, fresh_m1(), JOB, True),
+    (FIT, fresh_m1(cpu_used=2500), JOB, True),
+    (FIT, fresh_m1(cpu_used=3500), JOB, False),
+    (FIT, fresh_m1(state=MachineState.DOWN), JOB, False),
+    (FIT, {"m1": None, "m2": SEEN["m2"]}, JOB, False),
+    (FIT, fresh_m1(), replace(JOB, mod_revision=8), False),
+    (FIT, fresh_m1(), JobEntry(JOB.record.with_tasks([1], TaskState.PLACED), 8), False),
+]
+
+
+@pytest.mark.parametrize("mode, machines, job, stale", CASES, ids=[
+    "sequence-still-fits", "fit-still-fits", "fit-still-fits-tightly", "fit-no-longer-fits", "fit-machine-down",
+    "fit-machine-gone", "fit-job-changed", "fit-task-placed-elsewhere"])
+def test_a_failed_txn_is_stale_only_in_resource_fit_when_nothing_really_changed(mode, machines, job, stale):
+    plan = Plan(JOB, CLAIMS, dict(SEEN), "us")
+    outcome = CommitOutcome(False, 10, machines, job)
+    split = mode.strategy.split(plan, outcome)
+    assert mode.strategy.stale(plan, outcome, split) is stale
+    assert (split.rejected == () and split.dropped == ()) or not stale
+
+
+def test_stale_retries_are_counted_apart_from_conflicts():
+    rec = StatsRecorder("s", "batch")
+    rec.record_attempt(0.01, 0.02, txns=3, commits=1, conflicts=0, retries=0, tasks_placed=2, tasks_unplaced=0,
+                       job_placed=True, conflict_machines={}, job_id="j1", now=1.0, stale_retries=2)
+    rec.record_attempt(0.01, 0.02, txns=2, commits=1, conflicts=1, retries=0, tasks_placed=1, tasks_unplaced=0,
+                       job_placed=True, conflict_machines={"m1": "rival"}, job_id="j2", now=2.0)
+    stats = rec.snapshot(3.0)
+    assert (stats.txns, stats.commits, stats.conflicts, stats.stale_retries) == (5, 2, 1, 2)
+    assert stats.conflict_fraction == 0.5
+    assert [note.job for note in stats.recent_conflicts] == ["j2"]
+
+
+def test_negative_stale_retries_are_refused():
+    with pytest.raises(ValueError, match="stale_retries must be a non-negative int"):
+        StatsRecorder("s", "batch").record_attempt(0.0, 0.0, 1, 0, 0, 0, 0, 0, False, {}, "j", 1.0, stale_retries=-1)

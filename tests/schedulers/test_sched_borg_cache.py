@@ -1,0 +1,57 @@
+"""Signatures, class ids and the bounded score cache of the Borg scheduler."""
+
+from __future__ import annotations
+
+import pytest
+from viewlib import job
+
+from cellstate.model import Constraint, ConstraintOp
+from schedulers.borg_cache import ScoreCache, Signer
+from schedulers.plugin import Verdict
+
+OK = Verdict.fit("x")
+
+
+@pytest.mark.parametrize("a,b,same", [
+    (job("a", cpu=100), job("b", cpu=100), True),
+    (job("a", cpu=100), job("b", cpu=200), False),
+    (job("a", tasks=1), job("b", tasks=9), True),
+    (job("a", priority=1), job("b", priority=9), True),
+    (job("a"), job("b", constraints=(Constraint("zone", ConstraintOp.EQ, ("z",)),)), False),
+], ids=["same-request", "other-request", "task-count-unread", "priority-unread", "constraints-read"])
+def test_signature_covers_exactly_the_read_fields(a, b, same):
+    signer = Signer(frozenset({"request", "constraints"}))
+    assert (signer.signature(a) == signer.signature(b)) is same
+    assert (signer.class_of(signer.signature(a)) == signer.class_of(signer.signature(b))) is same
+
+
+def test_unknown_field_is_refused():
+    with pytest.raises(ValueError, match="'colour'"):
+        Signer(frozenset({"colour"}))
+
+
+@pytest.mark.parametrize("bound,classes,per_class,left_classes", [
+    (10, 3, 3, 3),
+    (10, 4, 3, 3),
+    (5, 4, 3, 1),
+    (2, 1, 5, 1),
+], ids=["under-bound", "drops-oldest", "drops-several", "one-huge-class-swept"])
+def test_trim_keeps_the_bound(bound, classes, per_class, left_classes):
+    cache = ScoreCache(bound)
+    for c in range(classes):
+        table = cache.table(c)
+        for m in range(per_class):
+            table[f"m{m}"] = (1, OK, (1.0,))
+    cache.trim()
+    assert len(cache) <= bound
+    assert len(cache._classes) == left_classes
+
+
+def test_recently_used_class_survives():
+    cache = ScoreCache(4)
+    for c in (1, 2):
+        cache.table(c).update({"m0": (1, OK, None), "m1": (1, OK, None)})
+    cache.table(1)  # 1 is now the most recently used
+    cache.table(3)["m0"] = (1, OK, None)
+    cache.trim()
+    assert set(cache._classes) == {1, 3}
