@@ -189,10 +189,16 @@ class _Decider:
         randomization the scan stops once ``k`` machines could make room; a machine that
         needs no victim (room freed by this decision's evictions) ends it at once."""
         spec, pipeline, best, options = self.spec, self.sched.pipeline, None, 0
+        floors, machine_of, touched, priority = self.sched._floors, self.view.machine, self.touched, spec.priority
         for machine_id in self.ids:
-            entry = self.view.machine(machine_id)
-            if entry is None or (machine_id not in self.touched and self._floor(entry) >= spec.priority):
-                continue  # untouched and nothing of lower priority on it: no eviction can help
+            entry = machine_of(machine_id)
+            if entry is None:
+                continue
+            if machine_id not in touched:
+                floor = floors.get(machine_id)
+                lowest = floor[1] if floor is not None and floor[0] == entry.mod_revision else self._floor(entry)
+                if lowest >= priority:
+                    continue  # untouched and nothing of lower priority on it: no eviction can help
             option = self._victims_on(entry.machine)
             if option is None:
                 continue
@@ -261,39 +267,76 @@ class _Search:
         self.pool: dict[str, int] = {}  # machine id -> sequence number of its live heap entry
         self.heap: list[tuple[tuple[float, ...], str, int, Machine]] = []
         self.seq = 0
-        self.rejections = Rejections()
+        self._excluded: dict[int, list] = {}  # id(verdict) -> [verdict, machines]
         self.ctx = ScoreContext(decider.placement)
         self.filters = decider.sched.pipeline.filters
         self.rank = decider.sched.pipeline.rank
 
     def fill(self, want: int) -> None:
-        """Walk on until ``want`` machines are feasible or every machine was walked."""
-        d, ids = self.d, self.d.ids
-        n = len(ids)
-        while len(self.pool) < want and self.walked < n:
-            machine_id = ids[self.cursor]
-            self.cursor = self.cursor + 1 if self.cursor + 1 < n else 0
-            self.walked += 1
-            entry = d.view.machine(machine_id)
+        """Walk on until ``want`` machines are feasible or every machine was walked.
+        The scheduler's hot loop: cache hits are served inline, misses go to ``evaluate``."""
+        d, ids, pool = self.d, self.d.ids, self.pool
+        n, cursor, walked = len(ids), self.cursor, self.walked
+        machine_of, table, placed, touched = d.view.machine, self.table, d.placement.machines, d.touched
+        excluded, hits, start = self._excluded, 0, walked
+        spec, filters, free_of, rank_of, ctx = d.spec, self.filters, d.res.free, self.rank, self.ctx
+        while len(pool) < want and walked < n:
+            machine_id = ids[cursor]
+            cursor = cursor + 1 if cursor + 1 < n else 0
+            walked += 1
+            entry = machine_of(machine_id)
             if entry is None:
                 d.sched._count = -1  # the cell changed under the cached ids: refresh next time
                 continue
-            verdict, rank = self.evaluate(entry)
+            cacheable = table is not None and machine_id not in placed and machine_id not in touched
+            hit = table.get(machine_id) if cacheable else None
+            if hit is not None and hit[0] == entry.mod_revision:
+                hits += 1
+                verdict, rank = hit[1], hit[2]
+            else:  # evaluate(), inlined: this is the scheduler's hot path
+                machine = entry.machine
+                free = free_of(machine)
+                here = placed.get(machine_id, 0)
+                for f in filters:
+                    verdict = f.fits(spec, machine, free, here)
+                    if not verdict.ok:
+                        rank = None
+                        break
+                else:
+                    verdict, rank = FEASIBLE, rank_of(spec, machine, free, ctx)
+                if cacheable:
+                    table[machine_id] = (entry.mod_revision, verdict, rank)
             if rank is None:
-                self.rejections.add(verdict)
+                tally = excluded.get(id(verdict))
+                if tally is None:
+                    excluded[id(verdict)] = [verdict, 1]
+                else:
+                    tally[1] += 1
             else:
                 self._push(entry.machine, rank)
+        self.cursor, self.walked = cursor, walked
+        counters = d.sched.counters
+        counters.evaluations += walked - start
+        counters.cache_hits += hits
 
-    def evaluate(self, entry: MachineEntry) -> tuple[Verdict, tuple[float, ...] | None]:
+    @property
+    def rejections(self) -> Rejections:
+        """Why the walked machines were excluded (first failing filter and its reason)."""
+        out = Rejections()
+        for verdict, count in self._excluded.values():
+            key = (verdict.plugin, verdict.reason)
+            out.counts[key] = out.counts.get(key, 0) + count
+        return out
+
+    def evaluate(self, entry: MachineEntry, count: bool = True) -> tuple[Verdict, tuple[float, ...] | None]:
         """Verdict and rank (None unless feasible), from the cache when the machine is at
-        the cached revision and untouched by this decision. The hot path: Pipeline.check
-        is inlined."""
+        the cached revision and untouched by this decision (Pipeline.check inlined)."""
         d = self.d
         machine = entry.machine
         machine_id = machine.id
         here = d.placement.machines.get(machine_id, 0)
         counters = d.sched.counters
-        counters.evaluations += 1
+        counters.evaluations += count
         table = self.table
         cacheable = table is not None and not here and machine_id not in d.touched
         if cacheable:
@@ -336,6 +379,7 @@ class _Search:
         entry = self.d.view.machine(machine.id)
         verdict, rank = self.evaluate(entry)
         if rank is None:
-            self.rejections.add(verdict)
+            tally = self._excluded.setdefault(id(verdict), [verdict, 0])
+            tally[1] += 1
         else:
             self._push(entry.machine, rank)
