@@ -15,7 +15,8 @@ ledger and a put of an allocation (the placement commit's shape, without the job
 
 Scheduler runs: for each process count (resource-fit) and each other conflict mode (at the
 largest count): time from the submission to the last task placed, placements/s, conflict
-fraction (failed / successful txns, from the final stats), and ``check`` of the cell.
+fraction (conflicts / successful txns, from the final stats; resource-fit's stale retries,
+failed txns whose claims all still fit, are counted apart), and ``check`` of the cell.
 """
 
 from __future__ import annotations
@@ -162,9 +163,10 @@ def scheduler_run(store, endpoint: str, processes: int, mode: str, args, run_id:
         finals = [_stop(proc) for proc in procs]
     report = check_cell(store, keys)
     commits, conflicts = sum(f["commits"] for f in finals), sum(f["conflicts"] for f in finals)
+    stale = sum(f.get("stale_retries", 0) for f in finals)
     return dict(processes=processes, mode=mode, seconds=seconds, rate=total / seconds, commits=commits,
-                conflicts=conflicts, fraction=conflicts / commits if commits else 0.0, check_ok=report.ok,
-                per_process=[f["tasks_placed"] for f in finals])
+                conflicts=conflicts, stale=stale, fraction=conflicts / commits if commits else 0.0,
+                check_ok=report.ok, per_process=[f["tasks_placed"] for f in finals])
 
 
 def _stop(proc: subprocess.Popen) -> dict:
@@ -208,7 +210,8 @@ def main() -> None:
             r = scheduler_run(store, endpoint, n, mode, args, run_id)
             print(f"{n} scheduler process(es), {mode}: {r['rate']:,.0f} placements/s ({r['seconds']:.1f} s; "
                   f"{r['rate'] / ceilings[n]:.2f} of the bare ceiling); txns {r['commits']:,} committed, "
-                  f"{r['conflicts']:,} conflicts, conflict fraction {r['fraction']:.3f}; per process "
+                  f"{r['conflicts']:,} conflicts, {r['stale']:,} stale retries, conflict fraction "
+                  f"{r['fraction']:.3f}; per process "
                   f"{r['per_process']}; check {'ok' if r['check_ok'] else 'FAILED'}", flush=True)
             if n == max(counts) and mode == modes[0]:
                 print(verdict(f"{n} scheduler processes", r["rate"], GOAL, "placements/s", True), flush=True)

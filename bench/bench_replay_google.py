@@ -41,16 +41,19 @@ def imported_trace() -> Path:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--hours", type=float, default=1.56, help="virtual hours to replay (default 1.56)")
+    parser.add_argument("--until", type=float, help="virtual seconds to replay (overrides --hours)")
     parser.add_argument("--batch", type=int, default=1, help="batch schedulers (default 1)")
     parser.add_argument("--service-scheduler", choices=("service", "batch"), default="batch",
                         help="chain placing service jobs (default batch: the service chain scans every "
                              "machine per task, see docs/BENCHMARKS.md)")
-    parser.add_argument("--profile", metavar="HTML", help="write a pyinstrument profile here")
+    parser.add_argument("--profile", metavar="OUT", help="write a pyinstrument profile here (HTML; text if "
+                        "OUT ends with .txt)")
     args = parser.parse_args()
     trace = imported_trace()
     schedulers = [dict(name=f"batch{i}", kind="batch", seed=i) for i in range(args.batch)]
     schedulers.append(dict(name="service", kind=args.service_scheduler, jobs="service"))
-    config = ReplayConfig(schedulers=schedulers, until=args.hours * 3600, check=False)
+    until = args.until if args.until is not None else args.hours * 3600
+    config = ReplayConfig(schedulers=schedulers, until=until, check=False)
     profiler = None
     if args.profile:
         from pyinstrument import Profiler
@@ -59,7 +62,8 @@ def main() -> int:
     result = replay(trace, config)
     if profiler is not None:
         profiler.stop()
-        Path(args.profile).write_text(profiler.output_html())
+        text = args.profile.endswith(".txt")
+        Path(args.profile).write_text(profiler.output_text(show_all=False) if text else profiler.output_html())
     print_figures(result)
     print(verdict("replay speed", result.speedup, GOAL, "virtual s per wall s", higher_is_better=True))
     return 0

@@ -18,7 +18,6 @@ from collections import defaultdict
 from typing import Iterable
 
 from cellstate.model import Alloc, Job, JobKind, JobRecord, Machine, TaskState
-from cellstate.resources import Resources
 from omega.protocols import JobEntry, MachineEntry
 from tools.trace.google2011 import (
     CPU, DIFFERENT, DISK, JOB, MACHINE, MEMORY, PRIORITY, PRODUCTION_PRIORITY, TASK, TS, CapacityModel,

@@ -22,12 +22,17 @@ from cellstate.fastbuild import builder
 from cellstate.keys import CellKeys
 from cellstate.model import Alloc, JobRecord, Machine, TaskState
 from cellstate.resources import Resources
-from cellstate.store import Delete, Get, KeyValue, Put, Store, TxnTooLarge, mod_revision_is
+from cellstate.store import (
+    Compare, CompareOp, CompareTarget, Delete, Get, KeyValue, Put, Store, TxnTooLarge, mod_revision_is,
+)
 from omega.protocols import CommitOutcome, JobEntry, MachineEntry, Plan, PlanRejected, PlanTooLarge
 
 MAX_REASON_CHARS = 400
 _ALLOC, _MACHINE, _MACHINE_ENTRY = builder(Alloc), builder(Machine), builder(MachineEntry)
 _RESOURCES = builder(Resources)
+# Txn ops by the hundred per commit: built without their dataclass __init__ (cellstate.fastbuild).
+_PUT, _GET, _COMPARE = builder(Put), builder(Get), builder(Compare)
+_MOD, _EQ = CompareTarget.MOD, CompareOp.EQ
 
 
 def claims_per_txn(max_txn_ops: int) -> int:
@@ -69,7 +74,7 @@ class StoreCommitter:
             raise PlanTooLarge(f"plan for job {plan.job.id!r} ({len(plan.claims)} claims) needs {ops} "
                                f"txn operations; the limit is {self.max_txn_ops}")
         try:
-            result = self.store.txn(compares, success, [Get(key) for key in keys])
+            result = self.store.txn(compares, success, [_GET(key, False) for key in keys])
         except TxnTooLarge as exc:
             raise PlanTooLarge(f"plan for job {plan.job.id!r} ({len(plan.claims)} claims) does not fit "
                                f"one transaction: {exc}") from None
@@ -85,7 +90,7 @@ class StoreCommitter:
         for machine_id in touched_machines(plan):
             key = self.keys.machine(machine_id)
             keys.append(key)
-            compares.append(mod_revision_is(key, plan.machines[machine_id].mod_revision))
+            compares.append(_COMPARE(key, _MOD, _EQ, plan.machines[machine_id].mod_revision))  # mod_revision_is
         for entry in (plan.job, *plan.victims.values()):
             key = self.keys.job(entry.id)
             keys.append(key)
@@ -116,7 +121,7 @@ class StoreCommitter:
             written[self.keys.job(record.id)] = encode_job_record(record)
         for claim in plan.claims:
             deleted.extend(self.keys.alloc(job_id, task) for job_id, task in claim.evicts)
-        ops = [Put(key, value) for key, value in written.items()] + [Delete(key) for key in deleted]
+        ops = [_PUT(key, value, 0) for key, value in written.items()] + [Delete(key) for key in deleted]
         return ops, written, tuple(deleted), (ledgers, records, allocs)
 
     @staticmethod

@@ -8,6 +8,12 @@ It follows etcd 3.5 where the contract suite checks it against a real server:
   puts made at C (etcd drops the deletes at the compact revision);
 - leases expire ``ttl`` seconds after their grant or last refresh on the injected clock,
   checked on every operation and by ``expire_leases()``.
+
+``history=False`` (replays): no per-key version history and no revision log. Only the current
+revision is readable (older ones raise ``Compacted``, as if compacted at every write); each
+commit is handed at once to the open watches, which still see every event in order; a watch
+starting at or below the current revision raises ``Compacted`` (relist, then watch from the
+listing's revision + 1).
 """
 
 from __future__ import annotations
@@ -19,7 +25,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from cellstate.memory_watch import MemoryWatchStream
+from cellstate.memory_history import compact_log, compact_versions, version_at
+from cellstate.memory_watch import MemoryWatchStream, fan_out, scan_log, take_pending
 from cellstate.store import (
     Compacted, Compare, CompareOp, CompareTarget, Delete, Event, EventKind, Get, KeyValue, Op,
     Put, RangeResult, StoreError, TxnResult, Unavailable, WatchBatch,
@@ -56,19 +63,24 @@ class MemoryStore:
     """A thread-safe, versioned key-value store in memory (see the module docstring)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic,
-                 max_txn_ops: int = DEFAULT_MAX_TXN_OPS, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES):
+                 max_txn_ops: int = DEFAULT_MAX_TXN_OPS, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+                 history: bool = True):
+        if not isinstance(history, bool):
+            raise ValueError(f"history must be a bool, got {history!r}")
         if max_txn_ops < 1 or max_request_bytes < 1:
             raise ValueError(f"limits must be positive (max_txn_ops={max_txn_ops}, "
                              f"max_request_bytes={max_request_bytes})")
         self.max_txn_ops = max_txn_ops
         self.max_request_bytes = max_request_bytes
         self.clock = clock
+        self.history = history
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._revision = 1
         self._compact_revision = 0
         self._kvs: dict[str, KeyValue] = {}
         self._keys: list[str] = []  # sorted; every key with current or historical versions
+        self._listed: set[str] = set()  # without history: the keys in _keys (some maybe deleted since)
         self._history: dict[str, list[tuple[int, KeyValue | None]]] = {}  # (revision, kv or tombstone)
         self._log: list[tuple[Event, ...]] = []  # events of revision _log_start + i
         self._log_start = 2
@@ -113,13 +125,8 @@ class MemoryStore:
         return tuple(kvs[key] for key in self._keys_under(prefix) if key in kvs)
 
     def _historical_range(self, prefix: str, revision: int) -> tuple[KeyValue, ...]:
-        out = []
-        for key in self._keys_under(prefix):
-            versions = self._history[key]
-            i = bisect.bisect_right(versions, revision, key=lambda entry: entry[0])
-            if i and versions[i - 1][1] is not None:
-                out.append(versions[i - 1][1])
-        return tuple(out)
+        found = (version_at(self._history[key], revision) for key in self._keys_under(prefix))
+        return tuple(kv for kv in found if kv is not None)
 
     def _keys_under(self, prefix: str):
         keys = self._keys
@@ -133,8 +140,12 @@ class MemoryStore:
             raise ValueError(f"revision must be a positive int, got {revision!r}")
         if revision > self._revision:
             raise StoreError(f"{FUTURE_REVISION} (asked {revision}, current {self._revision})")
-        if revision < self._compact_revision:
-            raise Compacted(self._compact_revision, revision)
+        if revision < self._oldest_readable():
+            raise Compacted(self._oldest_readable(), revision)
+
+    def _oldest_readable(self) -> int:
+        """The compact revision; without history every revision but the current is gone."""
+        return self._compact_revision if self.history else self._revision
 
     # -- writes ------------------------------------------------------------------------
 
@@ -207,15 +218,32 @@ class MemoryStore:
         return Event(EventKind.DELETE, key, b"", revision)
 
     def _record(self, key: str, revision: int, kv: KeyValue | None) -> None:
+        if not self.history:
+            self._list(key)
+            return
         versions = self._history.get(key)
         if versions is None:
             self._history[key] = versions = []
             bisect.insort(self._keys, key)
         versions.append((revision, kv))
 
+    def _list(self, key: str) -> None:
+        """Without history: keep ``key`` in the sorted key list (deleted keys are dropped
+        from it once they are half of it)."""
+        if key in self._listed:
+            return
+        if len(self._keys) > 2 * len(self._kvs) + 1024:
+            self._keys = [k for k in self._keys if k in self._kvs]
+            self._listed = set(self._keys)
+        self._listed.add(key)
+        bisect.insort(self._keys, key)
+
     def _commit(self, revision: int, events: list[Event]) -> None:
         self._revision = revision
-        self._log.append(tuple(events))
+        if self.history:
+            self._log.append(tuple(events))
+        elif self._watches:
+            fan_out(self._watches, revision, events)
         self._changed.notify_all()
 
     # -- compaction ----------------------------------------------------------------------
@@ -231,33 +259,11 @@ class MemoryStore:
             if revision <= self._compact_revision:
                 raise Compacted(self._compact_revision, revision)
             self._compact_revision = revision
-            self._compact_history(revision)
-            self._compact_log(revision)
+            if self.history:
+                if compact_versions(self._history, revision):
+                    self._keys = [key for key in self._keys if key in self._history]
+                self._log_start = compact_log(self._log, self._log_start, revision)
             self._changed.notify_all()
-
-    def _compact_history(self, revision: int) -> None:
-        """Keep, per key, its versions above ``revision`` and its last version at or below it
-        unless that is a deletion."""
-        dropped = False
-        for key, versions in list(self._history.items()):
-            i = bisect.bisect_right(versions, revision, key=lambda entry: entry[0])
-            keep_from = i - 1 if i and versions[i - 1][1] is not None else i
-            if keep_from > 0:
-                del versions[:keep_from]
-            if not versions:
-                del self._history[key]
-                dropped = True
-        if dropped:
-            self._keys = [key for key in self._keys if key in self._history]
-
-    def _compact_log(self, revision: int) -> None:
-        drop = revision - self._log_start
-        if drop <= 0:
-            return
-        del self._log[:drop]
-        self._log_start = revision
-        if self._log:
-            self._log[0] = tuple(ev for ev in self._log[0] if ev.kind is EventKind.PUT)
 
     # -- watches -------------------------------------------------------------------------
 
@@ -268,6 +274,8 @@ class MemoryStore:
         with self._lock:
             self._start_op()
             stream = MemoryWatchStream(self, prefix, start_revision)
+            if not self.history and start_revision <= self._revision:
+                stream.start_gone = True  # its first revisions were never kept
             self._watches.add(stream)
             return stream
 
@@ -292,8 +300,6 @@ class MemoryStore:
                 if stream.cancelled:
                     return None
                 self.expire_leases()
-                if stream.next_revision < self._compact_revision:
-                    raise Compacted(self._compact_revision, stream.next_revision)
                 batch = self._scan(stream)
                 if batch is not None:
                     return batch
@@ -308,18 +314,15 @@ class MemoryStore:
             self._changed.notify_all()
 
     def _scan(self, stream: MemoryWatchStream) -> WatchBatch | None:
-        """The first revision from the stream's position with events under its prefix."""
-        prefix = stream.prefix
-        while stream.next_revision <= self._revision:
-            revision = stream.next_revision
-            index = revision - self._log_start
-            stream.next_revision += 1
-            if index < 0:
-                continue  # revision 1 and the unrecorded past before any write
-            events = tuple(ev for ev in self._log[index] if ev.key.startswith(prefix))
-            if events:
-                return WatchBatch(revision, events)
-        return None
+        """The stream's next batch: from the log, or (without history) what commits queued on
+        it; Compacted when its position is gone."""
+        if self.history:
+            if stream.next_revision < self._compact_revision:
+                raise Compacted(self._compact_revision, stream.next_revision)
+            return scan_log(stream, self._log, self._log_start, self._revision)
+        if stream.start_gone:
+            raise Compacted(self._revision, stream.next_revision)
+        return take_pending(stream)
 
     def _wait_slice(self, wait: float | None) -> float | None:
         """How long a waiting watch may sleep: until its timeout or the next lease deadline."""

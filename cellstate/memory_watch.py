@@ -1,21 +1,28 @@
-"""The watch stream of ``MemoryStore``: a cursor over the store's revision log."""
+"""The watch stream of ``MemoryStore`` and the two ways it is fed.
+
+With history (the default) a stream is a cursor over the store's revision log (``scan_log``).
+Without history (``MemoryStore(history=False)``) the store keeps no log: each commit is fanned
+out at once to the live streams (``fan_out``), which queue it until ``next`` takes it.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
+from collections import deque
+from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
-from cellstate.store import WatchBatch
+from cellstate.store import Event, WatchBatch
 
 if TYPE_CHECKING:
     from cellstate.memory_store import MemoryStore
 
 
 class MemoryWatchStream:
-    """Batches of the events under ``prefix``, one batch per revision, from ``start_revision``.
+    """Batches of the events under ``prefix``, in revision order, from ``start_revision``.
 
     ``next`` blocks until a batch (or ``timeout`` seconds: None); it raises ``Compacted``
-    when its next revision was compacted away and ``Unavailable`` once the store was
-    closed or ``disconnect_watches()`` broke it. After ``cancel`` it returns None.
+    when its next revision was compacted away (without history: when it started at or below
+    the store's revision) and ``Unavailable`` once the store was closed or
+    ``disconnect_watches()`` broke it. After ``cancel`` it returns None.
     """
 
     def __init__(self, store: MemoryStore, prefix: str, start_revision: int):
@@ -23,6 +30,8 @@ class MemoryWatchStream:
         self.next_revision = start_revision
         self.broken = False
         self.cancelled = False
+        self.start_gone = False  # store without history: it started at a revision not kept
+        self.pending: deque[WatchBatch] = deque()  # fanned-out batches (store without history)
         self._store = store
 
     def next(self, timeout: float | None = None) -> WatchBatch | None:
@@ -32,6 +41,7 @@ class MemoryWatchStream:
 
     def cancel(self) -> None:
         self.cancelled = True
+        self.pending.clear()
         self._store.forget_watch(self)
 
     def __iter__(self) -> Iterator[WatchBatch]:
@@ -41,3 +51,54 @@ class MemoryWatchStream:
             if batch is None:
                 return
             yield batch
+
+
+def scan_log(stream: MemoryWatchStream, log: Sequence[tuple[Event, ...]], log_start: int,
+             revision: int) -> WatchBatch | None:
+    """The first revision from the stream's position (up to ``revision``) with events under
+    its prefix, one revision per batch; ``log[i]`` holds the events of ``log_start + i``."""
+    prefix = stream.prefix
+    while stream.next_revision <= revision:
+        at = stream.next_revision
+        index = at - log_start
+        stream.next_revision += 1
+        if index < 0:
+            continue  # revision 1 and the unrecorded past before any write
+        events = tuple(ev for ev in log[index] if ev.key.startswith(prefix))
+        if events:
+            return WatchBatch(at, events)
+    return None
+
+
+def fan_out(streams: Iterable[MemoryWatchStream], revision: int, events: Sequence[Event]) -> None:
+    """Queue the events of ``revision`` under each live stream's prefix on that stream
+    (streams that start later than ``revision`` skip it)."""
+    for stream in streams:
+        if stream.cancelled or stream.broken or revision < stream.next_revision:
+            continue
+        prefix = stream.prefix
+        if prefix:
+            mine = tuple(ev for ev in events if ev.key.startswith(prefix))
+            if not mine:
+                continue
+        else:
+            mine = tuple(events)
+        stream.pending.append(WatchBatch(revision, mine))
+
+
+def take_pending(stream: MemoryWatchStream) -> WatchBatch | None:
+    """Every queued batch of the stream merged into one (None when nothing is queued); the
+    stream's position moves past the last revision taken."""
+    pending = stream.pending
+    if not pending:
+        return None
+    if len(pending) == 1:
+        batch = pending.popleft()
+    else:
+        events: list[Event] = []
+        while pending:
+            last = pending.popleft()
+            events.extend(last.events)
+        batch = WatchBatch(last.revision, tuple(events))
+    stream.next_revision = batch.revision + 1
+    return batch

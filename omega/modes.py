@@ -93,15 +93,20 @@ class _ConflictStrategy:
                 (kept.append(claim) if problem is None else rejected.append((claim, problem)))
             else:
                 by_machine.setdefault(claim.machine_id, []).append(claim)
+        context = self._context(plan, outcome) if by_machine else None
         for machine_id, claims in by_machine.items():
-            k, r = self._judge(plan, outcome, machine_id, claims)
+            k, r = self._judge(plan, outcome, machine_id, claims, context)
             kept += k
             rejected += r
         order = {c.task_index: n for n, c in enumerate(plan.claims)}
         kept.sort(key=lambda c: order[c.task_index])
         return ConflictSplit(tuple(kept), tuple(rejected), tuple(dropped))
 
-    def _judge(self, plan, outcome, machine_id, claims):
+    def _context(self, plan: Plan, outcome: CommitOutcome):
+        """What ``_judge`` needs of the whole plan, computed once per split."""
+        return None
+
+    def _judge(self, plan, outcome, machine_id, claims, context):
         raise NotImplementedError
 
     def stale(self, plan: Plan, outcome: CommitOutcome, split: ConflictSplit) -> bool:
@@ -115,7 +120,7 @@ class SequenceConflicts(_ConflictStrategy):
 
     label = "sequence"
 
-    def _judge(self, plan: Plan, outcome: CommitOutcome, machine_id: str, claims: list[Claim]):
+    def _judge(self, plan: Plan, outcome: CommitOutcome, machine_id: str, claims: list[Claim], context):
         fresh = outcome.fresh_machines.get(machine_id)
         seen = plan.machines[machine_id].mod_revision
         if fresh is None:
@@ -131,7 +136,11 @@ class ResourceFitConflicts(_ConflictStrategy):
 
     label = "resource-fit"
 
-    def _judge(self, plan: Plan, outcome: CommitOutcome, machine_id: str, claims: list[Claim]):
+    def _context(self, plan: Plan, outcome: CommitOutcome) -> bool:
+        return _spread_rules_at_risk(plan, outcome)
+
+    def _judge(self, plan: Plan, outcome: CommitOutcome, machine_id: str, claims: list[Claim],
+               spread_at_risk: bool):
         fresh = outcome.fresh_machines.get(machine_id)
         seen = plan.machines[machine_id].mod_revision
         if fresh is not None and fresh.mod_revision == seen:
@@ -140,7 +149,7 @@ class ResourceFitConflicts(_ConflictStrategy):
             return [], [(c, f"machine {machine_id} is gone") for c in claims]
         if fresh.machine.state != MachineState.UP:
             return [], [(c, f"machine {machine_id} is {fresh.machine.state}") for c in claims]
-        if _spread_rules_at_risk(plan, outcome):
+        if spread_at_risk:
             why = f"job {plan.job.id} was placed elsewhere concurrently; its spread must be re-decided"
             return [], [(c, why) for c in claims]
         return _fit_cumulatively(fresh, claims)
@@ -157,7 +166,17 @@ def _spread_rules_at_risk(plan: Plan, outcome: CommitOutcome) -> bool:
     if not (spec.different_machine or spec.max_per_machine) or outcome.fresh_job is None:
         return False
     before, after = plan.job.record.tasks, outcome.fresh_job.record.tasks
-    return any(b == "p" and a in "ar" for b, a in zip(before, after))
+    if before == after:
+        return False
+    # Per task, in C: a 1 byte where it was pending before / is live after; any common 1?
+    n = min(len(before), len(after))
+    was_pending = before[:n].encode("latin-1").translate(_PENDING)
+    now_live = after[:n].encode("latin-1").translate(_LIVE)
+    return int.from_bytes(was_pending) & int.from_bytes(now_live) != 0
+
+
+_PENDING = bytes(int(chr(i) == "p") for i in range(256))
+_LIVE = bytes(int(chr(i) in "ar") for i in range(256))
 
 
 def _fit_cumulatively(fresh: MachineEntry, claims: list[Claim]):

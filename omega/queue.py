@@ -5,8 +5,11 @@ Order: priority descending; within a priority, owners take turns (each owner's
 oldest job first, owners ordered by their oldest submission); ties by job id.
 Sharing: each job belongs to one live peer by rendezvous hashing; a job pending
 longer than ``steal_after_s`` may be taken by any peer (a dead peer's share is
-not stranded while its lease runs out). Races stay safe: the commit compares
-the job's revision, so a task is never placed twice.
+not stranded while its lease runs out). A scheduler takes its own share first and
+steals only to fill the rest of a round, preferring the jobs it is next in line for
+(its rendezvous rank): with a backlog older than ``steal_after_s``, peers taking the
+same oldest jobs would only make each other's commits fail on the job's revision.
+Races stay safe: the commit compares the job's revision, so a task is never placed twice.
 """
 
 from __future__ import annotations
@@ -45,12 +48,19 @@ def _round_robin(jobs: list[JobEntry]) -> list[JobEntry]:
     return out
 
 
+def _weight(peer: str, job_id: str) -> bytes:
+    return hashlib.blake2b(f"{peer}\0{job_id}".encode(), digest_size=8).digest()
+
+
 def rendezvous_owner(job_id: str, peers: list[str]) -> str:
     """The peer with the highest hash of (peer, job): stable as peers come and go."""
-    def weight(peer: str) -> bytes:
-        return hashlib.blake2b(f"{peer}\0{job_id}".encode(), digest_size=8).digest()
+    return max(peers, key=lambda peer: _weight(peer, job_id))
 
-    return max(peers, key=weight)
+
+def rendezvous_rank(job_id: str, peers: list[str], peer: str) -> int:
+    """``peer``'s place in line for ``job_id`` (0: its owner, 1: next if the owner is gone…)."""
+    mine = _weight(peer, job_id)
+    return sum(1 for other in peers if other != peer and _weight(other, job_id) > mine)
 
 
 @dataclass
@@ -65,18 +75,25 @@ class JobQueue:
     _backoff: dict[str, float] = field(default_factory=dict)
 
     def select(self, pending: list[JobEntry], peers: list[str], now: float, limit: int) -> list[JobEntry]:
-        """Up to ``limit`` jobs this scheduler should try now, in fair order."""
+        """Up to ``limit`` jobs this scheduler should try now: by priority (high first); within
+        a priority its own share in fair order, then jobs pending for ``steal_after_s`` (those
+        it is next in line for first, then in fair order)."""
         crew = sorted(set(peers) | {self.me})
-        chosen = []
-        for entry in fair_order(pending):
+        candidates: list[tuple[int, int, int, JobEntry]] = []  # (-priority, rank, fair position, job)
+        own = 0
+        for position, entry in enumerate(fair_order(pending)):
             if self._not_before.get(entry.id, 0.0) > now:
                 continue
-            mine = len(crew) == 1 or rendezvous_owner(entry.id, crew) == self.me
-            if mine or now - entry.record.submitted_at >= self.steal_after_s:
-                chosen.append(entry)
-                if len(chosen) >= limit:
-                    break
-        return chosen
+            rank = 0 if len(crew) == 1 else rendezvous_rank(entry.id, crew, self.me)
+            if rank == 0:
+                candidates.append((-entry.record.job.priority, 0, position, entry))
+                own += 1
+                if own >= limit:
+                    break  # later jobs rank below these
+            elif now - entry.record.submitted_at >= self.steal_after_s:
+                candidates.append((-entry.record.job.priority, rank, position, entry))
+        candidates.sort(key=lambda c: c[:3])
+        return [c[3] for c in candidates[:limit]]
 
     def defer(self, job_id: str, now: float) -> float:
         """Back off a job that could not be (fully) placed; returns the delay chosen."""

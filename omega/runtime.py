@@ -197,10 +197,9 @@ class SchedulerProcess:
         import signal
 
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async for signum in signals:
+            async for signum in signals:  # keeps receiving: a second signal must not kill the shutdown
                 log.info("stopping %s", kv(scheduler=self.name, signal=signal.Signals(signum).name))
                 self.stop()
-                return
 
     async def _stop_after(self, seconds: float) -> None:
         await anyio.sleep(seconds)

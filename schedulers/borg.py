@@ -246,7 +246,6 @@ class _Decider:
             free = free + a.resources
         return (victims, free) if check(spec, machine, free, here).ok else None
 
-
     def _live(self, alloc: Alloc) -> bool:
         """The alloc's task is placed or running in its job record (a replica may see a
         rival's eviction in the job record before the alloc's deletion)."""
@@ -278,7 +277,7 @@ class _Search:
         d, ids, pool = self.d, self.d.ids, self.pool
         n, cursor, walked = len(ids), self.cursor, self.walked
         machine_of, table, placed, touched = d.view.machine, self.table, d.placement.machines, d.touched
-        excluded, hits, start = self._excluded, 0, walked
+        excluded, hits, stored, start = self._excluded, 0, 0, walked
         spec, filters, free_of, rank_of, ctx = d.spec, self.filters, d.res.free, self.rank, self.ctx
         while len(pool) < want and walked < n:
             machine_id = ids[cursor]
@@ -306,6 +305,7 @@ class _Search:
                     verdict, rank = FEASIBLE, rank_of(spec, machine, free, ctx)
                 if cacheable:
                     table[machine_id] = (entry.mod_revision, verdict, rank)
+                    stored += 1
             if rank is None:
                 tally = excluded.get(id(verdict))
                 if tally is None:
@@ -318,6 +318,8 @@ class _Search:
         counters = d.sched.counters
         counters.evaluations += walked - start
         counters.cache_hits += hits
+        if stored:
+            d.sched.cache.stored(stored)
 
     @property
     def rejections(self) -> Rejections:
@@ -356,6 +358,7 @@ class _Search:
             rank = self.rank(spec, machine, free, self.ctx)
         if cacheable:
             table[machine_id] = (entry.mod_revision, verdict, rank)
+            d.sched.cache.stored(1)
         return verdict, rank
 
     def _push(self, machine: Machine, rank: tuple[float, ...]) -> None:

@@ -54,8 +54,7 @@ class ScoreCache:
             raise ValueError(f"score cache: max_entries must be an int >= 1, got {max_entries!r}")
         self.max_entries = max_entries
         self._classes: OrderedDict[int, dict[str, Entry]] = OrderedDict()
-        self.hits = 0
-        self.misses = 0
+        self._estimate = 0  # entries stored since the last exact count, plus that count: >= len(self)
 
     def table(self, class_id: int) -> dict[str, Entry]:
         """The class's entries by machine id (created empty); marks the class recently used."""
@@ -69,8 +68,15 @@ class ScoreCache:
     def __len__(self) -> int:
         return sum(len(t) for t in self._classes.values())
 
+    def stored(self, entries: int) -> None:
+        """Note that ``entries`` entries were written (new or replacing): keeps ``trim`` cheap."""
+        self._estimate += entries
+
     def trim(self) -> int:
-        """Drop least recently used classes until at most ``max_entries`` remain; how many dropped."""
+        """Drop least recently used classes until at most ``max_entries`` remain; how many
+        dropped. Counts exactly only when the entries noted by ``stored`` may exceed the bound."""
+        if self._estimate <= self.max_entries:
+            return 0
         total = len(self)
         dropped = 0
         while total > self.max_entries and len(self._classes) > 1:
@@ -79,7 +85,10 @@ class ScoreCache:
             dropped += 1
         if total > self.max_entries:  # one class alone exceeds the bound: sweep stale revisions
             self._classes[next(iter(self._classes))].clear()
+            total = 0
+        self._estimate = total
         return dropped
 
     def clear(self) -> None:
         self._classes.clear()
+        self._estimate = 0

@@ -1,9 +1,13 @@
-"""The service scheduler: careful. Diego's ordering, a full scan of feasible machines,
+"""The service scheduler: careful. Diego's ordering, the best machine of all feasible ones:
 spread across zones first, then machines within a zone, then the least-loaded machine.
 
-Feasibility is computed once per job over every machine; after each reservation only the
-touched machines are checked again. Gang jobs get all their tasks or none; a failed gang
-job's reservations are released before the next decision in the batch is returned.
+Two ways to find that machine, same choice: the indexed search (default, for the default
+chain and chains of the same shape, see ``schedulers.service_search``) scores a few
+candidates per zone from a machine index kept across decisions; the full scan
+(``exhaustive=True``, and any other chain) checks every machine once per job, then ranks
+every feasible machine for every task, re-checking only the touched machines after each
+reservation. Gang jobs get all their tasks or none; a failed gang job's reservations are
+released before the next decision in the batch is returned.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from schedulers.base import Decision, checked_tasks, gang_outcome
 from schedulers.pipeline import Pipeline, Rejections
 from schedulers.plugin import ScoreContext, Verdict
 from schedulers.reservation import Reservations
+from schedulers.service_index import MachineIndex
+from schedulers.service_search import SpreadSearch, fast_chain
 
 
 def _size(job: Job) -> tuple[int, int, int]:
@@ -69,12 +75,23 @@ class ServiceScheduler:
 
     kind = "service"
 
-    def __init__(self, name: str, pipeline: Pipeline | None = None) -> None:
+    def __init__(self, name: str, pipeline: Pipeline | None = None, exhaustive: bool = False) -> None:
+        """``exhaustive``: always take the full scan (the baseline of the indexed search)."""
         if pipeline is None:
             from schedulers.chains import service_pipeline
             pipeline = service_pipeline({})
+        if not isinstance(exhaustive, bool):
+            raise ValueError(f"ServiceScheduler {name!r}: exhaustive must be a bool, got {exhaustive!r}")
         self.name = name
         self.pipeline = pipeline
+        self.chain = None if exhaustive else fast_chain(pipeline)
+        self.index = MachineIndex(self.chain.resources, self.chain.accept) if self.chain else None
+        self._base_free: dict = {}  # machine id -> (Machine, its free), see Reservations
+
+    @property
+    def exhaustive(self) -> bool:
+        """True when every decision takes the full scan."""
+        return self.chain is None
 
     order_batch = staticmethod(order_batch)
 
@@ -90,6 +107,8 @@ class ServiceScheduler:
         ids = [job.id for job, _ in checked]
         if len(set(ids)) != len(ids):
             raise ValueError(f"decide_batch: a job is listed twice in {ids}")
+        if self.chain is not None:
+            return self._decide_indexed(checked, view)
         reservations = Reservations(view)
         states = {job.id: self._scan(job.record.job, view, reservations) for job, _ in checked}
         decisions = {job.id: Decision() for job, _ in checked}
@@ -101,6 +120,34 @@ class ServiceScheduler:
             self._place(job, task, reservations, states[job.id], decision)
             if job.record.job.gang and decision.unplaced:
                 self._release(job, decision, reservations)
+        return {job.id: gang_outcome(job, tasks, decisions[job.id]) for job, tasks in checked}
+
+    def _decide_indexed(self, checked: list[tuple[JobEntry, list[int]]], view: CellView) -> dict[str, Decision]:
+        """``decide_batch`` by the indexed search (same choices as the full scan)."""
+        if len(self._base_free) > 2 * view.machine_count() + 1024:
+            self._base_free.clear()
+        self.index.sync(view)
+        search = SpreadSearch(self.index, self.pipeline, self.chain, Reservations(view, self._base_free))
+        decisions = {job.id: Decision() for job, _ in checked}
+        try:
+            for job, task in order_batch(checked):
+                decision = decisions[job.id]
+                spec = job.record.job
+                if spec.gang and decision.unplaced:
+                    decision.unplaced[task] = next(iter(decision.unplaced.values()))
+                    continue
+                machine, why = search.best(spec, search.reservations.placement(job.id))
+                if machine is None:
+                    decision.unplaced[task] = why
+                else:
+                    search.reserve(job.id, machine, spec.request)
+                    decision.claims.append(Claim(task, machine.id, spec.request))
+                if spec.gang and decision.unplaced:
+                    for claim in decision.claims:
+                        search.release(job.id, self.index.machines[claim.machine_id], claim.request)
+                    decision.claims.clear()
+        finally:
+            search.restore()
         return {job.id: gang_outcome(job, tasks, decisions[job.id]) for job, tasks in checked}
 
     def _scan(self, spec: Job, view: CellView, reservations: Reservations) -> _JobFeasibility:

@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import signal
 import sys
+import threading
 
 # Command modules, in the order they appear in --help.
 COMMAND_MODULES = [
@@ -22,7 +24,16 @@ COMMAND_MODULES = [
     "tools.cmd_scheduler",
     "tools.cmd_demo",
     "tools.cmd_explain",
+    "tools.cmd_experiment",
 ]
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived before a command installed its own graceful-stop handling."""
+
+
+def _terminate(signum, frame) -> None:
+    raise Terminated()
 
 
 class UsageError(Exception):
@@ -43,12 +54,26 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     level = [logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)]
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    previous = _install_sigterm()
     try:
         return int(args.func(args) or 0)
     except UsageError as exc:
         parser.exit(2, f"omega: error: {exc}\n")
+    except Terminated:
+        return 0  # asked to stop before there was anything to stop gracefully
     except KeyboardInterrupt:
         return 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _install_sigterm():
+    """Make SIGTERM a clean stop from the first instant (commands may take it over later);
+    returns the previous handler, or None off the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, _terminate)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ Exit status: 0 done; 1 refused by the cell (id exists, no such job, store unreac
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 
@@ -14,6 +15,8 @@ from cellstate.store import StoreError
 from cellstate.submit import JobNotFound, JobsExist, kill_job, submit_jobs
 from tools.common import add_store_args, cell_keys, open_store
 from tools.workload import WorkloadMix, generate
+
+MAX_GENERATED_JOBS = 10_000_000  # expected arrivals of one `omega generate`
 
 
 def register(sub) -> None:
@@ -78,17 +81,27 @@ def _mix(args) -> WorkloadMix:
 
     if not 0 <= args.service_fraction <= 1:
         raise UsageError(f"--service-fraction must be in [0, 1], got {args.service_fraction}")
-    if args.rate < 0 or args.duration < 0:
-        raise UsageError("--rate and --duration must be >= 0")
+    if not (0 <= args.rate < math.inf and 0 <= args.duration < math.inf):
+        raise UsageError(f"--rate and --duration must be finite and >= 0, got {args.rate:g} and {args.duration:g}")
+    if args.rate * args.duration > MAX_GENERATED_JOBS:
+        raise UsageError(f"--rate x --duration asks for {args.rate * args.duration:g} jobs; at most "
+                         f"{MAX_GENERATED_JOBS} may be generated")
     return WorkloadMix(batch_rate=args.rate * (1 - args.service_fraction),
                        service_rate=args.rate * args.service_fraction)
 
 
 def run_generate(args) -> int:
+    if args.prefix is not None and "/" in args.prefix:
+        from tools.cli import UsageError
+        raise UsageError(f'--prefix may not contain "/" (it starts job ids), got {args.prefix!r}')
     arrivals = generate(args.seed, args.duration, _mix(args), args.prefix)
     if args.out:
         jobs = [job for _, job in arrivals]
-        dump_jobs(jobs, args.out)
+        try:
+            dump_jobs(jobs, args.out)
+        except OSError as exc:
+            from tools.cli import UsageError
+            raise UsageError(f"--out {args.out}: {exc.strerror or exc}") from None
         print(f"wrote {len(jobs)} job(s) to {args.out}")
         return 0
     try:

@@ -8,6 +8,7 @@ with ``--metrics-port``, serves Prometheus metrics on 127.0.0.1. On exit it prin
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import os
 import sys
@@ -90,6 +91,20 @@ def build_parts(args):
     return scheduler, conflict, commit, options
 
 
+# Collector thresholds of a scheduler process (gen0 allocations, gen1 and gen2 collections).
+GC_THRESHOLDS = (50_000, 20, 100)
+
+
+def tune_gc() -> None:
+    """Freeze what is live (the cell just listed: hundreds of thousands of long-lived objects)
+    and collect the young generation less often. A scheduler allocates short-lived objects by
+    the million; with the default thresholds the cyclic collector took ~18 % of its CPU in
+    bench/bench_placement.py, rescanning the replica again and again (docs/BENCHMARKS.md)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
 def run_scheduler(args) -> int:
     scheduler, conflict, commit, options = build_parts(args)
     keys = cell_keys(args)
@@ -100,6 +115,7 @@ def run_scheduler(args) -> int:
         except StoreError as exc:
             print(f"omega: scheduler: cannot read cell {keys.cell!r}: {exc}", file=sys.stderr)
             return 1
+        tune_gc()
         process = SchedulerProcess(
             scheduler, view, StoreCommitter(store, keys, max_txn_ops=args.max_txn_ops),
             LeasedStatsSink(store, keys, scheduler.name), conflict_mode=conflict, commit_mode=commit,

@@ -480,3 +480,15 @@ def test_every_entry_replaced_by_tricky_values(tag):
             else:
                 parent[path[-1]] = replacement
             _rejects_or_is_valid(tag, msgpack.packb(mutated))
+
+
+def test_core_vectors_are_shared_and_their_cache_is_bounded(monkeypatch):
+    from cellstate import codec
+
+    first = resources_from_map({"cpu": 250, "memory": 512, "disk": 0})
+    assert resources_from_map({"cpu": 250, "memory": 512, "disk": 0}) is first == Resources(250, 512)
+    monkeypatch.setattr(codec, "_INTERNED_MAX", 4)
+    monkeypatch.setattr(codec, "_INTERNED", {})
+    for cpu in range(10):
+        assert codec.core_resources(cpu, 1, 1) == Resources(cpu, 1, 1)
+        assert len(codec._INTERNED) <= 4

@@ -76,6 +76,20 @@ def test_success_writes_ledgers_allocs_and_job(store, keys):
     assert check_cell(store, keys).ok
 
 
+def test_success_hands_back_what_it_wrote_decoded(store, keys):
+    m1, m2 = seed_machine(store, keys, "m1"), seed_machine(store, keys, "m2")
+    job = seed_job(store, keys, "j", tasks=3)
+    plan = Plan(job, (Claim(0, "m1", REQ), Claim(2, "m2", REQ)), {"m1": m1, "m2": m2}, "batch-0", now=5.0)
+    outcome = StoreCommitter(store, keys).commit(plan)
+    assert outcome.committed and outcome.applied
+    rev, w = outcome.revision, outcome.written
+    assert outcome.applied_machines == tuple(MachineEntry(decode_machine(k, w[k]), rev)
+                                             for k in (keys.machine("m1"), keys.machine("m2")))
+    assert outcome.applied_jobs == (JobEntry(decode_job_record(keys.job("j"), w[keys.job("j")]), rev),)
+    assert outcome.applied_allocs == {k: decode_alloc(k, w[k]) for k in (keys.alloc("j", 0), keys.alloc("j", 2))}
+    assert len(w) == 2 + 1 + 2 and outcome.deleted == ()
+
+
 def test_partial_plan_keeps_reason_and_leaves_placed_at_unset(store, keys):
     m1 = seed_machine(store, keys, "m1")
     job = seed_job(store, keys, "j", tasks=3)

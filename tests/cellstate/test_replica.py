@@ -165,6 +165,34 @@ def test_local_apply_is_idempotent_with_the_watch(store, cell_keys, replica):
     assert catch_up(replica, later) == 1
 
 
+def test_a_commit_applied_as_objects_matches_the_store(store, cell_keys, replica):
+    write(store, cell_keys, machine(0), job("j", "pp"), alloc("old", 0, "m0"))
+    replica.sync()
+    values = (machine(0, tasks=1), alloc("j", 0, "m0"), job("j", "ap"))
+    gone = cell_keys.alloc("old", 0)
+    result = store.txn((), [Put(*raw(cell_keys, v)) for v in values] + [Delete(gone)])
+    rev = result.revision
+    entries = dict(machines=[MachineEntry(values[0], rev)], jobs=[JobEntry(values[2], rev)],
+                   allocs={cell_keys.alloc("j", 0): values[1]}, deletes=[gone])
+    assert replica.apply_commit(rev, **entries) == 4
+    assert replica.machine("m0") == MachineEntry(machine(0, tasks=1), rev) and replica.mod_revision(gone) == rev
+    assert [a.job_id for a in replica.allocs_on("m0")] == ["j"] and list(replica.allocs_of("old")) == []
+    assert replica.pending_jobs() == [JobEntry(job("j", "ap"), rev)]
+    assert replica.apply_commit(rev, **entries) == 0
+    assert catch_up(replica, rev) == 0  # the watch's copy is skipped
+    assert_matches_store(replica, store, cell_keys)
+
+
+@pytest.mark.parametrize("revision, allocs, error", [
+    (0, {}, "positive int"),
+    (99, {"/omega/cells/other/allocs/j/0": None}, "not in cell"),
+], ids=["revision-zero", "key-of-another-cell"])
+def test_apply_commit_refuses_misuse(store, cell_keys, replica, revision, allocs, error):
+    replica.sync()
+    with pytest.raises(ValueError, match=error):
+        replica.apply_commit(revision, allocs=allocs)
+
+
 def test_a_local_delete_is_not_undone_by_an_older_watch_event(store, cell_keys, replica):
     replica.sync()
     key = cell_keys.alloc("j", 0)

@@ -111,7 +111,7 @@ def run_cli(argv: list[str]) -> tuple[int, str, str]:
 
 
 @pytest.mark.parametrize("command", list(COMMANDS), ids=["-".join(c) for c in COMMANDS])
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(data=st.data())
 def test_random_argv_ends_with_a_status_and_a_message(command, data):
     argv = data.draw(argvs(command))
@@ -120,3 +120,13 @@ def test_random_argv_ends_with_a_status_and_a_message(command, data):
     assert "Traceback" not in out + err, (argv, err)
     if status:
         assert err.strip(), (argv, status)
+
+
+@pytest.mark.parametrize("argv", [
+    ["generate", "--rate", "inf"], ["generate", "--rate", "nan"], ["generate", "--duration", "nan"],
+    ["generate", "--rate", "99999999999999999999"],
+], ids=["infinite-rate", "nan-rate", "nan-duration", "endless-rate"])
+def test_generate_refuses_unbounded_workloads(argv):
+    """Found by fuzzing: a traceback (inf), or generating without end (nan, huge rates)."""
+    status, _, err = run_cli(argv + ["--out", os.path.join(_TMP, "gen.json")])
+    assert status == 2 and "--rate" in err

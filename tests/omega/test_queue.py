@@ -3,7 +3,7 @@ import pytest
 from cellstate.model import Job, JobKind, JobRecord
 from cellstate.resources import Resources
 from omega.protocols import JobEntry
-from omega.queue import JobQueue, fair_order, rendezvous_owner
+from omega.queue import JobQueue, fair_order, rendezvous_owner, rendezvous_rank
 
 
 def entry(job_id, owner="a", priority=0, submitted=0.0):
@@ -52,3 +52,33 @@ def test_defer_backs_off_exponentially_and_reset_clears():
     assert q.next_ready_at() == 6.0
     q.reset()
     assert [e.id for e in q.select(jobs, [], now=3.1, limit=5)] == ["j"]
+
+
+def test_own_share_comes_first_and_thieves_prefer_the_jobs_they_are_next_in_line_for():
+    crew = ["s1", "s2", "s3"]
+    jobs = [entry(f"j{i:02d}", submitted=0.0) for i in range(60)]
+    picks = {me: [e.id for e in JobQueue(me).select(jobs, crew, now=10.0, limit=60)] for me in crew}
+    for me, picked in picks.items():
+        owned = [e.id for e in jobs if rendezvous_owner(e.id, crew) == me]
+        assert picked[:len(owned)] == owned and len(picked) == 60  # own share first, in fair order
+        ranks = [rendezvous_rank(j, crew, me) for j in picked[len(owned):]]
+        assert ranks == sorted(ranks) and set(ranks) == {1, 2}
+    # two thieves of s1's share start on different jobs
+    s1_jobs = [e for e in jobs if rendezvous_owner(e.id, crew) == "s1"]
+    assert JobQueue("s2").select(s1_jobs, crew, 10.0, 1) != JobQueue("s3").select(s1_jobs, crew, 10.0, 1)
+
+
+def test_priority_beats_ownership():
+    crew = ["s1", "s2"]
+    theirs = next(f"h{i}" for i in range(100) if rendezvous_owner(f"h{i}", crew) == "s2")
+    mine = next(f"l{i}" for i in range(100) if rendezvous_owner(f"l{i}", crew) == "s1")
+    jobs = [entry(mine, priority=1), entry(theirs, priority=5)]
+    assert [e.id for e in JobQueue("s1").select(jobs, crew, now=10.0, limit=2)] == [theirs, mine]
+    assert [e.id for e in JobQueue("s1").select(jobs, crew, now=1.0, limit=2)] == [mine]  # not old enough
+
+
+def test_rendezvous_rank_orders_the_crew():
+    crew = ["a", "b", "c", "d"]
+    for job in ("x", "y", "z"):
+        ranks = sorted(crew, key=lambda p: rendezvous_rank(job, crew, p))
+        assert ranks[0] == rendezvous_owner(job, crew) and [rendezvous_rank(job, crew, p) for p in ranks] == [0, 1, 2, 3]

@@ -91,8 +91,13 @@ M = Machine("m", Resources.of(4000, 1000), allocated=Resources.of(2000, 500))
     (replace(M, state=MachineState.DOWN), M, True),
     (M, replace(M, state=MachineState.DRAINING, allocated=Resources.of(0, 0)), False),
     (M, replace(M, capacity=Resources.of(4000, 2000)), True),
+    (M, replace(M, allocated=Resources.of(3000, 400)), True),
+    (replace(M, capacity=Resources.of(4000, 1000, gpu=2), allocated=Resources.of(2000, 500, gpu=2)),
+     replace(M, capacity=Resources.of(4000, 1000, gpu=2), allocated=Resources.of(3000, 500, gpu=1)), True),
+    (replace(M, capacity=Resources.of(4000, 1000, gpu=2), allocated=Resources.of(2000, 500, gpu=1)),
+     replace(M, capacity=Resources.of(4000, 1000, gpu=2), allocated=Resources.of(2000, 500, gpu=2)), False),
 ], ids=["new-up", "new-down", "ledger-shrank", "ledger-grew", "same-ledger", "back-up", "draining",
-        "capacity-grew"])
+        "capacity-grew", "memory-shrank-cpu-grew", "gpu-shrank", "gpu-grew"])
 def test_frees_resources(old, new, freed):
     assert frees_resources(old, new) is freed
 

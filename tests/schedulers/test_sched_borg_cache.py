@@ -42,6 +42,7 @@ def test_trim_keeps_the_bound(bound, classes, per_class, left_classes):
         table = cache.table(c)
         for m in range(per_class):
             table[f"m{m}"] = (1, OK, (1.0,))
+        cache.stored(per_class)
     cache.trim()
     assert len(cache) <= bound
     assert len(cache._classes) == left_classes
@@ -53,5 +54,16 @@ def test_recently_used_class_survives():
         cache.table(c).update({"m0": (1, OK, None), "m1": (1, OK, None)})
     cache.table(1)  # 1 is now the most recently used
     cache.table(3)["m0"] = (1, OK, None)
+    cache.stored(5)
     cache.trim()
     assert set(cache._classes) == {1, 3}
+
+
+def test_trim_counts_only_past_the_noted_bound():
+    cache = ScoreCache(2)
+    cache.table(1).update({"m0": (1, OK, None), "m1": (1, OK, None), "m2": (1, OK, None)})
+    cache.stored(2)  # under-noted: trim trusts the note and does not count
+    assert cache.trim() == 0 and len(cache) == 3
+    cache.table(2)["m0"] = (1, OK, None)
+    cache.stored(2)
+    assert cache.trim() == 1 and len(cache) == 1

@@ -181,3 +181,28 @@ def test_relist_after_compaction_diffs_against_held_state(etcd_store, cell_keys,
     assert set(without_t(events_of(out)[2:])) == {
         MachineRemove(0.0, "m1"), TaskEnd(0.0, "j1", 1, TaskEndStatus.FINISHED),
         JobSubmit(0.0, job("j2", 1)), MachineAdd(0.0, machine("m2"))}
+
+
+def test_replaying_a_recording_submits_the_same_jobs(etcd_store, cell_keys, tmp_path):
+    from cellstate.codec import decode_job_record
+    from tools.fauxmaster.replay import replay
+
+    store, keys, out = etcd_store, cell_keys, tmp_path / "rec.omt"
+    for mid in ("m1", "m2"):
+        store.put(keys.machine(mid), encode_machine(machine(mid)))
+    before = [job("early", 2, duration_s=5.0)]
+    during = [job("b1", 3, duration_s=1.0, owner="ann"),
+              Job(id="s1", kind=JobKind.SERVICE, tasks=2, request=Resources(200, 128), priority=9)]
+    submit_jobs(store, keys, before, time.time())
+    run = Running(store, keys, out).__enter__()
+    submit_jobs(store, keys, during[:1], time.time())
+    time.sleep(0.05)
+    submit_jobs(store, keys, during[1:], time.time())
+    wait_for(lambda: run.recorder.stats.events.get("JobSubmit", 0) == 3)
+    run.stop()
+
+    result = replay(out, {"cell": "replayed", "check": False})
+    replayed = {kv.key.rsplit("/", 1)[1]: decode_job_record(kv.key, kv.value).job
+                for kv in result.store.range(result.keys.kind_prefix("jobs")).kvs}
+    assert replayed == {j.id: j for j in before + during}
+    assert result.jobs_submitted == 3

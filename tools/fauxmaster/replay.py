@@ -44,6 +44,9 @@ class ReplayConfig:
     sample_every_s: float = 60.0
     check: bool = True
     max_txn_ops: int = 128
+    store_history: bool = False
+    """Memory store only: keep every key's versions and the revision log (``MemoryStore``'s
+    default); a replay needs neither, so by default the store keeps only the current state."""
 
     def __post_init__(self):
         self.schedulers = [s if isinstance(s, SchedulerConfig) else _scheduler_from_dict(s) for s in self.schedulers]
@@ -127,16 +130,19 @@ class ReplayResult:
 
 
 def replay(trace_path, config: ReplayConfig | Mapping[str, Any] | None = None,
-           progress: Callable[[float, float | None], None] | None = None) -> ReplayResult:
+           progress: Callable[[float, float | None], None] | None = None,
+           setup: Callable[[list[SimScheduler], EventCore], None] | None = None) -> ReplayResult:
     """Replay the trace at ``trace_path`` (see the module docstring). ``progress(now, until)`` is
-    called every few thousand events. ``config`` may be a ReplayConfig or a dict of its fields."""
+    called every few thousand events. ``config`` may be a ReplayConfig or a dict of its fields.
+    ``setup(schedulers, core)``, if given, is called once the schedulers are built, before
+    virtual time starts (experiments use it to change how they decide, e.g. offers)."""
     config = _config_of(config)
     started = time.perf_counter()
     core = EventCore()
     store, owned = _open_store(config, core)
     keys = CellKeys(cell=config.cell)
     try:
-        return _run(trace_path, config, core, store, keys, started, progress)
+        return _run(trace_path, config, core, store, keys, started, progress, setup)
     finally:
         if owned and config.store == "etcd":
             store.close()
@@ -154,14 +160,15 @@ def _config_of(config) -> ReplayConfig:
 
 def _open_store(config: ReplayConfig, core: EventCore):
     if config.store == "memory":
-        return MemoryStore(clock=lambda: core.now, max_txn_ops=config.max_txn_ops), True
+        return MemoryStore(clock=lambda: core.now, max_txn_ops=config.max_txn_ops,
+                           history=config.store_history), True
     from cellstate.etcd_store import EtcdStore
 
     return EtcdStore(list(config.endpoints), max_txn_ops=config.max_txn_ops), True
 
 
 def _run(trace_path, config: ReplayConfig, core: EventCore, store, keys: CellKeys, started: float,
-         progress) -> ReplayResult:
+         progress, setup=None) -> ReplayResult:
     if store.range(keys.prefix).kvs:
         raise ValueError(f"cell {keys.cell!r} (prefix {keys.prefix}) is not empty; replay into a new cell")
     clock = VirtualClock(core)
@@ -174,6 +181,8 @@ def _run(trace_path, config: ReplayConfig, core: EventCore, store, keys: CellKey
             peers = [o.name for o in config.schedulers if (o.jobs or o.kind) == (sc.jobs or sc.kind)]
             schedulers.append(SimScheduler(sc, store, core, clock, cell, peers, config.decision_time,
                                            config.time_scale, journal))
+        if setup is not None:
+            setup(schedulers, core)
         feed.start()
         samples: list[UtilizationSample] = []
         _sample_every(core, cell, config.sample_every_s, samples)

@@ -1,0 +1,44 @@
+"""The revision history ``MemoryStore`` keeps by default: each key's versions and the log of
+every revision's events, and how compaction trims them (as etcd: the state at the compact
+revision stays readable; a watch from it replays its puts, not its deletes)."""
+
+from __future__ import annotations
+
+import bisect
+
+from cellstate.store import Event, EventKind, KeyValue
+
+Versions = list[tuple[int, KeyValue | None]]  # (revision, kv or tombstone), ascending
+
+
+def version_at(versions: Versions, revision: int) -> KeyValue | None:
+    """The key's value at ``revision`` (None: absent then)."""
+    i = bisect.bisect_right(versions, revision, key=lambda entry: entry[0])
+    return versions[i - 1][1] if i else None
+
+
+def compact_versions(history: dict[str, Versions], revision: int) -> bool:
+    """Keep, per key, its versions above ``revision`` and its last version at or below it
+    unless that is a deletion; keys left with no version are removed. True if any was."""
+    dropped = False
+    for key, versions in list(history.items()):
+        i = bisect.bisect_right(versions, revision, key=lambda entry: entry[0])
+        keep_from = i - 1 if i and versions[i - 1][1] is not None else i
+        if keep_from > 0:
+            del versions[:keep_from]
+        if not versions:
+            del history[key]
+            dropped = True
+    return dropped
+
+
+def compact_log(log: list[tuple[Event, ...]], log_start: int, revision: int) -> int:
+    """Drop the log's revisions below ``revision`` (``log[i]`` is revision ``log_start + i``)
+    and the deletes at ``revision``; returns the new ``log_start``."""
+    drop = revision - log_start
+    if drop <= 0:
+        return log_start
+    del log[:drop]
+    if log:
+        log[0] = tuple(ev for ev in log[0] if ev.kind is EventKind.PUT)
+    return revision

@@ -1,0 +1,114 @@
+"""The service scheduler's machine index: where the best-ranked machine for a task can be,
+without scoring every feasible machine.
+
+The service chain ranks lexicographically: fewer of the job's tasks in the zone, then on the
+machine, then the least-loaded machine (the largest mean fraction of capacity left after the
+task), ties to the smaller machine id. Within one *capacity class* (machines with the same
+capacities of the least_loaded resources) that load score orders machines exactly as their
+free resources do, whatever the request: score = Σ (free_r − request_r) / cap_r / n. So the
+index keeps, per zone and capacity class, the machines sorted by an exact integer load key
+(Σ free_r · P / cap_r, P = Π cap_r; most free first, then id). The best machine of a class for
+a task is the first machine of that list that passes the filters and holds none of the job's
+tasks; the best of a zone is the best of its classes' firsts (ranked by the chain itself).
+
+The index follows the view across decisions: ``sync`` finds the entries that changed (by
+identity, in one pass) and moves only those. Machines in a state the chain never accepts are
+not listed.
+"""
+
+from __future__ import annotations
+
+import bisect
+from itertools import compress
+from math import prod
+from operator import is_not
+from typing import Iterable
+
+from cellstate.model import Machine, MachineState
+from cellstate.resources import Resources
+from omega.protocols import CellView, MachineEntry
+
+SortKey = tuple[int, str]  # (-load key, machine id): ascending = most free first
+
+
+class MachineIndex:
+    """Per zone, per capacity class: machines sorted by free resources (see module docstring)."""
+
+    def __init__(self, resources: tuple[str, ...], accept: frozenset[MachineState] | None) -> None:
+        self.resources = resources
+        self.accept = accept
+        self.machines: dict[str, Machine] = {}
+        self.zones: dict[str, dict[tuple[int, ...], list[SortKey]]] = {}
+        self._slots: dict[str, tuple[list[SortKey], SortKey]] = {}  # id -> (its list, its key)
+        self._snapshot: list[MachineEntry] = []
+        self._known: dict[str, MachineEntry] = {}
+
+    # -- following the view -----------------------------------------------------------------
+
+    def sync(self, view: CellView) -> int:
+        """Bring the index to ``view``; returns how many machines were (re)indexed."""
+        entries = list(view.machines())
+        old = self._snapshot
+        self._snapshot = entries
+        if len(entries) == len(old):
+            changed = list(compress(entries, map(is_not, entries, old)))  # in C: this runs per decision
+            known = self._known
+            if all(e.machine.id in known for e in changed):
+                for entry in changed:
+                    self._update(entry)
+                return len(changed)
+        return self._resync(entries)
+
+    def _resync(self, entries: list[MachineEntry]) -> int:
+        """Machines came or went: compare by id."""
+        current = {e.machine.id: e for e in entries}
+        for machine_id in [m for m in self._known if m not in current]:
+            self._unlist(machine_id)
+            del self._known[machine_id]
+            del self.machines[machine_id]
+        changed = [e for mid, e in current.items() if self._known.get(mid) is not e]
+        for entry in changed:
+            self._update(entry)
+        return len(changed)
+
+    def _update(self, entry: MachineEntry) -> None:
+        machine = entry.machine
+        self._known[machine.id] = entry
+        self.machines[machine.id] = machine
+        self.place(machine, machine.free)
+
+    # -- positions --------------------------------------------------------------------------
+
+    def place(self, machine: Machine, free: Resources) -> int:
+        """(Re)list ``machine`` by ``free`` (unlisted when its state is never accepted);
+        returns ``id()`` of its list (0: unlisted)."""
+        self._unlist(machine.id)
+        if self.accept is not None and machine.state not in self.accept:
+            return 0
+        caps = tuple(machine.capacity.get(r) for r in self.resources)
+        key = (-self._load(caps, free), machine.id)
+        classes = self.zones.get(machine.zone)
+        if classes is None:
+            classes = self.zones[machine.zone] = {}
+        listed = classes.get(caps)
+        if listed is None:
+            listed = classes[caps] = []
+        bisect.insort(listed, key)
+        self._slots[machine.id] = (listed, key)
+        return id(listed)
+
+    def _unlist(self, machine_id: str) -> None:
+        slot = self._slots.pop(machine_id, None)
+        if slot is not None:
+            listed, key = slot
+            del listed[bisect.bisect_left(listed, key)]
+
+    def _load(self, caps: tuple[int, ...], free: Resources) -> int:
+        """Σ free_r · P / cap_r over the resources with capacity: orders a class exactly as the
+        least_loaded score does."""
+        total = prod(c for c in caps if c > 0)
+        return sum(free.get(r) * (total // c) for r, c in zip(self.resources, caps) if c > 0)
+
+    def lists_of(self, zone: str) -> Iterable[list[SortKey]]:
+        classes = self.zones.get(zone)
+        return classes.values() if classes else ()

@@ -1,0 +1,131 @@
+"""MemoryStore(history=False), the replays' store: no version history, no revision log, yet
+watches see every event in order; old revisions raise Compacted."""
+
+from __future__ import annotations
+
+import pytest
+
+from cellstate.keys import CellKeys
+from cellstate.memory_store import MemoryStore
+from cellstate.replica import Replica
+from cellstate.store import Compacted, Delete, EventKind, Put
+from replica_helpers import alloc, assert_matches_store, job, machine, write
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def light():
+    store = MemoryStore(clock=Clock(), history=False)
+    yield store
+    store.close()
+
+
+def events_of(stream) -> list[tuple[EventKind, str, bytes, int]]:
+    out = []
+    while (batch := stream.next(timeout=0)) is not None:
+        assert all(ev.mod_revision <= batch.revision for ev in batch.events)
+        out.extend((ev.kind, ev.key, ev.value, ev.mod_revision) for ev in batch.events)
+    return out
+
+
+def test_a_live_watch_sees_every_event_in_revision_order(light):
+    light.put("/w/a", b"0")
+    stream = light.watch("/w/", light.revision() + 1)
+    r1 = light.txn([], [Put("/w/a", b"1"), Put("/w/b", b"1"), Put("/x/c", b"1")]).revision
+    r2 = light.delete("/w/a")
+    r3 = light.put("/w/b", b"2")
+    assert events_of(stream) == [
+        (EventKind.PUT, "/w/a", b"1", r1), (EventKind.PUT, "/w/b", b"1", r1),
+        (EventKind.DELETE, "/w/a", b"", r2), (EventKind.PUT, "/w/b", b"2", r3)]
+    r4 = light.put("/w/c", b"1")
+    assert events_of(stream) == [(EventKind.PUT, "/w/c", b"1", r4)]
+    assert stream.next(timeout=0) is None
+
+
+@pytest.mark.parametrize("start_behind", [0, 1, 3], ids=["at-current", "one-behind", "three-behind"])
+def test_a_watch_from_a_revision_not_kept_raises_compacted(light, start_behind):
+    for i in range(4):
+        light.put(f"/k{i}", b"v")
+    stream = light.watch("/", light.revision() - start_behind)
+    with pytest.raises(Compacted) as info:
+        stream.next(timeout=0)
+    assert info.value.compact_revision == light.revision()
+
+
+def test_a_watch_from_a_future_revision_skips_the_revisions_before_it(light):
+    stream = light.watch("/", light.revision() + 3)
+    light.put("/a", b"1")
+    light.put("/a", b"2")
+    later = light.put("/a", b"3")
+    assert events_of(stream) == [(EventKind.PUT, "/a", b"3", later)]
+
+
+def test_only_the_current_revision_is_readable(light):
+    light.put("/a", b"1")
+    now = light.put("/b", b"1")
+    assert [kv.key for kv in light.range("/", now).kvs] == ["/a", "/b"]
+    with pytest.raises(Compacted):
+        light.range("/", now - 1)
+
+
+def test_range_is_sorted_and_skips_deleted_keys_after_many_writes(light):
+    live = set()
+    for i in range(3000):
+        key = f"/k/{(i * 7919) % 1500:05d}"
+        if key in live and i % 3 == 0:
+            light.delete(key)
+            live.discard(key)
+        else:
+            light.put(key, str(i).encode())
+            live.add(key)
+    assert [kv.key for kv in light.range("/k/").kvs] == sorted(live)
+    assert [kv.key for kv in light.range("/k/0001").kvs] == sorted(k for k in live if k.startswith("/k/0001"))
+
+
+def test_expired_lease_deletes_reach_the_watch(light):
+    lease = light.grant_lease(5)
+    light.put("/l/a", b"1", lease)
+    stream = light.watch("/l/", light.revision() + 1)
+    light.clock.now += 6
+    assert light.expire_leases() == [lease]
+    assert [(kind, key) for kind, key, _, _ in events_of(stream)] == [(EventKind.DELETE, "/l/a")]
+
+
+def test_a_cancelled_watch_gets_nothing(light):
+    stream = light.watch("/", light.revision() + 1)
+    light.put("/a", b"1")
+    stream.cancel()
+    light.put("/a", b"2")
+    assert stream.next(timeout=0) is None
+
+
+def test_a_replica_on_a_store_without_history_follows_it():
+    store, keys = MemoryStore(history=False), CellKeys("light")
+    replica = Replica(store, keys)
+    replica.sync()
+    write(store, keys, machine(1), machine(2), job("j", "pp"))
+    write(store, keys, alloc("j", 0, "m1"), machine(1, tasks=1), job("j", "ap"))
+    write(store, keys, deletes=[keys.machine("m2")])
+    replica.pump()
+    assert replica.revision == store.revision()
+    assert_matches_store(replica, store, keys)
+    stale = Replica(store, keys)
+    stale.sync()
+    stale._stream.cancel()
+    stale._stream = store.watch(keys.prefix, 2)  # a watch behind the store: relists on Compacted
+    store.txn([], [Delete(keys.alloc("j", 0))])
+    stale.pump()
+    assert stale.relists == 1
+    assert_matches_store(stale, store, keys)
+
+
+def test_history_must_be_a_bool():
+    with pytest.raises(ValueError, match="history must be a bool"):
+        MemoryStore(history="no")

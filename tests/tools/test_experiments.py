@@ -1,0 +1,178 @@
+"""``omega experiment``: every experiment runs --quick, yields its table with sane numbers and
+a verdict computed from them; offers lock machines; synthetic traces are seeded."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from cellstate.model import JobKind, Machine
+from cellstate.resources import Resources
+from omega.protocols import MachineEntry
+from tools.cli import main
+from tools.cmd_experiment import NAMES, format_cell
+from tools.fauxmaster.architectures import CodePath, MultiPath, OfferBroker
+from tools.fauxmaster.experiment_runs import run_case
+from tools.fauxmaster.experiments import QUICK, names, run_experiment
+from tools.fauxmaster.scheduler_process import SchedulerConfig
+from tools.fauxmaster.synthetic import SyntheticSpec, synthetic_events, write_synthetic_trace
+from tools.trace.events import JobKill, JobSubmit, MachineAdd
+from tools.trace.format import read_trace
+
+EXPECTED_COLUMNS = {
+    "architectures": {"architecture", "batch_wait_first", "batch_wait_placed", "batch_unscheduled", "busyness",
+                      "conflict_fraction"},
+    "tjob-sweep": {"t_job", "service_busyness", "service_conflict_fraction", "batch_conflict_fraction"},
+    "conflict-modes": {"mode", "conflict_fraction", "failed_txns", "stale_retries", "busyness"},
+    "commit-modes": {"mode", "conflict_fraction", "failed_txns", "stale_retries", "busyness"},
+    "batch-scaling": {"schedulers", "load", "batch_busyness", "unscheduled_fraction", "saturated"},
+}
+ROWS = {"architectures": 3, "tjob-sweep": len(QUICK.tjob_sweep), "conflict-modes": 2, "commit-modes": 2,
+        "batch-scaling": 2 * len(QUICK.load_factors)}
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("experiments")
+    return {name: run_experiment(name, quick=True, workdir=str(workdir)) for name in names()}
+
+
+def test_the_cli_lists_every_experiment():
+    assert tuple(names()) == NAMES
+
+
+@pytest.mark.parametrize("name", NAMES, ids=NAMES)
+def test_each_experiment_yields_its_table_and_a_computed_verdict(reports, name):
+    report = reports[name]
+    keys = {c.key for c in report.columns}
+    assert EXPECTED_COLUMNS[name] <= keys
+    assert len(report.rows) == ROWS[name]
+    assert all(c.key in row for row in report.rows for c in report.columns)
+    assert report.runs_ok
+    assert isinstance(report.verdict.reproduced, bool)
+    assert report.verdict.text.startswith("direction REPRODUCED" if report.verdict.reproduced
+                                          else "direction NOT reproduced")
+    assert report.paper and report.setup
+
+
+@pytest.mark.parametrize("name", NAMES, ids=NAMES)
+def test_numbers_are_sane(reports, name):
+    for row in reports[name].rows:
+        for key, value in row.items():
+            if isinstance(value, float):
+                assert math.isfinite(value) and value >= 0, (key, value)
+            if "busyness" in key and isinstance(value, float):
+                assert value <= 1.0, (key, value)
+            if key.endswith("unscheduled_fraction"):
+                assert value <= 1.0
+
+
+def test_architectures_show_their_mechanisms(reports):
+    rows = {r["architecture"]: r for r in reports["architectures"].rows}
+    assert rows["monolithic"]["busyness"].startswith("monolithic ")  # one scheduler for everything
+    assert rows["monolithic"]["conflict_fraction"] == 0.0  # nobody to conflict with but the cell
+    assert rows["two-level"]["offers"] > 0
+    assert 0 <= rows["two-level"]["empty_offers"] <= rows["two-level"]["offers"]
+
+
+def test_the_sweep_busies_the_service_scheduler(reports):
+    rows = reports["tjob-sweep"].rows
+    assert rows[-1]["service_busyness"] > rows[0]["service_busyness"]  # 100x the decision time
+
+
+def test_offers_lock_machines_to_one_holder():
+    view = _View([Machine(f"m{i}", Resources(4000, 8192)) for i in range(4)]
+                 + [Machine("full", Resources(1000, 1024), allocated=Resources(1000, 1024))])
+    broker = OfferBroker()
+    first = broker.offer("service", view)
+    assert first == {"m0", "m1", "m2", "m3"}  # every free machine; the full one is not offered
+    assert broker.offer("batch", view) == frozenset()  # locked to the service scheduler
+    broker.release("service")
+    assert broker.offer("batch", view) == first
+    assert (broker.stats.offers, broker.stats.empty) == (3, 1)
+
+
+def test_an_offer_share_slices_and_rotates():
+    view = _View([Machine(f"m{i}", Resources(4000, 8192)) for i in range(4)])
+    broker = OfferBroker(share=0.5)
+    a = broker.offer("x", view)
+    broker.release("x")
+    b = broker.offer("x", view)
+    assert len(a) == len(b) == 2 and a != b
+
+
+@pytest.mark.parametrize("share", [0, 1.5], ids=["zero", "above-one"])
+def test_a_bad_offer_share_is_refused(share):
+    with pytest.raises(ValueError, match="offer share"):
+        OfferBroker(share)
+
+
+def test_monolithic_needs_exactly_one_scheduler(tmp_path):
+    trace = write_synthetic_trace(tmp_path / "t.omt", SyntheticSpec(machines=4, duration_s=5.0))
+    paths = {JobKind.BATCH: CodePath("batch", 0.1, 0.005)}
+    two = [SchedulerConfig("a", "batch", jobs="all"), SchedulerConfig("b", "batch", jobs="all")]
+    with pytest.raises(ValueError, match="exactly one scheduler"):
+        run_case(trace, two, "monolithic", multipath=MultiPath(paths))
+
+
+def test_synthetic_traces_are_seeded_and_ordered(tmp_path):
+    spec = SyntheticSpec(machines=3, duration_s=400.0, service_lifetime_s=50.0)
+    events = synthetic_events(spec)
+    assert events == synthetic_events(spec)
+    assert [type(e) for e in events[:3]] == [MachineAdd] * 3
+    times = [e.t for e in events]
+    assert times == sorted(times)
+    submitted = {}
+    for e in events:
+        if isinstance(e, JobSubmit):
+            submitted[e.job.id] = e.t
+        elif isinstance(e, JobKill):
+            assert submitted[e.job_id] <= e.t and e.job_id.split("-")[1].startswith("s")
+    assert any(isinstance(e, JobKill) for e in events)
+    header, reader = read_trace(write_synthetic_trace(tmp_path / "s.omt.gz", spec))
+    with reader:
+        assert len(list(reader)) == len(events)
+    assert "3 machines" in header.source
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(name="vibes"), "unknown experiment 'vibes'"),
+    (dict(name="architectures", trace="/nonexistent/x.omt"), "does not exist"),
+], ids=["unknown-name", "missing-trace"])
+def test_bad_input_is_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        run_experiment(**kwargs)
+
+
+def test_the_command_prints_the_table_and_writes_json(tmp_path, capsys):
+    out = tmp_path / "arch.json"
+    trace = write_synthetic_trace(tmp_path / "given.omt", QUICK.spec)
+    assert main(["experiment", "conflict-modes", "--quick", "--trace", str(trace), "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "conflict-modes" in printed and "paper:" in printed and "direction" in printed
+    data = json.loads(out.read_text())
+    assert data["name"] == "conflict-modes" and len(data["rows"]) == 2
+    assert data["verdict"]["text"].startswith("direction")
+    assert str(trace) in data["setup"]
+
+
+@pytest.mark.parametrize("value, fmt, text", [
+    (0.12345, ".3f", "0.123"), (3, "", "3"), ("yes", ".2f", "yes"), (None, ".2f", ""), (0.25, ".1%", "25.0%"),
+], ids=["float", "int", "text", "missing", "percent"])
+def test_format_cell(value, fmt, text):
+    assert format_cell(value, fmt) == text
+
+
+class _View:
+    """A tiny CellView over fixed machines."""
+
+    def __init__(self, machines):
+        self._entries = {m.id: MachineEntry(m, 1) for m in machines}
+
+    def machines(self):
+        return iter(self._entries.values())
+
+    def machine_count(self):
+        return len(self._entries)

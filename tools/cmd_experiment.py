@@ -1,0 +1,74 @@
+"""``omega experiment NAME [--trace FILE] [--quick] [--json OUT]``: run one of the Omega
+paper's scheduler experiments on the fauxmaster and print a rich table of the figures, the
+paper's finding beside it, and whether its direction was reproduced (``all`` runs each)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+# The experiments of tools.fauxmaster.experiments (kept here so building the parser imports
+# no scheduler code; a test checks the two lists agree).
+NAMES = ("architectures", "tjob-sweep", "conflict-modes", "commit-modes", "batch-scaling")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("experiment", help="reproduce an Omega paper experiment on the fauxmaster")
+    p.add_argument("name", choices=[*NAMES, "all"], help="experiment to run (all: every one)")
+    p.add_argument("--trace", metavar="FILE", help="omega trace to replay (default: a seeded synthetic one)")
+    p.add_argument("--quick", action="store_true", help="a much smaller synthetic cell and workload (tests)")
+    p.add_argument("--json", metavar="OUT", help="write the report(s) as JSON")
+    p.set_defaults(func=run_experiment_command)
+
+
+def run_experiment_command(args) -> int:
+    from tools.cli import UsageError
+    from tools.fauxmaster.experiments import run_experiment
+    from tools.trace.format import TraceError
+
+    chosen = list(NAMES) if args.name == "all" else [args.name]
+    reports = []
+    for name in chosen:
+        try:
+            report = run_experiment(name, trace=args.trace, quick=args.quick)
+        except (OSError, TraceError, ValueError) as exc:
+            raise UsageError(str(exc)) from None
+        print_report(report)
+        reports.append(report)
+    if args.json:
+        out = Path(args.json)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        data = [r.to_dict() for r in reports]
+        out.write_text(json.dumps(data[0] if len(data) == 1 else data, indent=2, default=str) + "\n")
+    return 0 if all(r.runs_ok for r in reports) else 1
+
+
+def print_report(report, console=None) -> None:
+    """The report as a rich table with the paper's finding and the verdict."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    table = Table(title=f"{report.name}: {report.title}", title_justify="left")
+    for column in report.columns:
+        table.add_column(column.header, justify="left" if column.fmt == "" else "right")
+    for row in report.rows:
+        table.add_row(*(format_cell(row.get(c.key), c.fmt) for c in report.columns))
+    console.print(table)
+    console.print(f"[bold]setup:[/bold] {report.setup}")
+    console.print(f"[bold]paper:[/bold] {report.paper}")
+    colour = "green" if report.verdict.reproduced else "red"
+    console.print(f"[bold {colour}]{report.verdict.text}[/bold {colour}]")
+    if not report.runs_ok:
+        console.print("[bold red]cell invariants were violated in at least one run[/bold red]")
+    console.print(f"({report.wall_s:.1f} s wall)\n")
+
+
+def format_cell(value, fmt: str) -> str:
+    """A table cell: numbers with ``fmt``, anything else as text ("" for missing)."""
+    if value is None:
+        return ""
+    if fmt and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return format(value, fmt)
+    return str(value)

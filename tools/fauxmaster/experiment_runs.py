@@ -1,0 +1,227 @@
+"""One fauxmaster run of an experiment and the figures the experiments compare.
+
+``run_case`` replays a trace with a list of ``SchedulerConfig`` and an optional architecture
+(``"monolithic"`` needs one scheduler with ``jobs="all"`` and the per-kind ``Path``s;
+``"two-level"`` an ``OfferBroker``), then sorts the figures by job kind: waits (from the
+replay's job journal), jobs left unscheduled (from the final cell), and per-scheduler
+busyness and conflict fraction (aggregated over the schedulers of a kind as conflicts ÷
+successful transactions; a resource-fit *stale retry* — a failed txn whose claims all still
+fit, which Omega's fine-grained store would have accepted — is not a conflict).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cellstate.codec import decode_job_record
+from tools.fauxmaster.architectures import MultiPath, OfferBroker
+from tools.fauxmaster.metrics import SchedulerMetrics, WaitStats
+from tools.fauxmaster.replay import ReplayConfig, ReplayResult, replay
+from tools.fauxmaster.scheduler_process import SchedulerConfig
+from tools.fauxmaster.synthetic import SyntheticSpec, write_synthetic_trace
+
+TXN_OPS = 4096  # big enough that a gang of up to 1000 tasks fits one transaction
+BATCH_T_JOB, BATCH_T_TASK, T_TASK = 0.1, 0.005, 0.005  # Omega's modelled decision times
+
+
+@dataclass(frozen=True, slots=True)
+class KindFigures:
+    """Figures of the jobs of one kind."""
+
+    jobs: int
+    wait_first: WaitStats
+    wait_placed: WaitStats
+    unscheduled: int
+
+
+@dataclass
+class RunFigures:
+    """What an experiment reads from one run."""
+
+    kinds: dict[str, KindFigures]
+    schedulers: list[SchedulerMetrics]
+    sim_time_s: float
+    wall_time_s: float
+    invariants_ok: bool
+    stale: dict[str, int] = field(default_factory=dict)
+    """Failed txns per scheduler that were stale retries (see ``omega.modes``: accounting)."""
+    extra: dict[str, float] = field(default_factory=dict)
+
+    def of(self, kind: str) -> KindFigures:
+        return self.kinds.get(kind) or KindFigures(0, WaitStats.of([]), WaitStats.of([]), 0)
+
+    def busyness(self, names: list[str] | None = None) -> float:
+        """Mean busyness of the named schedulers (all if None), each capped at 1: a decision
+        still running when the replay stops is booked whole, so the raw figure can pass 1."""
+        chosen = [s for s in self.schedulers if names is None or s.name in names]
+        return sum(min(1.0, s.busyness) for s in chosen) / len(chosen) if chosen else 0.0
+
+    def conflicts(self, names: list[str] | None = None) -> int:
+        """Failed transactions that were real conflicts (not resource-fit stale retries)."""
+        return sum(s.failed_transactions - self.stale.get(s.name, 0) for s in self._chosen(names))
+
+    def conflict_fraction(self, names: list[str] | None = None) -> float:
+        """Conflicts ÷ successful transactions, summed over the named schedulers (all if None)."""
+        chosen = self._chosen(names)
+        successful = sum(s.transactions - s.failed_transactions for s in chosen)
+        return self.conflicts(names) / successful if successful > 0 else 0.0
+
+    def _chosen(self, names: list[str] | None) -> list[SchedulerMetrics]:
+        return [s for s in self.schedulers if names is None or s.name in names]
+
+
+def run_case(trace, schedulers: list[SchedulerConfig], architecture: str = "shared-state",
+             multipath: MultiPath | None = None, broker: OfferBroker | None = None,
+             until: float | None = None) -> RunFigures:
+    """Replay ``trace`` with ``schedulers`` under ``architecture`` (see the module docstring)."""
+    journals, stale = [], {s.name: 0 for s in schedulers}
+
+    def setup(sims, core) -> None:
+        journals.append(sims[0].journal)
+        for sim in sims:
+            _count_stale(sim, stale)
+        if architecture == "monolithic":
+            if multipath is None or len(sims) != 1:
+                raise ValueError("the monolithic architecture needs exactly one scheduler and a MultiPath")
+            multipath.install(sims[0])
+        elif architecture == "two-level":
+            if broker is None:
+                raise ValueError("the two-level architecture needs an OfferBroker")
+            broker.install(sims)
+        elif architecture != "shared-state":
+            raise ValueError(f"unknown architecture {architecture!r}")
+
+    config = ReplayConfig(schedulers=list(schedulers), until=until, max_txn_ops=TXN_OPS,
+                          sample_every_s=1e9, check=True)
+    result = replay(trace, config, setup=setup)
+    extra = {}
+    if broker is not None:
+        extra = {"offers": broker.stats.offers, "empty_offers": broker.stats.empty,
+                 "mean_offer_machines": broker.stats.mean_size}
+    return RunFigures(_kind_figures(result, journals[0]), result.schedulers, result.sim_time_s,
+                      result.wall_time_s, bool(result.check and result.check["ok"]), stale, extra)
+
+
+def _count_stale(sim, stale: dict[str, int]) -> None:
+    """Count the stale retries of ``sim``'s attempts (the replay's tally counts them as failed)."""
+    report = sim.placer.on_attempt
+
+    def note(attempt) -> None:
+        stale[sim.name] += attempt.stale_retries
+        if report is not None:
+            report(attempt)
+    sim.placer.on_attempt = note
+
+
+def _kind_figures(result: ReplayResult, journal) -> dict[str, KindFigures]:
+    kinds: dict[str, str] = {}
+    unscheduled: dict[str, int] = {}
+    for kv in result.store.range(result.keys.kind_prefix("jobs")).kvs:
+        record = decode_job_record(kv.key, kv.value)
+        kind = str(record.job.kind)
+        kinds[record.id] = kind
+        unscheduled[kind] = unscheduled.get(kind, 0) + bool(record.pending_tasks())
+    out = {}
+    for kind in sorted(set(kinds.values())):
+        first = [t - journal.submitted[j] for j, t in journal.first_taken.items() if kinds.get(j) == kind]
+        placed = [t - journal.submitted[j] for j, t in journal.fully_placed.items() if kinds.get(j) == kind]
+        jobs = sum(1 for k in kinds.values() if k == kind)
+        out[kind] = KindFigures(jobs, WaitStats.of(first), WaitStats.of(placed), unscheduled.get(kind, 0))
+    return out
+
+
+def pair(conflict: str = "resource-fit", commit: str = "incremental", service_t_job: float = 0.1,
+         batch_t_job: float = BATCH_T_JOB) -> list[SchedulerConfig]:
+    """One batch and one service scheduler with the given modes and decision times."""
+    return [SchedulerConfig("batch", "batch", conflict, commit, seed=1, t_job=batch_t_job, t_task=BATCH_T_TASK),
+            SchedulerConfig("service", "service", conflict, commit, seed=2, t_job=service_t_job, t_task=T_TASK)]
+
+
+def ratio(a: float, b: float) -> float:
+    """a ÷ b (inf when only b is 0, 1 when both are)."""
+    return a / b if b > 0 else (float("inf") if a > 0 else 1.0)
+
+
+# ------------------------------------------------------------------------ reports
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """A table column: row key, header, and a format spec for numbers ("" = as is)."""
+
+    key: str
+    header: str
+    fmt: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Whether the paper's direction was reproduced, and the numbers that say so."""
+
+    reproduced: bool
+    detail: str
+
+    @property
+    def text(self) -> str:
+        return f"direction {'REPRODUCED' if self.reproduced else 'NOT reproduced'}: {self.detail}"
+
+
+@dataclass
+class ExperimentReport:
+    """One experiment's table, the paper's finding and the verdict."""
+
+    name: str
+    title: str
+    paper: str
+    setup: str
+    columns: list[Column]
+    rows: list[dict[str, Any]]
+    verdict: Verdict
+    wall_s: float = 0.0
+    runs_ok: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["verdict"]["text"] = self.verdict.text
+        return out
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """How big the runs are: the synthetic cell/workload and the swept values."""
+
+    spec: SyntheticSpec
+    service_t_job: float
+    tjob_sweep: tuple[float, ...]
+    load_factors: tuple[float, ...]
+    scaling_batch_t_job: float
+    scaling_duration_s: float
+    scaling_task_median_s: float
+    modes_batch_factor: float
+    """Batch load multiplier of the conflict/commit mode runs: a nearly full cell, so that
+    resource-fit detection meets real conflicts, not only stale retries."""
+
+
+class Bench:
+    """Where runs get their trace: ``trace`` if given, else synthetic ones (cached in a temp dir)."""
+
+    def __init__(self, sizing: Sizing, trace: str | None = None, workdir: str | None = None):
+        self.sizing = sizing
+        self.given = trace
+        self._dir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="omega-experiment-"))
+        self._cache: dict[SyntheticSpec, str] = {}
+
+    def trace(self, spec: SyntheticSpec | None = None) -> str:
+        """The given trace, or the synthetic trace of ``spec`` (default: the sizing's)."""
+        if self.given:
+            return self.given
+        spec = spec or self.sizing.spec
+        if spec not in self._cache:
+            path = self._dir / f"synthetic-{len(self._cache)}.omt"
+            self._cache[spec] = str(write_synthetic_trace(path, spec))
+        return self._cache[spec]
+
+    def describe(self, spec: SyntheticSpec | None = None) -> str:
+        return f"trace {self.given}" if self.given else f"synthetic: {(spec or self.sizing.spec).describe()}"
