@@ -357,6 +357,8 @@ class MemoryStore:
 
     def expire_leases(self) -> list[int]:
         """Revoke every lease whose deadline has passed; returns their ids, oldest first."""
+        if not self._leases:
+            return []
         with self._lock:
             now = self.clock()
             due = sorted((entry.deadline, lease) for lease, entry in self._leases.items() if entry.deadline <= now)

@@ -10,8 +10,10 @@ from __future__ import annotations
 import dataclasses
 import gc
 import json
+import logging
 import os
 import sys
+import time
 import tomllib
 
 import anyio
@@ -19,7 +21,7 @@ import anyio
 from cellstate.committer import StoreCommitter
 from cellstate.placement_view import ReplicaView
 from cellstate.stats_sink import LeasedStatsSink
-from cellstate.store import StoreError
+from cellstate.store import StoreError, Unavailable
 from omega.modes import CommitMode, ConflictMode
 from omega.retry import retry_policy_for
 from omega.runtime import RuntimeOptions, SchedulerProcess
@@ -27,6 +29,8 @@ from schedulers.chains import KINDS, make_scheduler
 from schedulers.plugin import PluginConfigError
 from tools.common import add_store_args, cell_keys, open_store
 from tools.scheduler_metrics import SchedulerMetrics
+
+log = logging.getLogger(__name__)
 
 # The replica gives an outage up (raises) after this long; the work loop then retries after
 # RuntimeOptions.error_wait_s. Short, so SIGTERM is honoured within seconds during an outage
@@ -50,6 +54,8 @@ def register(sub) -> None:
                      help="a job pending this long may be taken by any peer of the kind (default 2)")
     run.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
                      help="serve Prometheus metrics on 127.0.0.1:PORT (0: a free port, printed; default off)")
+    run.add_argument("--startup-timeout", type=float, default=30.0, metavar="SECONDS",
+                     help="keep retrying an unreachable store this long at start (default 30)")
     run.add_argument("--duration", type=float, default=0.0, metavar="SECONDS",
                      help="stop after this long (default 0: until SIGINT/SIGTERM)")
     add_store_args(run)
@@ -105,13 +111,27 @@ def tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
+def open_view(store, keys, timeout_s: float) -> ReplicaView:
+    """The cell's replica, retrying an unavailable store for up to ``timeout_s`` (a scheduler
+    started beside a busy or restarting etcd waits for it instead of exiting)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return ReplicaView(store, keys, give_up_after=REPLICA_GIVE_UP_S)
+        except Unavailable as exc:
+            if time.monotonic() >= deadline:
+                raise
+            log.warning("cell not readable yet, retrying: %s", exc)
+            time.sleep(0.5)
+
+
 def run_scheduler(args) -> int:
     scheduler, conflict, commit, options = build_parts(args)
     keys = cell_keys(args)
     metrics = SchedulerMetrics(scheduler.name)
     with open_store(args) as store:
         try:
-            view = ReplicaView(store, keys, give_up_after=REPLICA_GIVE_UP_S)
+            view = open_view(store, keys, args.startup_timeout)
         except StoreError as exc:
             print(f"omega: scheduler: cannot read cell {keys.cell!r}: {exc}", file=sys.stderr)
             return 1

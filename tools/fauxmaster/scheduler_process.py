@@ -124,11 +124,17 @@ class SimScheduler:
                 continue
             for entry in chosen:  # the fair order is computed once per batch of jobs
                 current = self.view.job(entry.id)
-                if current is not None and current.record.pending_tasks():
+                if current is not None and "p" in current.record.tasks and not current.record.killed:
                     self._place(current)
-                if self.view.take_freed():
-                    self.queue.reset()
+                if self.view.take_freed() and self._release_deferred():
                     break
+
+    def _release_deferred(self) -> bool:
+        """The cell freed resources: deferred jobs may fit now. Forget their backoff; True
+        when there were some (then the fair order is computed again, with them)."""
+        deferred = self.queue.next_ready_at() is not None
+        self.queue.reset()
+        return deferred
 
     def _pending(self) -> list[JobEntry]:
         if len(self.kinds) == 1:
