@@ -50,8 +50,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    previous = _install_sigterm()  # first: importing the commands takes a while
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+    except Terminated:
+        return 0
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     level = [logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)]
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     previous = _install_sigterm()
