@@ -136,13 +136,17 @@ class StoreCommitter:
     # -- failure -------------------------------------------------------------------------
 
     def _failure(self, plan: Plan, revision: int, reads) -> CommitOutcome:
-        """Decode the Gets of the failure branch (same order as the compares)."""
+        """Decode the Gets of the failure branch (same order as the compares). A key still at
+        the revision the plan saw holds the value the plan saw (a revision names one write):
+        the plan's entry is reused instead of decoding it again (most of a failed txn's keys)."""
         machine_ids = touched_machines(plan)
         values = [kvs[0] if kvs else None for kvs in reads]
-        fresh_machines = {mid: self._machine_entry(kv) for mid, kv in zip(machine_ids, values)}
+        fresh_machines = {mid: _fresh(kv, plan.machines[mid], self._machine_entry)
+                          for mid, kv in zip(machine_ids, values)}
         job_kvs = values[len(machine_ids):]
-        fresh_job = self._job_entry(job_kvs[0])
-        victims = {victim: self._job_entry(kv) for victim, kv in zip(plan.victims, job_kvs[1:])}
+        fresh_job = _fresh(job_kvs[0], plan.job, self._job_entry)
+        victims = {victim: _fresh(kv, plan.victims[victim], self._job_entry)
+                   for victim, kv in zip(plan.victims, job_kvs[1:])}
         return CommitOutcome(False, revision, fresh_machines, fresh_job, fresh_job is None, victims)
 
     @staticmethod
@@ -152,6 +156,13 @@ class StoreCommitter:
     @staticmethod
     def _job_entry(kv: KeyValue | None) -> JobEntry | None:
         return None if kv is None else JobEntry(decode_job_record(kv.key, kv.value), kv.mod_revision)
+
+
+def _fresh(kv: KeyValue | None, seen, decode):
+    """The entry of a failure-branch read: ``seen`` if the key is still at its revision."""
+    if kv is not None and kv.mod_revision == seen.mod_revision:
+        return seen
+    return decode(kv)
 
 
 # -- plan arithmetic (pure) --------------------------------------------------------------

@@ -13,6 +13,7 @@ import grpc
 import etcd3.etcdrpc as rpc
 from etcd3 import exceptions as etcd_exceptions
 
+from cellstate.fastbuild import builder
 from cellstate.store import (
     Compare, CompareOp, CompareTarget, Delete, Event, EventKind, Get, KeyValue, Op, PermissionDenied, Put,
     StoreError, TxnTooLarge, Unavailable,
@@ -42,6 +43,8 @@ _TARGETS = {
 }
 _MOD, _MOD_TARGET = CompareTarget.MOD, rpc.Compare.MOD
 _PUT, _DELETE = EventKind.PUT, EventKind.DELETE
+# Built by the hundred per txn and watch batch, without their dataclass __init__ (cellstate.fastbuild).
+_KEY_VALUE, _EVENT = builder(KeyValue), builder(Event)
 # Rough protobuf framing per op (tags, lengths, op wrapper) for the client-side size estimate.
 OP_OVERHEAD_BYTES = 16
 
@@ -59,21 +62,22 @@ def prefix_end_bytes(prefix: bytes) -> bytes:
 
 def key_value(kv) -> KeyValue:
     """A KeyValue from an etcd mvccpb.KeyValue."""
-    return KeyValue(kv.key.decode(), kv.value, kv.create_revision, kv.mod_revision, kv.version, kv.lease)
+    return _KEY_VALUE(kv.key.decode(), kv.value, kv.create_revision, kv.mod_revision, kv.version, kv.lease)
 
 
 def key_values(kvs: Iterable) -> tuple[KeyValue, ...]:
-    return tuple([KeyValue(kv.key.decode(), kv.value, kv.create_revision, kv.mod_revision, kv.version, kv.lease)
+    build = _KEY_VALUE
+    return tuple([build(kv.key.decode(), kv.value, kv.create_revision, kv.mod_revision, kv.version, kv.lease)
                   for kv in kvs])
 
 
 def events(pb_events: Iterable) -> tuple[Event, ...]:
     """Store events from etcd mvccpb.Events (type 0 = PUT, 1 = DELETE)."""
     out = []
-    append = out.append
+    append, build = out.append, _EVENT
     for ev in pb_events:
         kv = ev.kv
-        append(Event(_DELETE if ev.type else _PUT, kv.key.decode(), kv.value, kv.mod_revision,
+        append(build(_DELETE if ev.type else _PUT, kv.key.decode(), kv.value, kv.mod_revision,
                      kv.create_revision, kv.version))
     return tuple(out)
 

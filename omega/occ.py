@@ -18,7 +18,7 @@ Whatever stays pending keeps a reason in the job record: nothing is lost.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from tenacity import Retrying, retry_if_result
@@ -67,7 +67,8 @@ class OptimisticPlacer:
 
     def __init__(self, scheduler_name: str, committer: Committer, conflict_mode: ConflictMode,
                  commit_mode: CommitMode, retry: RetryPolicy, clock: Clock,
-                 on_attempt: Callable[[Attempt], None] | None = None):
+                 on_attempt: Callable[[Attempt], None] | None = None,
+                 refresh: Callable[[], object] | None = None):
         if not isinstance(conflict_mode, ConflictMode) or not isinstance(commit_mode, CommitMode):
             raise TypeError(f"conflict_mode and commit_mode must be ConflictMode and CommitMode members, "
                             f"got {conflict_mode!r} and {commit_mode!r}")
@@ -78,6 +79,7 @@ class OptimisticPlacer:
         self.retry = retry
         self.clock = clock
         self.on_attempt = on_attempt
+        self.refresh = refresh
 
     def place(self, job_id: str, view: PlacementView, decide: Decide) -> PlacementResult:
         """Place the pending tasks of ``job_id``; PlanTooLarge for a gang that cannot fit one txn
@@ -198,6 +200,7 @@ class OptimisticPlacer:
             if plan is None or not plan.claims:
                 tally.job_gone = plan is None
                 return
+            plan = self._refreshed(st, plan)
             try:
                 outcome = self._commit(st, plan, tally)
             except PlanTooLarge:
@@ -213,6 +216,26 @@ class OptimisticPlacer:
             plan = self._resolve(st, mode, plan, outcome, tally)
         if plan is not None:
             tally.redecide.extend(c.task_index for c in plan.claims)
+
+    def _refreshed(self, st: _Placement, plan: Plan) -> Plan:
+        """Resource-fit, with a ``refresh`` (the view's pump): the plan rebased on the newer
+        ledgers the view has by now, when against them it would only be a stale retry (every
+        claim still fits, the job unchanged): the txn bound to fail on the old revisions is
+        not sent. Anything else (a real conflict, or sequence mode) goes out as it is and is
+        detected and counted by the commit."""
+        if self.refresh is None or self.conflict_mode is not ConflictMode.RESOURCE_FIT:
+            return plan
+        self.refresh()
+        view = st.view
+        machines = {machine_id: view.machine(machine_id) for machine_id in plan.machines}
+        if all(m is not None and m.mod_revision == plan.machines[i].mod_revision for i, m in machines.items()):
+            return plan
+        probe = CommitOutcome(False, view.revision, machines, view.job(plan.job.id), False,
+                              {job_id: view.job(job_id) for job_id in plan.victims})
+        strategy = self.conflict_mode.strategy
+        if not strategy.stale(plan, probe, strategy.split(plan, probe)):
+            return plan
+        return replace(plan, machines=machines)
 
     def _commit(self, st: _Placement, plan: Plan, tally: _Tally) -> CommitOutcome:
         outcome = self.committer.commit(plan)

@@ -11,7 +11,8 @@ event loop stays free for signals and for the stats task, which publishes every
   2. select up to ``batch_jobs`` pending jobs of the scheduler's kind (fair order, shared
      with the live peers of the same kind by rendezvous hashing);
   3. place each (decide, commit, resolve conflicts); a job left with pending tasks is
-     deferred (exponential backoff), a placed one forgotten;
+     deferred (exponential backoff), a placed one forgotten; before each txn the view is
+     pumped again (resource-fit rebases a plan that would only be a stale retry);
   4. with nothing to do, wait on the watch until something changes or a deferred job is due.
 
 ``stop()`` (SIGINT/SIGTERM when ``run(handle_signals=True)``, or ``duration_s``) lets the
@@ -141,7 +142,8 @@ class SchedulerProcess:
         self.observers = list(observers)
         self.job_kind = JobKind(self.kind) if self.kind in {k.value for k in JobKind} else None  # borg: all
         self.placer = OptimisticPlacer(self.name, committer, conflict_mode, commit_mode,
-                                       retry or retry_policy_for(self.kind), self.clock, self._on_attempt)
+                                       retry or retry_policy_for(self.kind), self.clock, self._on_attempt,
+                                       refresh=lambda: self.view.pump(0.0))
         self.queue = JobQueue(self.name, steal_after_s=options.steal_after_s)
         self.recorder = StatsRecorder(self.name, self.kind, pid=os.getpid(), host=socket.gethostname(),
                                       started_at=self.clock.now(), conflict_mode=conflict_mode.value.label,

@@ -279,6 +279,7 @@ class _Search:
         machine_of, table, placed, touched = d.view.machine, self.table, d.placement.machines, d.touched
         excluded, hits, stored, start = self._excluded, 0, 0, walked
         spec, filters, free_of, rank_of, ctx = d.spec, self.filters, d.res.free, self.rank, self.ctx
+        base_free = d.sched._base_free
         while len(pool) < want and walked < n:
             machine_id = ids[cursor]
             cursor = cursor + 1 if cursor + 1 < n else 0
@@ -287,14 +288,16 @@ class _Search:
             if entry is None:
                 d.sched._count = -1  # the cell changed under the cached ids: refresh next time
                 continue
-            cacheable = table is not None and machine_id not in placed and machine_id not in touched
+            untouched = machine_id not in touched  # (then Reservations.free is the machine's own)
+            cacheable = untouched and table is not None and machine_id not in placed
             hit = table.get(machine_id) if cacheable else None
             if hit is not None and hit[0] == entry.mod_revision:
                 hits += 1
                 verdict, rank = hit[1], hit[2]
             else:  # evaluate(), inlined: this is the scheduler's hot path
                 machine = entry.machine
-                free = free_of(machine)
+                known = base_free.get(machine_id)  # Reservations.free for an untouched machine
+                free = known[1] if untouched and known is not None and known[0] is machine else free_of(machine)
                 here = placed.get(machine_id, 0)
                 for f in filters:
                     verdict = f.fits(spec, machine, free, here)

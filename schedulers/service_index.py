@@ -21,14 +21,15 @@ from __future__ import annotations
 import bisect
 from itertools import compress
 from math import prod
-from operator import is_not
+from operator import attrgetter, is_not
 from typing import Iterable
 
 from cellstate.model import Machine, MachineState
 from cellstate.resources import Resources
 from omega.protocols import CellView, MachineEntry
 
-SortKey = tuple[int, str]  # (-load key, machine id): ascending = most free first
+SortKey = tuple  # (-load key, machine id, free of each least_loaded resource…): ascending = most free first
+_CORE = ("cpu", "memory", "disk")
 
 
 class MachineIndex:
@@ -37,9 +38,12 @@ class MachineIndex:
     def __init__(self, resources: tuple[str, ...], accept: frozenset[MachineState] | None) -> None:
         self.resources = resources
         self.accept = accept
+        self._frees = attrgetter(*resources) if set(resources) <= set(_CORE) else None
+        self._class: dict[str, tuple] = {}  # id -> (capacity, zone, its list, load weights)
         self.machines: dict[str, Machine] = {}
         self.zones: dict[str, dict[tuple[int, ...], list[SortKey]]] = {}
         self._slots: dict[str, tuple[list[SortKey], SortKey]] = {}  # id -> (its list, its key)
+        self.keys: dict[str, SortKey] = {}  # id -> its key, for every listed machine
         self._snapshot: list[MachineEntry] = []
         self._known: dict[str, MachineEntry] = {}
 
@@ -66,6 +70,7 @@ class MachineIndex:
             self._unlist(machine_id)
             del self._known[machine_id]
             del self.machines[machine_id]
+            self._class.pop(machine_id, None)
         changed = [e for mid, e in current.items() if self._known.get(mid) is not e]
         for entry in changed:
             self._update(entry)
@@ -85,29 +90,45 @@ class MachineIndex:
         self._unlist(machine.id)
         if self.accept is not None and machine.state not in self.accept:
             return 0
+        known = self._class.get(machine.id)
+        if known is None or known[0] != machine.capacity or known[1] != machine.zone:
+            known = self._class[machine.id] = self._class_of(machine)
+        _, _, listed, weights = known
+        frees = self.frees_of(free)
+        load = sum(f * w for f, w in zip(frees, weights))
+        key = (-load, machine.id, *frees)
+        bisect.insort(listed, key)
+        self._slots[machine.id] = (listed, key)
+        self.keys[machine.id] = key
+        return id(listed)
+
+    def frees_of(self, amounts: Resources) -> tuple[int, ...]:
+        """The amounts of the least_loaded resources, in order."""
+        if self._frees is None:
+            return tuple(amounts.get(r) for r in self.resources)
+        got = self._frees(amounts)
+        return got if type(got) is tuple else (got,)
+
+    def _class_of(self, machine: Machine) -> tuple:
+        """(capacity, zone, the list of its zone and capacity class, load weights P / cap_r):
+        Σ free_r · P / cap_r orders a class exactly as the least_loaded score does."""
         caps = tuple(machine.capacity.get(r) for r in self.resources)
-        key = (-self._load(caps, free), machine.id)
+        total = prod(c for c in caps if c > 0)
+        weights = tuple(total // c if c > 0 else 0 for c in caps)
         classes = self.zones.get(machine.zone)
         if classes is None:
             classes = self.zones[machine.zone] = {}
         listed = classes.get(caps)
         if listed is None:
             listed = classes[caps] = []
-        bisect.insort(listed, key)
-        self._slots[machine.id] = (listed, key)
-        return id(listed)
+        return machine.capacity, machine.zone, listed, weights
 
     def _unlist(self, machine_id: str) -> None:
         slot = self._slots.pop(machine_id, None)
         if slot is not None:
+            del self.keys[machine_id]
             listed, key = slot
             del listed[bisect.bisect_left(listed, key)]
-
-    def _load(self, caps: tuple[int, ...], free: Resources) -> int:
-        """Σ free_r · P / cap_r over the resources with capacity: orders a class exactly as the
-        least_loaded score does."""
-        total = prod(c for c in caps if c > 0)
-        return sum(free.get(r) * (total // c) for r, c in zip(self.resources, caps) if c > 0)
 
     def lists_of(self, zone: str) -> Iterable[list[SortKey]]:
         classes = self.zones.get(zone)

@@ -40,6 +40,8 @@ from schedulers.reservation import Reservations
 from schedulers.service_index import MachineIndex
 
 _MONOTONE_FILTERS = (MachineStateFilter, DifferentMachine, MaxPerMachine, ResourcesFit, Constraints)
+_PASS_UNPLACED = (MachineStateFilter, DifferentMachine, MaxPerMachine)  # pass listed machines without the job
+_FIT_ORDER = ("cpu", "memory", "disk")  # the order resources_fit checks the core resources in
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +52,10 @@ class FastChain:
     accept: frozenset[MachineState] | None
     by_machine: bool
     loaded: LeastLoaded
+    fits: ResourcesFit
+    keyed_reasons: bool
+    """True when, for a listed machine without the job's tasks that is short of a least_loaded
+    resource, the first failing filter is ``fits`` naming the first such resource."""
 
 
 def fast_chain(pipeline: Pipeline) -> FastChain | None:
@@ -71,7 +77,9 @@ def fast_chain(pipeline: Pipeline) -> FastChain | None:
         return None
     states = [f for f in pipeline.filters if type(f) is MachineStateFilter]
     accept = frozenset.intersection(*(frozenset(f.args.accept) for f in states)) if states else None
-    return FastChain(resources, accept, spread.args.machines, loaded)
+    before = pipeline.filters[:pipeline.filters.index(fits[0])]
+    keyed = resources == _FIT_ORDER[:len(resources)] and all(type(f) in _PASS_UNPLACED for f in before)
+    return FastChain(resources, accept, spread.args.machines, loaded, fits[0], keyed)
 
 
 class SpreadSearch:
@@ -83,6 +91,7 @@ class SpreadSearch:
         self.pipeline = pipeline
         self.by_machine = chain.by_machine
         self.loaded = chain.loaded
+        self.chain = chain
         self.reservations = reservations
         self._cursors: dict[tuple[str, int], tuple[int, str]] = {}
         self._offers: dict[int, dict[str, tuple[float, Machine] | None]] = {}  # id(list) -> job -> offer
@@ -151,12 +160,19 @@ class SpreadSearch:
         i = 0 if cursor is None else bisect.bisect_right(listed, cursor)
         machines, free_of, filters = self.index.machines, self.reservations.free, self.pipeline.filters
         skip_hosts = self.by_machine
+        need = self.index.frees_of(spec.request)
+        two = len(need) == 2
+        need0, need1 = need if two else (0, 0)
         passed = None
         found = None
         for key in listed[i:] if i else listed:
             machine_id = key[1]
             here = placed.get(machine_id, 0)
-            if not (here and skip_hosts):
+            if two:  # short of a least_loaded resource: resources_fit fails (keys hold the free amounts)
+                short = key[2] < need0 or key[3] < need1
+            else:
+                short = any(f < n for f, n in zip(key[2:], need))
+            if not (short or (here and skip_hosts)):
                 machine = machines[machine_id]
                 free = free_of(machine)
                 for f in filters:  # Pipeline.check, inlined: the search's hot loop
@@ -171,14 +187,30 @@ class SpreadSearch:
         return found
 
     def _reason(self, spec: Job, placement: JobPlacement) -> str:
-        """Why nothing fits: every machine's first failing filter, tallied (as the full scan)."""
+        """Why nothing fits: every machine's first failing filter, tallied (as the full scan).
+        With ``keyed_reasons``, listed machines without the job's tasks that are short of a
+        least_loaded resource are counted from their keys by that resource (one filter call
+        per resource gives the verdict); the others go through the chain."""
         tally = Rejections()
-        check, free_of = self.pipeline.check, self.reservations.free
-        for entry in self.reservations.view.machines():
-            machine = entry.machine
-            verdict = check(spec, machine, free_of(machine), placement.on_machine(machine.id))
+        check, free_of, placed = self.pipeline.check, self.reservations.free, placement.machines
+        keys = self.index.keys if self.chain.keyed_reasons else {}
+        need = self.index.frees_of(spec.request)
+        short_of: dict[int, list] = {}  # index of the first short resource -> [machines, one of them]
+        for machine_id, machine in self.index.machines.items():
+            key = keys.get(machine_id)
+            here = placed.get(machine_id, 0)
+            if key is not None and not here:
+                first = next((i for i, (f, n) in enumerate(zip(key[2:], need)) if f < n), -1)
+                if first >= 0:
+                    counted = short_of.setdefault(first, [0, machine])
+                    counted[0] += 1
+                    continue
+            verdict = check(spec, machine, free_of(machine), here)
             if not verdict.ok:
                 tally.add(verdict)
+        for count, machine in short_of.values():
+            verdict = self.chain.fits.fits(spec, machine, free_of(machine), 0)
+            tally.counts[(verdict.plugin, verdict.reason)] = tally.counts.get((verdict.plugin, verdict.reason), 0) + count
         return tally.reason()
 
     # -- reservations --------------------------------------------------------------------------

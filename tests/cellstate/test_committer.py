@@ -109,6 +109,7 @@ def test_changed_machine_fails_and_returns_fresh_state(store, keys):
     outcome = StoreCommitter(store, keys).commit(plan)
     assert not outcome.committed and store.revision() == before
     assert outcome.fresh_machines == {"m1": MachineEntry(rival, rival_rev), "m2": m2}
+    assert outcome.fresh_machines["m2"] is m2 and outcome.fresh_job is job  # unchanged: not decoded again
     assert outcome.fresh_job == job and not outcome.job_deleted
     assert outcome.written == {} and read(store, keys.alloc("j", 1), decode_alloc) is None
 

@@ -81,4 +81,5 @@ def test_rendezvous_rank_orders_the_crew():
     crew = ["a", "b", "c", "d"]
     for job in ("x", "y", "z"):
         ranks = sorted(crew, key=lambda p: rendezvous_rank(job, crew, p))
-        assert ranks[0] == rendezvous_owner(job, crew) and [rendezvous_rank(job, crew, p) for p in ranks] == [0, 1, 2, 3]
+        assert ranks[0] == rendezvous_owner(job, crew)
+        assert [rendezvous_rank(job, crew, p) for p in ranks] == [0, 1, 2, 3]
