@@ -31,7 +31,7 @@ def frees_resources(old: Machine | None, new: Machine) -> bool:
     if old.state is not MachineState.UP:
         return True
     a, b, capacity = old.allocated, new.allocated, new.capacity
-    if capacity == old.capacity and not (a.extra or b.extra or capacity.extra):
+    if (capacity is old.capacity or capacity == old.capacity) and not (a.extra or b.extra or capacity.extra):
         # Same capacity, core resources only: free grew somewhere iff the ledger shrank there.
         return b.cpu < a.cpu or b.memory < a.memory or b.disk < a.disk
     return not new.free.fits_in(old.free)
@@ -43,8 +43,9 @@ class _WatchedReplica(Replica):
     freed = False
 
     def _set_machine(self, ident: str, entry: MachineEntry) -> None:
-        old = self._machines.get(ident)
-        super()._set_machine(ident, entry)
+        machines = self._machines
+        old = machines.get(ident)
+        machines[ident] = entry  # ReplicaState._set_machine, inlined: once per ledger change
         if not self.freed and frees_resources(old.machine if old else None, entry.machine):
             self.freed = True
 

@@ -189,26 +189,22 @@ class SpreadSearch:
     def _reason(self, spec: Job, placement: JobPlacement) -> str:
         """Why nothing fits: every machine's first failing filter, tallied (as the full scan).
         With ``keyed_reasons``, listed machines without the job's tasks that are short of a
-        least_loaded resource are counted from their keys by that resource (one filter call
-        per resource gives the verdict); the others go through the chain."""
+        least_loaded resource are counted from their keys by the first such resource (one
+        filter call per resource gives the verdict); the others go through the chain."""
         tally = Rejections()
         check, free_of, placed = self.pipeline.check, self.reservations.free, placement.machines
-        keys = self.index.keys if self.chain.keyed_reasons else {}
-        need = self.index.frees_of(spec.request)
-        short_of: dict[int, list] = {}  # index of the first short resource -> [machines, one of them]
-        for machine_id, machine in self.index.machines.items():
-            key = keys.get(machine_id)
-            here = placed.get(machine_id, 0)
-            if key is not None and not here:
-                first = next((i for i, (f, n) in enumerate(zip(key[2:], need)) if f < n), -1)
-                if first >= 0:
-                    counted = short_of.setdefault(first, [0, machine])
-                    counted[0] += 1
-                    continue
-            verdict = check(spec, machine, free_of(machine), here)
+        machines = self.index.machines
+        short_of, counted = {}, set()
+        if self.chain.keyed_reasons:
+            short_of, counted = _count_short(self.index.keys, self.index.frees_of(spec.request), placed)
+        others = machines.keys() - counted if counted else machines
+        for machine_id in others:
+            machine = machines[machine_id]
+            verdict = check(spec, machine, free_of(machine), placed.get(machine_id, 0))
             if not verdict.ok:
                 tally.add(verdict)
-        for count, machine in short_of.values():
+        for first, (count, machine_id) in short_of.items():
+            machine = machines[machine_id]
             verdict = self.chain.fits.fits(spec, machine, free_of(machine), 0)
             tally.counts[(verdict.plugin, verdict.reason)] = tally.counts.get((verdict.plugin, verdict.reason), 0) + count
         return tally.reason()
@@ -240,3 +236,27 @@ class SpreadSearch:
             if machine is not None:
                 self.index.place(machine, machine.free)
         self._moved.clear()
+
+
+def _count_short(keys: dict[str, tuple], need: tuple[int, ...], placed: dict[str, int]):
+    """Over the listed machines' keys, those without the job's tasks that are short of a
+    least_loaded resource: ({index of the first short resource: (machines, one id)}, their ids)."""
+    if len(need) == 2:
+        need0, need1 = need
+        firsts = [[k[1] for k in keys.values() if k[2] < need0],
+                  [k[1] for k in keys.values() if k[2] >= need0 and k[3] < need1]]
+    else:
+        firsts = [[] for _ in need]
+        for key in keys.values():
+            first = next((i for i, (f, n) in enumerate(zip(key[2:], need)) if f < n), -1)
+            if first >= 0:
+                firsts[first].append(key[1])
+    hosts = {machine_id for machine_id, here in placed.items() if here}
+    short_of: dict[int, tuple[int, str]] = {}
+    counted: set[str] = set()
+    for first, ids in enumerate(firsts):
+        ids = set(ids) - hosts
+        if ids:
+            short_of[first] = (len(ids), min(ids))
+            counted |= ids
+    return short_of, counted

@@ -21,7 +21,7 @@ from chaos_helpers import (
 pytestmark = pytest.mark.slow
 
 KILLS = 50
-KILL_PHASE_LIMIT_S = 45.0
+KILL_PHASE_LIMIT_S = 120.0  # bound only; ~35 s on an idle 2-core machine
 
 
 def test_sigkilled_schedulers_never_leave_a_half_commit(cell_keys, tmp_path):
