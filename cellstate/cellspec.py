@@ -41,6 +41,10 @@ DEMO_SHAPES = (
 )
 
 
+MAX_MACHINES = 1_000_000  # a bound, so a mistyped count fails at once instead of exhausting memory
+MAX_PACKAGES = 100_000
+
+
 @dataclass(frozen=True, slots=True)
 class CellSpec:
     """What ``init_cell`` builds (defaults: the demo cell)."""
@@ -56,7 +60,7 @@ class CellSpec:
     seed: int = 0
 
     def __post_init__(self):
-        checks = [("machines", self.machines >= 1), ("zones", 1 <= self.zones <= 26),
+        checks = [("machines", 1 <= self.machines <= MAX_MACHINES), ("zones", 1 <= self.zones <= 26),
                   ("racks_per_zone", self.racks_per_zone >= 1), ("shapes", bool(self.shapes)),
                   ("packages_per_machine", 0 <= self.packages_per_machine <= len(self.packages))]
         for name, ok in checks:
@@ -209,11 +213,12 @@ def parse_shape(s, field: str = "shape") -> Shape:
 
 def package_names(x) -> tuple[str, ...]:
     """Package names from a list of names or a count n (``pkg-00`` … ``pkg-{n-1}``)."""
-    if type(x) is int and x >= 0:
+    if type(x) is int and 0 <= x <= MAX_PACKAGES:
         return tuple(f"pkg-{i:02d}" for i in range(x))
     if isinstance(x, list) and all(isinstance(p, str) and p for p in x) and len(set(x)) == len(x):
         return tuple(x)
-    raise CellSpecError("packages", f"must be a count or a list of distinct names, got {x!r}")
+    raise CellSpecError("packages", f"must be a count (at most {MAX_PACKAGES}) or a list of distinct names, "
+                                    f"got {x!r}")
 
 
 def _weight(field: str, w) -> float:

@@ -5,6 +5,8 @@ revision stays readable; a watch from it replays its puts, not its deletes)."""
 from __future__ import annotations
 
 import bisect
+import heapq
+from typing import Iterator
 
 from cellstate.store import Event, EventKind, KeyValue
 
@@ -42,3 +44,45 @@ def compact_log(log: list[tuple[Event, ...]], log_start: int, revision: int) -> 
     if log:
         log[0] = tuple(ev for ev in log[0] if ev.kind is EventKind.PUT)
     return revision
+
+
+class LiveKeys:
+    """The sorted key list of a store without history: every key put since the last prune
+    (deleted ones stay until pruned; readers skip them). New keys are appended to a small
+    unsorted tail, merged into the sorted list once it is long, so a put costs O(1)."""
+
+    MERGE_AT = 4096
+
+    def __init__(self) -> None:
+        self._sorted: list[str] = []
+        self._tail: list[str] = []
+        self._listed: set[str] = set()
+
+    def add(self, key: str, live: dict) -> None:
+        """List ``key``; ``live`` (the current key-values) decides what a prune keeps."""
+        if key in self._listed:
+            return
+        self._listed.add(key)
+        self._tail.append(key)
+        if len(self._tail) > self.MERGE_AT:
+            self._merge(live)
+
+    def under(self, prefix: str) -> Iterator[str]:
+        """Listed keys starting with ``prefix``, sorted."""
+        keys = self._sorted
+        start = stop = bisect.bisect_left(keys, prefix)
+        while stop < len(keys) and keys[stop].startswith(prefix):
+            stop += 1
+        fresh = sorted(key for key in self._tail if key.startswith(prefix))
+        old = keys[start:stop]
+        return heapq.merge(old, fresh) if fresh else iter(old)
+
+    def _merge(self, live: dict) -> None:
+        """Sort the tail in; drop deleted keys once they are half the list."""
+        keys = self._sorted
+        keys.extend(self._tail)
+        self._tail.clear()
+        if len(keys) > 2 * len(live) + self.MERGE_AT:
+            keys[:] = [key for key in keys if key in live]
+            self._listed = set(keys)
+        keys.sort()

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from cellstate.memory_history import compact_log, compact_versions, version_at
+from cellstate.memory_history import LiveKeys, compact_log, compact_versions, version_at
 from cellstate.memory_watch import MemoryWatchStream, fan_out, scan_log, take_pending
 from cellstate.store import (
     Compacted, Compare, CompareOp, CompareTarget, Delete, Event, EventKind, Get, KeyValue, Op,
@@ -80,7 +80,7 @@ class MemoryStore:
         self._compact_revision = 0
         self._kvs: dict[str, KeyValue] = {}
         self._keys: list[str] = []  # sorted; every key with current or historical versions
-        self._listed: set[str] = set()  # without history: the keys in _keys (some maybe deleted since)
+        self._live_keys = LiveKeys()  # without history: the keys (instead of _keys)
         self._history: dict[str, list[tuple[int, KeyValue | None]]] = {}  # (revision, kv or tombstone)
         self._log: list[tuple[Event, ...]] = []  # events of revision _log_start + i
         self._log_start = 2
@@ -129,6 +129,9 @@ class MemoryStore:
         return tuple(kv for kv in found if kv is not None)
 
     def _keys_under(self, prefix: str):
+        if not self.history:
+            yield from self._live_keys.under(prefix)
+            return
         keys = self._keys
         for i in range(bisect.bisect_left(keys, prefix), len(keys)):
             if not keys[i].startswith(prefix):
@@ -219,24 +222,13 @@ class MemoryStore:
 
     def _record(self, key: str, revision: int, kv: KeyValue | None) -> None:
         if not self.history:
-            self._list(key)
+            self._live_keys.add(key, self._kvs)
             return
         versions = self._history.get(key)
         if versions is None:
             self._history[key] = versions = []
             bisect.insort(self._keys, key)
         versions.append((revision, kv))
-
-    def _list(self, key: str) -> None:
-        """Without history: keep ``key`` in the sorted key list (deleted keys are dropped
-        from it once they are half of it)."""
-        if key in self._listed:
-            return
-        if len(self._keys) > 2 * len(self._kvs) + 1024:
-            self._keys = [k for k in self._keys if k in self._kvs]
-            self._listed = set(self._keys)
-        self._listed.add(key)
-        bisect.insort(self._keys, key)
 
     def _commit(self, revision: int, events: list[Event]) -> None:
         self._revision = revision

@@ -84,4 +84,8 @@ def _install_sigterm():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run as ``python -m tools.cli``: use the importable module so commands and main share
+    # one UsageError class.
+    from tools.cli import main as _main
+
+    sys.exit(_main())

@@ -85,7 +85,11 @@ def run_agents(args) -> int:
     keys = cell_keys(args)
     with open_store(args) as store:
         if spec is not None:
-            _register(store, keys, spec)
+            try:
+                _register(store, keys, spec)
+            except StoreError as exc:
+                print(f"omega: agents: {exc}", file=sys.stderr)
+                return 1
         metrics = AgentMetrics()
         if args.metrics_port is not None:
             print(f"metrics on http://127.0.0.1:{metrics.serve(args.metrics_port)}/metrics", flush=True)

@@ -75,10 +75,11 @@ def test_only_the_current_revision_is_readable(light):
         light.range("/", now - 1)
 
 
-def test_range_is_sorted_and_skips_deleted_keys_after_many_writes(light):
+@pytest.mark.parametrize("distinct", [1500, 9000], ids=["unsorted-tail", "merged"])
+def test_range_is_sorted_and_skips_deleted_keys_after_many_writes(light, distinct):
     live = set()
-    for i in range(3000):
-        key = f"/k/{(i * 7919) % 1500:05d}"
+    for i in range(2 * distinct):
+        key = f"/k/{(i * 7919) % distinct:05d}"
         if key in live and i % 3 == 0:
             light.delete(key)
             live.discard(key)

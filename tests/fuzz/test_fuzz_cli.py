@@ -97,6 +97,8 @@ def argvs(draw, command: tuple[str, ...]):
         argv += ["--out", os.path.join(_TMP, "gen.json")]  # never --submit: it paces arrivals in real time
     if command in RUN_LIMIT:
         argv += [RUN_LIMIT[command], draw(st.sampled_from(LIMIT_VALUES))]
+    if command == ("scheduler", "run"):
+        argv += ["--startup-timeout", "0"]  # do not wait for the (dead) store to come up
     return argv
 
 
@@ -130,3 +132,17 @@ def test_generate_refuses_unbounded_workloads(argv):
     """Found by fuzzing: a traceback (inf), or generating without end (nan, huge rates)."""
     status, _, err = run_cli(argv + ["--out", os.path.join(_TMP, "gen.json")])
     assert status == 2 and "--rate" in err
+
+
+@pytest.mark.parametrize("argv,status,message", [
+    (["cell", "init", "--packages", "99999999999999999999"], 2, "packages"),
+    (["cell", "init", "--machines", "99999999999999999999"], 2, "machines"),
+    (["agents", "run", "--init-machines", "3", "--run-for", "0.1"], 1, "omega: agents:"),
+    (["generate", "--prefix", "a/b"], 2, "--prefix"),
+    (["generate", "--out", os.path.join(_TMP, "no-dir", "x.json")], 2, "--out"),
+], ids=["huge-package-count", "huge-machine-count", "agents-register-unreachable", "prefix-with-slash",
+        "out-in-missing-dir"])
+def test_found_by_fuzzing(argv, status, message):
+    """Each used to end in a traceback or exhaust memory."""
+    got, _, err = run_cli(argv + ["--endpoints", DEAD])
+    assert (got, message in err) == (status, True), err
