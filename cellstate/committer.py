@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
-from cellstate.codec import decode_job_record, decode_machine, encode_job_record
+from cellstate.codec import decode_alloc, decode_job_record, decode_machine, encode_job_record
 from cellstate.codec_trusted import pack_alloc, pack_machine
 from cellstate.fastbuild import builder
 from cellstate.keys import CellKeys
@@ -25,7 +25,7 @@ from cellstate.resources import Resources
 from cellstate.store import (
     Compare, CompareOp, CompareTarget, Delete, Get, KeyValue, Put, Store, TxnTooLarge, mod_revision_is,
 )
-from omega.protocols import CommitOutcome, JobEntry, MachineEntry, Plan, PlanRejected, PlanTooLarge
+from omega.protocols import AllocEntry, CommitOutcome, JobEntry, MachineEntry, Plan, PlanRejected, PlanTooLarge
 
 MAX_REASON_CHARS = 400
 _ALLOC, _MACHINE, _MACHINE_ENTRY = builder(Alloc), builder(Machine), builder(MachineEntry)
@@ -95,6 +95,10 @@ class StoreCommitter:
             key = self.keys.job(entry.id)
             keys.append(key)
             compares.append(mod_revision_is(key, entry.mod_revision))
+        for (job_id, task), entry in plan.victim_allocs.items():
+            key = self.keys.alloc(job_id, task)
+            keys.append(key)
+            compares.append(mod_revision_is(key, entry.mod_revision))
         return compares, keys
 
     def _writes(self, plan: Plan):
@@ -143,11 +147,14 @@ class StoreCommitter:
         values = [kvs[0] if kvs else None for kvs in reads]
         fresh_machines = {mid: _fresh(kv, plan.machines[mid], self._machine_entry)
                           for mid, kv in zip(machine_ids, values)}
-        job_kvs = values[len(machine_ids):]
+        job_kvs = values[len(machine_ids):len(machine_ids) + 1 + len(plan.victims)]
         fresh_job = _fresh(job_kvs[0], plan.job, self._job_entry)
         victims = {victim: _fresh(kv, plan.victims[victim], self._job_entry)
                    for victim, kv in zip(plan.victims, job_kvs[1:])}
-        return CommitOutcome(False, revision, fresh_machines, fresh_job, fresh_job is None, victims)
+        alloc_kvs = values[len(machine_ids) + 1 + len(plan.victims):]
+        allocs = {task: _fresh(kv, plan.victim_allocs[task], self._alloc_entry)
+                  for task, kv in zip(plan.victim_allocs, alloc_kvs)}
+        return CommitOutcome(False, revision, fresh_machines, fresh_job, fresh_job is None, victims, allocs)
 
     @staticmethod
     def _machine_entry(kv: KeyValue | None) -> MachineEntry | None:
@@ -156,6 +163,10 @@ class StoreCommitter:
     @staticmethod
     def _job_entry(kv: KeyValue | None) -> JobEntry | None:
         return None if kv is None else JobEntry(decode_job_record(kv.key, kv.value), kv.mod_revision)
+
+    @staticmethod
+    def _alloc_entry(kv: KeyValue | None) -> AllocEntry | None:
+        return None if kv is None else AllocEntry(decode_alloc(kv.key, kv.value), kv.mod_revision)
 
 
 def _fresh(kv: KeyValue | None, seen, decode):
@@ -190,19 +201,25 @@ def check_plan(plan: Plan) -> None:
         if claim.machine_id not in plan.machines:
             raise ValueError(f"{where} is on machine {claim.machine_id!r}, which the plan has no ledger of")
         for job_id, task in claim.evicts:
-            _check_victim(plan, job_id, task, where)
+            _check_victim(plan, job_id, task, where, claim.machine_id)
             if (job_id, task) in evicted:
                 raise ValueError(f"{where} evicts {job_id}/{task}, which another claim evicts too")
             evicted.add((job_id, task))
 
 
-def _check_victim(plan: Plan, job_id: str, task: int, where: str) -> None:
+def _check_victim(plan: Plan, job_id: str, task: int, where: str, machine_id: str) -> None:
     victim = plan.victims.get(job_id)
     if job_id == plan.job.id or victim is None:
         raise ValueError(f"{where} evicts {job_id}/{task}, but the plan carries no victim record "
                          f"of job {job_id!r}")
     if not 0 <= task < victim.record.job.tasks or victim.record.tasks[task] not in "ar":
         raise ValueError(f"{where} evicts {job_id}/{task}, which is not placed or running")
+    seen = plan.victim_allocs.get((job_id, task))
+    if seen is None:
+        raise ValueError(f"{where} evicts {job_id}/{task}, but the plan carries no allocation of it")
+    if seen.alloc.machine_id != machine_id:
+        raise PlanRejected(f"{where} evicts {job_id}/{task} to make room on {machine_id!r}, but that "
+                           f"task runs on {seen.alloc.machine_id!r}")
 
 
 def new_ledgers(plan: Plan) -> dict[str, Machine]:
@@ -218,8 +235,8 @@ def new_ledgers(plan: Plan) -> dict[str, Machine]:
             totals[claim.machine_id] = entry = [seen, seen.allocated, seen.task_count]
         entry[1] = _plus(entry[1], claim.request)
         entry[2] += 1
-        for job_id, _ in claim.evicts:
-            entry[1] = entry[1] - plan.victims[job_id].record.job.request
+        for victim in claim.evicts:
+            entry[1] = entry[1] - plan.victim_allocs[victim].alloc.resources
             entry[2] -= 1
     for mid, (seen, allocated, count) in totals.items():
         _check_ledger(plan, seen, allocated, count)

@@ -19,7 +19,7 @@ from cellstate.codec import CodecError, decode_alloc, decode_job_record, decode_
 from cellstate.fastbuild import builder
 from cellstate.keys import CellKeys
 from cellstate.model import Alloc, JobKind
-from omega.protocols import JobEntry, MachineEntry
+from omega.protocols import AllocEntry, JobEntry, MachineEntry
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +92,12 @@ class ReplicaState:
 
     def allocs_on(self, machine_id: str) -> Iterable[Alloc]:
         return self._allocs_on.get(machine_id, _EMPTY).values()
+
+    def alloc_entry(self, job_id: str, task_index: int) -> AllocEntry | None:
+        """The allocation of one task with the mod_revision this replica holds for it."""
+        key = self.keys.alloc(job_id, task_index)
+        alloc = self._allocs.get(key)
+        return None if alloc is None else AllocEntry(alloc, self._mod.get(key, 0))
 
     def allocs_of(self, job_id: str) -> Iterable[Alloc]:
         return self._allocs_of.get(job_id, _EMPTY).values()

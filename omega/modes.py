@@ -68,10 +68,14 @@ def _preemption_problem(plan: Plan, outcome: CommitOutcome, claim: Claim) -> str
     fresh = outcome.fresh_machines.get(claim.machine_id)
     if fresh is None or fresh.mod_revision != plan.machines[claim.machine_id].mod_revision:
         return f"preemption on machine {claim.machine_id} needs it unchanged"
-    for job_id, _ in claim.evicts:
+    for job_id, task in claim.evicts:
         victim = outcome.fresh_victims.get(job_id)
         if victim is None or victim.mod_revision != plan.victims[job_id].mod_revision:
             return f"victim job {job_id} changed"
+        alloc = outcome.fresh_victim_allocs.get((job_id, task))
+        seen = plan.victim_allocs.get((job_id, task))
+        if alloc is None or seen is None or alloc.mod_revision != seen.mod_revision:
+            return f"victim allocation {job_id}/{task} changed"
     return None
 
 

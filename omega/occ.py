@@ -231,7 +231,8 @@ class OptimisticPlacer:
         if all(m is not None and m.mod_revision == plan.machines[i].mod_revision for i, m in machines.items()):
             return plan
         probe = CommitOutcome(False, view.revision, machines, view.job(plan.job.id), False,
-                              {job_id: view.job(job_id) for job_id in plan.victims})
+                              {job_id: view.job(job_id) for job_id in plan.victims},
+                              {task: view.alloc_entry(*task) for task in plan.victim_allocs})
         strategy = self.conflict_mode.strategy
         if not strategy.stale(plan, probe, strategy.split(plan, probe)):
             return plan
@@ -263,8 +264,9 @@ class OptimisticPlacer:
         machines = {c.machine_id: outcome.fresh_machines[c.machine_id] for c in resolution.retry}
         victims = {job_id: outcome.fresh_victims[job_id]
                    for c in resolution.retry for job_id, _ in c.evicts}
+        victim_allocs = {task: outcome.fresh_victim_allocs[task] for c in resolution.retry for task in c.evicts}
         return Plan(outcome.fresh_job, tuple(resolution.retry), machines, self.scheduler,
-                    dict(st.unplaced), self.clock.now(), victims)
+                    dict(st.unplaced), self.clock.now(), victims, victim_allocs)
 
     def _plan(self, st: _Placement, claims: list[Claim]) -> Plan | None:
         """A plan of the claims whose tasks are still pending in the view (None: job gone)."""
@@ -272,13 +274,16 @@ class OptimisticPlacer:
         if entry is None:
             return None
         live = [c for c in claims if entry.record.tasks[c.task_index] == "p" and not entry.record.killed]
-        machines, victims = {}, {}
+        machines, victims, victim_allocs = {}, {}, {}
         for claim in live:
             machines[claim.machine_id] = self._entry(st.view.machine(claim.machine_id), "machine",
                                                      claim.machine_id, entry)
-            for job_id, _ in claim.evicts:
+            for job_id, task in claim.evicts:
                 victims[job_id] = self._entry(st.view.job(job_id), "victim job", job_id, entry)
-        return Plan(entry, tuple(live), machines, self.scheduler, dict(st.unplaced), self.clock.now(), victims)
+                victim_allocs[(job_id, task)] = self._entry(
+                    st.view.alloc_entry(job_id, task), "victim allocation", f"{job_id}/{task}", entry)
+        return Plan(entry, tuple(live), machines, self.scheduler, dict(st.unplaced), self.clock.now(),
+                    victims, victim_allocs)
 
     def _entry(self, found, what: str, name: str, job: JobEntry):
         if found is None:

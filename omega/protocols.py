@@ -28,6 +28,14 @@ class MachineEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class AllocEntry:
+    """An allocation as seen at ``mod_revision``."""
+
+    alloc: Alloc
+    mod_revision: int
+
+
+@dataclass(frozen=True, slots=True)
 class JobEntry:
     """A job record as seen at ``mod_revision``."""
 
@@ -62,6 +70,10 @@ class CellView(Protocol):
 
     def allocs_of(self, job_id: str) -> Iterable[Alloc]: ...
 
+    def alloc_entry(self, job_id: str, task_index: int) -> AllocEntry | None:
+        """The allocation of one task with its revision (needed to guard an eviction)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class Claim:
@@ -87,6 +99,9 @@ class Plan:
     now: float = 0.0
     victims: dict[str, JobEntry] = field(default_factory=dict)
     """Job records of every job a claim evicts from (their revisions are compared too)."""
+    victim_allocs: dict[tuple[str, int], AllocEntry] = field(default_factory=dict)
+    """The evicted allocations as seen (their revisions are compared: an eviction releases
+    what the allocation really holds on the machine it is really on)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +115,7 @@ class CommitOutcome:
     fresh_job: JobEntry | None = None
     job_deleted: bool = False
     fresh_victims: dict[str, JobEntry | None] = field(default_factory=dict)
+    fresh_victim_allocs: dict[tuple[str, int], AllocEntry | None] = field(default_factory=dict)
     written: dict[str, bytes] = field(default_factory=dict)
     """On success: every key the txn put, with its value (so the caller can apply its own commit)."""
     deleted: tuple[str, ...] = ()

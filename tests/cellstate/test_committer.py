@@ -15,7 +15,7 @@ from cellstate.memory_store import MemoryStore
 from cellstate.model import Alloc, Job, JobKind, JobRecord, Machine
 from cellstate.resources import Resources
 from cellstate.store import Put
-from omega.protocols import Claim, JobEntry, MachineEntry, Plan, PlanTooLarge
+from omega.protocols import AllocEntry, Claim, JobEntry, MachineEntry, Plan, PlanRejected, PlanTooLarge
 
 REQ = Resources(1000, 512)
 
@@ -146,12 +146,46 @@ def test_preemption_evicts_victims_in_the_same_txn(store, keys):
     victim = JobEntry(victim.record, victim.mod_revision)
     job = seed_job(store, keys, "high", tasks=1, priority=100)
     plan = Plan(job, (Claim(0, "m1", REQ, evicts=(("low", 1),)),), {"m1": MachineEntry(ledger, revision)},
-                "s", victims={"low": victim})
+                "s", victims={"low": victim},
+                victim_allocs={("low", 1): AllocEntry(Alloc("low", 1, "m1", REQ), revision)})
     outcome = StoreCommitter(store, keys).commit(plan)
     assert outcome.committed and outcome.deleted == (keys.alloc("low", 1),)
     assert read(store, keys.job("low"), decode_job_record).tasks == "ap"
     assert read(store, keys.machine("m1"), decode_machine).task_count == 2
     assert check_cell(store, keys).ok
+
+
+def _preemption_setup(store, keys):
+    """m1 full of job 'low' (2 tasks), m2 empty; job 'high' pending."""
+    m1 = seed_machine(store, keys, "m1", cpu=2000)
+    m2 = seed_machine(store, keys, "m2", cpu=2000)
+    victim = seed_job(store, keys, "low", tasks=2, states="aa")
+    ledger = replace(m1.machine, allocated=REQ.scaled(2), task_count=2)
+    writes = [Put(keys.machine("m1"), encode_machine(ledger))]
+    writes += [Put(keys.alloc("low", i), encode_alloc(Alloc("low", i, "m1", REQ))) for i in range(2)]
+    revision = store.txn((), writes).revision
+    job = seed_job(store, keys, "high", tasks=1, priority=100)
+    return MachineEntry(ledger, revision), m2, victim, job, revision
+
+
+@pytest.mark.parametrize("target, alloc_revision, expect", [
+    ("m2", 0, "rejected"),
+    ("m1", -1, "conflict"),
+], ids=["victim-on-another-machine", "victim-alloc-changed"])
+def test_eviction_is_guarded_by_the_victim_allocation(store, keys, target, alloc_revision, expect):
+    m1, m2, victim, job, revision = _preemption_setup(store, keys)
+    seen = AllocEntry(Alloc("low", 1, "m1", REQ), revision + alloc_revision)
+    plan = Plan(job, (Claim(0, target, REQ, evicts=(("low", 1),)),), {"m1": m1, "m2": m2}, "s",
+                victims={"low": victim}, victim_allocs={("low", 1): seen})
+    before = store.revision()
+    if expect == "rejected":
+        with pytest.raises(PlanRejected, match="room on 'm2', but that task runs on 'm1'"):
+            StoreCommitter(store, keys).commit(plan)
+    else:
+        outcome = StoreCommitter(store, keys).commit(plan)
+        assert not outcome.committed
+        assert outcome.fresh_victim_allocs[("low", 1)].mod_revision == revision
+    assert store.revision() == before and check_cell(store, keys).ok
 
 
 @pytest.mark.parametrize("claims, message", [
