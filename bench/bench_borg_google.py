@@ -89,7 +89,7 @@ def run(name, config, machines, jobs, seed, sample_at=frozenset(), sampler=None)
 
 def line(r: Run, seconds: float, ratio: str) -> str:
     p = r.packing
-    return (f"{r.name:<18} {seconds:9.1f} s {1e6 * seconds / max(r.tasks, 1):9.1f} µs/task  {ratio:>14}  "
+    return (f"{r.name:<22} {seconds:9.1f} s {1e6 * seconds / max(r.tasks, 1):9.1f} µs/task  {ratio:>14}  "
             f"placed {r.placed:7,}  machines used {p['machines_used']:6,}  "
             f"stranded cpu {p['stranded_cpu_pct']:5.2f} %  memory {p['stranded_memory_pct']:5.2f} %")
 
@@ -137,9 +137,12 @@ def fitting(a, machines, jobs) -> None:
     print(f"--fitting {a.fitting}: {len(chosen):,} jobs, {sum(j.tasks for j in chosen):,} tasks")
     on = run("all-on", {"k": a.k}, machines, chosen, a.seed)
     print(line(on, on.seconds, ""), flush=True)
+    first = run("all-on, first-fit walk", {"k": a.k, "walk_start": "first"}, machines, chosen, a.seed)
+    print(line(first, first.seconds, f"{first.seconds / on.seconds:6.1f}x all-on"), flush=True)
     full = run("no-randomization", {"k": a.k, "relaxed_randomization": False}, machines, chosen, a.seed)
     print(line(full, full.seconds, f"{full.seconds / on.seconds:6.1f}x all-on"), flush=True)
     verdicts(on, None, full)
+    verdicts(first, None, full)
 
 
 def verdicts(on: Run, off_seconds: float | None, full: Run | None) -> None:
@@ -149,6 +152,7 @@ def verdicts(on: Run, off_seconds: float | None, full: Run | None) -> None:
         print(f"all-on time: {on.seconds:.1f} s (goal < 30 s: {'meets' if on.seconds < 30 else 'MISSES'} it)")
     if full is None:
         return
+    print(f"{on.name} vs full scan:")
     for label, a, b in (("tasks placed", on.placed, full.placed),
                         ("machines used", on.packing["machines_used"], full.packing["machines_used"])):
         diff = 100 * (a - b) / b

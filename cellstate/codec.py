@@ -20,7 +20,9 @@ with characters outside ``TaskState`` or whose length is not the job's task coun
 ``tasks`` outside 1..MAX_TASKS, a constraint with the wrong number of values for its
 operator. ``allocated > capacity`` is allowed (the checker reports it). Encoding
 validates the same way (and checks the value decodes back equal), so whatever is
-written decodes.
+written decodes; ``cellstate.codec_trusted`` gives the same bytes and errors for the
+committer's ledgers and allocs, checking fields instead of decoding back. Resource maps
+live in ``cellstate.codec_resources``.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import msgpack
 
 from cellstate import codec_fields as fc
 from cellstate.codec_fields import CodecError
+from cellstate.codec_resources import core_resources, encode_resources, resources_from_map  # noqa: F401 (API)
 from cellstate.fastbuild import builder
 from cellstate.model import (
     Alloc,
@@ -44,7 +47,7 @@ from cellstate.model import (
     MachineState,
     TaskState,
 )
-from cellstate.resources import CORE_NAMES, ZERO, Resources
+from cellstate.resources import ZERO
 
 SCHEMA_VERSION = 1
 MAX_TASKS = 1_000_000
@@ -63,7 +66,7 @@ _RECORD_FIELDS = frozenset(
 _ALLOC_FIELDS = frozenset("v t job task machine resources priority scheduler placed_at running".split())
 _CONSTRAINT_FIELDS = frozenset(("attribute", "op", "values"))
 # Decoded values are built without their dataclass __init__ (see cellstate.fastbuild).
-_MACHINE, _ALLOC, _RESOURCES = builder(Machine), builder(Alloc), builder(Resources)
+_MACHINE, _ALLOC = builder(Machine), builder(Alloc)
 
 # ---------------------------------------------------------------------- envelope
 
@@ -83,61 +86,6 @@ def _unpack(key: str, raw: bytes, tag: str) -> dict:
     if d.get("t") != tag:
         raise CodecError(key, "t", f"expected type tag {tag!r}, got {d.get('t')!r}")
     return d
-
-
-# ------------------------------------------------------------------- resources
-
-
-def encode_resources(r: Resources) -> dict:
-    """The map form of a resource vector: core names always, extras by name."""
-    return r.to_dict()
-
-
-def resources_from_map(m, key: str = "resources", field: str = "resources") -> Resources:
-    """A validated Resources from its map form; missing core names count as 0,
-    extras with amount 0 are dropped. Raises CodecError naming ``field.<name>``."""
-    if type(m) is dict and len(m) == 3:
-        try:
-            cpu, memory, disk = m["cpu"], m["memory"], m["disk"]
-        except KeyError:
-            return _resources_general(m, key, field)
-        if (type(cpu) is int and cpu >= 0 and type(memory) is int and memory >= 0
-                and type(disk) is int and disk >= 0):
-            return core_resources(cpu, memory, disk)
-    return _resources_general(m, key, field)
-
-
-_INTERNED: dict[tuple[int, int, int], Resources] = {}
-_INTERNED_MAX = 1 << 16
-
-
-def core_resources(cpu: int, memory: int, disk: int) -> Resources:
-    """The (shared, immutable) vector of these core amounts, from a bounded cache: a cell's
-    requests, capacities and ledgers repeat a few vectors, and building one costs more
-    than looking it up. The caller has checked the amounts (non-negative ints)."""
-    key = (cpu, memory, disk)
-    found = _INTERNED.get(key)
-    if found is None:
-        if len(_INTERNED) >= _INTERNED_MAX:
-            _INTERNED.clear()
-        found = _INTERNED[key] = _RESOURCES(cpu, memory, disk, ())
-    return found
-
-
-def _resources_general(m, key: str, field: str) -> Resources:
-    fc.mapping(key, field, m)
-    core = [0, 0, 0]
-    extra = []
-    for name, amount in m.items():
-        if type(name) is not str or not name:
-            raise fc.expected(key, field, "resource names that are non-empty strings", name)
-        fc.integer(key, f"{field}.{name}", amount)
-        if name in CORE_NAMES:
-            core[CORE_NAMES.index(name)] = amount
-        elif amount:
-            extra.append((name, amount))
-    extra.sort()
-    return Resources(core[0], core[1], core[2], tuple(extra))
 
 
 # --------------------------------------------------------------------- machines

@@ -19,7 +19,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Mapping, NamedTuple, Sequence
 
-from cellstate.codec import encode_alloc, encode_job_record, encode_machine
+from cellstate.codec import encode_job_record
+from cellstate.codec_trusted import pack_alloc, pack_machine  # values built here from decoded ones
 from cellstate.keys import CellKeys
 from cellstate.model import Alloc, JobRecord, Machine, MachineState, TaskState
 from cellstate.resources import ZERO
@@ -58,7 +59,7 @@ def start_task_ops(keys: CellKeys, job: JobEntry, allocs: Sequence[Alloc]) -> Tx
         if alloc.task_index in seen:
             raise ValueError(f"start of job {job.id!r}: task {alloc.task_index} given twice")
         seen.add(alloc.task_index)
-        success.append(Put(keys.alloc(alloc.job_id, alloc.task_index), encode_alloc(replace(alloc, running=True))))
+        success.append(Put(keys.alloc(alloc.job_id, alloc.task_index), pack_alloc(replace(alloc, running=True))))
     job_key = keys.job(job.id)
     success.append(Put(job_key, encode_job_record(record.with_tasks(sorted(seen), TaskState.RUNNING))))
     return TxnOps([mod_revision_is(job_key, job.mod_revision)], success, [Get(job_key)])
@@ -96,7 +97,7 @@ def finish_task_ops(keys: CellKeys, job: JobEntry, allocs: Sequence[Alloc],
         key = keys.machine(machine_id)
         compares.append(mod_revision_is(key, machines[machine_id].mod_revision))
         failure.append(Get(key))
-        success.append(Put(key, encode_machine(replace(ledger, writer=writer))))
+        success.append(Put(key, pack_machine(replace(ledger, writer=writer))))
     job_key = keys.job(job.id)
     compares.append(mod_revision_is(job_key, job.mod_revision))
     failure.append(Get(job_key))
@@ -196,7 +197,7 @@ def _eviction_txn(keys: CellKeys, machine: MachineEntry, taken: list[Alloc], job
     machine_key = keys.machine(machine.id)
     compares = [mod_revision_is(machine_key, machine.mod_revision)]
     failure: list[Op] = [Get(machine_key)]
-    success: list[Op] = [Put(machine_key, encode_machine(replace(ledger, state=state, writer=writer)))]
+    success: list[Op] = [Put(machine_key, pack_machine(replace(ledger, state=state, writer=writer)))]
     success.extend(Delete(keys.alloc(a.job_id, a.task_index)) for a in taken)
     for job_id in dict.fromkeys(a.job_id for a in taken):
         key = keys.job(job_id)
@@ -215,7 +216,7 @@ def repair_machine_ops(keys: CellKeys, machine: MachineEntry, writer: str) -> Tx
     """Bring a machine back up with an empty ledger (call only when no alloc is on it)."""
     key = keys.machine(machine.id)
     fresh = replace(machine.machine, state=MachineState.UP, allocated=ZERO, task_count=0, writer=writer)
-    return TxnOps([mod_revision_is(key, machine.mod_revision)], [Put(key, encode_machine(fresh))], [Get(key)])
+    return TxnOps([mod_revision_is(key, machine.mod_revision)], [Put(key, pack_machine(fresh))], [Get(key)])
 
 
 # ------------------------------------------------------------------------------ shared

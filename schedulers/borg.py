@@ -20,7 +20,6 @@ allocations to evict there (fewest victims, then lowest priorities; see
 
 from __future__ import annotations
 
-import heapq
 import random
 from dataclasses import dataclass
 
@@ -28,12 +27,14 @@ from cellstate.model import Alloc, Job, JobKind, Machine
 from omega.protocols import CellView, Claim, JobEntry, MachineEntry
 from schedulers.base import Decision, checked_tasks, gang_outcome
 from schedulers.borg_cache import ScoreCache, Signer
-from schedulers.pipeline import FEASIBLE, NO_MACHINES, Pipeline, Rejections
-from schedulers.plugin import PluginConfigError, ScoreContext, Verdict
+from schedulers.borg_search import Search
+from schedulers.pipeline import NO_MACHINES, Pipeline
+from schedulers.plugin import PluginConfigError, ScoreContext
 from schedulers.preemption import choose_victims, cost, preemptible
 from schedulers.reservation import Reservations
 
 ALL_KINDS = (JobKind.BATCH, JobKind.SERVICE)
+WALK_STARTS = ("first", "sticky", "random")
 _NO_ALLOCS = 1 << 62  # the floor of a machine without allocations: nothing to evict
 
 
@@ -70,7 +71,7 @@ class BorgScheduler:
     def __init__(self, name: str, rng: random.Random, pipeline: Pipeline | None = None, *, k: int = 50,
                  equivalence_classes: bool = True, score_cache: bool = True,
                  relaxed_randomization: bool = True, preemption: bool = True,
-                 cache_entries: int = 500_000, serves=ALL_KINDS) -> None:
+                 cache_entries: int = 500_000, serves=ALL_KINDS, walk_start: str = "random") -> None:
         for label, flag in (("equivalence_classes", equivalence_classes), ("score_cache", score_cache),
                             ("relaxed_randomization", relaxed_randomization), ("preemption", preemption)):
             if not isinstance(flag, bool):
@@ -88,6 +89,11 @@ class BorgScheduler:
         self.signer = Signer(reads) if reads is not None else None
         self.classes = equivalence_classes and reads is not None
         self.cache = ScoreCache(cache_entries) if score_cache and reads is not None else None
+        if walk_start not in WALK_STARTS:
+            raise PluginConfigError(f"borg {name!r}: walk_start must be one of {list(WALK_STARTS)}, "
+                                    f"got {walk_start!r}")
+        self.walk_start = walk_start
+        self.sticky = 0  # walk position where the last decision found its first feasible machine
         self.relaxed = relaxed_randomization
         self.preemption = preemption
         self.counters = BorgCounters()
@@ -129,6 +135,15 @@ class BorgScheduler:
             self._floors.clear()
         return self._ids
 
+    def start_of_walk(self, n: int) -> int:
+        """Where a decision's walk over the ``n`` shuffled machines starts: ``first`` at the
+        start of the permutation (first-fit order: packs), ``sticky`` where the previous
+        decision found its first feasible machine (next-fit order), ``random`` anywhere
+        (spreads: consecutive decisions see different machines). 0 without randomization."""
+        if not self.relaxed or self.walk_start == "first":
+            return 0
+        return self.rng.randrange(n) if self.walk_start == "random" else self.sticky % n
+
     def table_for(self, spec: Job, task: int | None):
         """The cache table of the class of ``spec`` (or of one task when classes are off)."""
         if self.cache is None:
@@ -147,14 +162,14 @@ class _Decider:
         self.placement = self.res.placement(job.id)
         self.touched: set[str] = set()
         self.evicted: set[tuple[str, int]] = set()
-        self.cursor = sched.rng.randrange(len(ids)) if sched.relaxed else 0
+        self.cursor = sched.start_of_walk(len(ids))
 
     def run(self, tasks: list[int]) -> Decision:
         decision = Decision()
         search = None
         for i, task in enumerate(tasks):
             if search is None or not self.sched.classes:
-                search = _Search(self, self.sched.table_for(self.spec, None if self.sched.classes else task))
+                search = Search(self, self.sched.table_for(self.spec, None if self.sched.classes else task))
             want = self.sched.k if self.sched.relaxed else len(self.ids)
             search.fill(want)
             machine = search.best()
@@ -174,6 +189,8 @@ class _Decider:
             self.cursor = search.cursor
             if self.sched.classes and i + 1 < len(tasks):
                 search.refresh(machine)  # without classes the next task walks afresh
+            if i == 0 and search.first_feasible is not None:
+                self.sched.sticky = search.first_feasible
         return decision
 
     def _reserve(self, machine: Machine, victims: list[Alloc]) -> None:
@@ -252,140 +269,3 @@ class _Decider:
         entry = self.view.job(alloc.job_id)
         tasks = entry.record.tasks if entry is not None else ""
         return alloc.task_index < len(tasks) and tasks[alloc.task_index] in "ar"
-
-
-class _Search:
-    """A class's walk over the shuffled machines: a pool of feasible machines (a heap by
-    rank, ties by machine id) and the exclusions tallied along the way."""
-
-    def __init__(self, decider: _Decider, table) -> None:
-        self.d = decider
-        self.table = table
-        self.cursor = decider.cursor
-        self.walked = 0
-        self.pool: dict[str, int] = {}  # machine id -> sequence number of its live heap entry
-        self.heap: list[tuple[tuple[float, ...], str, int, Machine]] = []
-        self.seq = 0
-        self._excluded: dict[int, list] = {}  # id(verdict) -> [verdict, machines]
-        self.ctx = ScoreContext(decider.placement)
-        self.filters = decider.sched.pipeline.filters
-        self.rank = decider.sched.pipeline.rank
-
-    def fill(self, want: int) -> None:
-        """Walk on until ``want`` machines are feasible or every machine was walked.
-        The scheduler's hot loop: cache hits are served inline, misses go to ``evaluate``."""
-        d, ids, pool = self.d, self.d.ids, self.pool
-        n, cursor, walked = len(ids), self.cursor, self.walked
-        machine_of, table, placed, touched = d.view.machine, self.table, d.placement.machines, d.touched
-        excluded, hits, stored, start = self._excluded, 0, 0, walked
-        spec, filters, free_of, rank_of, ctx = d.spec, self.filters, d.res.free, self.rank, self.ctx
-        base_free = d.sched._base_free
-        while len(pool) < want and walked < n:
-            machine_id = ids[cursor]
-            cursor = cursor + 1 if cursor + 1 < n else 0
-            walked += 1
-            entry = machine_of(machine_id)
-            if entry is None:
-                d.sched._count = -1  # the cell changed under the cached ids: refresh next time
-                continue
-            untouched = machine_id not in touched  # (then Reservations.free is the machine's own)
-            cacheable = untouched and table is not None and machine_id not in placed
-            hit = table.get(machine_id) if cacheable else None
-            if hit is not None and hit[0] == entry.mod_revision:
-                hits += 1
-                verdict, rank = hit[1], hit[2]
-            else:  # evaluate(), inlined: this is the scheduler's hot path
-                machine = entry.machine
-                known = base_free.get(machine_id)  # Reservations.free for an untouched machine
-                free = known[1] if untouched and known is not None and known[0] is machine else free_of(machine)
-                here = placed.get(machine_id, 0)
-                for f in filters:
-                    verdict = f.fits(spec, machine, free, here)
-                    if not verdict.ok:
-                        rank = None
-                        break
-                else:
-                    verdict, rank = FEASIBLE, rank_of(spec, machine, free, ctx)
-                if cacheable:
-                    table[machine_id] = (entry.mod_revision, verdict, rank)
-                    stored += 1
-            if rank is None:
-                tally = excluded.get(id(verdict))
-                if tally is None:
-                    excluded[id(verdict)] = [verdict, 1]
-                else:
-                    tally[1] += 1
-            else:
-                self._push(entry.machine, rank)
-        self.cursor, self.walked = cursor, walked
-        counters = d.sched.counters
-        counters.evaluations += walked - start
-        counters.cache_hits += hits
-        if stored:
-            d.sched.cache.stored(stored)
-
-    @property
-    def rejections(self) -> Rejections:
-        """Why the walked machines were excluded (first failing filter and its reason)."""
-        out = Rejections()
-        for verdict, count in self._excluded.values():
-            key = (verdict.plugin, verdict.reason)
-            out.counts[key] = out.counts.get(key, 0) + count
-        return out
-
-    def evaluate(self, entry: MachineEntry, count: bool = True) -> tuple[Verdict, tuple[float, ...] | None]:
-        """Verdict and rank (None unless feasible), from the cache when the machine is at
-        the cached revision and untouched by this decision (Pipeline.check inlined)."""
-        d = self.d
-        machine = entry.machine
-        machine_id = machine.id
-        here = d.placement.machines.get(machine_id, 0)
-        counters = d.sched.counters
-        counters.evaluations += count
-        table = self.table
-        cacheable = table is not None and not here and machine_id not in d.touched
-        if cacheable:
-            hit = table.get(machine_id)
-            if hit is not None and hit[0] == entry.mod_revision:
-                counters.cache_hits += 1
-                return hit[1], hit[2]
-        free = d.res.free(machine)
-        spec = d.spec
-        for f in self.filters:
-            verdict = f.fits(spec, machine, free, here)
-            if not verdict.ok:
-                rank = None
-                break
-        else:
-            verdict = FEASIBLE
-            rank = self.rank(spec, machine, free, self.ctx)
-        if cacheable:
-            table[machine_id] = (entry.mod_revision, verdict, rank)
-            d.sched.cache.stored(1)
-        return verdict, rank
-
-    def _push(self, machine: Machine, rank: tuple[float, ...]) -> None:
-        self.seq += 1
-        self.pool[machine.id] = self.seq
-        heapq.heappush(self.heap, (tuple(-x for x in rank), machine.id, self.seq, machine))
-
-    def best(self) -> Machine | None:
-        """The best-ranked feasible machine in the pool (stale heap entries skipped)."""
-        heap, pool = self.heap, self.pool
-        while heap:
-            _, _, seq, machine = heap[0]
-            if pool.get(machine.id) == seq:
-                return machine
-            heapq.heappop(heap)
-        return None
-
-    def refresh(self, machine: Machine) -> None:
-        """Evaluate ``machine`` again after this decision reserved on it."""
-        self.pool.pop(machine.id, None)
-        entry = self.d.view.machine(machine.id)
-        verdict, rank = self.evaluate(entry)
-        if rank is None:
-            tally = self._excluded.setdefault(id(verdict), [verdict, 0])
-            tally[1] += 1
-        else:
-            self._push(entry.machine, rank)

@@ -112,7 +112,7 @@ def _make_service(name: str, seed: int, config: Mapping[str, Any]) -> Scheduler:
 
 
 _BORG_OPTIONS = ("k", "equivalence_classes", "score_cache", "relaxed_randomization", "preemption",
-                 "cache_entries", "serves")
+                 "cache_entries", "serves", "walk_start")
 
 
 def _make_borg(name: str, seed: int, config: Mapping[str, Any]) -> Scheduler:

@@ -2,9 +2,10 @@
 
 With the fractions of capacity left after placing, per resource: ``stranded`` is the
 largest fraction left when some resource would be exhausted (at or below ``exhausted``:
-everything else on the machine becomes unusable), otherwise the gap between the most and
-the least free resource (what is at risk of stranding). The score rewards packing tightly
-(best fit) and penalizes stranding:
+everything else on the machine becomes unusable), otherwise ``imbalance`` times the gap
+between the most and the least free resource (what is at risk of stranding; with a large
+``imbalance`` an empty machine can beat a half-used uneven one). The score rewards packing
+tightly (best fit) and penalizes stranding:
 
     score = 1 - (stranding * stranded + (1 - stranding) * mean_left)
 """
@@ -30,24 +31,27 @@ def _fraction(field: str, value) -> float:
 @dataclass(frozen=True, slots=True)
 class BorgHybridArgs:
     """``stranding``: weight of the stranding penalty against best fit (0: pure best fit);
-    ``exhausted``: a fraction left at or below this counts as exhausted."""
+    ``exhausted``: a fraction left at or below this counts as exhausted; ``imbalance``: the
+    weight of the free-resource gap when nothing is exhausted."""
 
     resources: tuple[str, ...] = ("cpu", "memory")
     stranding: float = 0.5
     exhausted: float = 0.02
+    imbalance: float = 1.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "resources", checked_resources(NAME, self.resources))
         object.__setattr__(self, "stranding", _fraction("stranding", self.stranding))
         object.__setattr__(self, "exhausted", _fraction("exhausted", self.exhausted))
+        object.__setattr__(self, "imbalance", _fraction("imbalance", self.imbalance))
 
 
-def stranded_fraction(left: list[float], exhausted: float) -> float:
+def stranded_fraction(left: list[float], exhausted: float, imbalance: float = 1.0) -> float:
     """The share of a machine made unusable (or at risk) by unbalanced use (see module doc)."""
     if len(left) < 2:
         return 0.0
     low, high = min(left), max(left)
-    return high if low <= exhausted else high - low
+    return high if low <= exhausted else imbalance * (high - low)
 
 
 class BorgHybrid:
@@ -64,7 +68,7 @@ class BorgHybrid:
         left = left_fractions(machine, free, job.request, args.resources)
         if not left:
             return 0.0
-        stranded = stranded_fraction(left, args.exhausted)
+        stranded = stranded_fraction(left, args.exhausted, args.imbalance)
         mean = sum(left) / len(left)
         return 1.0 - (args.stranding * stranded + (1.0 - args.stranding) * mean)
 

@@ -483,12 +483,12 @@ def test_every_entry_replaced_by_tricky_values(tag):
 
 
 def test_core_vectors_are_shared_and_their_cache_is_bounded(monkeypatch):
-    from cellstate import codec
+    from cellstate import codec_resources
 
     first = resources_from_map({"cpu": 250, "memory": 512, "disk": 0})
     assert resources_from_map({"cpu": 250, "memory": 512, "disk": 0}) is first == Resources(250, 512)
-    monkeypatch.setattr(codec, "_INTERNED_MAX", 4)
-    monkeypatch.setattr(codec, "_INTERNED", {})
+    monkeypatch.setattr(codec_resources, "_INTERNED_MAX", 4)
+    monkeypatch.setattr(codec_resources, "_INTERNED", {})
     for cpu in range(10):
-        assert codec.core_resources(cpu, 1, 1) == Resources(cpu, 1, 1)
-        assert len(codec._INTERNED) <= 4
+        assert codec_resources.core_resources(cpu, 1, 1) == Resources(cpu, 1, 1)
+        assert len(codec_resources._INTERNED) <= 4

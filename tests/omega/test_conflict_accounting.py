@@ -65,3 +65,35 @@ def test_stale_retries_are_counted_apart_from_conflicts():
 def test_negative_stale_retries_are_refused():
     with pytest.raises(ValueError, match="stale_retries must be a non-negative int"):
         StatsRecorder("s", "batch").record_attempt(0.0, 0.0, 1, 0, 0, 0, 0, 0, False, {}, "j", 1.0, stale_retries=-1)
+
+
+@pytest.mark.parametrize("room, refresh, txns, failed, stale", [
+    (True, False, 2, 1, 1),   # the txn on the old revision fails: a stale retry
+    (True, True, 1, 0, 0),    # the refreshed view shows the claims still fit: rebased, no failed txn
+    (False, True, 2, 1, 0),   # a real conflict goes out as it is and is counted
+], ids=["room-no-refresh", "room-refresh", "full-refresh"])
+def test_refresh_before_commit_saves_only_stale_retries(room, refresh, txns, failed, stale):
+    from cellstate.committer import StoreCommitter
+    from cellstate.keys import CellKeys
+    from cellstate.memory_store import MemoryStore
+    from fakeview import FakeClock, ReplicaView, least_loaded, seed
+    from omega.modes import CommitMode
+    from omega.occ import OptimisticPlacer
+    from omega.retry import RetryPolicy
+
+    store, keys = MemoryStore(), CellKeys("refresh")
+    seed(store, keys, [machine("m1"), machine("m2")],
+         [batch_job("A", 1, cpu=2000 if room else 3500), batch_job("B", 2, cpu=1000)])
+    rival_view, our_view = ReplicaView(store, keys), ReplicaView(store, keys)
+
+    def placer(name, view, attempts):
+        return OptimisticPlacer(name, StoreCommitter(store, keys), FIT, CommitMode.INCREMENTAL,
+                                RetryPolicy(max_attempts=4), FakeClock(), on_attempt=attempts.append,
+                                refresh=(lambda: view.pump(0.0)) if refresh else None)
+
+    placer("rival", rival_view, []).place("A", rival_view, least_loaded)
+    attempts = []
+    result = placer("us", our_view, attempts).place("B", our_view, least_loaded)
+    assert result.pending == () and our_view.job("B").record.tasks == "aa"
+    first = attempts[0]
+    assert (first.transactions, first.failed_transactions, first.stale_retries) == (txns, failed, stale)

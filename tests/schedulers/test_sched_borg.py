@@ -195,3 +195,25 @@ def test_classes_on_and_off_agree_with_a_full_scan():
         decisions = [s.decide(entry, list(range(spec.tasks)), view) for s in scheds]
         assert all((d.claims, d.unplaced) == (decisions[0].claims, decisions[0].unplaced) for d in decisions)
         view.apply(spec.id, decisions[0])
+
+
+@pytest.mark.parametrize("start", ["first", "random", "sticky"])
+def test_walk_start(start):
+    """``first`` walks the seeded permutation from its start every decision, so consecutive
+    one-task jobs pack onto the same machine; every start is deterministic per seed."""
+    def used(seed):
+        view = cell(40)
+        sched = make_scheduler("borg", "b", seed, {"k": 1, "walk_start": start, "relaxed_randomization": True})
+        out = []
+        for n in range(4):
+            entry = view.add_job(job(f"j{n}", tasks=1, cpu=100, memory=100))
+            decision = sched.decide(entry, [0], view)
+            view.apply(entry.id, decision)
+            out.append(decision.claims[0].machine_id)
+        return out
+    first_run = used(3)
+    assert used(3) == first_run
+    if start == "first":
+        assert len(set(first_run)) == 1
+    with pytest.raises(ValueError, match="walk_start"):
+        make_scheduler("borg", "b", 1, {"walk_start": "middle"})

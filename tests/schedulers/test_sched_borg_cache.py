@@ -41,7 +41,7 @@ def test_trim_keeps_the_bound(bound, classes, per_class, left_classes):
     for c in range(classes):
         table = cache.table(c)
         for m in range(per_class):
-            table[f"m{m}"] = (1, OK, (1.0,))
+            table[f"m{m}"] = (1, 0, (1.0,))
         cache.stored(per_class)
     cache.trim()
     assert len(cache) <= bound
@@ -51,9 +51,9 @@ def test_trim_keeps_the_bound(bound, classes, per_class, left_classes):
 def test_recently_used_class_survives():
     cache = ScoreCache(4)
     for c in (1, 2):
-        cache.table(c).update({"m0": (1, OK, None), "m1": (1, OK, None)})
+        cache.table(c).update({"m0": (1, 0, None), "m1": (1, 0, None)})
     cache.table(1)  # 1 is now the most recently used
-    cache.table(3)["m0"] = (1, OK, None)
+    cache.table(3)["m0"] = (1, 0, None)
     cache.stored(5)
     cache.trim()
     assert set(cache._classes) == {1, 3}
@@ -61,9 +61,21 @@ def test_recently_used_class_survives():
 
 def test_trim_counts_only_past_the_noted_bound():
     cache = ScoreCache(2)
-    cache.table(1).update({"m0": (1, OK, None), "m1": (1, OK, None), "m2": (1, OK, None)})
+    cache.table(1).update({"m0": (1, 0, None), "m1": (1, 0, None), "m2": (1, 0, None)})
     cache.stored(2)  # under-noted: trim trusts the note and does not count
     assert cache.trim() == 0 and len(cache) == 3
-    cache.table(2)["m0"] = (1, OK, None)
+    cache.table(2)["m0"] = (1, 0, None)
     cache.stored(2)
     assert cache.trim() == 1 and len(cache) == 1
+
+
+def test_entries_are_untracked_by_the_garbage_collector():
+    """Entries of ints and float tuples: the collector stops tracking them after one pass."""
+    import gc
+
+    cache = ScoreCache(10)
+    entry = (3, cache.index_of(OK), (0.5, 0.25))
+    cache.table(1)["m0"] = entry
+    assert cache.verdicts[entry[1]] is OK and cache.index_of(OK) == entry[1]
+    gc.collect()
+    assert not gc.is_tracked(entry)

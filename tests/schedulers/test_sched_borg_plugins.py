@@ -29,13 +29,15 @@ PACKING = [
     # hybrid, imbalance without exhaustion: stranded = 0.5 - 0.25, mean = 0.375
     ("borg_hybrid", None, (0, 0), (2000, 1000), (4000, 4000), 1 - (0.5 * 0.25 + 0.5 * 0.375)),
     ("borg_hybrid", {"stranding": 0.0}, (0, 0), (2000, 1000), (4000, 4000), 1 - 0.375),
+    # hybrid without the gap penalty: only exhaustion strands
+    ("borg_hybrid", {"imbalance": 0.0}, (0, 0), (2000, 1000), (4000, 4000), 1 - 0.5 * 0.375),
 ]
 
 
 @pytest.mark.parametrize("name,args,req,free,cap,want", PACKING,
                          ids=["best-empty", "best-exact", "best-cpu-only", "worst-empty", "worst-exhausts-memory",
                               "worst-min-dimension", "hybrid-balanced", "hybrid-stranded", "hybrid-imbalance",
-                              "hybrid-pure-best-fit"])
+                              "hybrid-pure-best-fit", "hybrid-no-imbalance"])
 def test_packing_scorers(name, args, req, free, cap, want):
     scorer = make_scorer(name, args)
     m = machine("m", cpu=cap[0], memory=cap[1])
