@@ -83,9 +83,18 @@ def _install_sigterm():
     return signal.signal(signal.SIGTERM, _terminate)
 
 
+def run() -> None:
+    """Process entry point (the ``omega`` script): run ``main`` and exit with its status. A
+    SIGTERM arriving while the interpreter tears down (gRPC threads, atexit) changes nothing:
+    the command has already stopped cleanly."""
+    code = main()
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
     # Run as ``python -m tools.cli``: use the importable module so commands and main share
     # one UsageError class.
-    from tools.cli import main as _main
+    from tools.cli import run as _run
 
-    sys.exit(_main())
+    _run()
