@@ -36,8 +36,9 @@ from borg_google_cell import MemoryCellView, load_initial_state, packing  # noqa
 
 from schedulers.chains import make_scheduler  # noqa: E402
 from tools.trace.google2011 import CapacityModel  # noqa: E402
+from tools.trace.shared import traces_dir  # noqa: E402
 
-TRACE = "/work/shared/traces/google-2011/task_events/part-00000-of-00500.csv.gz"
+TRACE = str(traces_dir() / "google-2011/task_events/part-00000-of-00500.csv.gz")
 OFF = dict(equivalence_classes=False, score_cache=False, relaxed_randomization=False)
 CONFIGS = {
     "all-on": {},

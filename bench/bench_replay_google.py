@@ -20,8 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.bench_common import verdict  # noqa: E402
 from tools.fauxmaster.replay import ReplayConfig, replay  # noqa: E402
 from tools.trace.google2011 import CapacityModel, import_google2011  # noqa: E402
+from tools.trace.shared import traces_dir  # noqa: E402
 
-TRACES = Path("/work/shared/traces/google-2011")
+TRACES = traces_dir() / "google-2011"
 GOAL = 300.0
 
 

@@ -12,6 +12,7 @@ from cellstate.model import JobKind
 from cellstate.resources import Resources
 from tools.trace.events import JobKill, JobSubmit, MachineAdd, TaskEnd, TaskEndStatus
 from tools.trace.format import read_trace
+from tools.trace.shared import traces_dir
 from tools.trace.google2011 import (
     CPU_SCALE,
     GOOGLE_2011_MIX,
@@ -21,7 +22,7 @@ from tools.trace.google2011 import (
     import_google2011,
 )
 
-TRACES = Path("/work/shared/traces/google-2011")
+TRACES = traces_dir() / "google-2011"
 TASK_EVENTS = TRACES / "task_events/part-00000-of-00500.csv.gz"
 JOB_EVENTS = TRACES / "job_events/part-00000-of-00500.csv.gz"
 

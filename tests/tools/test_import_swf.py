@@ -12,8 +12,9 @@ from tools.cli import main
 from tools.trace.events import JobSubmit, MachineAdd
 from tools.trace.format import read_trace
 from tools.trace.swf import SWFError, import_swf
+from tools.trace.shared import traces_dir
 
-KTH = "/work/shared/traces/swf/KTH-SP2-1996-2.1-cln.swf.gz"
+KTH = str(traces_dir() / "swf/KTH-SP2-1996-2.1-cln.swf.gz")
 HEADER = "; Version: 2.2\n; MaxNodes: 4\n; MaxProcs: 8\n"
 GOOD = "  1  10  5  100  2  -1  -1  2  200  2048  1  3  3  -1 -1 -1 -1 -1\n"
 
