@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import signal
 import tempfile
-import threading
 from pathlib import Path
 
 from cellstate.etcd_server import (
     DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_TXN_OPS, EtcdCluster, EtcdError, EtcdOptions,
 )
 from cellstate.keys import DEFAULT_ROOT
+from tools.cmd_etcd import serve_until_stopped
 
 
 def _cell_actions(sub):
@@ -107,20 +106,8 @@ def run_up(args) -> int:
         data_dir.chmod(0o700)
     try:
         cluster, creds_path = _start(args, data_dir)
-        stop = threading.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: stop.set())
         _announce(cluster, creds_path)
-        try:
-            while not stop.wait(0.5):
-                dead = [m.spec.name for m in cluster.members if not m.running]
-                if dead:
-                    print(f"etcd member(s) exited: {', '.join(dead)}", flush=True)
-                    return 1
-        finally:
-            cluster.stop()
-            print("etcd stopped", flush=True)
-        return 0
+        return serve_until_stopped(cluster)
     finally:
         if temporary:
             shutil.rmtree(data_dir, ignore_errors=True)

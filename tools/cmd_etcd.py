@@ -31,10 +31,15 @@ def run_up(args) -> int:
         cluster.start()
     except EtcdError as exc:
         raise UsageError(str(exc)) from None
+    print("etcd up; endpoints: " + ",".join(cluster.endpoints), flush=True)
+    return serve_until_stopped(cluster)
+
+
+def serve_until_stopped(cluster: EtcdCluster) -> int:
+    """Keep ``cluster`` up until SIGINT/SIGTERM (0) or until a member exits (1); then stop it."""
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    print("etcd up; endpoints: " + ",".join(cluster.endpoints), flush=True)
     try:
         while not stop.wait(0.5):
             dead = [m.spec.name for m in cluster.members if not m.running]

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from omega.attempts import Attempt
+from tools.metrics_endpoint import MetricsEndpoint
 
 DECISION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 
-class SchedulerMetrics:
+class SchedulerMetrics(MetricsEndpoint):
     """Counters of attempts, txns, commits, conflicts, stale retries and tasks placed, and a histogram of
     decision seconds, labelled by scheduler; ``observe`` is an ``on_attempt`` observer."""
 
     def __init__(self, scheduler: str, registry: CollectorRegistry | None = None):
-        self.registry = registry or CollectorRegistry()
+        super().__init__(registry)
         r, labels = self.registry, ("scheduler",)
         self.attempts = Counter("omega_scheduler_attempts", "Placement attempts (decisions).", labels, registry=r)
         self.txns = Counter("omega_scheduler_txns", "Transactions sent.", labels, registry=r)
@@ -29,7 +30,6 @@ class SchedulerMetrics:
         self.decision_seconds = Histogram("omega_scheduler_decision_seconds", "Time spent deciding one attempt.",
                                           labels, buckets=DECISION_BUCKETS, registry=r)
         self.scheduler = scheduler
-        self._server = None
 
     def observe(self, attempt: Attempt) -> None:
         s = self.scheduler
@@ -40,18 +40,6 @@ class SchedulerMetrics:
         self.stale_retries.labels(s).inc(attempt.stale_retries)
         self.tasks_placed.labels(s).inc(len(attempt.committed))
         self.decision_seconds.labels(s).observe(attempt.decision_time_s)
-
-    def serve(self, port: int, host: str = "127.0.0.1") -> int:
-        """Serve /metrics on ``host:port`` (0: a free port); returns the port."""
-        server, _thread = start_http_server(port, addr=host, registry=self.registry)
-        self._server = server
-        return server.server_port
-
-    def close(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
 
     def value(self, name: str) -> float:
         """Current value of a sample (``omega_scheduler_commits_total``…), for tests and logs."""

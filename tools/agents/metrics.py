@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from tools.metrics_endpoint import MetricsEndpoint
 
 
-class AgentMetrics:
+class AgentMetrics(MetricsEndpoint):
     """Counters and gauges of the machine agents; ``serve(port)`` exposes them over HTTP."""
 
     def __init__(self, registry: CollectorRegistry | None = None):
-        self.registry = registry or CollectorRegistry()
+        super().__init__(registry)
         r = self.registry
         self.tasks_started = Counter("omega_agent_tasks_started", "Tasks marked running.", registry=r)
         self.tasks_finished = Counter("omega_agent_tasks_finished", "Batch tasks ended.", registry=r)
@@ -19,19 +21,6 @@ class AgentMetrics:
         self.running_tasks = Gauge("omega_agent_running_tasks", "Tasks running on the agents' machines.",
                                    registry=r)
         self.machines = Gauge("omega_agent_machines", "Machines simulated by this process.", registry=r)
-        self._server = None
-
-    def serve(self, port: int, host: str = "127.0.0.1") -> int:
-        """Serve /metrics on ``host:port`` (0: a free port); returns the port."""
-        server, _thread = start_http_server(port, addr=host, registry=self.registry)
-        self._server = server
-        return server.server_port
-
-    def close(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
 
     def value(self, name: str) -> float:
         """Current value of a sample (``omega_agent_tasks_finished_total``…), for tests and logs."""
