@@ -196,6 +196,9 @@ class OptimisticPlacer:
         """Commit ``claims`` in one txn, retrying kept claims at once after conflicts; an
         incremental plan the store finds too large is halved."""
         plan = self._plan(st, claims)
+        if plan is not None:
+            plan, unfit = _drop_unfit(plan)
+            tally.redecide.extend(unfit)
         for _ in range(self.retry.max_attempts):
             if plan is None or not plan.claims:
                 tally.job_gone = plan is None
@@ -328,6 +331,35 @@ class OptimisticPlacer:
         reason = entry.record.reason if entry is not None else ""
         return PlacementResult(st.job_id, tuple(st.placed), pending, reason, tuple(st.attempts),
                                gave_up, st.job_gone or entry is None)
+
+
+def _drop_unfit(plan: Plan) -> tuple[Plan, list[int]]:
+    """The plan without the claims that no longer fit the ledgers it carries, and their tasks.
+    A decision committed in several transactions plans each chunk on the view as it is then:
+    a conflict resolved in an earlier chunk may have brought in other schedulers' claims on
+    machines this chunk uses, so its claims are checked again before they go out (they go
+    back to the scheduler otherwise; the committer would refuse an overcommitting plan)."""
+    free: dict[str, object] = {}
+    kept, unfit = [], []
+    for claim in plan.claims:
+        if claim.evicts:  # guarded by the victims' revisions; the eviction makes the room
+            kept.append(claim)
+            continue
+        room = free.get(claim.machine_id)
+        if room is None:
+            machine = plan.machines[claim.machine_id].machine
+            room = machine.capacity - machine.allocated
+        if claim.request.fits_in(room):
+            free[claim.machine_id] = room - claim.request
+            kept.append(claim)
+        else:
+            free[claim.machine_id] = room
+            unfit.append(claim.task_index)
+    if not unfit:
+        return plan, unfit
+    used = {c.machine_id for c in kept}
+    machines = {mid: entry for mid, entry in plan.machines.items() if mid in used}
+    return replace(plan, claims=tuple(kept), machines=machines), unfit
 
 
 def _note_conflict(outcome: CommitOutcome, split: ConflictSplit, tally: _Tally) -> None:
