@@ -50,29 +50,30 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; its exit status (2: usage error, 130: interrupted)."""
     previous = _install_sigterm()  # first: importing the commands takes a while
     try:
-        parser = build_parser()
-        args = parser.parse_args(argv)
+        return _run_command(argv)
     except Terminated:
-        return 0
+        return 0  # asked to stop before the command took over graceful stopping
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _run_command(argv: list[str] | None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
     level = [logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)]
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    previous = _install_sigterm()
     try:
         return int(args.func(args) or 0)
     except UsageError as exc:
         parser.exit(2, f"omega: error: {exc}\n")
     except Terminated:
-        return 0  # asked to stop before there was anything to stop gracefully
+        raise
     except KeyboardInterrupt:
         return 130
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
 
 
 def _install_sigterm():
