@@ -77,15 +77,7 @@ def _unpack(key: str, raw: bytes, tag: str) -> dict:
         d = msgpack.unpackb(raw, raw=False)
     except Exception as exc:  # msgpack raises many types (ValueError, StackError, TypeError…)
         raise CodecError(key, "", f"not a msgpack value ({type(exc).__name__}: {exc})") from None
-    if type(d) is not dict:
-        raise fc.expected(key, "", "a msgpack map", d)
-    v = d.get("v")
-    if type(v) is not int or v != SCHEMA_VERSION:
-        raise CodecError(key, "v", "missing schema version" if v is None else
-                         f"unknown schema version {v!r} (this codec reads {SCHEMA_VERSION})")
-    if d.get("t") != tag:
-        raise CodecError(key, "t", f"expected type tag {tag!r}, got {d.get('t')!r}")
-    return d
+    return _envelope(key, d, tag)
 
 
 # --------------------------------------------------------------------- machines
