@@ -156,7 +156,7 @@ class ResourceFitConflicts(_ConflictStrategy):
         if spread_at_risk:
             why = f"job {plan.job.id} was placed elsewhere concurrently; its spread must be re-decided"
             return [], [(c, why) for c in claims]
-        return _fit_cumulatively(fresh, claims)
+        return fit_cumulatively(fresh, claims)
 
     def stale(self, plan: Plan, outcome: CommitOutcome, split: ConflictSplit) -> bool:
         fresh = outcome.fresh_job
@@ -183,7 +183,9 @@ _PENDING = bytes(int(chr(i) == "p") for i in range(256))
 _LIVE = bytes(int(chr(i) in "ar") for i in range(256))
 
 
-def _fit_cumulatively(fresh: MachineEntry, claims: list[Claim]):
+def fit_cumulatively(fresh: MachineEntry, claims: list[Claim]):
+    """Split ``claims`` on one machine into those that fit its ledger one after another and
+    (claim, reason) for the rest."""
     free = fresh.machine.free
     kept, rejected = [], []
     for claim in claims:

@@ -24,7 +24,7 @@ from typing import Callable
 from tenacity import Retrying, retry_if_result
 
 from omega.attempts import Attempt, AttemptOutcome, PlacementResult, classify
-from omega.modes import CommitMode, ConflictMode, ConflictSplit, check_gang_size
+from omega.modes import CommitMode, ConflictMode, ConflictSplit, check_gang_size, fit_cumulatively
 from omega.protocols import (
     Claim, Clock, CommitOutcome, Committer, Decide, Decision, JobEntry, PlacementView, Plan, PlanTooLarge,
 )
@@ -338,28 +338,23 @@ def _drop_unfit(plan: Plan) -> tuple[Plan, list[int]]:
     A decision committed in several transactions plans each chunk on the view as it is then:
     a conflict resolved in an earlier chunk may have brought in other schedulers' claims on
     machines this chunk uses, so its claims are checked again before they go out (they go
-    back to the scheduler otherwise; the committer would refuse an overcommitting plan)."""
-    free: dict[str, object] = {}
-    kept, unfit = [], []
+    back to the scheduler otherwise; the committer would refuse an overcommitting plan).
+    Evicting claims are kept: the victims' revisions guard them and the eviction makes room."""
+    by_machine: dict[str, list[Claim]] = {}
     for claim in plan.claims:
-        if claim.evicts:  # guarded by the victims' revisions; the eviction makes the room
-            kept.append(claim)
-            continue
-        room = free.get(claim.machine_id)
-        if room is None:
-            machine = plan.machines[claim.machine_id].machine
-            room = machine.capacity - machine.allocated
-        if claim.request.fits_in(room):
-            free[claim.machine_id] = room - claim.request
-            kept.append(claim)
-        else:
-            free[claim.machine_id] = room
-            unfit.append(claim.task_index)
+        if not claim.evicts:
+            by_machine.setdefault(claim.machine_id, []).append(claim)
+    unfit: set[int] = set()
+    for machine_id, claims in by_machine.items():
+        _, rejected = fit_cumulatively(plan.machines[machine_id], claims)
+        unfit.update(claim.task_index for claim, _ in rejected)
     if not unfit:
-        return plan, unfit
+        return plan, []
+    kept = tuple(c for c in plan.claims if c.task_index not in unfit)
     used = {c.machine_id for c in kept}
     machines = {mid: entry for mid, entry in plan.machines.items() if mid in used}
-    return replace(plan, claims=tuple(kept), machines=machines), unfit
+    return replace(plan, claims=kept, machines=machines), [c.task_index for c in plan.claims
+                                                          if c.task_index in unfit]
 
 
 def _note_conflict(outcome: CommitOutcome, split: ConflictSplit, tally: _Tally) -> None:
