@@ -89,6 +89,7 @@ class EtcdStore:
             raise etcd_wire.store_error(exc, "authentication") from None
         # The auth token travels as metadata (call credentials are refused on plain channels).
         self._metadata = self._client.metadata
+        self._credentials = (user, password) if user is not None else None
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -97,11 +98,27 @@ class EtcdStore:
         if self._closed:
             raise StoreError(f"etcd {what} on a closed EtcdStore")
         try:
+            try:
+                return getattr(getattr(self._client, stub), method)(request, self._timeout, metadata=self._metadata)
+            except grpc.RpcError as exc:
+                if not self._renew_expired_token(exc):
+                    raise
             return getattr(getattr(self._client, stub), method)(request, self._timeout, metadata=self._metadata)
         except grpc.RpcError as exc:
             raise self._error(exc, what, revision) from None
         except etcd_wire.CONNECTION_ERRORS as exc:
             raise Unavailable(f"etcd {what} failed: {type(exc).__name__}: {exc}") from None
+
+    def _renew_expired_token(self, exc: grpc.RpcError) -> bool:
+        """After etcd refused our auth token as invalid (expired, or lost in a restart with
+        simple tokens): authenticate again and return True so the call is retried once."""
+        if self._credentials is None or not etcd_wire.is_invalid_token(exc):
+            return False
+        user, password = self._credentials
+        resp = self._client.authstub.Authenticate(
+            rpc.AuthenticateRequest(name=user, password=password), self._timeout)
+        self._metadata = self._client.metadata = (("token", resp.token),)
+        return True
 
     def _error(self, exc: grpc.RpcError, what: str, revision: int | None) -> StoreError:
         if exc.code() in etcd_wire.ENDPOINT_FAILURE_CODES:
@@ -217,6 +234,8 @@ class EtcdStore:
         if type(start_revision) is not int or start_revision < 1:
             raise ValueError(f"watch start_revision must be a positive int, got {start_revision!r}")
         key = prefix.encode()
+        if self._credentials is not None:
+            self.revision()  # etcd checks the token when a watch opens: renew it first if it expired
         return self._open_watch(key or b"\0", etcd_wire.prefix_end_bytes(key), start_revision)
 
     def _open_watch(self, key: bytes, range_end: bytes, start_revision: int) -> EtcdWatchStream:
@@ -247,10 +266,12 @@ class EtcdStore:
         if self._closed:
             raise StoreError("lease refresh on a closed EtcdStore")
         try:
-            stub = self._client.leasestub
-            responses = stub.LeaseKeepAlive(iter([rpc.LeaseKeepAliveRequest(ID=lease)]), self._timeout,
-                                            metadata=self._metadata)
-            ttl = next(iter(responses)).TTL
+            try:
+                ttl = self._keep_alive_once(lease)
+            except grpc.RpcError as exc:
+                if not self._renew_expired_token(exc):
+                    raise
+                ttl = self._keep_alive_once(lease)
         except grpc.RpcError as exc:
             raise self._error(exc, f"refresh of lease {lease}", None) from None
         except etcd_wire.CONNECTION_ERRORS as exc:
@@ -259,6 +280,11 @@ class EtcdStore:
             raise Unavailable(f"etcd ended the keep-alive of lease {lease} without an answer") from None
         if ttl <= 0:
             raise StoreError(f"lease {lease} not found (expired or revoked)")
+
+    def _keep_alive_once(self, lease: int) -> int:
+        responses = self._client.leasestub.LeaseKeepAlive(
+            iter([rpc.LeaseKeepAliveRequest(ID=lease)]), self._timeout, metadata=self._metadata)
+        return next(iter(responses)).TTL
 
     def revoke_lease(self, lease: int) -> None:
         self._call("leasestub", "LeaseRevoke", rpc.LeaseRevokeRequest(ID=lease), f"revoke of lease {lease}")

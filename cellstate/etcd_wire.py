@@ -174,6 +174,11 @@ def is_compacted(exc: grpc.RpcError) -> bool:
     return exc.code() == grpc.StatusCode.OUT_OF_RANGE and COMPACTED_MESSAGE in (exc.details() or "")
 
 
+def is_invalid_token(exc: grpc.RpcError) -> bool:
+    """etcd refused the call's auth token (expired, or unknown after a restart)."""
+    return "invalid auth token" in (exc.details() or "")
+
+
 def store_error(exc: grpc.RpcError, what: str) -> StoreError:
     """The StoreError for a failed gRPC call (compaction is handled by the caller)."""
     code, details = exc.code(), exc.details() or ""

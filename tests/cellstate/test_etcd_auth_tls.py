@@ -73,6 +73,41 @@ def test_auth_failures_are_store_errors(own_etcd, credentials, message):
             store.close()
 
 
+@pytest.fixture
+def short_token_etcd():
+    """A private etcd whose simple auth tokens expire after 1 s without use."""
+    cluster = EtcdCluster(size=1, options=EtcdOptions(unsafe_no_fsync=True,
+                                                     extra_args=["--auth-token-ttl", "1"])).start()
+    yield cluster
+    cluster.stop()
+
+
+def test_store_renews_an_expired_token_for_calls_leases_and_watches(short_token_etcd):
+    import grpc
+    import etcd3.etcdrpc as rpc
+
+    enable_auth(short_token_etcd.endpoints[0], "s3cret")
+    store = EtcdStore(short_token_etcd.endpoints, user="root", password="s3cret")
+    try:
+        lease = store.grant_lease(30)
+        first_token = store._metadata
+        time.sleep(3)  # the token expires
+        with grpc.insecure_channel(short_token_etcd.endpoints[0]) as channel:
+            with pytest.raises(grpc.RpcError, match="invalid auth token"):
+                rpc.KVStub(channel).Range(rpc.RangeRequest(key=b"/auth/k"), 5, metadata=first_token)
+        revision = store.put("/auth/k", b"v")           # a unary call renews it
+        assert store._metadata != first_token
+        time.sleep(3)
+        store.refresh_lease(lease)                       # so does a keep-alive
+        time.sleep(3)
+        stream = store.watch("/auth/", revision + 1)     # and opening a watch
+        later = store.put("/auth/k", b"w")
+        assert stream.next(timeout=5).revision == later
+        stream.cancel()
+    finally:
+        store.close()
+
+
 # -- TLS ----------------------------------------------------------------------------------------
 
 def make_certificates(directory) -> tuple[str, str, str]:
