@@ -4,7 +4,9 @@ plus ``apply_outcome`` (omega's ``PlacementView``), the live peers of a schedule
 
 Freed resources: a machine whose ledger shrank in some dimension (a task ended, was
 evicted or its machine failed), a machine that came back up, or a new machine. Deferred
-jobs may fit again then, so the scheduler resets their backoff (``take_freed``).
+jobs may fit again then, so the scheduler resets their backoff (``take_freed``). With
+``track_freed_machines()`` the view also collects which machines freed room
+(``take_freed_machines``), for a caller that remembers where nothing fit.
 Our own commits only grow ledgers, so they never raise the flag.
 
 Not thread-safe (like the replica): the scheduler's worker thread owns it.
@@ -41,13 +43,35 @@ class _WatchedReplica(Replica):
     """A replica that notices machines freeing resources as the watch applies them."""
 
     freed = False
+    freed_ids: set[str] | None = None  # machines that freed room, when tracked
+    changed_ids: set[str] | None = None  # machines whose entry changed, when tracked
+    changed_jobs: set[str] | None = None  # jobs whose record changed (or appeared), when tracked
 
     def _set_machine(self, ident: str, entry: MachineEntry) -> None:
         machines = self._machines
         old = machines.get(ident)
         machines[ident] = entry  # ReplicaState._set_machine, inlined: once per ledger change
-        if not self.freed and frees_resources(old.machine if old else None, entry.machine):
+        if self.changed_ids is not None:
+            self.changed_ids.add(ident)
+        ids = self.freed_ids
+        if ids is None:
+            if not self.freed and frees_resources(old.machine if old else None, entry.machine):
+                self.freed = True
+        elif frees_resources(old.machine if old else None, entry.machine):
             self.freed = True
+            ids.add(ident)
+
+    def _set_job(self, ident: str, entry) -> None:
+        super()._set_job(ident, entry)
+        if self.changed_jobs is not None:
+            self.changed_jobs.add(ident)
+
+    def _forget(self, kind: str, key: str, ident: str) -> None:
+        super()._forget(kind, key, ident)
+        if kind == "machines" and self.changed_ids is not None:
+            self.changed_ids.add(ident)
+        elif kind == "jobs" and self.changed_jobs is not None:
+            self.changed_jobs.add(ident)
 
 
 class ReplicaView:
@@ -83,6 +107,8 @@ class ReplicaView:
             return
         machines = outcome.fresh_machines
         self._note_fresh_machines(m for m in machines.values() if m)
+        if self.replica.changed_ids is not None:
+            self.replica.changed_ids.update(machines)
         jobs = {job.id: job for job in (outcome.fresh_job, *outcome.fresh_victims.values()) if job}
         gone_jobs = [job_id for job_id, job in outcome.fresh_victims.items() if job is None]
         self.replica.apply_entries([m for m in machines.values() if m], jobs.values(),
@@ -98,11 +124,55 @@ class ReplicaView:
             if (held is None or held.mod_revision < entry.mod_revision) and \
                     frees_resources(held.machine if held else None, entry.machine):
                 self.replica.freed = True
+                if self.replica.freed_ids is not None:
+                    self.replica.freed_ids.add(entry.id)
 
     def take_freed(self) -> bool:
         """True (once) if machines freed resources since the last call."""
         freed, self.replica.freed = self.replica.freed, False
         return freed
+
+    def track_freed_machines(self) -> None:
+        """From now on, collect the ids of machines that free room (see ``take_freed_machines``)."""
+        if self.replica.freed_ids is None:
+            self.replica.freed_ids = set()
+
+    def track_changed_machines(self) -> None:
+        """From now on, collect the ids of machines whose entry changed (``take_changed_machines``)."""
+        if self.replica.changed_ids is None:
+            self.replica.changed_ids = set()
+
+    def take_changed_machines(self) -> set[str]:
+        """Ids of the machines whose entry changed (or went away) since the last call
+        (tracking must be on)."""
+        ids = self.replica.changed_ids
+        if ids is None:
+            raise RuntimeError("take_changed_machines needs track_changed_machines() first")
+        self.replica.changed_ids = set()
+        return ids
+
+    def track_changed_jobs(self) -> None:
+        """From now on, collect the ids of jobs whose record changed, appeared or went away
+        (``take_changed_jobs``)."""
+        if self.replica.changed_jobs is None:
+            self.replica.changed_jobs = set()
+
+    def take_changed_jobs(self) -> set[str]:
+        """Ids of the jobs whose record changed since the last call (tracking must be on)."""
+        ids = self.replica.changed_jobs
+        if ids is None:
+            raise RuntimeError("take_changed_jobs needs track_changed_jobs() first")
+        self.replica.changed_jobs = set()
+        return ids
+
+    def take_freed_machines(self) -> set[str]:
+        """Ids of the machines that freed room since the last call (tracking must be on);
+        independent of ``take_freed``'s flag."""
+        ids = self.replica.freed_ids
+        if ids is None:
+            raise RuntimeError("take_freed_machines needs track_freed_machines() first")
+        self.replica.freed_ids = set()
+        return ids
 
     def peers(self, kind: str) -> list[str]:
         """Names of the schedulers of ``kind`` whose leased stats key is live, sorted.

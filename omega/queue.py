@@ -10,6 +10,10 @@ steals only to fill the rest of a round, preferring the jobs it is next in line 
 (its rendezvous rank): with a backlog older than ``steal_after_s``, peers taking the
 same oldest jobs would only make each other's commits fail on the job's revision.
 Races stay safe: the commit compares the job's revision, so a task is never placed twice.
+
+The order is pluggable (``make_order``): "fair" (above, the default) or "drf" (``omega.drf``:
+priority, then the owners' weighted dominant shares with progressive filling). Either way
+jobs that are backing off are left out before ordering, so they take no turn.
 """
 
 from __future__ import annotations
@@ -17,8 +21,10 @@ from __future__ import annotations
 import hashlib
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Protocol
 
-from omega.protocols import JobEntry
+from omega.drf import DrfOrder, parse_weights
+from omega.protocols import CellView, JobEntry
 
 
 def fair_order(jobs: list[JobEntry]) -> list[JobEntry]:
@@ -48,6 +54,48 @@ def _round_robin(jobs: list[JobEntry]) -> list[JobEntry]:
     return out
 
 
+class QueueOrder(Protocol):
+    """How a queue orders its pending jobs (all of them, whoever's share they are)."""
+
+    name: str
+
+    def arrange(self, jobs: list[JobEntry]) -> Iterable[JobEntry]: ...
+
+
+class FairOrder:
+    """``fair_order``: priority, owners round-robin, oldest first."""
+
+    name = "fair"
+
+    def arrange(self, jobs: list[JobEntry]) -> Iterable[JobEntry]:
+        return fair_order(jobs)
+
+
+ORDER_NAMES = ("fair", "drf")
+
+
+def check_order(name: str, weights: Mapping[str, float] | None = None) -> dict[str, float]:
+    """Validate a queue order's name and DRF weights (ValueError naming what is wrong);
+    the weights, parsed."""
+    if name not in ORDER_NAMES:
+        raise ValueError(f"unknown queue order {name!r}; known: {', '.join(ORDER_NAMES)}")
+    parsed = parse_weights(weights)
+    if parsed and name != "drf":
+        raise ValueError(f"DRF weights {sorted(parsed)} given, but the queue order is {name!r} (use 'drf')")
+    return parsed
+
+
+def make_order(name: str = "fair", view: CellView | None = None,
+               weights: Mapping[str, float] | None = None) -> QueueOrder:
+    """The queue order called ``name``; "drf" reads owners' usage from ``view``."""
+    parsed = check_order(name, weights)
+    if name == "fair":
+        return FairOrder()
+    if view is None:
+        raise ValueError("the drf queue order needs the cell view (owners' usage)")
+    return DrfOrder(view, parsed)
+
+
 def _weight(peer: str, job_id: str) -> bytes:
     return hashlib.blake2b(f"{peer}\0{job_id}".encode(), digest_size=8).digest()
 
@@ -65,25 +113,28 @@ def rendezvous_rank(job_id: str, peers: list[str], peer: str) -> int:
 
 @dataclass
 class JobQueue:
-    """Chooses the next jobs for scheduler ``me`` among ``peers`` of its kind."""
+    """Chooses the next jobs for scheduler ``me`` among ``peers`` of its kind, in ``order``."""
 
     me: str
     steal_after_s: float = 2.0
     backoff_min_s: float = 0.2
     backoff_max_s: float = 5.0
+    order: QueueOrder = field(default_factory=FairOrder)
     _not_before: dict[str, float] = field(default_factory=dict)
     _backoff: dict[str, float] = field(default_factory=dict)
 
     def select(self, pending: list[JobEntry], peers: list[str], now: float, limit: int) -> list[JobEntry]:
         """Up to ``limit`` jobs this scheduler should try now: by priority (high first); within
-        a priority its own share in fair order, then jobs pending for ``steal_after_s`` (those
-        it is next in line for first, then in fair order)."""
+        a priority its own share in the queue's order, then jobs pending for ``steal_after_s``
+        (those it is next in line for first, then in the queue's order). Jobs backing off
+        are left out before ordering."""
         crew = sorted(set(peers) | {self.me})
-        candidates: list[tuple[int, int, int, JobEntry]] = []  # (-priority, rank, fair position, job)
+        not_before = self._not_before
+        if not_before:
+            pending = [entry for entry in pending if not_before.get(entry.id, 0.0) <= now]
+        candidates: list[tuple[int, int, int, JobEntry]] = []  # (-priority, rank, position, job)
         own = 0
-        for position, entry in enumerate(fair_order(pending)):
-            if self._not_before.get(entry.id, 0.0) > now:
-                continue
+        for position, entry in enumerate(self.order.arrange(pending)):
             rank = 0 if len(crew) == 1 else rendezvous_rank(entry.id, crew, self.me)
             if rank == 0:
                 candidates.append((-entry.record.job.priority, 0, position, entry))

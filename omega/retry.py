@@ -45,7 +45,7 @@ class RetryPolicy:
 
 # Batch jobs are cheap to re-queue and many: give up sooner. Services are few and matter:
 # try harder. The Borg-style scheduler places both.
-DEFAULT_ATTEMPTS = {"batch": 3, "service": 8, "borg": 5}
+DEFAULT_ATTEMPTS = {"batch": 3, "service": 8, "borg": 5, "solver": 5}
 
 
 def retry_policy_for(kind: str, seed: int | None = 0) -> RetryPolicy:

@@ -8,8 +8,8 @@ event loop stays free for signals and for the stats task, which publishes every
 
   1. pump the view (apply the watch batches that are ready, without waiting);
      if machines freed resources since the last round, forget every job's backoff;
-  2. select up to ``batch_jobs`` pending jobs of the scheduler's kind (fair order, shared
-     with the live peers of the same kind by rendezvous hashing);
+  2. select up to ``batch_jobs`` pending jobs of the scheduler's kind (in the queue order,
+     fair or drf; shared with the live peers of the same kind by rendezvous hashing);
   3. place each (decide, commit, resolve conflicts); a job left with pending tasks is
      deferred (exponential backoff), a placed one forgotten; before each txn the view is
      pumped again (resource-fit rebases a plan that would only be a stale retry);
@@ -26,8 +26,8 @@ import os
 import socket
 import threading
 import time
-from dataclasses import dataclass
-from typing import Callable, Iterable, Protocol
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping, Protocol
 
 import anyio
 import anyio.to_thread
@@ -37,7 +37,7 @@ from omega.attempts import Attempt, PlacementResult
 from omega.modes import CommitMode, ConflictMode
 from omega.occ import OptimisticPlacer
 from omega.protocols import CellView, Claim, Committer, Decision, JobEntry, PlacementView, PlanRejected, PlanTooLarge
-from omega.queue import JobQueue
+from omega.queue import JobQueue, check_order, make_order
 from omega.retry import RetryPolicy, retry_policy_for
 from omega.stats import SchedulerStats, StatsRecorder
 
@@ -92,7 +92,9 @@ class SystemClock:
 @dataclass(frozen=True, slots=True)
 class RuntimeOptions:
     """Knobs of the work loop. ``duration_s`` 0: run until stopped. ``transient_errors``:
-    exceptions of a round (store outages) that are logged and retried after ``error_wait_s``."""
+    exceptions of a round (store outages) that are logged and retried after ``error_wait_s``.
+    ``order``: the queue order, "fair" or "drf" (``omega.queue.make_order``); ``drf_weights``:
+    owner → weight for "drf" (default 1 each)."""
 
     batch_jobs: int = 16
     steal_after_s: float = 2.0
@@ -101,8 +103,11 @@ class RuntimeOptions:
     error_wait_s: float = 1.0
     duration_s: float = 0.0
     transient_errors: tuple[type[BaseException], ...] = ()
+    order: str = "fair"
+    drf_weights: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        check_order(self.order, self.drf_weights)
         if type(self.batch_jobs) is not int or self.batch_jobs < 1:
             raise ValueError(f"batch_jobs must be an int >= 1, got {self.batch_jobs!r}")
         for name in ("steal_after_s", "duration_s"):
@@ -144,7 +149,8 @@ class SchedulerProcess:
         self.placer = OptimisticPlacer(self.name, committer, conflict_mode, commit_mode,
                                        retry or retry_policy_for(self.kind), self.clock, self._on_attempt,
                                        refresh=lambda: self.view.pump(0.0))
-        self.queue = JobQueue(self.name, steal_after_s=options.steal_after_s)
+        self.queue = JobQueue(self.name, steal_after_s=options.steal_after_s,
+                              order=make_order(options.order, view, options.drf_weights))
         self.recorder = StatsRecorder(self.name, self.kind, pid=os.getpid(), host=socket.gethostname(),
                                       started_at=self.clock.now(), conflict_mode=conflict_mode.value.label,
                                       commit_mode=commit_mode.value.label)

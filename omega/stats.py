@@ -12,7 +12,7 @@ import math
 from collections import Counter, deque
 from dataclasses import dataclass
 
-STATS_KINDS = ("batch", "service", "borg")
+STATS_KINDS = ("batch", "service", "borg", "solver")
 WINDOW_S = 10.0
 DECISION_SAMPLES = 1_000
 HOT_MACHINES_MAX = 10

@@ -3,7 +3,10 @@
 Per task: walk the shuffled ids from a cursor, ``sample_size`` machines per round, until
 ``k`` feasible machines are found, and take the best ranked. After ``sample_rounds``
 fruitless rounds, scan the whole shuffled list so an almost full cell still finds its
-last hole. Tasks of a job are identical and reservations only shrink what is free, so once
+last hole. On a view that reports its changed machines (``ReplicaView``) and a chain the
+index handles exactly, that scan walks only the machines whose free resources hold the
+request (``schedulers.free_index``): the same machines are found in the same order, the
+cursor ends in the same place and the rejection tally (the job's reason) is the same. Tasks of a job are identical and reservations only shrink what is free, so once
 a full scan finds nothing, the job's remaining tasks are unplaced with the same reason.
 """
 
@@ -15,6 +18,7 @@ from cellstate.model import Job, Machine
 from cellstate.resources import Resources
 from omega.protocols import CellView, Claim, JobEntry
 from schedulers.base import Decision, checked_tasks, gang_outcome
+from schedulers.free_index import FreeIndex, applies
 from schedulers.pipeline import NO_MACHINES, Pipeline, Rejections
 from schedulers.plugin import JobPlacement, ScoreContext
 from schedulers.reservation import Reservations
@@ -45,6 +49,7 @@ class BatchScheduler:
         self._count = -1
         self._cursor = 0
         self._base_free: dict = {}  # machine id -> (Machine, its free): saves recomputing ledgers
+        self._index: FreeIndex | None = None
 
     def decide(self, job: JobEntry, tasks: list[int], view: CellView) -> Decision:
         """Claims for ``tasks`` of ``job``, fitting cumulatively on ``view``."""
@@ -83,8 +88,63 @@ class BatchScheduler:
             if machine is not None:
                 return machine, ""
         rejections = Rejections()
-        machine = self._walk(spec, view, reservations, placement, len(self._ids), rejections)
+        index = self._index_for(view, spec.request)
+        if index is None:
+            machine = self._walk(spec, view, reservations, placement, len(self._ids), rejections)
+        else:
+            machine = self._indexed_scan(index, spec, view, reservations, placement, rejections)
         return machine, "" if machine is not None else rejections.reason()
+
+    def _index_for(self, view: CellView, request: Resources) -> FreeIndex | None:
+        """The free index of ``view`` (built or refreshed), None when it does not apply."""
+        if not hasattr(view, "take_changed_machines") or not applies(self.pipeline.filters, request):
+            return None
+        index = self._index
+        if index is None or index.view is not view or index.ids is not self._ids:
+            index = self._index = FreeIndex(view, self._ids)
+        else:
+            index.refresh()
+        return index
+
+    def _indexed_scan(self, index: FreeIndex, spec: Job, view: CellView, reservations: Reservations,
+                      placement: JobPlacement, rejections: Rejections) -> Machine | None:
+        """The full scan over the index's candidates only (see the module docstring)."""
+        ids, n = self._ids, len(self._ids)
+        placed = placement.machines
+        feasible: list[tuple[Machine, Resources]] = []
+        candidates = index.candidates(spec.request, self._cursor)
+        for i in candidates:
+            machine, free = self._examine(spec, view, reservations, placed, ids[i], rejections)
+            if machine is None:
+                continue
+            feasible.append((machine, free))
+            if len(feasible) >= self.k:
+                self._cursor = i + 1 if i + 1 < n else 0
+                return self._best(spec, feasible, placement)
+        if not feasible:  # the full walk would have tallied every other machine too
+            others = (set(index.not_up()) | {index.position[m] for m in placed if m in index.position})
+            others.difference_update(candidates)
+            for i in sorted(others):
+                self._examine(spec, view, reservations, placed, ids[i], rejections)
+            counts = rejections.counts
+            for short, count in index.first_short(spec.request, sorted(others)).items():
+                counts[("resources_fit", short)] = counts.get(("resources_fit", short), 0) + count
+        return self._best(spec, feasible, placement)
+
+    def _examine(self, spec: Job, view: CellView, reservations: Reservations, placed: dict,
+                 machine_id: str, rejections: Rejections) -> tuple[Machine | None, Resources | None]:
+        """(machine, its free) when every filter passes, else (None, None) with the verdict tallied."""
+        entry = view.machine(machine_id)
+        if entry is None:
+            self._count = -1  # the cell changed under the cached ids: refresh next time
+            return None, None
+        machine = entry.machine
+        free = reservations.free(machine)
+        verdict = self.pipeline.check(spec, machine, free, placed.get(machine_id, 0))
+        if not verdict.ok:
+            rejections.add(verdict)
+            return None, None
+        return machine, free
 
     def _walk(self, spec: Job, view: CellView, reservations: Reservations, placement: JobPlacement,
               limit: int, rejections: Rejections | None) -> Machine | None:

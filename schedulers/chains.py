@@ -21,6 +21,7 @@ from schedulers.pipeline import Pipeline
 from schedulers.plugin import PluginConfigError
 from schedulers.registry import make_filter, make_scorer
 from schedulers.service import ServiceScheduler
+from schedulers.solver import SolverScheduler
 
 # Filters shared by both kinds, cheapest first; a machine is charged to the first that fails.
 _FILTERS = (
@@ -123,10 +124,16 @@ def _make_borg(name: str, seed: int, config: Mapping[str, Any]) -> Scheduler:
     return BorgScheduler(name, random.Random(seed), pipeline, **knobs)
 
 
+def _make_solver(name: str, seed: int, config: Mapping[str, Any]) -> Scheduler:
+    """CP-SAT over a batch of tasks; config keys: ``schedulers/solver_config.py``."""
+    return SolverScheduler(name, seed, config)
+
+
 KINDS: dict[str, Callable[[str, int, Mapping[str, Any]], Scheduler]] = {
     "batch": _make_batch,
     "service": _make_service,
     "borg": _make_borg,
+    "solver": _make_solver,
 }
 
 

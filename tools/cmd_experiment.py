@@ -1,6 +1,8 @@
-"""``omega experiment NAME [--trace FILE] [--quick] [--json OUT]``: run one of the Omega
-paper's scheduler experiments on the fauxmaster and print a rich table of the figures, the
-paper's finding beside it, and whether its direction was reproduced (``all`` runs each)."""
+"""``omega experiment NAME [--trace FILE] [--quick] [--json OUT] [--batch-kind KIND] [--order
+ORDER]``: run one of the Omega paper's scheduler experiments on the fauxmaster and print a rich
+table of the figures, the paper's finding beside it, and whether its direction was reproduced
+(``all`` runs each). ``--batch-kind`` swaps the batch schedulers for another kind (borg,
+solver…) and ``--order`` sets every scheduler's queue order (fair or drf)."""
 
 from __future__ import annotations
 
@@ -19,19 +21,31 @@ def register(sub) -> None:
     p.add_argument("--trace", metavar="FILE", help="omega trace to replay (default: a seeded synthetic one)")
     p.add_argument("--quick", action="store_true", help="a much smaller synthetic cell and workload (tests)")
     p.add_argument("--json", metavar="OUT", help="write the report(s) as JSON")
+    p.add_argument("--batch-kind", default="batch", metavar="KIND",
+                   help="scheduler kind of the batch schedulers: batch (default) | borg | solver | service")
+    p.add_argument("--order", default="fair", metavar="ORDER",
+                   help="queue order of every scheduler: fair (default) | drf")
+    p.add_argument("--drf-weight", action="append", default=[], metavar="OWNER=W",
+                   help="owner weight under --order drf (default 1; repeatable)")
     p.set_defaults(func=run_experiment_command)
 
 
 def run_experiment_command(args) -> int:
+    from omega.drf import parse_weight_flags
     from tools.cli import UsageError
+    from tools.fauxmaster.experiment_runs import Overrides
     from tools.fauxmaster.experiments import run_experiment
     from tools.trace.format import TraceError
 
+    try:
+        overrides = Overrides(args.batch_kind, args.order, parse_weight_flags(args.drf_weight))
+    except ValueError as exc:
+        raise UsageError(f"--batch-kind/--order/--drf-weight: {exc}") from None
     chosen = list(NAMES) if args.name == "all" else [args.name]
     reports = []
     for name in chosen:
         try:
-            report = run_experiment(name, trace=args.trace, quick=args.quick)
+            report = run_experiment(name, trace=args.trace, quick=args.quick, overrides=overrides)
         except (OSError, TraceError, ValueError) as exc:
             raise UsageError(str(exc)) from None
         print_report(report)

@@ -3,6 +3,8 @@ schedulers on virtual time, print the figures, optionally write JSON and an HTML
 
 ``--schedulers`` takes a JSON list of scheduler configs (or ``@file.json``), or a comma list
 of ``NAME:KIND[:CONFLICT_MODE[:COMMIT_MODE]]`` items, e.g. ``b1:batch,b2:batch:sequence,s:service``.
+``--order`` sets the queue order of every scheduler whose config names none, ``--drf-weight``
+the owners' weights of every drf scheduler whose config names none.
 """
 
 from __future__ import annotations
@@ -26,7 +28,14 @@ def register(sub) -> None:
     p.add_argument("--t-job", type=float, default=None, help="modelled seconds per job (default 0.1)")
     p.add_argument("--t-task", type=float, default=None, help="modelled seconds per task (default 0.005)")
     p.add_argument("--seed", type=int, default=0, help="base seed: scheduler i gets seed + i (default 0)")
+    p.add_argument("--order", default=None, metavar="ORDER",
+                   help="queue order of schedulers whose config names none: fair (default) | drf")
+    p.add_argument("--drf-weight", action="append", default=[], metavar="OWNER=W",
+                   help="owner weight under --order drf (default 1; repeatable)")
     p.add_argument("--until", type=float, default=None, help="stop at this virtual time (default: trace end)")
+    p.add_argument("--initial-state", choices=("recorded", "scheduled"), default="recorded",
+                   help="recorded (default): start from the trace's t = 0 task_placed events where they "
+                        "fit; scheduled: the schedulers place every task submitted at t = 0")
     p.add_argument("--sample-every", type=float, default=60.0, help="utilization sample period (virtual s)")
     p.add_argument("--no-check", action="store_true", help="skip the invariant check of the final cell")
     p.add_argument("--json", metavar="OUT", help="write the result as JSON")
@@ -34,8 +43,10 @@ def register(sub) -> None:
     p.set_defaults(func=run_replay)
 
 
-def parse_schedulers(spec: str, seed: int = 0, t_job: float | None = None, t_task: float | None = None) -> list[dict]:
-    """Scheduler config dicts from ``spec`` (see the module docstring); ValueError if malformed."""
+def parse_schedulers(spec: str, seed: int = 0, t_job: float | None = None, t_task: float | None = None,
+                     order: str | None = None, drf_weights: dict[str, float] | None = None) -> list[dict]:
+    """Scheduler config dicts from ``spec`` (see the module docstring); ValueError if malformed.
+    ``seed``, ``t_job``, ``t_task``, ``order`` and ``drf_weights`` fill what a config leaves out."""
     spec = spec.strip()
     if spec.startswith("@"):
         with open(spec[1:]) as f:
@@ -48,9 +59,13 @@ def parse_schedulers(spec: str, seed: int = 0, t_job: float | None = None, t_tas
         configs = [_item(item) for item in spec.split(",") if item.strip()]
     for i, config in enumerate(configs):
         config.setdefault("seed", seed + i)
-        for key, value in (("t_job", t_job), ("t_task", t_task)):
+        for key, value in (("t_job", t_job), ("t_task", t_task), ("order", order)):
             if value is not None:
                 config.setdefault(key, value)
+        if drf_weights and config.get("order") == "drf":
+            config.setdefault("drf_weights", drf_weights)
+    if drf_weights and not any(config.get("order") == "drf" for config in configs):
+        raise ValueError("--drf-weight needs a scheduler with the drf queue order (--order drf)")
     return configs
 
 
@@ -67,6 +82,7 @@ def _item(item: str) -> dict:
 
 
 def run_replay(args) -> int:
+    from omega.drf import parse_weight_flags
     from tools.cli import UsageError
     from tools.common import endpoints_of
     from tools.fauxmaster.replay import ReplayConfig, replay
@@ -75,10 +91,11 @@ def run_replay(args) -> int:
 
     try:
         config = ReplayConfig(
-            schedulers=parse_schedulers(args.schedulers, args.seed, args.t_job, args.t_task), store=args.store,
+            schedulers=parse_schedulers(args.schedulers, args.seed, args.t_job, args.t_task, args.order,
+                                        parse_weight_flags(args.drf_weight)), store=args.store,
             endpoints=endpoints_of(args.endpoints) if args.store == "etcd" else [], cell=args.cell,
             decision_time=args.decision_time, time_scale=args.time_scale, until=args.until,
-            sample_every_s=args.sample_every, check=not args.no_check)
+            sample_every_s=args.sample_every, check=not args.no_check, initial_state=args.initial_state)
     except (ValueError, OSError) as exc:
         raise UsageError(str(exc)) from None
     try:
@@ -98,6 +115,10 @@ def _print_summary(result) -> None:
     print(f"{result.trace}: {result.sim_time_s:,.1f} virtual s in {result.wall_time_s:,.2f} s "
           f"({result.speedup:,.0f}x), {result.events:,} events, {result.jobs_submitted:,} jobs, "
           f"{result.jobs_unscheduled:,} unscheduled at the end")
+    not_placed = result.cell.get("initial_not_placed") or {}
+    if result.cell.get("initial_placed") or not_placed:
+        print(f"  recorded t = 0 state: {result.cell['initial_placed']:,} tasks on their recorded machines, "
+              f"{sum(not_placed.values()):,} left pending ({', '.join(f'{k}: {v:,}' for k, v in not_placed.items())})")
     for s in result.schedulers:
         print(f"  {s.name}: busyness {s.busyness:.3f}, conflict fraction {s.conflict_fraction:.4f}, "
               f"{s.attempts:,} attempts, {s.tasks_placed:,} tasks placed")

@@ -1,7 +1,8 @@
 """``omega scheduler run``: one scheduler process serving a cell until SIGINT/SIGTERM (or
 ``--duration``). It keeps a watch-fed replica of the cell, places pending jobs of its kind
-optimistically, publishes its stats under a leased ``stats/{name}`` key every second and,
-with ``--metrics-port``, serves Prometheus metrics on 127.0.0.1. On exit it prints one
+optimistically (in its queue's ``--order``: fair, or drf with ``--drf-weight OWNER=W``),
+publishes its stats under a leased ``stats/{name}`` key every second and, with
+``--metrics-port``, serves Prometheus metrics on 127.0.0.1. On exit it prints one
 ``final-stats {json}`` line (its SchedulerStats) and exits 0.
 """
 
@@ -22,7 +23,9 @@ from cellstate.committer import StoreCommitter
 from cellstate.placement_view import ReplicaView
 from cellstate.stats_sink import LeasedStatsSink
 from cellstate.store import StoreError, Unavailable
+from omega.drf import parse_weight_flags
 from omega.modes import CommitMode, ConflictMode
+from omega.queue import check_order
 from omega.retry import retry_policy_for
 from omega.runtime import RuntimeOptions, SchedulerProcess
 from schedulers.chains import KINDS, make_scheduler
@@ -52,6 +55,11 @@ def register(sub) -> None:
                      help="jobs selected per scheduling round (default 16)")
     run.add_argument("--steal-after", type=float, default=2.0, metavar="SECONDS",
                      help="a job pending this long may be taken by any peer of the kind (default 2)")
+    run.add_argument("--order", default="fair", metavar="ORDER",
+                     help="queue order: fair (default: priority, owners round-robin) | drf (priority, then "
+                          "owners' dominant resource shares)")
+    run.add_argument("--drf-weight", action="append", default=[], metavar="OWNER=W",
+                     help="weight of OWNER's dominant share under --order drf (default 1; repeatable)")
     run.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
                      help="serve Prometheus metrics on 127.0.0.1:PORT (0: a free port, printed; default off)")
     run.add_argument("--startup-timeout", type=float, default=30.0, metavar="SECONDS",
@@ -88,10 +96,15 @@ def build_parts(args):
     if args.metrics_port is not None and not 0 <= args.metrics_port < 65536:
         raise UsageError(f"--metrics-port must be a port number (0: a free one), got {args.metrics_port}")
     try:
+        weights = check_order(args.order, parse_weight_flags(args.drf_weight))
+    except ValueError as exc:
+        raise UsageError(f"--order/--drf-weight: {exc}") from None
+    try:
         scheduler = make_scheduler(args.kind, name, args.seed, _config(args.config))
         conflict, commit = ConflictMode.parse(args.conflict_mode), CommitMode.parse(args.commit_mode)
         options = RuntimeOptions(batch_jobs=args.batch_jobs, steal_after_s=args.steal_after,
-                                 duration_s=args.duration, transient_errors=(StoreError,))
+                                 duration_s=args.duration, transient_errors=(StoreError,),
+                                 order=args.order, drf_weights=weights)
     except (PluginConfigError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     return scheduler, conflict, commit, options
@@ -143,7 +156,8 @@ def run_scheduler(args) -> int:
         try:
             if args.metrics_port is not None:
                 print(f"metrics on http://127.0.0.1:{metrics.serve(args.metrics_port)}/metrics", flush=True)
-            print(f"scheduler {scheduler.name!r} ({scheduler.kind}, {conflict.value.label}, {commit.value.label}) "
+            print(f"scheduler {scheduler.name!r} ({scheduler.kind}, {conflict.value.label}, {commit.value.label}, "
+                  f"{options.order} order) "
                   f"serving cell {keys.cell!r} at revision {view.revision}", flush=True)
             stats = anyio.run(process.run)
         finally:

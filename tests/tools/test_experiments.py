@@ -14,7 +14,7 @@ from omega.protocols import MachineEntry
 from tools.cli import main
 from tools.cmd_experiment import NAMES, format_cell
 from tools.fauxmaster.architectures import CodePath, MultiPath, OfferBroker
-from tools.fauxmaster.experiment_runs import run_case
+from tools.fauxmaster.experiment_runs import Overrides, run_case
 from tools.fauxmaster.experiments import QUICK, names, run_experiment
 from tools.fauxmaster.scheduler_process import SchedulerConfig
 from tools.fauxmaster.synthetic import SyntheticSpec, synthetic_events, write_synthetic_trace
@@ -176,3 +176,39 @@ class _View:
 
     def machine_count(self):
         return len(self._entries)
+
+
+def test_overrides_swap_batch_kinds_and_set_every_queue_order():
+    overrides = Overrides("borg", "drf", {"alice": 2.0})
+    batch, service = (overrides.apply(c) for c in [SchedulerConfig("b", "batch"), SchedulerConfig("s", "service")])
+    assert (batch.kind, batch.jobs, batch.order, batch.drf_weights) == ("borg", "batch", "drf", {"alice": 2.0})
+    assert (service.kind, service.jobs, service.order) == ("service", "service", "drf")
+    paths = MultiPath({JobKind.BATCH: CodePath("batch", 0.1, 0.005), JobKind.SERVICE: CodePath("service", 1, 0)})
+    assert paths.with_kind("batch", "solver").paths[JobKind.BATCH] == CodePath("solver", 0.1, 0.005)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(batch_kind="quantum"), "batch kind must be one of"),
+    (dict(order="lottery"), "lottery"),
+    (dict(order="fair", drf_weights={"alice": 2.0}), "drf"),
+], ids=["unknown-kind", "unknown-order", "weights-without-drf"])
+def test_bad_overrides_are_refused(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        Overrides(**overrides)
+
+
+@pytest.mark.parametrize("kind", ["borg"])
+def test_an_experiment_runs_with_another_batch_kind_and_drf(tmp_path, capsys, kind):
+    out = tmp_path / "modes.json"
+    assert main(["experiment", "conflict-modes", "--quick", "--batch-kind", kind, "--order", "drf",
+                 "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert f"batch schedulers of kind {kind}, queue order drf" in data["setup"]
+    assert len(data["rows"]) == 2 and data["runs_ok"]
+
+
+def test_a_bad_batch_kind_exits_with_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["experiment", "conflict-modes", "--quick", "--batch-kind", "quantum"])
+    assert exit_.value.code == 2
+    assert "--batch-kind" in capsys.readouterr().err

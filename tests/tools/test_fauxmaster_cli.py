@@ -51,3 +51,16 @@ def test_replay_command_reports_a_bad_spec_as_usage_error(tmp_path, capsys):
         main(["replay", trace, "--schedulers", "a:weird"])
     assert exc.value.code == 2
     assert "unknown kind 'weird'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("mode, line", [
+    ("recorded", "recorded t = 0 state: 6 tasks on their recorded machines, 4 left pending"),
+    ("scheduled", None),
+], ids=["recorded", "scheduled"])
+def test_replay_command_initial_state(tmp_path, capsys, mode, line):
+    from test_fauxmaster_initial_state import recorded_trace
+
+    trace = recorded_trace(tmp_path / "r.omt")
+    assert main(["replay", trace, "--schedulers", "b:batch", "--until", "4", "--initial-state", mode]) == 0
+    text = capsys.readouterr().out
+    assert (line in text) if line else "recorded t = 0 state" not in text

@@ -59,6 +59,21 @@ def test_processes_interleave_on_virtual_time_and_book_their_holds():
     assert a.finished and b.finished and core.now == 3.0
 
 
+@pytest.mark.parametrize("stop_at, expected", [
+    (0.5, 0.5), (2.0, 2.0), (3.5, 3.0), (9.0, 3.0),
+], ids=["inside-first-hold", "inside-second-hold", "between-holds", "after-both"])
+def test_held_until_counts_a_running_hold_only_up_to_the_stop(stop_at, expected):
+    core = EventCore()
+
+    def body():
+        process.hold(1.0, "decide")
+        process.hold(2.0, "decide")
+
+    process = Process(core, "p", body)
+    core.run(until=stop_at)
+    assert process.held_until(core.now) == pytest.approx(expected)
+
+
 def test_park_until_woken_or_timeout_and_stale_wakeups_are_ignored():
     core = EventCore()
     log = []

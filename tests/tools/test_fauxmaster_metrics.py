@@ -24,15 +24,23 @@ def test_wait_stats(waits, expected):
     assert WaitStats.of(waits) == expected
 
 
-@pytest.mark.parametrize("transactions, failed, expected", [
-    (0, 0, 0.0), (10, 0, 0.0), (10, 2, 0.25), (3, 3, 0.0),
-], ids=["none", "no-conflicts", "two-of-ten", "all-failed"])
-def test_conflict_fraction_is_failed_per_successful(transactions, failed, expected):
-    assert conflict_fraction(transactions, failed) == expected
+@pytest.mark.parametrize("transactions, failed, conflicts, expected", [
+    (0, 0, 0, 0.0), (10, 0, 0, 0.0), (10, 2, 2, 0.25), (10, 2, 1, 0.125), (10, 2, 0, 0.0), (3, 3, 3, 0.0),
+], ids=["none", "no-conflicts", "two-of-ten", "one-stale-retry", "only-stale-retries", "all-failed"])
+def test_conflict_fraction_is_conflicts_per_successful(transactions, failed, conflicts, expected):
+    assert conflict_fraction(transactions, failed, conflicts) == expected
+
+
+@pytest.mark.parametrize("args", [(10, 2, 3), (2, 3, 1), (10, 2, -1)],
+                         ids=["more-conflicts-than-failed", "more-failed-than-txns", "negative"])
+def test_conflict_fraction_refuses_inconsistent_counts(args):
+    with pytest.raises(ValueError, match="conflicts <= failed <= transactions"):
+        conflict_fraction(*args)
 
 
 def test_busyness_and_load_cv():
     assert busyness(30.0, 120.0) == 0.25 and busyness(1.0, 0.0) == 0.0
+    assert busyness(120.0 + 1e-9, 120.0) == 1.0
     # shares 0.0 and 1.0: mean 0.5, population std 0.5 -> cv 1
     assert load_cv([0.0, 1.0]) == 1.0
     assert load_cv([0.5, 0.5, 0.5]) == 0.0 and load_cv([]) == 0.0 and load_cv([0.0, 0.0]) == 0.0

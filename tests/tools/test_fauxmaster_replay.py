@@ -41,6 +41,25 @@ def test_overlapping_decisions_on_a_small_cell_conflict(tmp_path, schedulers, co
     assert result.check["ok"], result.check["violations"]
 
 
+@pytest.mark.parametrize("until", [2.5, 3.0, 7.25], ids=["mid-decision", "at-a-decision-end", "later"])
+def test_busyness_stops_at_the_end_of_the_replay(tmp_path, until):
+    """A decision still running when the replay stops counts up to the stop: busyness <= 1."""
+    trace = small_cell_trace(tmp_path / "busy.omt", machines=8, jobs=16, tasks=1, every=0.0)
+    result = replay(trace, ReplayConfig(schedulers=_batch(1, t_job=1.0), until=until))
+    (s,) = result.schedulers
+    assert s.busy_s == pytest.approx(until) and s.busyness == pytest.approx(1.0)
+    assert s.busyness <= 1.0
+
+
+def test_conflict_fraction_counts_conflicts_not_stale_retries(tmp_path):
+    trace = small_cell_trace(tmp_path / "small.omt", machines=2, jobs=16, tasks=2, every=0.0)
+    result = replay(trace, ReplayConfig(schedulers=_batch(2, t_job=1.0), until=60.0))
+    for s in result.schedulers:
+        successful = s.transactions - s.failed_transactions
+        assert s.conflict_transactions <= s.failed_transactions
+        assert s.conflict_fraction == pytest.approx(s.conflict_transactions / successful)
+
+
 def test_task_ends_free_resources(tmp_path):
     trace = small_cell_trace(tmp_path / "ends.omt", machines=4, jobs=4, tasks=4, every=0.0, duration=5.0)
     result = replay(trace, ReplayConfig(schedulers=_batch(1, t_job=0.1), until=20.0, sample_every_s=1.0))

@@ -10,7 +10,7 @@ import pytest
 
 from cellstate.model import JobKind
 from cellstate.resources import Resources
-from tools.trace.events import JobKill, JobSubmit, MachineAdd, TaskEnd, TaskEndStatus
+from tools.trace.events import JobKill, JobSubmit, MachineAdd, TaskEnd, TaskEndStatus, TaskPlaced
 from tools.trace.format import read_trace
 from tools.trace.shared import traces_dir
 from tools.trace.google2011 import (
@@ -50,6 +50,9 @@ def test_part0_counts_match_the_readme(part0):
     assert len({e.job.id.split(".")[0] for e in submits}) == 4_895
     assert sum(e.job.tasks for e in submits if e.t > 0) == 57_152  # later SUBMITs
     assert sum(e.job.tasks for e in submits if e.t == 0) == 144_339  # SUBMIT rows at timestamp 0
+    placed = [e for e in events if isinstance(e, TaskPlaced)]
+    assert all(e.t == 0 for e in placed) and by_type["TaskPlaced"] == len(placed)
+    assert 0.9 * 144_339 < len(placed) <= 144_339  # running when the window opened
     assert 5_000 < events[-1].t <= 5_611.1 - 600
     assert "64000 millicores" in header.capacity_model and "seed=1" in header.capacity_model
 
@@ -139,6 +142,27 @@ def test_rules_on_hand_written_rows(tmp_path):
         JobKill(59.5, "g7"), JobKill(59.5, "g7.1")]
     assert stats.skipped["end of a task not live in the window"] == 1
     assert stats.skipped["requests missing (used last known)"] == 1
+    assert [e for e in events if isinstance(e, TaskPlaced)] == [TaskPlaced(0.0, "g7", 0, "m100")]
+
+
+def test_running_at_open_keeps_only_tasks_live_after_t0(tmp_path):
+    """t = 0 SCHEDULE rows become task_placed after every t = 0 submit, unless the task ended
+    (or was rescheduled: the last machine wins) before the window opened."""
+    tasks = write_gz(tmp_path / "t.csv.gz", [
+        task_row(0, 1, 0, 10, 0), task_row(0, 1, 1, 10, 0), task_row(0, 2, 0, 10, 0),
+        task_row(0, 1, 0, 10, 1), task_row(0, 1, 1, 11, 1), task_row(0, 2, 0, 11, 1),
+        task_row(5, 1, 1, 11, 4),  # ended before the window opened: not running at t = 0
+        task_row(6, 2, 0, 11, 2), task_row(7, 2, 0, 11, 0),  # evicted and resubmitted at t = 0 (batch g2.1)…
+        task_row(8, 2, 0, 12, 1),  # …and running again, elsewhere
+        task_row(S + 1_000_000, 3, 0, "", 0), task_row(S + 2_000_000, 3, 0, 12, 1),
+    ])
+    jobs = write_gz(tmp_path / "j.csv.gz", [])
+    import_google2011(tasks, jobs, tmp_path / "x.omt", CapacityModel("uniform"))
+    events = read_all(tmp_path / "x.omt")[1]
+    placed = [i for i, e in enumerate(events) if isinstance(e, TaskPlaced)]
+    assert [events[i] for i in placed] == [TaskPlaced(0.0, "g1", 0, "m10"), TaskPlaced(0.0, "g2.1", 0, "m12")]
+    last_t0_submit = max(i for i, e in enumerate(events) if isinstance(e, JobSubmit) and e.t == 0)
+    assert last_t0_submit < placed[0] and placed[-1] < len(events) - 1 and events[placed[-1] + 1].t > 0
 
 
 def test_limit_reads_only_the_first_rows(tmp_path):

@@ -26,6 +26,7 @@ from tools.trace.events import (  # noqa: E402
     MachineRemove,
     TaskEnd,
     TaskEndStatus,
+    TaskPlaced,
 )
 from tools.trace.format import TraceError, TraceHeader, TraceWriter, read_trace  # noqa: E402
 
@@ -36,7 +37,7 @@ JOB = Job(id="j1", kind=JobKind.BATCH, tasks=3, request=Resources(100, 10))
 
 
 def event_at(draw, t):
-    kind = draw(st.integers(0, 5))
+    kind = draw(st.integers(0, 6))
     if kind == 0:
         return MachineAdd(t, draw(machines()))
     if kind == 1:
@@ -47,6 +48,8 @@ def event_at(draw, t):
         return JobSubmit(t, draw(jobs()))
     if kind == 4:
         return TaskEnd(t, draw(ids), draw(st.integers(0, 10**6)), draw(st.sampled_from(TaskEndStatus)))
+    if kind == 5:
+        return TaskPlaced(t, draw(ids), draw(st.integers(0, 10**6)), draw(ids))
     return JobKill(t, draw(ids))
 
 
@@ -79,13 +82,22 @@ def test_round_trip_of_every_event_type(name, events):
 
 def test_every_event_type_survives():
     events = [MachineAdd(0.0, MACHINE), JobSubmit(0.0, JOB), TaskEnd(1.5, "j1", 2, TaskEndStatus.FAILED),
-              MachineFail(2.0, "m1"), MachineRemove(2.0, "m1"), JobKill(3.0, "j1")]
+              TaskPlaced(1.5, "j1", 0, "m1"), MachineFail(2.0, "m1"), MachineRemove(2.0, "m1"),
+              JobKill(3.0, "j1")]
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "all.omt")
         with TraceWriter(path, HEADER) as writer:
             for event in events:
                 writer.write(event)
         assert read_all(path) == (HEADER, events)
+
+
+def test_version_1_files_still_read(tmp_path):
+    """A file written before task_placed existed (version 1) reads, and says it is version 1."""
+    path = tmp_path / "v1.omt"
+    path.write_bytes(packed(header_map(version=1), submit(0.0), end(1)))
+    header, events = read_all(path)
+    assert (header.version, events) == (1, [JobSubmit(0.0, JOB)])
 
 
 def header_map(**changes):
@@ -115,7 +127,12 @@ CASES = [
     ("cut-inside-record", packed(header_map(), *GOOD)[:-5], "truncated after record 99 (record 100 is incomplete)"),
     ("cut-inside-header", packed(header_map())[:10], "truncated after record -1 (record 0 is incomplete)"),
     ("corrupt-byte", packed(header_map(), submit(0.0)) + b"\xc1" + packed(end(1)), "record 2: not msgpack"),
-    ("unknown-version", packed(header_map(version=2), end(0)), "record 0: field 'version': unknown version 2"),
+    ("unknown-version", packed(header_map(version=3), end(0)), "record 0: field 'version': unknown version 3"),
+    ("task-placed-in-v1", packed(header_map(), {"type": "task_placed", "t": 0.0, "job": "j", "task": 0,
+                                                 "machine": "m"}, end(1)), "record 1: field 'type'"),
+    ("task-placed-negative-task", packed(header_map(version=2), {"type": "task_placed", "t": 0.0, "job": "j",
+                                                                 "task": -1, "machine": "m"}, end(1)),
+     "record 1: field 'task'"),
     ("not-a-trace", packed({"format": "other"}), "record 0: field 'format': not an omega-trace file"),
     ("header-not-map", packed([1, 2]), "record 0: expected a map, got [1, 2]"),
     ("header-missing-field", packed(header_map(notes=...)), "record 0: field 'notes': missing required field"),

@@ -54,6 +54,12 @@ class MultiPath:
         self.paths = dict(paths)
         self.seed = seed
 
+    def with_kind(self, old: str, new: str) -> "MultiPath":
+        """The same paths with every ``old`` chain kind replaced by ``new``."""
+        paths = {job_kind: CodePath(new, p.t_job, p.t_task) if p.kind == old else p
+                 for job_kind, p in self.paths.items()}
+        return MultiPath(paths, self.seed)
+
     def install(self, sim) -> None:
         """Make ``sim`` (a SimScheduler serving every kind) decide by job kind."""
         chains = {kind: make_scheduler(path.kind, sim.name, self.seed) for kind, path in self.paths.items()}

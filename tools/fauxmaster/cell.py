@@ -61,6 +61,10 @@ class CellCounters:
     tasks_ended: int = 0
     trace_ends_of_unplaced_tasks: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
+    initial_placed: int = 0
+    """Recorded t = 0 placements written (``initial_state="recorded"``)."""
+    initial_not_placed: dict[str, int] = field(default_factory=dict)
+    """Recorded t = 0 placements left pending for the schedulers, by reason."""
 
     def skip(self, why: str) -> None:
         self.skipped[why] = self.skipped.get(why, 0) + 1

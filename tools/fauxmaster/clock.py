@@ -86,6 +86,7 @@ class Process:
         self.core = core
         self.name = name
         self.held: dict[str, float] = {}
+        self._hold_ends = 0.0  # when the latest hold ends (only it can still be running)
         self.finished = False
         self._wait_token = 0
         self._parked = False
@@ -121,8 +122,14 @@ class Process:
         if seconds < 0:
             raise SimulationError(f"process {self.name!r}: negative hold {seconds!r}")
         self.held[label] = self.held.get(label, 0.0) + seconds
+        self._hold_ends = self.core.now + seconds
         self.core.after(seconds, self._resume_token(self._wait_token))
         self._yield()
+
+    def held_until(self, t: float) -> float:
+        """Virtual seconds held up to time ``t`` (>= the start of the latest hold): a hold
+        still running at ``t`` counts only up to ``t``."""
+        return sum(self.held.values()) - max(0.0, self._hold_ends - t)
 
     def park(self, timeout: float | None = None) -> None:
         """Wait until ``wake()`` (or ``timeout`` virtual seconds, if given)."""

@@ -12,11 +12,12 @@ fit, which Omega's fine-grained store would have accepted — is not a conflict)
 from __future__ import annotations
 
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from cellstate.codec import decode_job_record
+from omega.queue import check_order
 from tools.fauxmaster.architectures import MultiPath, OfferBroker
 from tools.fauxmaster.metrics import SchedulerMetrics, WaitStats
 from tools.fauxmaster.replay import ReplayConfig, ReplayResult, replay
@@ -54,8 +55,8 @@ class RunFigures:
         return self.kinds.get(kind) or KindFigures(0, WaitStats.of([]), WaitStats.of([]), 0)
 
     def busyness(self, names: list[str] | None = None) -> float:
-        """Mean busyness of the named schedulers (all if None), each capped at 1: a decision
-        still running when the replay stops is booked whole, so the raw figure can pass 1."""
+        """Mean busyness of the named schedulers (all if None), each at most 1 (the replay
+        counts a decision still running when it stops only up to the stop)."""
         chosen = [s for s in self.schedulers if names is None or s.name in names]
         return sum(min(1.0, s.busyness) for s in chosen) / len(chosen) if chosen else 0.0
 
@@ -94,8 +95,10 @@ def run_case(trace, schedulers: list[SchedulerConfig], architecture: str = "shar
         elif architecture != "shared-state":
             raise ValueError(f"unknown architecture {architecture!r}")
 
+    # skip_nothing_fits=False: the experiments keep every fruitless retry (and its modelled
+    # decision time), as the figures in docs/EXPERIMENTS.md were measured.
     config = ReplayConfig(schedulers=list(schedulers), until=until, max_txn_ops=TXN_OPS,
-                          sample_every_s=1e9, check=True)
+                          sample_every_s=1e9, check=True, skip_nothing_fits=False)
     result = replay(trace, config, setup=setup)
     extra = {}
     if broker is not None:
@@ -204,12 +207,42 @@ class Sizing:
     resource-fit detection meets real conflicts, not only stale retries."""
 
 
-class Bench:
-    """Where runs get their trace: ``trace`` if given, else synthetic ones (cached in a temp dir)."""
+@dataclass(frozen=True)
+class Overrides:
+    """Choices applied to every scheduler of an experiment: the kind of its batch schedulers
+    (``batch_kind``: any ``schedulers.chains.KINDS`` kind, e.g. borg or solver) and the queue
+    order (``order``: fair or drf, with ``drf_weights``)."""
 
-    def __init__(self, sizing: Sizing, trace: str | None = None, workdir: str | None = None):
+    batch_kind: str = "batch"
+    order: str = "fair"
+    drf_weights: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self):
+        from schedulers.chains import KINDS
+
+        if self.batch_kind not in KINDS:
+            raise ValueError(f"batch kind must be one of {sorted(KINDS)}, got {self.batch_kind!r}")
+        object.__setattr__(self, "drf_weights", check_order(self.order, self.drf_weights))
+
+    def apply(self, config: SchedulerConfig) -> SchedulerConfig:
+        """``config`` with these choices (its kind replaced only if it is ``batch``)."""
+        kind = self.batch_kind if config.kind == "batch" else config.kind
+        return replace(config, kind=kind, order=self.order, drf_weights=dict(self.drf_weights))
+
+    def describe(self) -> str:
+        weights = f" {self.drf_weights}" if self.drf_weights else ""
+        return f"batch schedulers of kind {self.batch_kind}, queue order {self.order}{weights}"
+
+
+class Bench:
+    """Where runs get their trace: ``trace`` if given, else synthetic ones (cached in a temp dir);
+    ``overrides`` apply to every scheduler the experiment runs (``run``)."""
+
+    def __init__(self, sizing: Sizing, trace: str | None = None, workdir: str | None = None,
+                 overrides: Overrides = Overrides()):
         self.sizing = sizing
         self.given = trace
+        self.overrides = overrides
         self._dir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="omega-experiment-"))
         self._cache: dict[SyntheticSpec, str] = {}
 
@@ -224,4 +257,12 @@ class Bench:
         return self._cache[spec]
 
     def describe(self, spec: SyntheticSpec | None = None) -> str:
-        return f"trace {self.given}" if self.given else f"synthetic: {(spec or self.sizing.spec).describe()}"
+        where = f"trace {self.given}" if self.given else f"synthetic: {(spec or self.sizing.spec).describe()}"
+        return where if self.overrides == Overrides() else f"{where}; {self.overrides.describe()}"
+
+    def run(self, trace, schedulers: list[SchedulerConfig], architecture: str = "shared-state",
+            multipath: MultiPath | None = None, **kwargs) -> RunFigures:
+        """``run_case`` with the overrides applied to the schedulers (and the monolithic batch path)."""
+        if multipath is not None and self.overrides.batch_kind != "batch":
+            multipath = multipath.with_kind("batch", self.overrides.batch_kind)
+        return run_case(trace, [self.overrides.apply(s) for s in schedulers], architecture, multipath, **kwargs)

@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from tools.fauxmaster.experiment_runs import (
-    BATCH_T_TASK, T_TASK, Bench, Column, ExperimentReport, Verdict, ratio, run_case,
+    BATCH_T_TASK, T_TASK, Bench, Column, ExperimentReport, Verdict, ratio,
 )
 from tools.fauxmaster.scheduler_process import SchedulerConfig
 
@@ -80,7 +80,7 @@ def _run(bench: Bench, count: int, factor: float) -> tuple[dict[str, Any], bool]
     schedulers = [SchedulerConfig(name, "batch", seed=1 + i, t_job=t_job, t_task=t_task)
                   for i, name in enumerate(batch)]
     schedulers.append(SchedulerConfig("service", "service", seed=99, t_job=0.1, t_task=T_TASK))
-    f = run_case(trace, schedulers)
+    f = bench.run(trace, schedulers)
     jobs = f.of("batch").jobs
     unscheduled = f.of("batch").unscheduled / jobs if jobs else 0.0
     busy = f.busyness(batch)

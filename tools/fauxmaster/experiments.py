@@ -19,7 +19,7 @@ from cellstate.model import JobKind
 from tools.fauxmaster.architectures import CodePath, MultiPath, OfferBroker
 from tools.fauxmaster.experiment_runs import (
     BATCH_T_JOB, BATCH_T_TASK, T_TASK, Bench, Column, ExperimentReport, RunFigures, Sizing, Verdict, pair, ratio,
-    run_case,
+    Overrides,
 )
 from tools.fauxmaster.experiment_scaling import batch_scaling
 from tools.fauxmaster.scheduler_process import SchedulerConfig
@@ -48,10 +48,10 @@ def architectures(bench: Bench) -> ExperimentReport:
              JobKind.SERVICE: CodePath("service", t_svc, T_TASK)}
     trace = bench.trace()
     runs = {
-        "monolithic": run_case(trace, [SchedulerConfig("monolithic", "batch", seed=1, jobs="all")], "monolithic",
+        "monolithic": bench.run(trace, [SchedulerConfig("monolithic", "batch", seed=1, jobs="all")], "monolithic",
                                multipath=MultiPath(paths, seed=1)),
-        "two-level": run_case(trace, pair(service_t_job=t_svc), "two-level", broker=OfferBroker()),
-        "shared-state": run_case(trace, pair(service_t_job=t_svc)),
+        "two-level": bench.run(trace, pair(service_t_job=t_svc), "two-level", broker=OfferBroker()),
+        "shared-state": bench.run(trace, pair(service_t_job=t_svc)),
     }
     rows = [_architecture_row(name, f) for name, f in runs.items()]
     wait = {name: f.of("batch").wait_placed.mean for name, f in runs.items()}
@@ -97,7 +97,7 @@ def tjob_sweep(bench: Bench) -> ExperimentReport:
     rows = []
     ok = True
     for t_job in bench.sizing.tjob_sweep:
-        f = run_case(trace, pair(service_t_job=t_job))
+        f = bench.run(trace, pair(service_t_job=t_job))
         ok &= f.invariants_ok
         rows.append({"t_job": t_job, "service_busyness": f.busyness(["service"]),
                      "service_conflict_fraction": f.conflict_fraction(["service"]),
@@ -140,7 +140,7 @@ def _mode_rows(bench: Bench, label: str, variants: dict[str, dict]) -> tuple[lis
     trace = bench.trace(_modes_spec(bench))
     rows, ok = [], True
     for name, modes in variants.items():
-        f = run_case(trace, pair(service_t_job=1.0, **modes))
+        f = bench.run(trace, pair(service_t_job=1.0, **modes))
         ok &= f.invariants_ok
         rows.append({label: name, "conflict_fraction": f.conflict_fraction(),
                      "batch_conflict_fraction": f.conflict_fraction(["batch"]),
@@ -199,14 +199,15 @@ EXPERIMENTS: dict[str, Callable[[Bench], ExperimentReport]] = {
 
 
 def run_experiment(name: str, trace: str | None = None, quick: bool = False,
-                   workdir: str | None = None) -> ExperimentReport:
-    """Run experiment ``name`` (ValueError naming the known ones if unknown)."""
+                   workdir: str | None = None, overrides: Overrides = Overrides()) -> ExperimentReport:
+    """Run experiment ``name`` (ValueError naming the known ones if unknown) with ``overrides``
+    applied to its schedulers (batch scheduler kind, queue order)."""
     if name not in EXPERIMENTS:
         raise ValueError(f"unknown experiment {name!r}; choose one of {', '.join(names())}")
     if trace is not None and not Path(trace).is_file():
         raise ValueError(f"trace file {trace!r} does not exist")
     started = time.perf_counter()
-    report = EXPERIMENTS[name](Bench(QUICK if quick else DEFAULT, trace, workdir))
+    report = EXPERIMENTS[name](Bench(QUICK if quick else DEFAULT, trace, workdir, overrides))
     report.wall_s = time.perf_counter() - started
     return report
 

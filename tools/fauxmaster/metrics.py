@@ -1,7 +1,10 @@
 """Replay metrics, as in the Omega paper and Diego's simulation.
 
-- busyness: virtual seconds a scheduler spent deciding (and backing off) ÷ simulated time;
-- conflict fraction: failed ÷ successful transactions;
+- busyness: virtual seconds a scheduler spent deciding (and backing off) ÷ simulated time
+  (a decision still running when the replay stops counts up to the stop only: at most 1);
+- conflict fraction: conflict transactions (failed their compares and were not resource-fit
+  stale retries: ``omega.attempts.Attempt.conflict_transactions``) ÷ successful transactions,
+  Omega's definition (as ``omega.stats.SchedulerStats.conflict_fraction``);
 - job wait time from submission to the first attempt and to fully placed (mean, p90, p99;
   nearest-rank percentiles);
 - unscheduled jobs at the end (a pending task left, not killed);
@@ -107,6 +110,7 @@ class SchedulerMetrics:
     attempts: int
     transactions: int
     failed_transactions: int
+    conflict_transactions: int
     conflict_fraction: float
     jobs_taken: int
     tasks_placed: int
@@ -114,14 +118,19 @@ class SchedulerMetrics:
     decide_wall_s: float
 
 
-def conflict_fraction(transactions: int, failed: int) -> float:
-    """Failed ÷ successful transactions (0 when none succeeded)."""
+def conflict_fraction(transactions: int, failed: int, conflicts: int) -> float:
+    """Conflict transactions ÷ successful ones (``transactions - failed``; 0 when none
+    succeeded). ``conflicts`` <= ``failed``: stale retries failed without being conflicts."""
+    if not 0 <= conflicts <= failed <= transactions:
+        raise ValueError(f"need 0 <= conflicts <= failed <= transactions, got {conflicts}, {failed}, {transactions}")
     successful = transactions - failed
-    return failed / successful if successful > 0 else 0.0
+    return conflicts / successful if successful > 0 else 0.0
 
 
 def busyness(busy_s: float, sim_time_s: float) -> float:
-    return busy_s / sim_time_s if sim_time_s > 0 else 0.0
+    """Busy ÷ simulated time, in [0, 1] (``busy_s`` must be clipped to the simulated time;
+    the min only absorbs float rounding)."""
+    return min(1.0, busy_s / sim_time_s) if sim_time_s > 0 else 0.0
 
 
 def as_plain(value):

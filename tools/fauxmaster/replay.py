@@ -1,7 +1,9 @@
 """``replay(trace_path, config) -> ReplayResult``: the fauxmaster.
 
 Reads an omega trace, builds the cell in a ``MemoryStore`` (default, leases on virtual time)
-or a real etcd (``store="etcd"``), writes the machines present at t = 0, then runs the
+or a real etcd (``store="etcd"``), writes the machines present at t = 0 (and, with
+``initial_state="recorded"``, the default, the tasks the trace records running at t = 0
+where they fit: ``tools.fauxmaster.initial_state``), then runs the
 configured schedulers (``SimScheduler``: real scheduler classes, real optimistic placer and
 committer, one watch-fed replica each) on an ``EventCore`` while a feeder applies the
 trace's events at their times. The replay stops at ``until`` (virtual seconds) or, by
@@ -20,6 +22,7 @@ from cellstate.keys import CellKeys
 from cellstate.memory_store import MemoryStore
 from tools.fauxmaster.cell import SimCell
 from tools.fauxmaster.clock import EventCore, VirtualClock
+from tools.fauxmaster.initial_state import INITIAL_STATES
 from tools.fauxmaster.metrics import (
     JobJournal, SchedulerMetrics, UtilizationSample, WaitStats, busyness, conflict_fraction, sample_utilization,
 )
@@ -47,6 +50,16 @@ class ReplayConfig:
     store_history: bool = False
     """Memory store only: keep every key's versions and the revision log (``MemoryStore``'s
     default); a replay needs neither, so by default the store keeps only the current state."""
+    skip_nothing_fits: bool = True
+    """Batch and service schedulers leave out jobs whose last decision found no machine until
+    room may have appeared for them (``tools.fauxmaster.fit_memo``): only decisions that would
+    have found nothing are skipped. False: every such job is decided again whenever the cell
+    frees room anywhere."""
+    initial_state: str = "recorded"
+    """"recorded": start from the trace's t = 0 ``task_placed`` events (where they fit), as
+    Omega's simulator and Borg's Fauxmaster start from the recorded cell; "scheduled": ignore
+    them and let the schedulers place every task submitted at t = 0. Default "recorded": it
+    replays the cell the trace describes, and a trace without such events is the same both ways."""
 
     def __post_init__(self):
         self.schedulers = [s if isinstance(s, SchedulerConfig) else _scheduler_from_dict(s) for s in self.schedulers]
@@ -55,6 +68,8 @@ class ReplayConfig:
         names = [s.name for s in self.schedulers]
         if len(set(names)) != len(names):
             raise ValueError(f"scheduler names must be unique, got {names}")
+        if self.initial_state not in INITIAL_STATES:
+            raise ValueError(f"initial_state must be one of {INITIAL_STATES}, got {self.initial_state!r}")
         if self.store not in STORES:
             raise ValueError(f"store must be one of {STORES}, got {self.store!r}")
         if self.store == "etcd" and not self.endpoints:
@@ -175,12 +190,12 @@ def _run(trace_path, config: ReplayConfig, core: EventCore, store, keys: CellKey
     schedulers: list[SimScheduler] = []
     cell = SimCell(store, keys, core, wake=lambda: [s.process.wake() for s in schedulers])
     journal = JobJournal(submitted=cell.submitted_at)
-    with TraceFeed(trace_path, cell, core, config.until) as feed:
+    with TraceFeed(trace_path, cell, core, config.until, config.initial_state) as feed:
         feed.write_initial_machines()
         for sc in config.schedulers:
             peers = [o.name for o in config.schedulers if (o.jobs or o.kind) == (sc.jobs or sc.kind)]
             schedulers.append(SimScheduler(sc, store, core, clock, cell, peers, config.decision_time,
-                                           config.time_scale, journal))
+                                           config.time_scale, journal, config.skip_nothing_fits))
         if setup is not None:
             setup(schedulers, core)
         feed.start()
@@ -238,6 +253,7 @@ def _scheduler_metrics(s: SimScheduler, sim_time: float) -> SchedulerMetrics:
     return SchedulerMetrics(
         name=c.name, kind=c.kind, conflict_mode=c.conflict_mode, commit_mode=c.commit_mode, busy_s=s.busy_s,
         busyness=busyness(s.busy_s, sim_time), attempts=t.attempts, transactions=t.transactions,
-        failed_transactions=t.failed_transactions,
-        conflict_fraction=conflict_fraction(t.transactions, t.failed_transactions), jobs_taken=t.jobs_taken,
+        failed_transactions=t.failed_transactions, conflict_transactions=t.conflict_transactions,
+        conflict_fraction=conflict_fraction(t.transactions, t.failed_transactions, t.conflict_transactions),
+        jobs_taken=t.jobs_taken,
         tasks_placed=t.tasks_placed, gave_up=t.gave_up, decide_wall_s=t.decide_wall_s)

@@ -2,12 +2,14 @@
 ``OptimisticPlacer`` and ``StoreCommitter``, its own watch-fed ``ReplicaView``, and the
 ``JobQueue`` — run as a simulated process on virtual time.
 
-Loop: pump the replica (the view is now as of T), choose the next job (fair order, work
-shared with same-kind peers), ``placer.place`` it. The decide function the placer calls
-runs the scheduler on the view as of T, then holds the process for the decision time
-(modelled ``t_job + t_task × tasks``, or the measured wall time × ``time_scale``), so the
-commit lands at T + decision time, after every commit other schedulers made meanwhile.
-Idle, the process parks until the cell changes or a deferred job is due.
+Loop: pump the replica (the view is now as of T), choose the next job (in the config's queue
+order, fair or drf; work shared with same-kind peers), ``placer.place`` it. The decide
+function the placer calls runs the scheduler on the view as of T, then holds the process for
+the decision time (modelled ``t_job + t_task × tasks``, or the measured wall time ×
+``time_scale``), so the commit lands at T + decision time, after every commit other
+schedulers made meanwhile. Idle, the process parks until the cell changes or a deferred job
+is due. Jobs whose last decision found no machine are left out of the candidates until room
+may have appeared for them (``tools.fauxmaster.fit_memo``; batch and service kinds, ``skip_nothing_fits``).
 """
 
 from __future__ import annotations
@@ -24,10 +26,11 @@ from omega.attempts import Attempt
 from omega.modes import CommitMode, ConflictMode
 from omega.occ import OptimisticPlacer
 from omega.protocols import Decision, JobEntry, PlanTooLarge
-from omega.queue import JobQueue
+from omega.queue import JobQueue, check_order, make_order
 from omega.retry import retry_policy_for
-from schedulers.chains import make_scheduler
+from schedulers.chains import KINDS, make_scheduler
 from tools.fauxmaster.clock import EventCore, Process, VirtualClock
+from tools.fauxmaster.fit_memo import NON_PREEMPTING_KINDS, NothingFitsMemo
 
 DECISION_TIME_MODES = ("modelled", "measured")
 SELECT_BATCH = 16  # jobs taken from one fair ordering of the queue before ordering it again
@@ -47,17 +50,27 @@ class SchedulerConfig:
     t_task: float = 0.005
     plugins: dict[str, Any] = field(default_factory=dict)
     jobs: str = ""
-    """Job kinds it places: "batch", "service" or "all" (default: its own kind)."""
+    """Job kinds it places: "batch", "service" or "all". Default: a batch or service scheduler
+    its own kind, any other kind (borg…) "all". Filled in by the constructor."""
+    order: str = "fair"
+    """Its queue order: "fair" or "drf" (``omega.queue.make_order``)."""
+    drf_weights: dict[str, float] = field(default_factory=dict)
+    """Owner → weight of the owner's dominant share under "drf" (default 1)."""
 
     def __post_init__(self):
         if not self.name or "/" in self.name:
             raise ValueError(f'scheduler name must be non-empty without "/", got {self.name!r}')
-        if self.kind not in _JOB_KINDS:
-            raise ValueError(f"scheduler {self.name!r}: unknown kind {self.kind!r}; known: {sorted(_JOB_KINDS)}")
+        if self.kind not in KINDS:
+            raise ValueError(f"scheduler {self.name!r}: unknown kind {self.kind!r}; known: {sorted(KINDS)}")
         if self.jobs and self.jobs not in _JOB_KINDS:
             raise ValueError(f"scheduler {self.name!r}: jobs must be one of {sorted(_JOB_KINDS)}, got {self.jobs!r}")
-        if self.kind == "all":
-            raise ValueError(f"scheduler {self.name!r}: kind must be batch or service")
+        if not self.jobs:
+            own = self.kind if self.kind in {k.value for k in JobKind} else "all"
+            object.__setattr__(self, "jobs", own)
+        try:
+            object.__setattr__(self, "drf_weights", check_order(self.order, self.drf_weights))
+        except ValueError as exc:
+            raise ValueError(f"scheduler {self.name!r}: {exc}") from None
         if self.t_job < 0 or self.t_task < 0:
             raise ValueError(f"scheduler {self.name!r}: t_job and t_task must be >= 0, "
                              f"got {self.t_job!r} and {self.t_task!r}")
@@ -72,6 +85,7 @@ class SchedulerTally:
     attempts: int = 0
     transactions: int = 0
     failed_transactions: int = 0
+    conflict_transactions: int = 0
     conflicted_attempts: int = 0
     tasks_placed: int = 0
     jobs_taken: int = 0
@@ -85,7 +99,7 @@ class SimScheduler:
 
     def __init__(self, config: SchedulerConfig, store: Store, core: EventCore, clock: VirtualClock,
                  cell, peers: list[str], decision_time: str = "modelled", time_scale: float = 1.0,
-                 journal=None):
+                 journal=None, skip_nothing_fits: bool = True):
         if decision_time not in DECISION_TIME_MODES:
             raise ValueError(f"decision_time must be one of {DECISION_TIME_MODES}, got {decision_time!r}")
         self.config = config
@@ -106,7 +120,8 @@ class SimScheduler:
         self.placer = OptimisticPlacer(config.name, cell.committer(), ConflictMode.parse(config.conflict_mode),
                                        CommitMode.parse(config.commit_mode),
                                        retry_policy_for(config.kind, config.seed), clock, self._on_attempt)
-        self.queue = JobQueue(config.name)
+        self.queue = JobQueue(config.name, order=make_order(config.order, self.view, config.drf_weights))
+        self.memo = NothingFitsMemo(self.view) if skip_nothing_fits and config.kind in NON_PREEMPTING_KINDS else None
         self.process = Process(core, config.name, self._run)
 
     # -- the loop ---------------------------------------------------------------------------
@@ -118,6 +133,8 @@ class SimScheduler:
                 self.queue.reset()
             now = self.clock.now()
             pending = self._pending()
+            if self.memo is not None:
+                pending = self.memo.candidates(pending)
             chosen = self.queue.select(pending, self.peers, now, SELECT_BATCH)
             if not chosen:
                 self.process.park(self._idle_timeout(pending, now))
@@ -152,6 +169,8 @@ class SimScheduler:
             self.queue.defer(entry.id, self.clock.now())
             return
         self.tally.gave_up += result.gave_up
+        if self.memo is not None:
+            self.memo.note(entry.id, result)
         if result.pending and not result.job_gone:
             self.queue.defer(entry.id, self.clock.now())
         else:
@@ -199,10 +218,12 @@ class SimScheduler:
         t.attempts += 1
         t.transactions += attempt.transactions
         t.failed_transactions += attempt.failed_transactions
+        t.conflict_transactions += attempt.conflict_transactions
         t.conflicted_attempts += attempt.conflicted
         t.tasks_placed += len(attempt.committed)
 
     @property
     def busy_s(self) -> float:
-        """Virtual seconds spent deciding and backing off."""
-        return sum(self.process.held.values())
+        """Virtual seconds spent deciding and backing off until now (a hold still running
+        counts up to now only)."""
+        return self.process.held_until(self.core.now)

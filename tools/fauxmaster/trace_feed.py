@@ -3,22 +3,29 @@
 The machines that open the trace (``machine_add`` at t = 0) are written before the
 schedulers start, so their replicas list them. Afterwards the feed runs as one action per
 distinct event time: the events of that time in file order, consecutive job submissions in
-one ``submit`` call (as one client would). When the trace ends the replay stops there,
-unless an ``until`` time was given.
+one ``submit`` call (as one client would), consecutive ``task_placed`` events in one bulk
+write (``initial_state="recorded"`` and t = 0 only: see ``tools.fauxmaster.initial_state``;
+otherwise they are counted as skipped). When the trace ends the replay stops there, unless
+an ``until`` time was given.
 """
 
 from __future__ import annotations
 
 from tools.fauxmaster.cell import SimCell
 from tools.fauxmaster.clock import EventCore
-from tools.trace.events import JobKill, JobSubmit, MachineAdd, MachineFail, MachineRemove, TaskEnd
+from tools.fauxmaster.initial_state import INITIAL_STATES, place_recorded
+from tools.trace.events import JobKill, JobSubmit, MachineAdd, MachineFail, MachineRemove, TaskEnd, TaskPlaced
 from tools.trace.format import read_trace
 
 
 class TraceFeed:
     """Feeds the trace at ``path`` to ``cell`` on ``core`` (a context manager closing the file)."""
 
-    def __init__(self, path, cell: SimCell, core: EventCore, until: float | None = None):
+    def __init__(self, path, cell: SimCell, core: EventCore, until: float | None = None,
+                 initial_state: str = "recorded"):
+        if initial_state not in INITIAL_STATES:
+            raise ValueError(f"initial_state must be one of {INITIAL_STATES}, got {initial_state!r}")
+        self.initial_state = initial_state
         self.header, self._reader = read_trace(path)
         self.cell = cell
         self.core = core
@@ -59,20 +66,31 @@ class TraceFeed:
     def _feed(self) -> None:
         """Apply every event of the current time, then schedule the next time."""
         now = self.core.now
-        submits = []
+        run: list = []  # consecutive events of one bulk type (JobSubmit or TaskPlaced)
         while self._next is not None and self._next.t == now:
             event = self._next
-            if isinstance(event, JobSubmit):
-                submits.append(event.job)
+            if run and type(event) is not type(run[0]):
+                self._apply_run(run)
+                run = []
+            if isinstance(event, (JobSubmit, TaskPlaced)):
+                run.append(event)
             else:
-                if submits:
-                    self.cell.submit(submits)
-                    submits = []
                 self._apply(event)
             self._next = self._read()
-        if submits:
-            self.cell.submit(submits)
+        if run:
+            self._apply_run(run)
         self._schedule_next()
+
+    def _apply_run(self, run: list) -> None:
+        if isinstance(run[0], JobSubmit):
+            self.cell.submit([event.job for event in run])
+        elif self.initial_state == "recorded" and self.core.now == 0:
+            place_recorded(self.cell, run)
+        else:
+            why = ("task_placed (initial_state=scheduled)" if self.initial_state == "scheduled"
+                   else "task_placed after t = 0 (the schedulers place tasks)")
+            skipped = self.cell.counters.skipped
+            skipped[why] = skipped.get(why, 0) + len(run)
 
     def _apply(self, event) -> None:
         cell = self.cell

@@ -59,6 +59,18 @@ class TaskEnd:
 
 
 @dataclass(frozen=True, slots=True)
+class TaskPlaced:
+    """Task ``task`` of job ``job_id`` runs on ``machine_id`` in the recorded cell (format
+    version 2). At ``t = 0`` it describes the state the trace opens with: a replay with
+    ``initial_state="recorded"`` starts from it instead of scheduling the task again."""
+
+    t: float
+    job_id: str
+    task: int
+    machine_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class JobKill:
     """The job's owner kills it: its remaining tasks stop."""
 
@@ -66,7 +78,7 @@ class JobKill:
     job_id: str
 
 
-TraceEvent = MachineAdd | MachineRemove | MachineFail | JobSubmit | TaskEnd | JobKill
+TraceEvent = MachineAdd | MachineRemove | MachineFail | JobSubmit | TaskEnd | TaskPlaced | JobKill
 
 # The type tag of each event class in a trace file.
 EVENT_TYPES: dict[type, str] = {
@@ -75,5 +87,6 @@ EVENT_TYPES: dict[type, str] = {
     MachineFail: "machine_fail",
     JobSubmit: "job_submit",
     TaskEnd: "task_end",
+    TaskPlaced: "task_placed",
     JobKill: "job_kill",
 }

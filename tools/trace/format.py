@@ -30,11 +30,15 @@ from tools.trace.events import (
     MachineRemove,
     TaskEnd,
     TaskEndStatus,
+    TaskPlaced,
     TraceEvent,
 )
 
 FORMAT_NAME = "omega-trace"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READ_VERSIONS = (1, 2)
+# Event types a version's files may hold (version 2 added task_placed).
+_V1_TYPES = frozenset(("machine_add", "machine_remove", "machine_fail", "job_submit", "task_end", "job_kill"))
 TIME_UNIT = "s"
 _HEADER_FIELDS = frozenset("format version source created_at capacity_model cell time_unit notes".split())
 _STATUSES = {s.value: s for s in TaskEndStatus}
@@ -55,6 +59,8 @@ class TraceHeader:
     capacity_model: str  # how machine capacities were chosen, in words and numbers
     cell: str = ""
     notes: str = ""
+    version: int = FORMAT_VERSION
+    """The file's format version (read); a writer always writes FORMAT_VERSION."""
 
 
 # ---------------------------------------------------------------- record maps
@@ -69,15 +75,16 @@ def _header_from_record(key: str, d) -> TraceHeader:
     fc.mapping(key, "", d)
     if d.get("format") != FORMAT_NAME:
         raise CodecError(key, "format", f"not an {FORMAT_NAME} file (format {d.get('format')!r})")
-    if d.get("version") != FORMAT_VERSION or type(d.get("version")) is not int:
+    if d.get("version") not in READ_VERSIONS or type(d.get("version")) is not int:
         raise CodecError(key, "version", f"unknown version {d.get('version')!r} "
-                         f"(this reader reads {FORMAT_VERSION})")
+                         f"(this reader reads {', '.join(map(str, READ_VERSIONS))})")
     fc.require(key, "", d, tuple(sorted(_HEADER_FIELDS)))
     fc.no_unknown(key, "", d, _HEADER_FIELDS)
     if d["time_unit"] != TIME_UNIT:
         raise fc.expected(key, "time_unit", repr(TIME_UNIT), d["time_unit"])
     return TraceHeader(*(fc.text(key, name, d[name])
-                         for name in ("source", "created_at", "capacity_model", "cell", "notes")))
+                         for name in ("source", "created_at", "capacity_model", "cell", "notes")),
+                       version=d["version"])
 
 
 def event_record(ev: TraceEvent) -> dict:
@@ -94,6 +101,8 @@ def event_record(ev: TraceEvent) -> dict:
         d["machine"] = ev.machine_id
     elif isinstance(ev, TaskEnd):
         d.update(job=ev.job_id, task=ev.task, status=str(ev.status))
+    elif isinstance(ev, TaskPlaced):
+        d.update(job=ev.job_id, task=ev.task, machine=ev.machine_id)
     else:
         d["job"] = ev.job_id
     return d
@@ -124,15 +133,18 @@ _DECODERS = {
     "job_submit": (("job",), lambda k, d, t: JobSubmit(t, _nested(k, "job", job_from_map, d["job"]))),
     "task_end": (("job", "task", "status"), lambda k, d, t: TaskEnd(
         t, _job_id(k, d), fc.integer(k, "task", d["task"]), fc.member(k, "status", d["status"], _STATUSES))),
+    "task_placed": (("job", "task", "machine"), lambda k, d, t: TaskPlaced(
+        t, _job_id(k, d), fc.integer(k, "task", d["task"]), _machine_id(k, d))),
     "job_kill": (("job",), lambda k, d, t: JobKill(t, _job_id(k, d))),
 }
 
 
-def event_from_record(key: str, d) -> TraceEvent:
-    """The event a record map describes; CodecError naming the field if it is invalid."""
+def event_from_record(key: str, d, version: int = FORMAT_VERSION) -> TraceEvent:
+    """The event a record map of a ``version`` file describes; CodecError naming the field if
+    it is invalid (or of a type that version does not have)."""
     fc.mapping(key, "", d)
     kind = d.get("type")
-    entry = _DECODERS.get(kind) if type(kind) is str else None
+    entry = _DECODERS.get(kind) if type(kind) is str and (version > 1 or kind in _V1_TYPES) else None
     if entry is None:
         raise fc.expected(key, "type", "an event type (" + ", ".join(_DECODERS) + ")", kind)
     payload, build = entry
@@ -244,14 +256,17 @@ class TraceReader:
         raw.seek(0)
         self._records = self._unpacked()
         self.index = -1  # index of the last record read
+        self._version = FORMAT_VERSION
         self._last_t = 0.0
 
     def read_header(self) -> TraceHeader:
         record = self._next_record()
         try:
-            return _header_from_record("header", record)
+            header = _header_from_record("header", record)
         except CodecError as exc:
             raise _error(self.name, 0, exc) from None
+        self._version = header.version
+        return header
 
     def __iter__(self):
         return self
@@ -263,7 +278,7 @@ class TraceReader:
             self.close()
             raise StopIteration
         try:
-            event = event_from_record(f"record {self.index}", record)
+            event = event_from_record(f"record {self.index}", record, self._version)
         except CodecError as exc:
             raise _error(self.name, self.index, exc) from None
         if event.t < self._last_t:

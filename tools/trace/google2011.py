@@ -13,7 +13,10 @@ and the job kills. Pass 2 emits the events (rules in docs/TRACE_FORMAT.md):
 - FINISH → ``task_end finished``; EVICT, FAIL, KILL, LOST → ``task_end failed`` (a task the
   trace resubmits later is a new batch); a job KILL → ``job_kill`` of every batch of that job
   with live tasks, emitted at the first task KILL of the job within 1 s before it;
-- SCHEDULE and UPDATE_* rows carry no event (the replayed schedulers decide placement).
+- a SCHEDULE row at t = 0 (the task runs when the window opens) → ``task_placed`` at t = 0 on
+  ``m{machine}``, emitted once t = 0 is over for the tasks still live then (a replay may start
+  from this recorded state); later SCHEDULE and UPDATE_* rows carry no event (the replayed
+  schedulers decide placement).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from datetime import UTC, datetime
 
 from cellstate.model import Job, JobKind, Machine
 from cellstate.resources import Resources
-from tools.trace.events import JobKill, JobSubmit, MachineAdd, TaskEnd, TaskEndStatus
+from tools.trace.events import JobKill, JobSubmit, MachineAdd, TaskEnd, TaskEndStatus, TaskPlaced
 from tools.trace.format import TraceHeader, TraceWriter
 from tools.trace.progress import progress
 
@@ -208,6 +211,7 @@ class _Batches:
         self.last_request: dict[str, Resources] = {}
         self.killed: set[str] = set()
         self.pending: dict[str, list[list[str]]] = {}  # this timestamp's SUBMIT rows by job
+        self.running_at_open: dict[tuple[str, str], str] = {}  # (job, task) → machine of its t = 0 SCHEDULE
         self.window_end = trace_time(s.last_us)
 
     def submit_row(self, row: list[str]) -> None:
@@ -253,12 +257,34 @@ class _Batches:
     def end(self, t: float, job: str, task: str, kind: int):
         """task_end for a live task (none for a task the window never submitted)."""
         mapped = self.task_of.pop((job, task), None)
+        self.running_at_open.pop((job, task), None)
         if mapped is None:
             self.stats.skipped["end of a task not live in the window"] += 1
             return
         batch_id, index = mapped
         self.live[batch_id] -= 1
         yield TaskEnd(t, batch_id, index, TaskEndStatus.FINISHED if kind == FINISH else TaskEndStatus.FAILED)
+
+    def schedule_row(self, row: list[str]) -> None:
+        """A SCHEDULE row at t = 0: remember the machine (the last one wins)."""
+        if row[MACHINE]:
+            self.running_at_open[row[JOB], row[TASK]] = row[MACHINE]
+        else:
+            self.stats.skipped["t = 0 schedule without a machine"] += 1
+
+    def initial_placements(self):
+        """task_placed at t = 0 for every task that runs when the window opens and is still
+        live (not ended or killed during t = 0), in (batch, index) order."""
+        placed = []
+        for key, machine in self.running_at_open.items():
+            mapped = self.task_of.get(key)
+            if mapped is None:
+                self.stats.skipped["t = 0 schedule of a task not live at the end of t = 0"] += 1
+                continue
+            placed.append((mapped, f"m{machine}"))
+        self.running_at_open = {}
+        for (batch_id, index), machine_id in sorted(placed):
+            yield TaskPlaced(0.0, batch_id, index, machine_id)
 
     def kill(self, t: float, job: str):
         """job_kill for every batch of ``job`` with live tasks; its tasks are no longer live."""
@@ -281,11 +307,15 @@ def google2011_events(task_events: str, s: Survey, capacity: CapacityModel, stat
     kills = list(s.job_kills)
     kill_at = {job: ts for ts, job in kills}
     current = 0
+    opening = True  # still inside t = 0 (the recorded initial state)
     with progress("import", s.rows) as advance:
         for number, row in read_rows(task_events, limit):
             ts, kind = _parse(task_events, number, row)
             if ts != current:
                 yield from state.flush(trace_time(current))
+                if opening and ts > WINDOW_START_US:
+                    opening = False
+                    yield from state.initial_placements()
                 while kills and kills[0][0] < ts:
                     k_ts, job = kills.pop(0)
                     if job not in state.killed:
@@ -299,10 +329,14 @@ def google2011_events(task_events: str, s: Survey, capacity: CapacityModel, stat
                     yield from state.kill(t, job)
             elif kind in _ENDS:
                 yield from state.end(t, job, row[TASK], kind)
+            elif kind == SCHEDULE and opening:
+                state.schedule_row(row)
             stats.rows = number
             if number % 20_000 == 0:
                 advance(20_000)
         yield from state.flush(trace_time(current))
+        if opening:
+            yield from state.initial_placements()
         for k_ts, job in kills:
             if job not in state.killed:
                 yield from state.kill(trace_time(k_ts), job)

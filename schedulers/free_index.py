@@ -1,0 +1,100 @@
+"""``FreeIndex``: the free resources of every machine of a view as numpy arrays, in the batch
+scheduler's shuffled machine order, kept current from the view's changed-machine ids
+(``ReplicaView.take_changed_machines``). It lets the batch scheduler's full scan examine only
+the machines whose free resources hold the request (``candidates``), and count why the others
+were excluded (``first_short``) without running the filters on each of them.
+
+Exact for chains whose filters before ``resources_fit`` are machine_state (accepting only ``up``),
+different_machine and max_per_machine, with ``resources_fit`` ignoring nothing, and requests
+without extra resources (``applies``): a machine outside the candidates then fails
+``resources_fit`` on its first short resource (cpu, memory, disk, in that order), unless it
+holds a task of the job or is not up — those few are checked by the real filters.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cellstate.model import MachineState
+from cellstate.resources import Resources
+
+SAFE_BEFORE_FIT = frozenset(("machine_state", "different_machine", "max_per_machine"))
+_UNKNOWN = -1  # free amount of a machine that is gone: never a candidate
+
+
+def applies(filters, request: Resources) -> bool:
+    """True when the index gives the full scan's exact result for ``filters`` (see module)."""
+    if request.extra:
+        return False
+    for f in filters:
+        if f.name == "resources_fit":
+            return not getattr(f.args, "ignore", ())
+        if f.name not in SAFE_BEFORE_FIT:
+            return False
+        if f.name == "machine_state" and set(f.args.accept) != {MachineState.UP}:
+            return False
+    return False
+
+
+class FreeIndex:
+    """Free cpu, memory, disk and up-ness per position of ``ids`` (the scheduler's order)."""
+
+    def __init__(self, view, ids: list[str]):
+        self.view = view
+        view.track_changed_machines()
+        view.take_changed_machines()
+        self.ids = ids
+        self.position = {machine_id: i for i, machine_id in enumerate(ids)}
+        n = len(ids)
+        self.cpu = np.full(n, _UNKNOWN, dtype=np.int64)
+        self.memory = np.full(n, _UNKNOWN, dtype=np.int64)
+        self.disk = np.full(n, _UNKNOWN, dtype=np.int64)
+        self.up = np.zeros(n, dtype=bool)
+        for i, machine_id in enumerate(ids):
+            self._set(i, view.machine(machine_id))
+
+    def _set(self, i: int, entry) -> None:
+        if entry is None:
+            self.cpu[i] = self.memory[i] = self.disk[i] = _UNKNOWN
+            self.up[i] = False
+            return
+        machine = entry.machine
+        free = machine.free
+        self.cpu[i], self.memory[i], self.disk[i] = free.cpu, free.memory, free.disk
+        self.up[i] = machine.state is MachineState.UP
+
+    def refresh(self) -> None:
+        """Take in the machines that changed since the last refresh."""
+        view, position = self.view, self.position
+        for machine_id in view.take_changed_machines():
+            i = position.get(machine_id)
+            if i is not None:
+                self._set(i, view.machine(machine_id))
+
+    def _room(self, request: Resources) -> np.ndarray:
+        return self.up & (self.cpu >= request.cpu) & (self.memory >= request.memory) & (self.disk >= request.disk)
+
+    def candidates(self, request: Resources, cursor: int) -> list[int]:
+        """Positions of up machines whose free resources hold ``request``, in walk order from
+        ``cursor`` (wrapping around)."""
+        found = np.flatnonzero(self._room(request))
+        if len(found) and cursor:
+            split = int(np.searchsorted(found, cursor))
+            found = np.concatenate((found[split:], found[:split]))
+        return found.tolist()
+
+    def not_up(self) -> list[int]:
+        """Positions of machines that are not up (or gone)."""
+        return np.flatnonzero(~self.up).tolist()
+
+    def first_short(self, request: Resources, skip: list[int]) -> dict[str, int]:
+        """How many up machines, outside the candidates and the ``skip`` positions, lack each
+        resource first (cpu, then memory, then disk: resources_fit's order)."""
+        up = self.up.copy()
+        if skip:
+            up[skip] = False
+        cpu = up & (self.cpu < request.cpu)
+        memory = up & ~cpu & (self.memory < request.memory)
+        disk = up & ~cpu & ~memory & (self.disk < request.disk)
+        counts = {"cpu": int(cpu.sum()), "memory": int(memory.sum()), "disk": int(disk.sum())}
+        return {name: n for name, n in counts.items() if n}

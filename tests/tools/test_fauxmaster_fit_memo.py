@@ -1,0 +1,74 @@
+"""The replay's nothing-fits memo: it skips only decisions that would have found nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from cellstate.model import Job, JobKind
+from cellstate.resources import Resources
+from tools.fauxmaster.replay import ReplayConfig, replay
+from tools.trace.events import JobKill, JobSubmit, MachineAdd
+
+from fauxmaster_traces import batch, machine, write
+
+SCHEDULERS = [dict(name="b", kind="batch", seed=2), dict(name="s", kind="batch", jobs="service", seed=5)]
+REAL_SERVICE = [dict(name="b", kind="batch", seed=2), dict(name="s", kind="service", seed=5)]
+
+
+def crowded_trace(path, services: bool = True) -> str:
+    """4 machines of 4 cores; waves of jobs of 1-5 cores (5 never fits) with short durations,
+    so the cell is full most of the time and frees room piece by piece; ``services``: and
+    three service jobs, each killed 8.5 s after its submission."""
+    events = [MachineAdd(0.0, machine(i)) for i in range(4)]
+    sizes = [1000, 3000, 2000, 4000, 5000, 1500, 2500, 3500]
+    for wave in range(6):
+        events += [JobSubmit(wave * 3.0, batch(f"w{wave}j{j}", 2, cpu=sizes[(wave + j) % len(sizes)],
+                                               duration=2.0 + (j % 3)))
+                   for j in range(8)]
+    for wave in range(3 if services else 0):
+        events += [JobSubmit(wave * 4.0 + 0.5, Job(f"s{wave}", JobKind.SERVICE, 3, Resources(1500 + 1000 * wave, 256))),
+                   JobKill(wave * 4.0 + 9.0, f"s{wave}")]
+    events.sort(key=lambda e: e.t)
+    return write(path, events)
+
+
+def verify_skips(checked: list):
+    """A replay ``setup`` hook: every job a memo leaves out is decided anyway (on the same view,
+    without committing) and must find no machine."""
+    def setup(schedulers, core):
+        for sim in schedulers:
+            memo = sim.memo
+            original = memo.candidates
+
+            def candidates(pending, sim=sim, original=original):
+                kept = original(pending)
+                kept_ids = {e.id for e in kept}
+                for entry in pending:
+                    if entry.id not in kept_ids:
+                        answer = sim.scheduler.decide(entry, entry.record.pending_tasks(), sim.view)
+                        checked.append((entry.id, len(answer.claims)))
+                return kept
+            memo.candidates = candidates
+    return setup
+
+
+@pytest.mark.parametrize("schedulers", [SCHEDULERS, REAL_SERVICE], ids=["batch-chains", "real-service"])
+def test_skipped_decisions_would_have_found_nothing(tmp_path, schedulers):
+    checked: list = []
+    result = replay(crowded_trace(tmp_path / "c.omt"), ReplayConfig(schedulers=schedulers, until=40.0),
+                    setup=verify_skips(checked))
+    assert len(checked) > 20  # the memo did skip decisions here…
+    assert all(claims == 0 for _, claims in checked), [c for c in checked if c[1]]  # …that found nothing
+    assert result.check["ok"], result.check["violations"]
+
+
+@pytest.mark.parametrize("skip", [True, False], ids=["memo", "no-memo"])
+def test_memo_places_the_same_tasks_with_fewer_decisions(tmp_path, skip):
+    trace = crowded_trace(tmp_path / "c.omt", services=False)  # kills would make timing decide what runs
+    with_memo = replay(trace, ReplayConfig(schedulers=SCHEDULERS, until=60.0, skip_nothing_fits=skip))
+    reference = replay(trace, ReplayConfig(schedulers=SCHEDULERS, until=60.0, skip_nothing_fits=False))
+    placed = sum(s.tasks_placed for s in with_memo.schedulers)
+    assert placed == sum(s.tasks_placed for s in reference.schedulers)
+    assert with_memo.jobs_unscheduled == reference.jobs_unscheduled == 6  # the 5-core jobs never fit
+    taken, reference_taken = (sum(s.jobs_taken for s in r.schedulers) for r in (with_memo, reference))
+    assert (taken < reference_taken) is skip

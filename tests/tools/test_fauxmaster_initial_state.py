@@ -1,0 +1,83 @@
+"""Replays that start from the recorded cell (task_placed at t = 0) or schedule it again."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from cellstate.codec import decode_alloc
+from tools.fauxmaster.replay import ReplayConfig, replay
+from tools.fauxmaster.trace_feed import TraceFeed
+from tools.trace.events import JobSubmit, MachineAdd, TaskEnd, TaskEndStatus, TaskPlaced
+
+from fauxmaster_traces import batch, machine, write
+
+ONE = [dict(name="b", kind="batch", seed=1)]
+
+
+def recorded_trace(path) -> str:
+    """4 machines of 4 cores; at t = 0 four jobs with recorded machines (some do not fit)."""
+    events = [MachineAdd(0.0, machine(i)) for i in range(4)]
+    events += [JobSubmit(0.0, batch("fill", 4, duration=10.0)), JobSubmit(0.0, batch("big", 2, cpu=3000)),
+               JobSubmit(0.0, replace(batch("apart", 2), different_machine=True)),
+               JobSubmit(0.0, batch("lost", 1))]
+    events += [TaskPlaced(0.0, "fill", i, "m0") for i in range(4)]
+    events += [TaskPlaced(0.0, "big", 0, "m1"), TaskPlaced(0.0, "big", 1, "m1"),  # 2 x 3 cores > 4
+               TaskPlaced(0.0, "apart", 0, "m2"), TaskPlaced(0.0, "apart", 1, "m2"),  # one per machine
+               TaskPlaced(0.0, "lost", 0, "m9"), TaskPlaced(0.0, "fill", 0, "m3")]  # unknown; not pending
+    events += [TaskEnd(5.0, "big", 0, TaskEndStatus.FINISHED), JobSubmit(6.0, batch("late", 1))]
+    return write(path, events)
+
+
+def allocs(result) -> dict[tuple[str, int], str]:
+    kvs = result.store.range(result.keys.kind_prefix("allocs")).kvs
+    return {(a.job_id, a.task_index): a.machine_id for a in (decode_alloc(kv.key, kv.value) for kv in kvs)}
+
+
+def test_recorded_start_writes_what_fits_and_leaves_the_rest_pending(tmp_path):
+    result = replay(recorded_trace(tmp_path / "r.omt"), ReplayConfig(schedulers=ONE, until=4.0))
+    assert result.cell["initial_placed"] == 6
+    assert result.cell["initial_not_placed"] == {
+        "does not fit the machine's capacity": 1, "job's per-machine rule": 1, "machine unknown or not up": 1,
+        "task not pending": 1}
+    placed = allocs(result)
+    assert all(placed[("fill", i)] == "m0" for i in range(4))
+    assert placed[("big", 0)] == "m1" and placed[("apart", 0)] == "m2"
+    # the rest was scheduled: big/1 (3 cores) not on m0 or m1, apart/1 not on m2, lost/0 somewhere
+    assert placed[("big", 1)] in ("m2", "m3") and placed[("apart", 1)] != "m2" and ("lost", 0) in placed
+    assert result.schedulers[0].tasks_placed == 3
+    assert result.check["ok"], result.check["violations"]
+
+
+def test_recorded_batch_tasks_end_after_their_duration(tmp_path):
+    result = replay(recorded_trace(tmp_path / "r.omt"), ReplayConfig(schedulers=ONE, until=12.0))
+    placed = allocs(result)
+    assert not any(job == "fill" for job, _ in placed)  # ended at t = 10
+    assert ("big", 0) not in placed  # the recorded end at t = 5
+    assert result.check["ok"], result.check["violations"]
+
+
+def test_scheduled_start_ignores_the_recorded_machines(tmp_path):
+    trace = recorded_trace(tmp_path / "r.omt")
+    result = replay(trace, ReplayConfig(schedulers=ONE, until=4.0, initial_state="scheduled"))
+    assert result.cell["initial_placed"] == 0 and result.cell["initial_not_placed"] == {}
+    assert result.cell["skipped"]["task_placed (initial_state=scheduled)"] == 10
+    assert result.schedulers[0].tasks_placed == 9  # every pending task, by the scheduler
+    assert result.check["ok"], result.check["violations"]
+
+
+def test_recorded_start_replays_identically(tmp_path):
+    trace = recorded_trace(tmp_path / "r.omt")
+    first, second = (replay(trace, ReplayConfig(schedulers=ONE, until=12.0)) for _ in range(2))
+    assert first.to_dict(include_wall=False) == second.to_dict(include_wall=False)
+
+
+@pytest.mark.parametrize("config, message", [
+    (dict(initial_state="guessed"), "initial_state must be one of"),
+], ids=["bad-initial-state"])
+def test_bad_initial_state_is_refused(config, message):
+    with pytest.raises(ValueError, match=message):
+        ReplayConfig(**config)
+    with pytest.raises(ValueError, match=message):
+        TraceFeed("unused.omt", None, None, **config)
