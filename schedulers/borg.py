@@ -6,8 +6,12 @@ three tricks of Borg (EuroSys'15 §3.4), each switchable:
   on are evaluated again; off, every task evaluates machines afresh (its own class);
 - score cache: (class, machine) -> verdict and rank at the machine's mod_revision, kept
   across decisions, so jobs with the same signature reuse them; exact invalidation;
-- relaxed randomization: machines in a seeded shuffled order from a random cursor; stop
-  once ``k`` feasible machines are in hand and take the best; off, every machine is scored.
+- relaxed randomization: stop once ``k`` feasible machines are in hand and take the best;
+  off, every machine is scored. The walk (``walk_start``): ``packed`` (default) visits the
+  machines where the task fits best first, by a load index of buckets (``borg_index``),
+  seeded-shuffled within a bucket, so the best of ``k`` packs about as a full scan does;
+  ``random``/``first``/``sticky`` walk a seeded shuffle of all machines from a random
+  cursor / its start / where the last decision found its first feasible machine.
 
 Classes and the cache need every plugin of the chain to sign (``reads`` not None); with
 one that cannot (zone_spread, domain_spread: they depend on where the job's tasks are) both
@@ -27,6 +31,7 @@ from cellstate.model import Alloc, Job, JobKind, Machine
 from omega.protocols import CellView, Claim, JobEntry, MachineEntry
 from schedulers.base import Decision, checked_tasks, gang_outcome
 from schedulers.borg_cache import ScoreCache, Signer
+from schedulers.borg_index import LoadIndex
 from schedulers.borg_search import Search
 from schedulers.pipeline import NO_MACHINES, Pipeline
 from schedulers.plugin import PluginConfigError, ScoreContext
@@ -34,7 +39,7 @@ from schedulers.preemption import choose_victims, cost, preemptible
 from schedulers.reservation import Reservations
 
 ALL_KINDS = (JobKind.BATCH, JobKind.SERVICE)
-WALK_STARTS = ("first", "sticky", "random")
+WALK_STARTS = ("packed", "first", "sticky", "random")
 _NO_ALLOCS = 1 << 62  # the floor of a machine without allocations: nothing to evict
 
 
@@ -63,6 +68,31 @@ def _serves(value) -> tuple[JobKind, ...]:
                                 f"known: {[k.value for k in JobKind]}") from None
 
 
+def _hybrid_args(pipeline: Pipeline):
+    """The args of the chain's borg_hybrid scorer (the packed walk estimates with them), or None."""
+    for stage in pipeline.stages:
+        for scorer, _ in stage:
+            if getattr(scorer, "name", None) == "borg_hybrid":
+                return scorer.args
+    return None
+
+
+def _before_fit(pipeline: Pipeline) -> tuple[tuple, object | None]:
+    """(the filters before resources_fit, resources_fit) of the chain; ((), None) without it."""
+    for i, f in enumerate(pipeline.filters):
+        if getattr(f, "name", None) == "resources_fit":
+            return tuple(pipeline.filters[:i]), f
+    return (), None
+
+
+def _checked_resources(pipeline: Pipeline) -> frozenset[str]:
+    """cpu and memory, less those the chain's resources_fit ignores (none without one)."""
+    for f in pipeline.filters:
+        if getattr(f, "name", None) == "resources_fit":
+            return frozenset({"cpu", "memory"}) - set(f.args.ignore)
+    return frozenset()
+
+
 class BorgScheduler:
     """See the module docstring. ``serves``: the job kinds the runtime should hand it."""
 
@@ -71,7 +101,8 @@ class BorgScheduler:
     def __init__(self, name: str, rng: random.Random, pipeline: Pipeline | None = None, *, k: int = 50,
                  equivalence_classes: bool = True, score_cache: bool = True,
                  relaxed_randomization: bool = True, preemption: bool = True,
-                 cache_entries: int = 500_000, serves=ALL_KINDS, walk_start: str = "random") -> None:
+                 cache_entries: int = 500_000, serves=ALL_KINDS, walk_start: str = "packed",
+                 sweep: int = 32) -> None:
         for label, flag in (("equivalence_classes", equivalence_classes), ("score_cache", score_cache),
                             ("relaxed_randomization", relaxed_randomization), ("preemption", preemption)):
             if not isinstance(flag, bool):
@@ -93,6 +124,12 @@ class BorgScheduler:
             raise PluginConfigError(f"borg {name!r}: walk_start must be one of {list(WALK_STARTS)}, "
                                     f"got {walk_start!r}")
         self.walk_start = walk_start
+        if not isinstance(sweep, int) or isinstance(sweep, bool) or sweep < 0:
+            raise PluginConfigError(f"borg {name!r}: sweep must be an int >= 0, got {sweep!r}")
+        self.sweep = sweep
+        self.index: LoadIndex | None = None  # the packed walk's load index (built with the ids)
+        self.before_fit = _before_fit(pipeline)
+        self._changed: set[str] = set()  # machines to re-key in the index before the next decision
         self.sticky = 0  # walk position where the last decision found its first feasible machine
         self.relaxed = relaxed_randomization
         self.preemption = preemption
@@ -117,7 +154,12 @@ class BorgScheduler:
         self.counters.tasks += len(tasks)
         if not ids:
             return gang_outcome(job, tasks, Decision([], {t: NO_MACHINES for t in tasks}))
-        decision = _Decider(self, job, view, ids).run(tasks)
+        if self.index is not None:
+            self.index.refresh(view, self._changed)
+            self._changed.clear()
+        decider = _Decider(self, job, view, ids)
+        decision = decider.run(tasks)
+        self._changed.update(decider.touched)
         if self.cache is not None:
             self.cache.trim()
         return gang_outcome(job, tasks, decision)
@@ -133,14 +175,20 @@ class BorgScheduler:
             self._count = len(self._ids)
             self._base_free.clear()
             self._floors.clear()
+            self._changed.clear()
+            packed = self.relaxed and self.walk_start == "packed"
+            self.index = LoadIndex(self._ids, view, sweep=self.sweep, hybrid=_hybrid_args(self.pipeline),
+                                   checked=_checked_resources(self.pipeline)) if packed else None
         return self._ids
 
     def start_of_walk(self, n: int) -> int:
         """Where a decision's walk over the ``n`` shuffled machines starts: ``first`` at the
         start of the permutation (first-fit order: packs), ``sticky`` where the previous
         decision found its first feasible machine (next-fit order), ``random`` anywhere
-        (spreads: consecutive decisions see different machines). 0 without randomization."""
-        if not self.relaxed or self.walk_start == "first":
+        (spreads: consecutive decisions see different machines). 0 without randomization,
+        and for ``packed`` (it walks the load index: ``schedulers.borg_index``; the shuffled
+        order only when that walk found nothing feasible)."""
+        if not self.relaxed or self.walk_start in ("first", "packed"):
             return 0
         return self.rng.randrange(n) if self.walk_start == "random" else self.sticky % n
 

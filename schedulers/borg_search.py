@@ -1,6 +1,7 @@
-"""One equivalence class's walk over the Borg scheduler's shuffled machines within a
-decision: the pool of feasible machines (a heap by rank), the score-cache lookups and the
-tally of why the other machines were excluded. ``fill`` is the scheduler's hot loop."""
+"""One equivalence class's walk over the Borg scheduler's machines within a decision (the
+load index's order for the packed walk, else the seeded shuffle): the pool of feasible
+machines (a heap by rank), the score-cache lookups and the tally of why the other machines
+were excluded. ``fill`` is the scheduler's hot loop."""
 
 from __future__ import annotations
 
@@ -13,42 +14,60 @@ from schedulers.plugin import ScoreContext, Verdict
 
 
 class Search:
-    """A class's walk over the shuffled machines: a pool of feasible machines (a heap by
+    """A class's walk over the machines: a pool of feasible machines (a heap by
     rank, ties by machine id) and the exclusions tallied along the way."""
 
     def __init__(self, decider, table) -> None:
         self.d = decider
         self.table = table
-        self.cursor = decider.cursor
-        self.walked = 0
+        self.start = decider.cursor  # where the shuffled walk starts
+        self.walked = 0  # machines taken from the walk so far
+        index = decider.sched.index
+        self.shuffled = index is None  # walking every machine in the shuffled order
+        self.full = self.shuffled  # the walk covers the whole cell (the packed walk: once it fell back)
+        self.order = self._shuffled() if index is None else index.walk(decider.spec.request)
+        self.revision_of = None if index is None else index.revision_of
         self.pool: dict[str, int] = {}  # machine id -> sequence number of its live heap entry
         self.heap: list[tuple[tuple[float, ...], str, int, Machine]] = []
         self.seq = 0
         self._excluded: dict[int, list] = {}  # id(verdict) -> [verdict, machines]
+        self._short_verdicts: dict = {}  # load index key -> resources_fit's verdict there
+        self._rest = None  # the machines the packed walk skipped, once it found nothing
         self.first_feasible: int | None = None  # walk position of the first feasible machine
         self.ctx = ScoreContext(decider.placement)
         self.filters = decider.sched.pipeline.filters
         self.rank = decider.sched.pipeline.rank
 
     def fill(self, want: int) -> None:
-        """Walk on until ``want`` machines are feasible or every machine was walked.
-        The scheduler's hot loop: cache hits are served inline, misses go to ``evaluate``."""
-        d, ids, pool = self.d, self.d.ids, self.pool
-        n, cursor, walked = len(ids), self.cursor, self.walked
+        """Walk on until ``want`` machines are feasible or the walk is over. The packed walk
+        is over when the load index has no bucket left that could fit; if it found nothing
+        feasible at all, the rest of the cell is walked too (``_fill_rest``), so "fits
+        nowhere" and its reasons are exact. The scheduler's hot loop: cache hits are served
+        inline, misses evaluated inline (as ``evaluate``)."""
+        if self.full and not self.shuffled:
+            return self._fill_rest(want)
+        d, pool, order, rest = self.d, self.pool, self.order, False
         machine_of, table, placed, touched = d.view.machine, self.table, d.placement.machines, d.touched
-        excluded, hits, stored, start = self._excluded, 0, 0, walked
+        excluded, hits, stored, walked = self._excluded, 0, 0, 0
         spec, filters, free_of, rank_of, ctx = d.spec, self.filters, d.res.free, self.rank, self.ctx
-        base_free = d.sched._base_free
+        base_free, changed = d.sched._base_free, d.sched._changed
+        revision_of = self.revision_of  # to note stale index entries (packed walk)
         cache = d.sched.cache
         verdicts, index_of = (cache.verdicts, cache.index_of) if cache is not None else (None, None)
-        while len(pool) < want and walked < n:
-            machine_id = ids[cursor]
-            cursor = cursor + 1 if cursor + 1 < n else 0
+        while len(pool) < want:
+            machine_id = next(order, None)
+            if machine_id is None:
+                if pool or self.full:
+                    break
+                self.full = rest = True  # the packed walk found nothing: the rest of the cell
+                break
             walked += 1
             entry = machine_of(machine_id)
             if entry is None:
                 d.sched._count = -1  # the cell changed under the cached ids: refresh next time
                 continue
+            if revision_of is not None and revision_of(machine_id) != entry.mod_revision:
+                changed.add(machine_id)  # the load index re-keys it before the next decision
             untouched = machine_id not in touched  # (then Reservations.free is the machine's own)
             cacheable = untouched and table is not None and machine_id not in placed
             hit = table.get(machine_id) if cacheable else None
@@ -78,14 +97,76 @@ class Search:
                     tally[1] += 1
             else:
                 self._push(entry.machine, rank)
-                if self.first_feasible is None:
-                    self.first_feasible = cursor - 1 if cursor else n - 1
-        self.cursor, self.walked = cursor, walked
+                if self.first_feasible is None and self.shuffled:
+                    self.first_feasible = (self.start + self.walked + walked - 1) % len(d.ids)
+        self.walked += walked
         counters = d.sched.counters
-        counters.evaluations += walked - start
+        counters.evaluations += walked
         counters.cache_hits += hits
         if stored:
             d.sched.cache.stored(stored)
+        if rest:
+            self._fill_rest(want)
+
+    def _fill_rest(self, want: int) -> None:
+        """The rest of the cell once the packed walk found nothing feasible: the machines of
+        the buckets it skipped (every other machine was walked and tallied). One filed there
+        at its current revision and untouched by this decision surely lacks cpu or memory:
+        the filters before resources_fit run on it, then it gets resources_fit's verdict for
+        the bucket (one capacity, one first short resource: the same for all its machines),
+        so the tally is a full walk's. Any other machine there is evaluated (and re-keyed
+        before the next decision when feasible: the index had it filed wrong)."""
+        d, pool, sched = self.d, self.pool, self.d.sched
+        if self._rest is None:
+            self._rest = sched.index.skipped(d.spec.request)
+        rest, keyed, (before, fit) = self._rest, sched.index.keyed, sched.before_fit
+        machine_of, placed, touched, free_of = d.view.machine, d.placement.machines, d.touched, d.res.free
+        spec = d.spec
+        excluded, verdict_of, walked = self._excluded, self._short_verdicts, 0
+        while len(pool) < want:
+            item = next(rest, None)
+            if item is None:
+                break
+            machine_id, key, short = item
+            walked += 1
+            entry = machine_of(machine_id)
+            if entry is None:
+                sched._count = -1
+                continue
+            if short is not None and keyed[machine_id][1] == entry.mod_revision and machine_id not in touched:
+                machine, rank = entry.machine, None
+                free, here = free_of(machine), placed.get(machine_id, 0)
+                for f in before:
+                    verdict = f.fits(spec, machine, free, here)
+                    if not verdict.ok:
+                        break
+                else:
+                    verdict = verdict_of.get(key)
+                    if verdict is None:
+                        verdict = verdict_of[key] = fit.fits(spec, machine, free, here)
+            else:
+                verdict, rank = self.evaluate(entry, count=False)
+            if rank is None:
+                tally = excluded.get(id(verdict))
+                if tally is None:
+                    excluded[id(verdict)] = [verdict, 1]
+                else:
+                    tally[1] += 1
+            else:
+                self._push(entry.machine, rank)
+                sched._changed.add(machine_id)
+        self.walked += walked
+        sched.counters.evaluations += walked
+
+    @property
+    def cursor(self) -> int:
+        """Where the shuffled walk goes on (its start until it began)."""
+        return (self.start + self.walked) % len(self.d.ids) if self.shuffled else self.start
+
+    def _shuffled(self):
+        """Every machine id once, in the shuffled order from ``self.start``."""
+        ids, start = self.d.ids, self.start
+        return iter(ids[start:] + ids[:start])
 
     @property
     def rejections(self) -> Rejections:

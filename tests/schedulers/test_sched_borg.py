@@ -14,7 +14,7 @@ from viewlib import job, machine
 
 from cellstate.model import Constraint, ConstraintOp, JobKind, MachineState
 from cellstate.resources import Resources
-from schedulers.borg import BorgScheduler
+from schedulers.borg import WALK_STARTS, BorgScheduler
 from schedulers.chain_config import ChainConfig, PluginSpec
 from schedulers.chains import make_scheduler
 from schedulers.plugin import PluginConfigError
@@ -158,14 +158,17 @@ def _changed(m, what: str, amount: int):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(steps=st.lists(step, min_size=1, max_size=25), relaxed=st.booleans(), seed=st.integers(0, 3))
-def test_cached_decisions_equal_fresh_ones_after_any_machine_change(steps, relaxed, seed):
+@given(steps=st.lists(step, min_size=1, max_size=25), relaxed=st.booleans(), seed=st.integers(0, 3),
+       walk=st.sampled_from(WALK_STARTS))
+def test_cached_decisions_equal_fresh_ones_after_any_machine_change(steps, relaxed, seed, walk):
     """A scheduler with classes and the cache decides exactly as one without the cache,
-    whatever changed on the machines in between (the key includes mod_revision)."""
+    whatever changed on the machines in between (the key includes mod_revision), with
+    every walk (the packed walk's load index re-keys the changed machines alike)."""
     view = PriorityView([machine(f"m{i}", zone=f"z{i % 2}", cpu=4000, memory=8192) for i in range(10)])
     only_z0 = (Constraint("zone", ConstraintOp.EQ, ("z0",)),)
-    cached = BorgScheduler("c", random.Random(seed), relaxed_randomization=relaxed, k=3)
-    fresh = BorgScheduler("f", random.Random(seed), relaxed_randomization=relaxed, k=3, score_cache=False)
+    cached = BorgScheduler("c", random.Random(seed), relaxed_randomization=relaxed, k=3, walk_start=walk)
+    fresh = BorgScheduler("f", random.Random(seed), relaxed_randomization=relaxed, k=3, score_cache=False,
+                          walk_start=walk)
     for n, (kind, *rest) in enumerate(steps):
         if kind == "change":
             index, what, amount = rest[0]
@@ -197,10 +200,11 @@ def test_classes_on_and_off_agree_with_a_full_scan():
         view.apply(spec.id, decisions[0])
 
 
-@pytest.mark.parametrize("start", ["first", "random", "sticky"])
+@pytest.mark.parametrize("start", ["first", "random", "sticky", "packed"])
 def test_walk_start(start):
-    """``first`` walks the seeded permutation from its start every decision, so consecutive
-    one-task jobs pack onto the same machine; every start is deterministic per seed."""
+    """``first`` walks the seeded permutation from its start every decision and ``packed``
+    the fullest fitting machines first, so consecutive one-task jobs pack onto the same
+    machine; every start is deterministic per seed."""
     def used(seed):
         view = cell(40)
         sched = make_scheduler("borg", "b", seed, {"k": 1, "walk_start": start, "relaxed_randomization": True})
@@ -213,7 +217,7 @@ def test_walk_start(start):
         return out
     first_run = used(3)
     assert used(3) == first_run
-    if start == "first":
+    if start in ("first", "packed"):
         assert len(set(first_run)) == 1
     with pytest.raises(ValueError, match="walk_start"):
         make_scheduler("borg", "b", 1, {"walk_start": "middle"})
