@@ -14,16 +14,24 @@ Races stay safe: the commit compares the job's revision, so a task is never plac
 The order is pluggable (``make_order``): "fair" (above, the default) or "drf" (``omega.drf``:
 priority, then the owners' weighted dominant shares with progressive filling). Either way
 jobs that are backing off are left out before ordering, so they take no turn.
+
+Two ways in: ``select(pending, …)`` orders the jobs it is given (the runtime's loop), and
+``track``/``untrack`` + ``select_tracked`` keep the set of candidates between rounds, fed
+with the jobs that changed (the fauxmaster's loop): the fair order is then kept
+incrementally (``omega.fair_index.FairIndex``) and a round walks only the head of it.
+Both choose the same jobs from the same candidates (tests/omega/test_queue_tracked.py).
 """
 
 from __future__ import annotations
 
 import hashlib
+import heapq
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Protocol
+from typing import Iterable, Iterator, Mapping, Protocol
 
 from omega.drf import DrfOrder, parse_weights
+from omega.fair_index import FairIndex
 from omega.protocols import CellView, JobEntry
 
 
@@ -55,7 +63,10 @@ def _round_robin(jobs: list[JobEntry]) -> list[JobEntry]:
 
 
 class QueueOrder(Protocol):
-    """How a queue orders its pending jobs (all of them, whoever's share they are)."""
+    """How a queue orders its pending jobs (all of them, whoever's share they are). An order
+    may also offer ``index()``: an empty incremental holder (``put``/``discard``/iteration in
+    the order) that ``JobQueue.track`` keeps across rounds; without it the tracked jobs are
+    arranged anew per round (``ArrangedJobs``)."""
 
     name: str
 
@@ -69,6 +80,11 @@ class FairOrder:
 
     def arrange(self, jobs: list[JobEntry]) -> Iterable[JobEntry]:
         return fair_order(jobs)
+
+    @staticmethod
+    def index() -> FairIndex:
+        """An empty incremental holder of jobs in this order (``JobQueue.track``)."""
+        return FairIndex()
 
 
 ORDER_NAMES = ("fair", "drf")
@@ -122,19 +138,32 @@ class JobQueue:
     order: QueueOrder = field(default_factory=FairOrder)
     _not_before: dict[str, float] = field(default_factory=dict)
     _backoff: dict[str, float] = field(default_factory=dict)
+    _tracked: _Tracked | None = field(default=None, repr=False)
+    _due: list[tuple[float, str]] = field(default_factory=list, repr=False)  # lazy heap of _not_before
 
     def select(self, pending: list[JobEntry], peers: list[str], now: float, limit: int) -> list[JobEntry]:
         """Up to ``limit`` jobs this scheduler should try now: by priority (high first); within
         a priority its own share in the queue's order, then jobs pending for ``steal_after_s``
         (those it is next in line for first, then in the queue's order). Jobs backing off
         are left out before ordering."""
-        crew = sorted(set(peers) | {self.me})
         not_before = self._not_before
         if not_before:
             pending = [entry for entry in pending if not_before.get(entry.id, 0.0) <= now]
+        return self._choose(self.order.arrange(pending), peers, now, limit)
+
+    def select_tracked(self, peers: list[str], now: float, limit: int) -> list[JobEntry]:
+        """``select`` over the jobs held by ``track`` (same choice as ``select`` given those
+        jobs), without ordering them all again: the order is kept across calls."""
+        tracked = self._tracking()
+        self._release_due(now)
+        return self._choose(iter(tracked.ready), peers, now, limit)
+
+    def _choose(self, ordered: Iterable[JobEntry], peers: list[str], now: float, limit: int) -> list[JobEntry]:
+        """Own share first, then stealable jobs by rendezvous rank, from ``ordered``."""
+        crew = sorted(set(peers) | {self.me})
         candidates: list[tuple[int, int, int, JobEntry]] = []  # (-priority, rank, position, job)
         own = 0
-        for position, entry in enumerate(self.order.arrange(pending)):
+        for position, entry in enumerate(ordered):
             rank = 0 if len(crew) == 1 else rendezvous_rank(entry.id, crew, self.me)
             if rank == 0:
                 candidates.append((-entry.record.job.priority, 0, position, entry))
@@ -146,22 +175,136 @@ class JobQueue:
         candidates.sort(key=lambda c: c[:3])
         return [c[3] for c in candidates[:limit]]
 
+    # -- tracked jobs (``select_tracked``) --------------------------------------------------------
+
+    def _tracking(self) -> _Tracked:
+        if self._tracked is None:
+            make = getattr(self.order, "index", None)  # an incremental order (FairOrder), if any
+            self._tracked = _Tracked(make() if make is not None else ArrangedJobs(self.order))
+        return self._tracked
+
+    def track(self, entry: JobEntry) -> None:
+        """Hold (or update) a pending job for ``select_tracked``."""
+        tracked = self._tracking()
+        job_id = entry.record.job.id
+        held = tracked.jobs.get(job_id)
+        tracked.jobs[job_id] = entry
+        if held is None or held.record.submitted_at != entry.record.submitted_at:
+            heapq.heappush(tracked.steal_at, (entry.record.submitted_at + self.steal_after_s, job_id))
+        due = self._not_before.get(job_id)
+        if due is None:
+            tracked.ready.put(entry)
+        else:  # backing off: ready again when due (``_release_due``)
+            tracked.ready.discard(job_id)
+            heapq.heappush(tracked.due, (due, job_id))
+
+    def untrack(self, job_id: str) -> None:
+        """Stop holding a job (no longer pending, or not a candidate)."""
+        tracked = self._tracking()
+        if tracked.jobs.pop(job_id, None) is not None:
+            tracked.ready.discard(job_id)
+
+    def tracked(self) -> Mapping[str, JobEntry]:
+        """The jobs held by ``track`` (backing off or not), by id (a live view)."""
+        return self._tracking().jobs
+
+    def next_steal_at(self, now: float) -> float | None:
+        """Earliest time after ``now`` when a tracked job becomes stealable (``steal_after_s``
+        after its submission); None if none will."""
+        tracked = self._tracking()
+        heap, jobs, steal = tracked.steal_at, tracked.jobs, self.steal_after_s
+        while heap:
+            t, job_id = heap[0]
+            entry = jobs.get(job_id)
+            if t > now and entry is not None and entry.record.submitted_at + steal == t:
+                return t
+            heapq.heappop(heap)  # past (time only moves on), or no longer tracked (re-pushed if it comes back)
+        return None
+
+    def _release_due(self, now: float) -> None:
+        tracked = self._tracked
+        heap, not_before = tracked.due, self._not_before
+        while heap and heap[0][0] <= now:
+            due, job_id = heapq.heappop(heap)
+            entry = tracked.jobs.get(job_id)
+            if entry is not None and not_before.get(job_id) == due:
+                tracked.ready.put(entry)
+
     def defer(self, job_id: str, now: float) -> float:
         """Back off a job that could not be (fully) placed; returns the delay chosen."""
         delay = min(self.backoff_max_s, max(self.backoff_min_s, 2 * self._backoff.get(job_id, 0.0)))
         self._backoff[job_id] = delay
-        self._not_before[job_id] = now + delay
+        self._not_before[job_id] = due = now + delay
+        heapq.heappush(self._due, (due, job_id))
+        tracked = self._tracked
+        if tracked is not None and job_id in tracked.jobs:
+            tracked.ready.discard(job_id)
+            heapq.heappush(tracked.due, (due, job_id))
         return delay
 
     def reset(self, job_id: str | None = None) -> None:
         """Forget backoff for one job, or for all (the cell freed resources)."""
+        tracked = self._tracked
         if job_id is None:
+            if tracked is not None:
+                for held in self._not_before:
+                    entry = tracked.jobs.get(held)
+                    if entry is not None:
+                        tracked.ready.put(entry)
+                tracked.due.clear()
+            self._due.clear()
             self._not_before.clear()
             self._backoff.clear()
         else:
-            self._not_before.pop(job_id, None)
+            if self._not_before.pop(job_id, None) is not None and tracked is not None:
+                entry = tracked.jobs.get(job_id)
+                if entry is not None:
+                    tracked.ready.put(entry)
             self._backoff.pop(job_id, None)
 
+    def has_deferred(self) -> bool:
+        """True if some job was deferred since the last full ``reset`` (due or not)."""
+        return bool(self._not_before)
+
     def next_ready_at(self) -> float | None:
-        """Earliest time a deferred job becomes eligible again."""
-        return min(self._not_before.values(), default=None)
+        """Earliest time a deferred job becomes eligible again (it may be past: a deferred job
+        stays deferred until ``reset``)."""
+        heap, not_before = self._due, self._not_before
+        while heap and not_before.get(heap[0][1]) != heap[0][0]:
+            heapq.heappop(heap)  # reset or deferred again since
+        return heap[0][0] if heap else None
+
+
+class ArrangedJobs:
+    """A job set ordered by a non-incremental ``QueueOrder``: ``arrange`` over all of them per
+    iteration (the DRF order's shares move with every commit anyway)."""
+
+    def __init__(self, order: QueueOrder):
+        self.order = order
+        self._entries: dict[str, JobEntry] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, job_id: str) -> bool:
+        return job_id in self._entries
+
+    def put(self, entry: JobEntry) -> None:
+        self._entries[entry.record.job.id] = entry
+
+    def discard(self, job_id: str) -> None:
+        self._entries.pop(job_id, None)
+
+    def __iter__(self) -> Iterator[JobEntry]:
+        return iter(self.order.arrange(list(self._entries.values())))
+
+
+@dataclass
+class _Tracked:
+    """``JobQueue``'s tracked jobs: all of them, the ready ones in order, due times of those
+    backing off, steal times (both heaps lazy: stale items are skipped when popped)."""
+
+    ready: FairIndex | ArrangedJobs
+    jobs: dict[str, JobEntry] = field(default_factory=dict)
+    due: list[tuple[float, str]] = field(default_factory=list)
+    steal_at: list[tuple[float, str]] = field(default_factory=list)

@@ -6,7 +6,8 @@ dataclass fields); batch also takes ``k``, ``sample_size``, ``sample_rounds``. A
 also takes ``chain`` (a ``chain_config.ChainConfig``) or ``filters``/``scorers`` (lists as in
 ``schedulers/default_chains.toml``), which replace the default chain (then ``plugins`` is
 not allowed). borg takes the options of ``BorgScheduler`` (``k``, ``equivalence_classes``,
-``score_cache``, ``relaxed_randomization``, ``preemption``, ``cache_entries``, ``serves``).
+``score_cache``, ``relaxed_randomization``, ``preemption``, ``cache_entries``, ``serves``,
+``walk_start``, ``sweep``).
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ def _make_service(name: str, seed: int, config: Mapping[str, Any]) -> Scheduler:
 
 
 _BORG_OPTIONS = ("k", "equivalence_classes", "score_cache", "relaxed_randomization", "preemption",
-                 "cache_entries", "serves", "walk_start")
+                 "cache_entries", "serves", "walk_start", "sweep")
 
 
 def _make_borg(name: str, seed: int, config: Mapping[str, Any]) -> Scheduler:

@@ -33,22 +33,22 @@ def crowded_trace(path, services: bool = True) -> str:
 
 
 def verify_skips(checked: list):
-    """A replay ``setup`` hook: every job a memo leaves out is decided anyway (on the same view,
-    without committing) and must find no machine."""
+    """A replay ``setup`` hook: after every refresh of a memo, each job it leaves out is decided
+    anyway (on the same view, without committing) and must find no machine."""
     def setup(schedulers, core):
         for sim in schedulers:
             memo = sim.memo
-            original = memo.candidates
+            original = memo.refresh
 
-            def candidates(pending, sim=sim, original=original):
-                kept = original(pending)
-                kept_ids = {e.id for e in kept}
-                for entry in pending:
-                    if entry.id not in kept_ids:
-                        answer = sim.scheduler.decide(entry, entry.record.pending_tasks(), sim.view)
-                        checked.append((entry.id, len(answer.claims)))
-                return kept
-            memo.candidates = candidates
+            def refresh(changed, pending, sim=sim, memo=memo, original=original):
+                touched = original(changed, pending)
+                for job_id in memo.remembered():
+                    entry = pending(job_id)
+                    assert entry is not None, f"{job_id} is remembered but not pending"
+                    answer = sim.scheduler.decide(entry, entry.record.pending_tasks(), sim.view)
+                    checked.append((job_id, len(answer.claims)))
+                return touched
+            memo.refresh = refresh
     return setup
 
 
@@ -72,3 +72,28 @@ def test_memo_places_the_same_tasks_with_fewer_decisions(tmp_path, skip):
     assert with_memo.jobs_unscheduled == reference.jobs_unscheduled == 6  # the 5-core jobs never fit
     taken, reference_taken = (sum(s.jobs_taken for s in r.schedulers) for r in (with_memo, reference))
     assert (taken < reference_taken) is skip
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_request_index_finds_the_requests_that_fit_like_fits_in(seed):
+    import random
+
+    from tools.fauxmaster.fit_memo import RequestIndex
+    rng = random.Random(seed)
+
+    def vector(gpu: bool) -> Resources:
+        extra = {"gpu": rng.randrange(0, 3)} if gpu else {}
+        return Resources.of(rng.randrange(0, 8) * 500, rng.randrange(0, 8) * 256, rng.randrange(0, 3), **extra)
+    index, held = RequestIndex(), set()
+    for _ in range(200):
+        request = vector(rng.random() < 0.2)
+        if request in held and rng.random() < 0.5:
+            index.remove(request)
+            held.discard(request)
+        else:
+            index.add(request)
+            held.add(request)
+        frees = [vector(rng.random() < 0.5) for _ in range(rng.randrange(0, 3))]
+        expected = {r for r in held if any(r.fits_in(f) for f in frees)}
+        assert set(index.fitting(frees)) == expected
+        assert len(index) == len(held)

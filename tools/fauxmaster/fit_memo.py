@@ -4,7 +4,7 @@ When a placement ends with tasks still pending after a last decision that found 
 (``AttemptOutcome.NOTHING_FITS``) or committed every claim it made (``COMMITTED``: the
 schedulers leave a task unplaced only when no machine has room for it on the view plus their
 own claims), the memo remembers the job with its record's revision. Until released, the job is left out of
-the candidates the scheduler orders (``candidates``), so it is neither decided again nor held
+the candidates the scheduler orders (``remembers``), so it is neither decided again nor held
 for a modelled decision time. If nothing fit a job that had no task placed and no
 constraints, its request also becomes a *shape with no room*: any job asking for at least
 that much of every resource is left out too, even before its first decision (no machine
@@ -27,9 +27,21 @@ constraints, so only machine_state and resources_fit can have excluded machines:
 machine lacked room for it, hence for any larger request, whatever that job's own rules.
 Only for schedulers that do not preempt (batch,
 service): a preempting decision may find room by eviction as other tasks arrive.
+
+Incremental (``refresh``): each round looks only at the jobs whose record changed, the jobs
+noted since, and the machines that freed room. Remembered jobs are grouped by request, the
+requests held in numpy arrays (``RequestIndex``), so a freed machine finds the requests it
+now has room for in one vectorized compare; the open (not remembered) pending jobs are also
+grouped by request, so a new shape is tested once per distinct request. A job is tested
+against the shapes added since it was last tested, as a pass over every pending job per
+round would (tests/tools/test_fauxmaster_fit_memo.py replays both ways).
 """
 
 from __future__ import annotations
+
+from typing import Callable, Iterable
+
+import numpy as np
 
 from cellstate.model import MachineState
 from cellstate.resources import Resources
@@ -38,6 +50,61 @@ from omega.protocols import JobEntry
 
 NON_PREEMPTING_KINDS = frozenset(("batch", "service"))
 _FOUND_NO_MORE = (AttemptOutcome.NOTHING_FITS, AttemptOutcome.COMMITTED)
+_NEVER = np.iinfo(np.int64).max  # a removed request's row: fits in nothing
+
+PendingLookup = Callable[[str], JobEntry | None]
+"""job id → its entry if it is pending for this scheduler (its kinds, not killed), else None."""
+
+
+class RequestIndex:
+    """A set of distinct requests; ``fitting(frees)`` finds those with room in some free
+    vector: cpu, memory and disk compared in numpy, extra resources checked exactly after."""
+
+    def __init__(self) -> None:
+        self._row: dict[Resources, int] = {}
+        self._requests: list[Resources | None] = []
+        self._spare: list[int] = []
+        self._core = np.full((64, 3), _NEVER, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self._row)
+
+    def add(self, request: Resources) -> None:
+        if request in self._row:
+            return
+        if self._spare:
+            row = self._spare.pop()
+            self._requests[row] = request
+        else:
+            row = len(self._requests)
+            self._requests.append(request)
+            if row == len(self._core):
+                grown = np.full((2 * row, 3), _NEVER, dtype=np.int64)
+                grown[:row] = self._core
+                self._core = grown
+        self._core[row] = (request.cpu, request.memory, request.disk)
+        self._row[request] = row
+
+    def remove(self, request: Resources) -> None:
+        row = self._row.pop(request)
+        self._core[row] = _NEVER
+        self._requests[row] = None
+        self._spare.append(row)
+
+    def fitting(self, frees: list[Resources]) -> list[Resources]:
+        """The held requests that fit in at least one of ``frees``."""
+        if not self._row or not frees:
+            return []
+        core = self._core[:len(self._requests)]
+        hit = np.zeros(len(core), dtype=bool)
+        for free in frees:
+            hit |= (core[:, 0] <= free.cpu) & (core[:, 1] <= free.memory) & (core[:, 2] <= free.disk)
+        out = []
+        for row in np.flatnonzero(hit).tolist():
+            request = self._requests[row]
+            if not request.extra or any(request.fits_in(free) for free in frees):
+                out.append(request)
+        return out
 
 
 class NothingFitsMemo:
@@ -46,22 +113,36 @@ class NothingFitsMemo:
     def __init__(self, view):
         self.view = view
         view.track_freed_machines()
-        view.track_changed_jobs()
         self._revision: dict[str, int] = {}  # job id → its record's revision when nothing fit
         self._by_request: dict[Resources, set[str]] = {}
         self._request: dict[str, Resources] = {}
+        self._requests = RequestIndex()  # the keys of _by_request
         self._shapes: list[tuple[int, Resources]] = []  # (when added, request) no machine had room for
         self._shapes_added = 0
-        self._checked: dict[str, int] = {}  # job id → shapes added when it was last checked
-        self.skipped = 0  # candidate lists a remembered job was left out of
+        self._open: dict[Resources, dict[str, None]] = {}  # pending, not remembered, tested up to _tested
+        self._open_request: dict[str, Resources] = {}
+        self._tested = 0  # shapes added when the open jobs were last tested (0: none there)
+        self._entering: dict[str, Resources] = {}  # pending, not remembered, not yet tested
+        self._checked: dict[str, int] = {}  # job id → shapes added when it was last tested (not open)
+        self._noted: set[str] = set()  # remembered or forgotten by ``note`` since the last refresh
+        self.skipped = 0  # remembered jobs left out of the candidates, summed over refreshes
         self.released = 0
 
     def __len__(self) -> int:
         return len(self._revision)
 
+    def remembers(self, job_id: str) -> bool:
+        """True while ``job_id`` is left out of the candidates."""
+        return job_id in self._revision
+
+    def remembered(self) -> Iterable[str]:
+        """The ids of the jobs left out (a live view)."""
+        return self._revision.keys()
+
     def note(self, job_id: str, result: PlacementResult) -> None:
         """Remember ``job_id`` if the last decision of ``result`` found nothing (and it is
         still pending in the view); forget it otherwise."""
+        self._noted.add(job_id)
         self._forget(job_id)
         attempts = result.attempts
         if result.job_gone or result.gave_up or not result.pending or not attempts:
@@ -71,6 +152,7 @@ class NothingFitsMemo:
         entry = self.view.job(job_id)
         if entry is None:
             return
+        self._close(job_id)
         self._remember(entry)
         spec = entry.record.job
         if attempts[-1].outcome is AttemptOutcome.NOTHING_FITS and not spec.constraints and \
@@ -79,75 +161,14 @@ class NothingFitsMemo:
 
     def _remember(self, entry: JobEntry) -> None:
         request = entry.record.job.request
-        self._revision[entry.id] = entry.mod_revision
-        self._request[entry.id] = request
-        self._by_request.setdefault(request, set()).add(entry.id)
-
-    def _add_shape(self, request: Resources) -> None:
-        shapes = self._shapes
-        if any(s.fits_in(request) for _, s in shapes):
-            return  # a smaller shape already has no room
-        self._shapes_added += 1
-        self._shapes = [(n, s) for n, s in shapes if not request.fits_in(s)] + [(self._shapes_added, request)]
-
-    def _has_no_room(self, entry: JobEntry, last_checked: int) -> bool:
-        """True when the job asks for at least one of the shapes added after ``last_checked``."""
-        request = entry.record.job.request
-        return any(n > last_checked and s.fits_in(request) for n, s in self._shapes)
-
-    def candidates(self, pending: list[JobEntry]) -> list[JobEntry]:
-        """``pending`` without the remembered jobs (first releasing those whose record changed
-        and those that room freed since the last call may fit; a job not seen since the
-        last shape was added is checked against the new shapes)."""
-        self._release_by_freed_room()
-        self._release_changed_jobs()
-        revision = self._revision
-        if not revision and not self._shapes:
-            return pending
-        added = self._shapes_added if self._shapes else 0
-        checked = self._checked
-        out = []
-        for entry in pending:
-            job_id = entry.record.job.id  # JobEntry.id without the property call: once per pending job
-            if job_id in revision:
-                self.skipped += 1
-                continue
-            last = checked.get(job_id, 0)
-            if last != added:
-                checked[job_id] = added
-                if self._has_no_room(entry, last):
-                    self._remember(entry)
-                    self.skipped += 1
-                    continue
-            out.append(entry)
-        return out
-
-    def _release_changed_jobs(self) -> None:
-        revision, view = self._revision, self.view
-        for job_id in view.take_changed_jobs():
-            seen = revision.get(job_id)
-            if seen is None:
-                continue
-            entry = view.job(job_id)
-            if entry is None or entry.mod_revision != seen:
-                self._forget(job_id)
-                self.released += 1
-
-    def _release_by_freed_room(self) -> None:
-        freed = self.view.take_freed_machines()
-        if not freed or not (self._by_request or self._shapes):
-            return
-        frees = []
-        for machine_id in freed:
-            held = self.view.machine(machine_id)
-            if held is not None and held.machine.state is MachineState.UP:
-                frees.append(held.machine.free)
-        if self._shapes:
-            self._shapes = [(n, s) for n, s in self._shapes if not any(s.fits_in(f) for f in frees)]
-        for request in [r for r in self._by_request if any(r.fits_in(f) for f in frees)]:
-            for job_id in list(self._by_request[request]):
-                self._forget(job_id)
-                self.released += 1
+        job_id = entry.record.job.id
+        self._revision[job_id] = entry.mod_revision
+        self._request[job_id] = request
+        group = self._by_request.get(request)
+        if group is None:
+            self._by_request[request] = group = set()
+            self._requests.add(request)
+        group.add(job_id)
 
     def _forget(self, job_id: str) -> None:
         if self._revision.pop(job_id, None) is None:
@@ -157,3 +178,113 @@ class NothingFitsMemo:
         group.discard(job_id)
         if not group:
             del self._by_request[request]
+            self._requests.remove(request)
+
+    def _add_shape(self, request: Resources) -> None:
+        shapes = self._shapes
+        if any(s.fits_in(request) for _, s in shapes):
+            return  # a smaller shape already has no room
+        self._shapes_added += 1
+        self._shapes = [(n, s) for n, s in shapes if not request.fits_in(s)] + [(self._shapes_added, request)]
+
+    # -- round by round ------------------------------------------------------------------------
+
+    def refresh(self, changed: Iterable[str], pending: PendingLookup) -> set[str]:
+        """Bring the memo up to the view (module docstring): release the remembered jobs a
+        machine that freed room may now hold and those whose record changed, take in the
+        ``changed`` jobs (``pending`` tells which are pending for this scheduler), test the
+        open jobs against the shapes added since they were last tested. Returns the other ids
+        whose candidacy may have changed (released, remembered, noted)."""
+        touched, self._noted = self._noted, set()
+        touched |= self._release_by_freed_room()
+        revision, view = self._revision, self.view
+        for job_id in changed:
+            seen = revision.get(job_id)
+            if seen is None:
+                continue
+            entry = view.job(job_id)
+            if entry is None or entry.mod_revision != seen:
+                self._forget(job_id)
+                self.released += 1
+                touched.add(job_id)
+        for ids in (changed, touched):
+            for job_id in ids:
+                self._admit(job_id, pending(job_id))
+        touched |= self._test_open()
+        self.skipped += len(revision)
+        return touched
+
+    def _admit(self, job_id: str, entry: JobEntry | None) -> None:
+        """File a job as open (pending, not remembered) or not."""
+        if entry is None or job_id in self._revision:
+            self._close(job_id)
+            return
+        request = entry.record.job.request
+        held = self._open_request.get(job_id)
+        if held is None:
+            self._entering[job_id] = request
+        elif held != request:
+            self._close(job_id)
+            self._checked[job_id] = self._tested
+            self._entering[job_id] = request
+
+    def _close(self, job_id: str) -> None:
+        """The job is no longer open; remember when it was last tested."""
+        request = self._open_request.pop(job_id, None)
+        if request is None:
+            self._entering.pop(job_id, None)
+            return
+        group = self._open[request]
+        del group[job_id]
+        if not group:
+            del self._open[request]
+        self._checked[job_id] = self._tested
+
+    def _test_open(self) -> set[str]:
+        """Test the open jobs against the shapes added since they were last tested (the open
+        ones by request, the entering ones one by one); remember those a shape covers. With no
+        shape left, the mark is 0: any later shape is new to every job."""
+        shapes = self._shapes
+        added = self._shapes_added if shapes else 0
+        remembered: set[str] = set()
+        new = [s for n, s in shapes if n > self._tested] if added != self._tested else []
+        if new:
+            for request in [r for r in self._open if any(s.fits_in(r) for s in new)]:
+                for job_id in self._open.pop(request):
+                    del self._open_request[job_id]
+                    self._checked[job_id] = added
+                    remembered.add(job_id)
+        checked = self._checked
+        for job_id, request in self._entering.items():
+            last = checked.pop(job_id, 0)
+            if last != added and any(n > last and s.fits_in(request) for n, s in shapes):
+                checked[job_id] = added
+                remembered.add(job_id)
+                continue
+            self._open_request[job_id] = request
+            self._open.setdefault(request, {})[job_id] = None
+        self._entering.clear()
+        self._tested = added
+        view = self.view
+        for job_id in remembered:
+            self._remember(view.job(job_id))
+        return remembered
+
+    def _release_by_freed_room(self) -> set[str]:
+        freed = self.view.take_freed_machines()
+        if not freed or not (self._by_request or self._shapes):
+            return set()
+        frees = []
+        for machine_id in freed:
+            held = self.view.machine(machine_id)
+            if held is not None and held.machine.state is MachineState.UP:
+                frees.append(held.machine.free)
+        if self._shapes:
+            self._shapes = [(n, s) for n, s in self._shapes if not any(s.fits_in(f) for f in frees)]
+        released: set[str] = set()
+        for request in self._requests.fitting(frees):
+            for job_id in list(self._by_request[request]):
+                self._forget(job_id)
+                released.add(job_id)
+        self.released += len(released)
+        return released

@@ -122,6 +122,8 @@ class SimScheduler:
                                        retry_policy_for(config.kind, config.seed), clock, self._on_attempt)
         self.queue = JobQueue(config.name, order=make_order(config.order, self.view, config.drf_weights))
         self.memo = NothingFitsMemo(self.view) if skip_nothing_fits and config.kind in NON_PREEMPTING_KINDS else None
+        self.view.track_changed_jobs()
+        self._started = False
         self.process = Process(core, config.name, self._run)
 
     # -- the loop ---------------------------------------------------------------------------
@@ -132,14 +134,12 @@ class SimScheduler:
             if self.view.take_freed():
                 self.queue.reset()
             now = self.clock.now()
-            pending = self._pending()
-            if self.memo is not None:
-                pending = self.memo.candidates(pending)
-            chosen = self.queue.select(pending, self.peers, now, SELECT_BATCH)
+            self._refresh_candidates()
+            chosen = self.queue.select_tracked(self.peers, now, SELECT_BATCH)
             if not chosen:
-                self.process.park(self._idle_timeout(pending, now))
+                self.process.park(self._idle_timeout(now))
                 continue
-            for entry in chosen:  # the fair order is computed once per batch of jobs
+            for entry in chosen:  # the fair order is walked once per batch of jobs
                 current = self.view.job(entry.id)
                 if current is not None and "p" in current.record.tasks and not current.record.killed:
                     self._place(current)
@@ -148,15 +148,41 @@ class SimScheduler:
 
     def _release_deferred(self) -> bool:
         """The cell freed resources: deferred jobs may fit now. Forget their backoff; True
-        when there were some (then the fair order is computed again, with them)."""
-        deferred = self.queue.next_ready_at() is not None
+        when there were some (then the fair order is walked again, with them)."""
+        deferred = self.queue.has_deferred()
         self.queue.reset()
         return deferred
 
-    def _pending(self) -> list[JobEntry]:
-        if len(self.kinds) == 1:
-            return self.view.pending_jobs(self.kinds[0])
-        return [e for kind in self.kinds for e in self.view.pending_jobs(kind)]
+    def _refresh_candidates(self) -> None:
+        """Hand the queue the jobs whose candidacy may have changed since the last round: the
+        jobs whose record changed (all pending ones the first time) and those the memo
+        released or remembered. Candidates: pending jobs of its kinds the memo does not skip."""
+        if self._started:
+            changed = self.view.take_changed_jobs()
+        else:
+            self._started = True
+            self.view.take_changed_jobs()
+            changed = {entry.id for kind in self.kinds for entry in self.view.pending_jobs(kind)}
+        memo = self.memo
+        touched = memo.refresh(changed, self._pending_entry) if memo is not None else ()
+        queue = self.queue
+        for ids in (changed, touched):
+            for job_id in ids:
+                entry = self._pending_entry(job_id)
+                if entry is None or (memo is not None and memo.remembers(job_id)):
+                    queue.untrack(job_id)
+                else:
+                    queue.track(entry)
+
+    def _pending_entry(self, job_id: str) -> JobEntry | None:
+        """The job's entry if it is pending (not killed) and of this scheduler's kinds."""
+        entry = self.view.job(job_id)
+        if entry is None:
+            return None
+        record = entry.record
+        if record.killed or "p" not in record.tasks or record.job.kind not in self.kinds:
+            return None
+        return entry
 
     def _place(self, entry: JobEntry) -> None:
         self.tally.jobs_taken += 1
@@ -178,14 +204,15 @@ class SimScheduler:
             if self.journal is not None and not result.job_gone:
                 self.journal.placed(entry.id, self.clock.now())
 
-    def _idle_timeout(self, pending: list[JobEntry], now: float) -> float | None:
-        """Until the next deferred job is due or a peer's job may be stolen (None: no such time)."""
+    def _idle_timeout(self, now: float) -> float | None:
+        """Until the next deferred job is due or a candidate may be stolen (None: no such time)."""
         times = []
         ready = self.queue.next_ready_at()
         if ready is not None and ready > now:
             times.append(ready)
-        steal = self.queue.steal_after_s
-        times.extend(t for t in (e.record.submitted_at + steal for e in pending) if t > now)
+        steal = self.queue.next_steal_at(now)
+        if steal is not None:
+            times.append(steal)
         return min(times) - now if times else None
 
     def catch_up(self) -> None:
