@@ -4,18 +4,19 @@ The recorder lists the cell's machines and jobs at one revision R (the initial s
 ``t = 0``), then watches the cell from R + 1 and turns each change into trace events, with
 ``t`` = seconds since the listing (monotonic clock):
 
-- initial state: ``machine_add`` for each machine (its ledger zeroed: a replay places the
-  work itself) and ``job_submit`` for each job. **Tasks already placed, running or ended at R
-  are submitted again as pending** in a replay (a trace has no "already placed" event);
-  a job already killed at R is followed by its ``job_kill`` at ``t = 0``;
+- initial state: ``machine_add`` for each machine (its ledger zeroed), ``job_submit`` for each
+  job, then ``task_placed`` for each allocation at R (format version 2), so a replay with
+  ``initial_state="recorded"`` starts from the same placements (``"scheduled"`` places them
+  again). Tasks already ended at R are submitted again as pending (a trace has no "already
+  ended" event); a job already killed at R is followed by its ``job_kill`` at ``t = 0``;
 - a new machine key → ``machine_add``; a machine whose state becomes ``down`` →
   ``machine_fail``; a deleted machine key → ``machine_remove``;
 - a new job key → ``job_submit`` (its full spec); a task whose state character becomes ``f``
   → ``task_end finished``, ``x`` → ``task_end failed`` (diffed against the previous version of
   the record the recorder keeps); a job whose ``killed`` flag is set → ``job_kill``.
 
-Not recorded (no trace event for them): a machine coming back up or draining, placements,
-deleted job keys. A value that does not decode is logged, counted in ``bad_values`` and
+Not recorded (no trace event for them): a machine coming back up or draining, placements
+made after the listing (a replay makes its own), deleted job keys. A value that does not decode is logged, counted in ``bad_values`` and
 ignored (the previous version, if any, stays the reference for the next diff).
 
 After a broken watch the recorder resumes from the last revision it applied + 1 (giving up
@@ -32,14 +33,14 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Callable
 
-from cellstate.codec import decode_job_record, decode_machine
+from cellstate.codec import decode_alloc, decode_job_record, decode_machine
 from cellstate.codec_fields import CodecError
 from cellstate.keys import CellKeys
 from cellstate.model import JobRecord, Machine, MachineState
 from cellstate.resources import ZERO
 from cellstate.store import Compacted, EventKind, KeyValue, Store, Unavailable, WatchStream
 from tools.trace.events import (
-    JobKill, JobSubmit, MachineAdd, MachineFail, MachineRemove, TaskEnd, TaskEndStatus, TraceEvent,
+    JobKill, JobSubmit, MachineAdd, MachineFail, MachineRemove, TaskEnd, TaskEndStatus, TaskPlaced, TraceEvent,
 )
 from tools.trace.format import TraceHeader, TraceWriter
 
@@ -59,8 +60,8 @@ def recording_header(keys: CellKeys, source: str) -> TraceHeader:
         capacity_model="recorded: machine capacities and attributes as stored in the cell",
         cell=keys.cell,
         notes="t = seconds since the initial listing (monotonic); t = 0: the cell's machines (ledgers "
-              "zeroed) and jobs at the listing revision, tasks already placed or ended there are "
-              "submitted again as pending, jobs already killed are killed at t = 0")
+              "zeroed), jobs and placements (task_placed) at the listing revision; tasks already ended "
+              "there are submitted again as pending, jobs already killed are killed at t = 0")
 
 
 @dataclass
@@ -107,6 +108,7 @@ class Recorder:
         self._now = 0.0
         for kv in kvs:
             self._initial(kv)
+        self._initial_placements(revision)
         self.stats.start_revision = self.stats.revision = revision
         self._stream = self.store.watch(self.keys.prefix, revision + 1)
         return revision
@@ -131,6 +133,13 @@ class Recorder:
                 self._emit(JobSubmit(0.0, record.job))
                 if record.killed:
                     self._emit(JobKill(0.0, ident))
+
+    def _initial_placements(self, revision: int) -> None:
+        """``task_placed`` at t = 0 for each allocation at ``revision`` of a listed job and machine."""
+        for kv in self.store.range(self.keys.kind_prefix("allocs"), revision).kvs:
+            alloc = self._decode(kv.key, decode_alloc, kv.value)
+            if alloc is not None and alloc.job_id in self._jobs and alloc.machine_id in self._machines:
+                self._emit(TaskPlaced(0.0, alloc.job_id, alloc.task_index, alloc.machine_id))
 
     # -- watching ----------------------------------------------------------------------------
 

@@ -206,3 +206,30 @@ def test_replaying_a_recording_submits_the_same_jobs(etcd_store, cell_keys, tmp_
                 for kv in result.store.range(result.keys.kind_prefix("jobs")).kvs}
     assert replayed == {j.id: j for j in before + during}
     assert result.jobs_submitted == 3
+
+
+def test_placements_at_the_listing_are_recorded_and_replayed_in_place(etcd_store, cell_keys, tmp_path):
+    from cellstate.codec import decode_alloc, encode_alloc
+    from cellstate.model import Alloc
+    from tools.fauxmaster.replay import replay
+    from tools.trace.events import TaskPlaced
+
+    store, keys, out = etcd_store, cell_keys, tmp_path / "rec.omt"
+    request = Resources(100, 64)  # job()'s request
+    submit_jobs(store, keys, [job("j", 3)], time.time())
+    set_tasks(store, keys, "j", {0: TaskState.PLACED, 2: TaskState.RUNNING})
+    placed = {0: "m2", 2: "m1"}
+    for mid in ("m1", "m2"):
+        store.put(keys.machine(mid), encode_machine(machine(mid, allocated=request, task_count=1)))
+    for task, mid in placed.items():
+        store.put(keys.alloc("j", task), encode_alloc(Alloc("j", task, mid, request)))
+    run = Running(store, keys, out).__enter__()
+    run.stop()
+
+    events = events_of(out)
+    assert [e for e in events if isinstance(e, TaskPlaced)] == [
+        TaskPlaced(0.0, "j", task, mid) for task, mid in sorted(placed.items())]
+    result = replay(out, {"cell": "replayed", "until": 0.5})
+    alloc_list = [decode_alloc(kv.key, kv.value) for kv in result.store.range(result.keys.kind_prefix("allocs")).kvs]
+    where = {a.task_index: a.machine_id for a in alloc_list}
+    assert {t: where[t] for t in placed} == placed  # the recorded tasks start where they ran
