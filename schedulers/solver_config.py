@@ -11,11 +11,11 @@ turn), ``prefilter`` (pre-filter candidates with the Borg chain's hard filters).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from schedulers import solver_policies  # noqa: F401  (registers the built-in declarations)
-from schedulers.plugin import PluginConfigError
+from schedulers.plugin import PluginConfigError, build_args
 from schedulers.solver_decl import CONSTRAINT, OBJECTIVE, resolve
 
 DEFAULT_CONSTRAINTS = ("machine_state", "capacity", "different_machine", "max_per_machine", "zone",
@@ -67,18 +67,8 @@ class SolverConfig:
 
     @staticmethod
     def of(raw: SolverConfig | Mapping[str, Any] | None) -> SolverConfig:
-        """A config from an instance, a mapping of its keys, or None (defaults)."""
-        if raw is None:
-            return SolverConfig()
-        if isinstance(raw, SolverConfig):
-            return raw
-        if not isinstance(raw, Mapping):
-            raise PluginConfigError(f"solver: config must be a mapping, got {raw!r}")
-        known = {f.name for f in fields(SolverConfig)}
-        unknown = sorted(set(raw) - known)
-        if unknown:
-            raise PluginConfigError(f"solver: unknown config keys {unknown}; known: {sorted(known)}")
-        return SolverConfig(**raw)
+        """A config from an instance, a mapping of its keys, or None (defaults); errors name the key."""
+        return build_args(SolverConfig, raw, "solver")
 
 
 def _weights(raw: Any, objectives: tuple[str, ...]) -> dict[str, int]:

@@ -132,7 +132,7 @@ BAD = [
     ({"objectives": "placed"}, "must be a list"),
     ({"weights": {"max_load": 3}}, "not among objectives"),
     ({"weights": {"balance": 0}}, "int >= 1"),
-    ({"lookahead": 3}, "unknown config keys"),
+    ({"lookahead": 3}, r"unknown args \['lookahead'\]"),
 ]
 
 
