@@ -15,12 +15,6 @@ from cellstate.etcd_server import EtcdError
 from cellstate.store import StoreError
 
 
-def _borg_available() -> bool:
-    from schedulers.chains import KINDS
-
-    return "borg" in KINDS
-
-
 def register(sub) -> None:
     demo = sub.add_parser("demo", help="run a live demo cell (etcd, agents, schedulers, generator, monitor)")
     demo.add_argument("--machines", type=int, default=1000, help="machines in the cell (default 1000)")
@@ -28,9 +22,10 @@ def register(sub) -> None:
     demo.add_argument("--batch-schedulers", type=int, default=2, metavar="N", help="batch schedulers (default 2)")
     demo.add_argument("--service-schedulers", type=int, default=1, metavar="N",
                       help="service schedulers (default 1)")
-    if _borg_available():
-        demo.add_argument("--borg-schedulers", type=int, default=1, metavar="N",
-                          help="Borg-style schedulers (default 1)")
+    demo.add_argument("--borg-schedulers", type=int, default=1, metavar="N",
+                      help="Borg-style schedulers (default 1)")
+    demo.add_argument("--solver-schedulers", type=int, default=0, metavar="N",
+                      help="DCM-style CP-SAT solver schedulers (default 0)")
     demo.add_argument("--rate", type=float, default=40.0, metavar="JOBS/S",
                       help="job arrivals per second, all kinds (default 40)")
     demo.add_argument("--service-fraction", type=float, default=0.1, help="share of service jobs (default 0.1)")
@@ -63,7 +58,8 @@ def config_from_args(args):
         ConflictMode.parse(args.conflict_mode)
         return DemoConfig(
             machines=args.machines, zones=args.zones, batch_schedulers=args.batch_schedulers,
-            service_schedulers=args.service_schedulers, borg_schedulers=getattr(args, "borg_schedulers", 0),
+            service_schedulers=args.service_schedulers, borg_schedulers=args.borg_schedulers,
+            solver_schedulers=args.solver_schedulers,
             rate=args.rate, service_fraction=args.service_fraction, duration=args.duration, seed=args.seed,
             monitor=args.monitor, conflict_mode=args.conflict_mode, time_scale=args.time_scale,
             steal_after=args.steal_after, secure=args.secure, cell=args.cell)

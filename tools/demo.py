@@ -55,6 +55,7 @@ class DemoConfig:
     batch_schedulers: int = 2
     service_schedulers: int = 1
     borg_schedulers: int = 0
+    solver_schedulers: int = 0
     rate: float = 40.0
     service_fraction: float = 0.1
     duration: float | None = None
@@ -70,7 +71,8 @@ class DemoConfig:
         checks = [("machines", self.machines >= 1), ("zones", 1 <= self.zones <= 26),
                   ("batch_schedulers", self.batch_schedulers >= 0),
                   ("service_schedulers", self.service_schedulers >= 0),
-                  ("borg_schedulers", self.borg_schedulers >= 0), ("rate", self.rate >= 0),
+                  ("borg_schedulers", self.borg_schedulers >= 0),
+                  ("solver_schedulers", self.solver_schedulers >= 0), ("rate", self.rate >= 0),
                   ("service_fraction", 0 <= self.service_fraction <= 1), ("time_scale", self.time_scale > 0),
                   ("steal_after", self.steal_after >= 0),
                   ("duration", self.duration is None or self.duration > 0),
@@ -83,12 +85,12 @@ class DemoConfig:
 
     @property
     def schedulers(self) -> int:
-        return self.batch_schedulers + self.service_schedulers + self.borg_schedulers
+        return self.batch_schedulers + self.service_schedulers + self.borg_schedulers + self.solver_schedulers
 
     def scheduler_names(self) -> list[tuple[str, str]]:
-        """(name, kind) of every scheduler: batch-0…, service-0…, borg-0…."""
+        """(name, kind) of every scheduler: batch-0…, service-0…, borg-0…, solver-0…."""
         counts = (("batch", self.batch_schedulers), ("service", self.service_schedulers),
-                  ("borg", self.borg_schedulers))
+                  ("borg", self.borg_schedulers), ("solver", self.solver_schedulers))
         return [(f"{kind}-{i}", kind) for kind, n in counts for i in range(n)]
 
 

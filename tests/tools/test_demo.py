@@ -158,8 +158,10 @@ def test_scheduler_summary_sources(final, leased, source, txns, fraction):
     ({"duration": 0}, "duration"),
     ({"service_fraction": 1.5}, "service_fraction"),
     ({"cell": "a/b"}, "cell"),
+    ({"solver_schedulers": -1}, "solver_schedulers"),
     ({"batch_schedulers": 0, "service_schedulers": 0, "borg_schedulers": 0}, "scheduler"),
-], ids=["machines", "rate", "time-scale", "duration", "service-fraction", "cell", "no-schedulers"])
+], ids=["machines", "rate", "time-scale", "duration", "service-fraction", "cell", "solver-schedulers",
+        "no-schedulers"])
 def test_config_rejects_bad_values(changes, field):
     with pytest.raises(ValueError, match=field):
         DemoConfig(**changes)
@@ -175,3 +177,8 @@ def test_cli_rejects_bad_flags_before_starting_anything(args, message, capsys):
         main(["demo", *args])
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_solver_schedulers_join_the_demo_by_name():
+    config = DemoConfig(batch_schedulers=1, service_schedulers=0, borg_schedulers=0, solver_schedulers=2)
+    assert config.scheduler_names() == [("batch-0", "batch"), ("solver-0", "solver"), ("solver-1", "solver")]
