@@ -81,6 +81,7 @@ class ReplicaView:
         self.replica = _WatchedReplica(store, keys, **replica_options)
         self.replica.sync()
         self._stats_kinds: dict[str, tuple[bytes, str]] = {}
+        self.job, self.machine = self.replica.job, self.replica.machine  # hot reads: no __getattr__ hop
 
     def __getattr__(self, name):
         return getattr(self.replica, name)

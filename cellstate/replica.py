@@ -30,6 +30,7 @@ from typing import Callable, Iterable, Iterator
 from cellstate.keys import CellKeys
 from cellstate.model import Alloc
 from cellstate.replica_state import DecodeErrorHandler, ReplicaState
+from cellstate.shared_decodes import SharedDecodes
 from cellstate.store import Compacted, EventKind, Store, StoreError, Unavailable, WatchBatch, WatchStream
 from omega.protocols import JobEntry, MachineEntry
 
@@ -59,10 +60,10 @@ class Replica(ReplicaState):
 
     def __init__(self, store: Store, keys: CellKeys, *, on_decode_error: DecodeErrorHandler | None = None,
                  clock: Callable[[], float] = time.monotonic, give_up_after: float = DEFAULT_GIVE_UP_AFTER,
-                 sleep: Callable[[float], None] = time.sleep):
+                 sleep: Callable[[float], None] = time.sleep, shared_decodes: SharedDecodes | None = None):
         if give_up_after < 0:
             raise ValueError(f"give_up_after must be >= 0 seconds, got {give_up_after!r}")
-        super().__init__(keys, on_decode_error)
+        super().__init__(keys, on_decode_error, shared_decodes)
         self.store = store
         self.clock = clock
         self.give_up_after = give_up_after

@@ -19,6 +19,7 @@ from cellstate.codec import CodecError, decode_alloc, decode_job_record, decode_
 from cellstate.fastbuild import builder
 from cellstate.keys import CellKeys
 from cellstate.model import Alloc, JobKind
+from cellstate.shared_decodes import SharedDecodes
 from omega.protocols import AllocEntry, JobEntry, MachineEntry
 
 log = logging.getLogger(__name__)
@@ -36,9 +37,13 @@ def log_decode_error(key: str, error: Exception) -> None:
 class ReplicaState:
     """Decoded cell content with incremental indexes (see the module docstring)."""
 
-    def __init__(self, keys: CellKeys, on_decode_error: DecodeErrorHandler | None = None):
+    def __init__(self, keys: CellKeys, on_decode_error: DecodeErrorHandler | None = None,
+                 shared_decodes: SharedDecodes | None = None):
         self.keys = keys
         self.on_decode_error = on_decode_error or log_decode_error
+        share = shared_decodes.decoder if shared_decodes is not None else (lambda decode: decode)
+        self._decode_machine, self._decode_job, self._decode_alloc = (
+            share(decode_machine), share(decode_job_record), share(decode_alloc))
         self._prefix = keys.prefix
         self._plen = len(self._prefix)
         self._put_kind = {
@@ -86,6 +91,11 @@ class ReplicaState:
         if kind is None:
             return [entry for by_id in self._pending.values() for entry in by_id.values()]
         return list(self._pending[kind].values())
+
+    def pending_job(self, job_id: str, kind: JobKind) -> JobEntry | None:
+        """The job's entry if it is of ``kind``, not killed and has a pending task (one
+        lookup in the pending index; ``pending_jobs`` lists them all)."""
+        return self._pending[kind].get(job_id)
 
     def allocs(self) -> Iterable[Alloc]:
         return self._allocs.values()
@@ -163,7 +173,7 @@ class ReplicaState:
     # -- by kind ----------------------------------------------------------------------------
 
     def _put_machine(self, key: str, ident: str, raw: bytes, mod: int) -> None:
-        machine = decode_machine(key, raw)
+        machine = self._decode_machine(key, raw)
         if machine.id != ident:
             raise CodecError(key, "id", f"machine id {machine.id!r} does not match its key")
         self._set_machine(ident, _MACHINE_ENTRY(machine, mod))
@@ -173,7 +183,7 @@ class ReplicaState:
         self._machines[ident] = entry
 
     def _put_job(self, key: str, ident: str, raw: bytes, mod: int) -> None:
-        record = decode_job_record(key, raw)
+        record = self._decode_job(key, raw)
         if record.job.id != ident:
             raise CodecError(key, "spec.id", f"job id {record.job.id!r} does not match its key")
         self._set_job(ident, _JOB_ENTRY(record, mod))
@@ -191,7 +201,7 @@ class ReplicaState:
             self._pending[kind].pop(ident, None)
 
     def _put_alloc(self, key: str, ident: str, raw: bytes, mod: int) -> None:
-        alloc = decode_alloc(key, raw)
+        alloc = self._decode_alloc(key, raw)
         job_id, _, task = ident.partition("/")
         if alloc.job_id != job_id or str(alloc.task_index) != task:
             raise CodecError(key, "job", f"alloc {alloc.job_id}/{alloc.task_index} does not match its key")

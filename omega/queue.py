@@ -155,6 +155,7 @@ class JobQueue:
         """``select`` over the jobs held by ``track`` (same choice as ``select`` given those
         jobs), without ordering them all again: the order is kept across calls."""
         tracked = self._tracking()
+        tracked.now = max(tracked.now, now)
         self._release_due(now)
         return self._choose(iter(tracked.ready), peers, now, limit)
 
@@ -190,18 +191,24 @@ class JobQueue:
         held = tracked.jobs.get(job_id)
         tracked.jobs[job_id] = entry
         if held is None or held.record.submitted_at != entry.record.submitted_at:
-            heapq.heappush(tracked.steal_at, (entry.record.submitted_at + self.steal_after_s, job_id))
+            steal_at = entry.record.submitted_at + self.steal_after_s
+            if steal_at > tracked.now:  # else next_steal_at would only drop it: time moves on
+                heapq.heappush(tracked.steal_at, (steal_at, job_id))
         due = self._not_before.get(job_id)
         if due is None:
             tracked.ready.put(entry)
         else:  # backing off: ready again when due (``_release_due``)
-            tracked.ready.discard(job_id)
+            tracked.ready.hide(job_id)
             heapq.heappush(tracked.due, (due, job_id))
 
-    def untrack(self, job_id: str) -> None:
-        """Stop holding a job (no longer pending, or not a candidate)."""
+    def untrack(self, job_id: str, coming_back: bool = False) -> None:
+        """Stop holding a job: no longer pending, or (``coming_back``) not a candidate for now
+        (the order may then keep its place cheaply until it is tracked again)."""
         tracked = self._tracking()
-        if tracked.jobs.pop(job_id, None) is not None:
+        tracked.jobs.pop(job_id, None)
+        if coming_back:
+            tracked.ready.hide(job_id)
+        else:  # also a job hidden earlier: nothing of it stays in the order
             tracked.ready.discard(job_id)
 
     def tracked(self) -> Mapping[str, JobEntry]:
@@ -212,6 +219,7 @@ class JobQueue:
         """Earliest time after ``now`` when a tracked job becomes stealable (``steal_after_s``
         after its submission); None if none will."""
         tracked = self._tracking()
+        tracked.now = max(tracked.now, now)
         heap, jobs, steal = tracked.steal_at, tracked.jobs, self.steal_after_s
         while heap:
             t, job_id = heap[0]
@@ -238,7 +246,7 @@ class JobQueue:
         heapq.heappush(self._due, (due, job_id))
         tracked = self._tracked
         if tracked is not None and job_id in tracked.jobs:
-            tracked.ready.discard(job_id)
+            tracked.ready.hide(job_id)
             heapq.heappush(tracked.due, (due, job_id))
         return delay
 
@@ -295,6 +303,8 @@ class ArrangedJobs:
     def discard(self, job_id: str) -> None:
         self._entries.pop(job_id, None)
 
+    hide = discard
+
     def __iter__(self) -> Iterator[JobEntry]:
         return iter(self.order.arrange(list(self._entries.values())))
 
@@ -308,3 +318,4 @@ class _Tracked:
     jobs: dict[str, JobEntry] = field(default_factory=dict)
     due: list[tuple[float, str]] = field(default_factory=list)
     steal_at: list[tuple[float, str]] = field(default_factory=list)
+    now: float = float("-inf")  # the latest time ``select_tracked`` was called with

@@ -24,6 +24,8 @@ from math import prod
 from operator import attrgetter, is_not
 from typing import Iterable
 
+import numpy as np
+
 from cellstate.model import Machine, MachineState
 from cellstate.resources import Resources
 from omega.protocols import CellView, MachineEntry
@@ -46,6 +48,8 @@ class MachineIndex:
         self.keys: dict[str, SortKey] = {}  # id -> its key, for every listed machine
         self._snapshot: list[MachineEntry] = []
         self._known: dict[str, MachineEntry] = {}
+        self.columns = FreeColumns(len(resources))  # the keys' free amounts, for vectorized tallies
+        self.list_number: dict[int, int] = {}  # id() of a zone and class list -> its number
 
     # -- following the view -----------------------------------------------------------------
 
@@ -70,6 +74,7 @@ class MachineIndex:
             self._unlist(machine_id)
             del self._known[machine_id]
             del self.machines[machine_id]
+            self.columns.drop(machine_id)
             self._class.pop(machine_id, None)
         changed = [e for mid, e in current.items() if self._known.get(mid) is not e]
         for entry in changed:
@@ -79,6 +84,8 @@ class MachineIndex:
     def _update(self, entry: MachineEntry) -> None:
         machine = entry.machine
         self._known[machine.id] = entry
+        if machine.id not in self.machines:
+            self.columns.add(machine.id)
         self.machines[machine.id] = machine
         self.place(machine, machine.free)
 
@@ -100,6 +107,7 @@ class MachineIndex:
         bisect.insort(listed, key)
         self._slots[machine.id] = (listed, key)
         self.keys[machine.id] = key
+        self.columns.list(machine.id, frees, self.list_number[id(listed)])
         return id(listed)
 
     def frees_of(self, amounts: Resources) -> tuple[int, ...]:
@@ -121,6 +129,7 @@ class MachineIndex:
         listed = classes.get(caps)
         if listed is None:
             listed = classes[caps] = []
+            self.list_number[id(listed)] = len(self.list_number)
         return machine.capacity, machine.zone, listed, weights
 
     def _unlist(self, machine_id: str) -> None:
@@ -129,7 +138,82 @@ class MachineIndex:
             del self.keys[machine_id]
             listed, key = slot
             del listed[bisect.bisect_left(listed, key)]
+            self.columns.unlist(machine_id)
 
     def lists_of(self, zone: str) -> Iterable[list[SortKey]]:
         classes = self.zones.get(zone)
         return classes.values() if classes else ()
+
+
+class FreeColumns:
+    """Every known machine's row: listed or not and, when listed, the free amounts of its key
+    (numpy columns), so a tally over all machines is a few vector compares."""
+
+    def __init__(self, width: int) -> None:
+        self._row: dict[str, int] = {}
+        self.ids: list[str | None] = []
+        self._spare: list[int] = []
+        self.free = np.zeros((64, width), dtype=np.int64)
+        self.list_of = np.zeros(64, dtype=np.int64)  # the number of its list, when listed
+        self.listed = np.zeros(64, dtype=bool)
+        self.known = np.zeros(64, dtype=bool)
+        self._rank: np.ndarray | None = None  # rows' ranks by machine id (None: stale)
+
+    def add(self, machine_id: str) -> None:
+        if machine_id in self._row:
+            return
+        if self._spare:
+            row = self._spare.pop()
+            self.ids[row] = machine_id
+        else:
+            row = len(self.ids)
+            self.ids.append(machine_id)
+            if row == len(self.known):
+                self.free = np.concatenate([self.free, np.zeros_like(self.free)])
+                self.list_of = np.concatenate([self.list_of, np.zeros_like(self.list_of)])
+                self.listed = np.concatenate([self.listed, np.zeros_like(self.listed)])
+                self.known = np.concatenate([self.known, np.zeros_like(self.known)])
+        self._row[machine_id] = row
+        self.known[row] = True
+        self._rank = None
+
+    def drop(self, machine_id: str) -> None:
+        row = self._row.pop(machine_id)
+        self.known[row] = self.listed[row] = False
+        self.ids[row] = None
+        self._spare.append(row)
+        self._rank = None
+
+    def list(self, machine_id: str, frees: tuple[int, ...], list_number: int) -> None:
+        row = self._row[machine_id]
+        self.free[row] = frees
+        self.list_of[row] = list_number
+        self.listed[row] = True
+
+    def lists_with_room(self, need: tuple[int, ...]) -> set[int]:
+        """Numbers of the lists holding a machine with at least ``need`` free."""
+        n = len(self.ids)
+        room = self.listed[:n].copy()
+        for column, amount in enumerate(need):
+            room &= self.free[:n, column] >= amount
+        return set(np.unique(self.list_of[:n][room]).tolist())
+
+    def unlist(self, machine_id: str) -> None:
+        row = self._row.get(machine_id)
+        if row is not None:
+            self.listed[row] = False
+
+    def rows_of(self, machine_ids: Iterable[str]) -> list[int]:
+        row = self._row
+        return [row[m] for m in machine_ids if m in row]
+
+    def smallest_id(self, mask: np.ndarray) -> str:
+        """The smallest machine id among the rows set in ``mask`` (not empty)."""
+        if self._rank is None:
+            live = [(machine_id, row) for row, machine_id in enumerate(self.ids) if machine_id is not None]
+            rank = np.full(len(self.known), len(live), dtype=np.int64)
+            for order, (_, row) in enumerate(sorted(live)):
+                rank[row] = order
+            self._rank = rank
+        rows = np.flatnonzero(mask)
+        return self.ids[int(rows[np.argmin(self._rank[rows])])]

@@ -18,6 +18,11 @@ room again: cursors are dropped.
 
 Used only for chains it is exact for (``fast_chain``): the known monotone filters and the
 ranking stages [zone_spread], [least_loaded]; anything else takes the full scan.
+
+Vectorized over the index's numpy columns (``FreeColumns``): a list in which every machine is
+short of the request is passed in one step (its cursor set to its end, as the walk would);
+the failure reason counts the machines short of a resource with a few vector compares (the
+smallest id of each group gives the verdict's text), only the others go through the chain.
 """
 
 from __future__ import annotations
@@ -25,6 +30,10 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 from itertools import groupby
+from typing import Iterable
+
+import numpy as np
+
 from cellstate.model import Job, Machine, MachineState
 from cellstate.resources import Resources
 from schedulers.pipeline import Pipeline, Rejections
@@ -37,7 +46,7 @@ from schedulers.plugins.max_per_machine import MaxPerMachine
 from schedulers.plugins.resources_fit import ResourcesFit
 from schedulers.plugins.zone_spread import ZoneSpread
 from schedulers.reservation import Reservations
-from schedulers.service_index import MachineIndex
+from schedulers.service_index import FreeColumns, MachineIndex
 
 _MONOTONE_FILTERS = (MachineStateFilter, DifferentMachine, MaxPerMachine, ResourcesFit, Constraints)
 _PASS_UNPLACED = (MachineStateFilter, DifferentMachine, MaxPerMachine)  # pass listed machines without the job
@@ -97,6 +106,7 @@ class SpreadSearch:
         self._offers: dict[int, dict[str, tuple[float, Machine] | None]] = {}  # id(list) -> job -> offer
         self._moved: set[str] = set()
         self._failed: dict[str, str] = {}
+        self._roomy: dict[str, set[int]] = {}  # job -> lists with a machine it is not short on
 
     def best(self, spec: Job, placement: JobPlacement) -> tuple[Machine | None, str]:
         """The best-ranked feasible machine for one more task of ``spec``, or (None, why)."""
@@ -158,6 +168,13 @@ class SpreadSearch:
         cursor_key = (spec.id, id(listed))
         cursor = self._cursors.get(cursor_key)
         i = 0 if cursor is None else bisect.bisect_right(listed, cursor)
+        roomy = self._roomy.get(spec.id)
+        if roomy is None:  # reservations only shrink room: a list without room stays so
+            roomy = self._roomy[spec.id] = self.index.columns.lists_with_room(self.index.frees_of(spec.request))
+        if self.index.list_number[id(listed)] not in roomy:  # every machine short: the walk passes all
+            if i < len(listed):
+                self._cursors[cursor_key] = listed[-1]
+            return None
         machines, free_of, filters = self.index.machines, self.reservations.free, self.pipeline.filters
         skip_hosts = self.by_machine
         need = self.index.frees_of(spec.request)
@@ -194,10 +211,10 @@ class SpreadSearch:
         tally = Rejections()
         check, free_of, placed = self.pipeline.check, self.reservations.free, placement.machines
         machines = self.index.machines
-        short_of, counted = {}, set()
+        short_of: dict[int, tuple[int, str]] = {}
+        others: Iterable[str] = machines
         if self.chain.keyed_reasons:
-            short_of, counted = _count_short(self.index.keys, self.index.frees_of(spec.request), placed)
-        others = machines.keys() - counted if counted else machines
+            short_of, others = _count_short(self.index.columns, self.index.frees_of(spec.request), placed)
         for machine_id in others:
             machine = machines[machine_id]
             verdict = check(spec, machine, free_of(machine), placed.get(machine_id, 0))
@@ -225,6 +242,7 @@ class SpreadSearch:
         self._moved.add(machine.id)
         self.index.place(machine, self.reservations.free(machine))
         self._cursors.clear()
+        self._roomy.clear()
         self._failed.clear()
         self._offers.clear()
 
@@ -238,25 +256,24 @@ class SpreadSearch:
         self._moved.clear()
 
 
-def _count_short(keys: dict[str, tuple], need: tuple[int, ...], placed: dict[str, int]):
-    """Over the listed machines' keys, those without the job's tasks that are short of a
-    least_loaded resource: ({index of the first short resource: (machines, one id)}, their ids)."""
-    if len(need) == 2:
-        need0, need1 = need
-        firsts = [[k[1] for k in keys.values() if k[2] < need0],
-                  [k[1] for k in keys.values() if k[2] >= need0 and k[3] < need1]]
-    else:
-        firsts = [[] for _ in need]
-        for key in keys.values():
-            first = next((i for i, (f, n) in enumerate(zip(key[2:], need)) if f < n), -1)
-            if first >= 0:
-                firsts[first].append(key[1])
-    hosts = {machine_id for machine_id, here in placed.items() if here}
+def _count_short(columns: FreeColumns, need: tuple[int, ...], placed: dict[str, int]):
+    """Over the listed machines' keys (``columns``), those without the job's tasks that are
+    short of a least_loaded resource: ({index of the first short resource: (machines, the
+    smallest id)}, the ids of every other known machine)."""
+    n = len(columns.ids)
+    free = columns.free[:n]
+    remaining = columns.listed[:n].copy()
+    hosts = columns.rows_of(machine_id for machine_id, here in placed.items() if here)
+    if hosts:
+        remaining[hosts] = False
+    counted = np.zeros(n, dtype=bool)
     short_of: dict[int, tuple[int, str]] = {}
-    counted: set[str] = set()
-    for first, ids in enumerate(firsts):
-        ids = set(ids) - hosts
-        if ids:
-            short_of[first] = (len(ids), min(ids))
-            counted |= ids
-    return short_of, counted
+    for first, amount in enumerate(need):
+        short = remaining & (free[:, first] < amount)
+        count = int(np.count_nonzero(short))
+        if count:
+            short_of[first] = (count, columns.smallest_id(short))
+            remaining &= ~short
+            counted |= short
+    ids = columns.ids
+    return short_of, [ids[row] for row in np.flatnonzero(columns.known[:n] & ~counted).tolist()]

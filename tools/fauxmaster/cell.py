@@ -18,7 +18,9 @@ from cellstate.codec import decode_alloc, decode_job_record, decode_machine, enc
 from cellstate.committer import StoreCommitter
 from cellstate.keys import CellKeys
 from cellstate.lifecycle_txn import fail_machine_ops, finish_task_ops
+from cellstate.memory_store import MemoryStore
 from cellstate.model import Alloc, Job, JobKind, Machine
+from cellstate.shared_decodes import SharedDecodes
 from cellstate.store import Put, Store, missing
 from cellstate.submit import JobNotFound, kill_job, submit_jobs
 from omega.protocols import CommitOutcome, JobEntry, MachineEntry, Plan
@@ -96,6 +98,8 @@ class SimCell:
         self.counters = CellCounters()
         self.submitted_at: dict[str, float] = {}
         self.task_counts: dict[str, int] = {}
+        # the schedulers' replicas decode each value once (a memory store shares the bytes)
+        self.decodes = SharedDecodes() if isinstance(store, MemoryStore) else None
 
     def committer(self) -> ObservedCommitter:
         return ObservedCommitter(self.store, self.keys, self.note_placed)

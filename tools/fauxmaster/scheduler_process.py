@@ -10,11 +10,15 @@ the decision time (modelled ``t_job + t_task × tasks``, or the measured wall ti
 schedulers made meanwhile. Idle, the process parks until the cell changes or a deferred job
 is due. Jobs whose last decision found no machine are left out of the candidates until room
 may have appeared for them (``tools.fauxmaster.fit_memo``; batch and service kinds, ``skip_nothing_fits``).
+The candidates are kept across rounds: a round hands the memo and the queue only the jobs whose
+record changed and those the memo released or remembered (``JobQueue.track``/``select_tracked``),
+so its cost follows the changes, not the backlog.
 """
 
 from __future__ import annotations
 
 import time
+from functools import partial
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -116,13 +120,14 @@ class SimScheduler:
         self.tally = SchedulerTally()
         self.scheduler = make_scheduler(config.kind, config.name, config.seed, {"plugins": config.plugins}
                                         if config.plugins else None)
-        self.view = ReplicaView(store, cell.keys)
+        self.view = ReplicaView(store, cell.keys, shared_decodes=cell.decodes)
         self.placer = OptimisticPlacer(config.name, cell.committer(), ConflictMode.parse(config.conflict_mode),
                                        CommitMode.parse(config.commit_mode),
                                        retry_policy_for(config.kind, config.seed), clock, self._on_attempt)
         self.queue = JobQueue(config.name, order=make_order(config.order, self.view, config.drf_weights))
         self.memo = NothingFitsMemo(self.view) if skip_nothing_fits and config.kind in NON_PREEMPTING_KINDS else None
         self.view.track_changed_jobs()
+        self._pending_of = [partial(self.view.replica.pending_job, kind=kind) for kind in self.kinds]
         self._started = False
         self.process = Process(core, config.name, self._run)
 
@@ -169,20 +174,20 @@ class SimScheduler:
         for ids in (changed, touched):
             for job_id in ids:
                 entry = self._pending_entry(job_id)
-                if entry is None or (memo is not None and memo.remembers(job_id)):
+                if entry is None:
                     queue.untrack(job_id)
+                elif memo is not None and memo.remembers(job_id):
+                    queue.untrack(job_id, coming_back=True)
                 else:
                     queue.track(entry)
 
     def _pending_entry(self, job_id: str) -> JobEntry | None:
         """The job's entry if it is pending (not killed) and of this scheduler's kinds."""
-        entry = self.view.job(job_id)
-        if entry is None:
-            return None
-        record = entry.record
-        if record.killed or "p" not in record.tasks or record.job.kind not in self.kinds:
-            return None
-        return entry
+        for pending in self._pending_of:
+            entry = pending(job_id)
+            if entry is not None:
+                return entry
+        return None
 
     def _place(self, entry: JobEntry) -> None:
         self.tally.jobs_taken += 1

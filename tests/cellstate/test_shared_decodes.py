@@ -1,0 +1,67 @@
+"""Replicas of one process sharing decoded values (``cellstate.shared_decodes``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cellstate.codec import encode_machine
+from cellstate.keys import CellKeys
+from cellstate.memory_store import MemoryStore
+from cellstate.model import Machine
+from cellstate.replica import Replica
+from cellstate.resources import Resources
+from cellstate.shared_decodes import SharedDecodes
+from cellstate.store import Put
+
+KEYS = CellKeys("shared")
+
+
+def put_machine(store, machine_id: str, cpu: int) -> None:
+    store.txn([], [Put(KEYS.machine(machine_id), encode_machine(Machine(machine_id, Resources(cpu, 1024))))], [])
+
+
+def test_two_replicas_decode_each_value_once_and_hold_equal_content():
+    store, shared = MemoryStore(), SharedDecodes()
+    put_machine(store, "m1", 1000)
+    a, b = Replica(store, KEYS, shared_decodes=shared), Replica(store, KEYS, shared_decodes=shared)
+    a.sync()
+    b.sync()
+    put_machine(store, "m2", 2000)
+    put_machine(store, "m1", 3000)
+    a.pump()
+    b.pump()
+    assert (shared.misses, shared.hits) == (3, 3)
+    for machine_id in ("m1", "m2"):
+        assert a.machine(machine_id) is not b.machine(machine_id)  # entries are each replica's own
+        assert a.machine(machine_id).machine is b.machine(machine_id).machine
+    assert a.machine("m1").machine.capacity.cpu == 3000
+    alone = Replica(store, KEYS)
+    alone.sync()
+    assert {e.machine for e in alone.machines()} == {e.machine for e in a.machines()}
+
+
+def test_a_value_under_another_key_is_decoded_again():
+    shared = SharedDecodes()
+    decode = shared.decoder(lambda key, raw: (key, raw))
+    raw = b"same bytes"
+    assert decode("k1", raw) == ("k1", raw)
+    assert decode("k2", raw) == ("k2", raw)
+    assert (shared.misses, shared.hits) == (2, 0)
+
+
+def test_old_generations_are_dropped():
+    shared = SharedDecodes(generation=2)
+    decode = shared.decoder(lambda key, raw: key)
+    values = [bytes([i]) * 8 for i in range(5)]
+    for i, raw in enumerate(values):
+        decode(f"k{i}", raw)
+    decode("k0", values[0])  # two generations later: decoded again
+    assert shared.hits == 0
+    decode("k4", values[4])
+    assert shared.hits == 1
+
+
+@pytest.mark.parametrize("generation", [0, -3], ids=["zero", "negative"])
+def test_bad_generation_is_refused(generation):
+    with pytest.raises(ValueError, match="generation"):
+        SharedDecodes(generation)
