@@ -11,7 +11,10 @@ three tricks of Borg (EuroSys'15 §3.4), each switchable:
   machines where the task fits best first, by a load index of buckets (``borg_index``),
   seeded-shuffled within a bucket, so the best of ``k`` packs about as a full scan does;
   ``random``/``first``/``sticky`` walk a seeded shuffle of all machines from a random
-  cursor / its start / where the last decision found its first feasible machine.
+  cursor / its start / where the last decision found its first feasible machine. With
+  ``prove`` (default) the packed walk goes on past ``k`` until no unwalked bucket's upper
+  bound of the rank beats the best found (``borg_bound``), so the pick has the full scan's
+  best rank (chains with a borg_hybrid scorer; otherwise it stops at ``k``).
 
 Classes and the cache need every plugin of the chain to sign (``reads`` not None); with
 one that cannot (zone_spread, domain_spread: they depend on where the job's tasks are) both
@@ -30,6 +33,7 @@ from dataclasses import dataclass
 from cellstate.model import Alloc, Job, JobKind, Machine
 from omega.protocols import CellView, Claim, JobEntry, MachineEntry
 from schedulers.base import Decision, checked_tasks, gang_outcome
+from schedulers.borg_bound import Prover
 from schedulers.borg_cache import ScoreCache, Signer
 from schedulers.borg_index import LoadIndex
 from schedulers.borg_search import Search
@@ -102,9 +106,10 @@ class BorgScheduler:
                  equivalence_classes: bool = True, score_cache: bool = True,
                  relaxed_randomization: bool = True, preemption: bool = True,
                  cache_entries: int = 500_000, serves=ALL_KINDS, walk_start: str = "packed",
-                 sweep: int = 32) -> None:
+                 sweep: int = 32, prove: bool = True) -> None:
         for label, flag in (("equivalence_classes", equivalence_classes), ("score_cache", score_cache),
-                            ("relaxed_randomization", relaxed_randomization), ("preemption", preemption)):
+                            ("relaxed_randomization", relaxed_randomization), ("preemption", preemption),
+                            ("prove", prove)):
             if not isinstance(flag, bool):
                 raise PluginConfigError(f"borg {name!r}: {label} must be a bool, got {flag!r}")
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
@@ -129,6 +134,12 @@ class BorgScheduler:
         self.sweep = sweep
         self.index: LoadIndex | None = None  # the packed walk's load index (built with the ids)
         self.before_fit = _before_fit(pipeline)
+        before_reads = [f.reads for f in self.before_fit[0]]
+        self._before_signer = (Signer(frozenset().union(*before_reads))
+                               if self.cache is not None and None not in before_reads else None)
+        self._before_memos: dict[tuple, dict] = {}  # before_memo
+        # the packed walk goes on past k feasible machines until the best is proved (borg_bound)
+        self.prover = Prover.of(pipeline, _hybrid_args(pipeline)) if prove and walk_start == "packed" else None
         self._changed: set[str] = set()  # machines to re-key in the index before the next decision
         self.sticky = 0  # walk position where the last decision found its first feasible machine
         self.relaxed = relaxed_randomization
@@ -178,7 +189,8 @@ class BorgScheduler:
             self._changed.clear()
             packed = self.relaxed and self.walk_start == "packed"
             self.index = LoadIndex(self._ids, view, sweep=self.sweep, hybrid=_hybrid_args(self.pipeline),
-                                   checked=_checked_resources(self.pipeline)) if packed else None
+                                   checked=_checked_resources(self.pipeline),
+                                   bounds=self.prover is not None) if packed else None
         return self._ids
 
     def start_of_walk(self, n: int) -> int:
@@ -191,6 +203,21 @@ class BorgScheduler:
         if not self.relaxed or self.walk_start in ("first", "packed"):
             return 0
         return self.rng.randrange(n) if self.walk_start == "random" else self.sticky % n
+
+    def before_memo(self, spec: Job) -> dict | None:
+        """With the score cache: machine id -> (revision, the first failing verdict of the
+        filters before resources_fit, or None) for jobs with ``spec``'s signature over those
+        filters' fields, valid for a machine at that revision, untouched and without the
+        job's tasks (the exact "fits nowhere" walk reads it: ``Search._fill_rest``)."""
+        if self._before_signer is None:
+            return None
+        signature = self._before_signer.signature(spec)
+        memo = self._before_memos.get(signature)
+        if memo is None:
+            if len(self._before_memos) >= 64:
+                self._before_memos.clear()
+            memo = self._before_memos[signature] = {}
+        return memo
 
     def table_for(self, spec: Job, task: int | None):
         """The cache table of the class of ``spec`` (or of one task when classes are off)."""
@@ -236,7 +263,9 @@ class _Decider:
                                          tuple((a.job_id, a.task_index) for a in victims)))
             self.cursor = search.cursor
             if self.sched.classes and i + 1 < len(tasks):
-                search.refresh(machine)  # without classes the next task walks afresh
+                search.refresh(machine)  # without classes the next task walks afresh:
+            elif self.sched.index is not None and i + 1 < len(tasks):  # its walk and bounds see what is left
+                self.sched.index.file_reserved(machine, self.res.free(machine))
             if i == 0 and search.first_feasible is not None:
                 self.sched.sticky = search.first_feasible
         return decision

@@ -3,8 +3,9 @@
 Relaxed randomization stops after ``k`` feasible machines and takes the best of them; from a
 random start those ``k`` are a random sample of the cell, so tasks spread over it (new jobs
 open empty machines). The packed walk examines first the machines where the task would fit
-best, so the ``k`` scored are the ones a full scan would most likely pick, and the best of
-them packs about as well.
+best, so the ``k`` scored are the ones a full scan would most likely pick; with ``bounds``
+the walk also keeps an upper bound of the score on the machines it has not yet yielded, so
+the scheduler can go on until its best is proved (``borg_bound``).
 
 Machines are kept in buckets keyed by ``(capacity cpu, capacity memory, level cpu, level
 memory)``; a resource's level is its free fraction in ``steps`` steps (``free * steps //
@@ -16,12 +17,15 @@ scorer) of the request on a machine of the bucket's capacity and middle free fra
 A walk visits the buckets best estimate first and skips those whose machines certainly have
 too little free cpu or memory (``skipped`` lists them, for an exact "fits nowhere"); inside
 a bucket machines come in the order they entered it (the scheduler's seeded shuffle at the
-start, then the order of changes): seeded, randomized within a bucket, deterministic. The
-order of the buckets per request is kept until a new bucket appears.
+start, then the order of changes, re-keyed in id order): seeded, randomized within a
+bucket, deterministic. The order of the buckets per request (computed for all buckets at
+once: ``borg_order``) is kept until a new bucket appears.
 
 Keys come from the view's ledgers, not from a decision's reservations, which only lower
 free resources: a skipped bucket holds no feasible machine (as long as its machines are at
-the revision they were filed at: the scheduler checks that before relying on it). The index learns of changes
+the revision they were filed at: the scheduler checks that before relying on it); the same
+holds for the bounds, which the scheduler completes with the machines its decision touched.
+The index learns of changes
 through ``update``: the scheduler re-keys the machines its decisions touched, the machines
 a walk saw at a new revision, and a rotating ``sweep`` slice of the cell per decision, so a
 machine changed by someone else is re-keyed within ``n / sweep`` decisions at the latest.
@@ -34,9 +38,11 @@ import bisect
 from cellstate.model import Machine
 from cellstate.resources import Resources
 from omega.protocols import CellView, MachineEntry
-from schedulers.plugins.borg_hybrid import BorgHybridArgs, stranded_fraction
+from schedulers.borg_order import SUBSTEPS, KeyTable
+from schedulers.plugins.borg_hybrid import BorgHybridArgs
 
 Key = tuple[int, int, int, int]
+RESERVED = -1  # the revision of a machine filed by a decision's reservation (file_reserved)
 _ORDERS_KEPT = 4096  # per-request bucket orders kept (cleared past this)
 
 
@@ -44,19 +50,21 @@ class LoadIndex:
     """Machines bucketed by capacity and free fractions for the packed walk (module doc)."""
 
     def __init__(self, ids: list[str], view: CellView, *, steps: int = 16, sweep: int = 32,
-                 hybrid: BorgHybridArgs | None = None, checked=("cpu", "memory")) -> None:
+                 hybrid: BorgHybridArgs | None = None, checked=("cpu", "memory"), bounds: bool = False) -> None:
         """``checked``: the resources the chain's filters certainly require free (the walk
-        skips buckets short of them only); ``hybrid``: the estimate's args."""
+        skips buckets short of them only); ``hybrid``: the estimate's args; ``bounds``: walks
+        keep an upper bound of borg_hybrid's score on the machines not yet walked (``walk``)."""
         if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
             raise ValueError(f"load index: steps must be an int >= 1, got {steps!r}")
         if not isinstance(sweep, int) or isinstance(sweep, bool) or sweep < 0:
             raise ValueError(f"load index: sweep must be an int >= 0, got {sweep!r}")
         self.steps, self.sweep, self.hybrid = steps, sweep, hybrid or BorgHybridArgs()
+        self.bounds = bounds
         self._checked = ("cpu" in checked, "memory" in checked)
         self._ids = ids
         self._buckets: dict[Key, dict[str, None]] = {}
-        self._keys: list[Key] = []  # every bucket ever filled (empty ones cost one skip)
-        self._orders: dict[tuple[int, int], tuple[list[Key], list[Key], dict[Key, str]]] = {}  # _order
+        self._table = KeyTable(steps, self.hybrid, self._checked, bounds)  # every bucket ever filled
+        self._orders: dict[tuple[int, int], tuple] = {}  # request -> _order
         self._at: dict[str, tuple[Key, int]] = {}  # machine id -> (its bucket key, revision keyed at)
         self._swept = 0
         for machine_id in ids:
@@ -65,11 +73,20 @@ class LoadIndex:
     def __len__(self) -> int:
         return len(self._at)
 
-    def key_of(self, machine: Machine) -> Key:
-        """The bucket of ``machine`` at its ledger."""
-        cap, used, steps = machine.capacity, machine.allocated, self.steps
-        return (cap.cpu, cap.memory, _level(cap.cpu - used.cpu, cap.cpu, steps),
-                _level(cap.memory - used.memory, cap.memory, steps))
+    def key_of(self, machine: Machine, free: Resources | None = None) -> Key:
+        """The bucket of ``machine`` at its ledger (or with ``free`` left)."""
+        cap, steps = machine.capacity, self.steps
+        if free is None:
+            used = machine.allocated
+            return (cap.cpu, cap.memory, _level(cap.cpu - used.cpu, cap.cpu, steps),
+                    _level(cap.memory - used.memory, cap.memory, steps))
+        return cap.cpu, cap.memory, _level(free.cpu, cap.cpu, steps), _level(free.memory, cap.memory, steps)
+
+    def file_reserved(self, machine: Machine, free: Resources) -> None:
+        """File ``machine`` by ``free`` (what a decision left of it after reserving), at no
+        revision: the next ``refresh`` that is told of it re-keys it at its ledger. Only
+        between walks."""
+        self._file(machine.id, self.key_of(machine, free), RESERVED)
 
     @property
     def keyed(self) -> dict[str, tuple[Key, int]]:
@@ -91,23 +108,27 @@ class LoadIndex:
             return
         if at is not None and at[1] == entry.mod_revision:
             return
-        key = self.key_of(entry.machine)
+        self._file(machine_id, self.key_of(entry.machine), entry.mod_revision)
+
+    def _file(self, machine_id: str, key: Key, revision: int) -> None:
+        at = self._at.get(machine_id)
         if at is not None and at[0] == key:
-            self._at[machine_id] = (key, entry.mod_revision)
+            self._at[machine_id] = (key, revision)
             return
         if at is not None:
             del self._buckets[at[0]][machine_id]
         bucket = self._buckets.get(key)
         if bucket is None:
             bucket = self._buckets[key] = {}
-            bisect.insort(self._keys, key)
+            self._table.insert(bisect.bisect(self._table.keys, key), key)
             self._orders.clear()  # a new bucket: every request's order is re-estimated
         bucket[machine_id] = None
-        self._at[machine_id] = (key, entry.mod_revision)
+        self._at[machine_id] = (key, revision)
 
     def refresh(self, view: CellView, changed) -> None:
-        """Re-key the machines in ``changed`` and the next ``sweep`` machines of the cell."""
-        for machine_id in changed:
+        """Re-key the machines in ``changed`` (in id order: buckets keep arrival order, so the
+        walk stays seeded whatever the set's order) and the next ``sweep`` machines."""
+        for machine_id in sorted(changed):
             self.update(machine_id, view.machine(machine_id))
         ids, n = self._ids, len(self._ids)
         for _ in range(min(self.sweep, n)):
@@ -115,25 +136,33 @@ class LoadIndex:
             machine_id = ids[self._swept]
             self.update(machine_id, view.machine(machine_id))
 
-    def walk(self, request: Resources):
+    def walk(self, request: Resources, bound: list[float] | None = None):
         """Machine ids, buckets by estimated score for ``request`` (best first), skipping
-        buckets that cannot fit it. The index must not change while a walk is under way."""
+        buckets that cannot fit it. The index must not change while a walk is under way.
+        With ``bounds`` on, ``bound[0]`` is kept at an upper bound of borg_hybrid's score of
+        ``request`` on every machine not yet yielded (filed at its keyed revision, free as
+        its ledger: ``borg_bound``); -inf once the walk is over."""
         buckets = self._buckets
-        for key in self._plan(request)[0]:
+        order, _, _, suffix = self._plan(request)
+        if bound is None or suffix is None:
+            for key in order:
+                yield from buckets[key]
+            return
+        for key, upper in zip(order, suffix):
+            bound[0] = upper
             yield from buckets[key]
+        bound[0] = float("-inf")
 
     def skipped(self, request: Resources):
-        """(machine id, bucket key, short) of the buckets ``walk(request)`` skips; ``short``:
-        "cpu" or "memory" when all the bucket's machines lack that resource first
-        (resources_fit checks cpu, then memory), else None."""
-        _, skipped, short = self._plan(request)
+        """(bucket key, short, the bucket's machine ids) of the buckets ``walk(request)``
+        skips; ``short``: "cpu" or "memory" when all the bucket's machines lack that resource
+        first (resources_fit checks cpu, then memory), else None."""
+        _, skipped, short, _ = self._plan(request)
         buckets = self._buckets
         for key in skipped:
-            lacks = short.get(key)
-            for machine_id in buckets[key]:
-                yield machine_id, key, lacks
+            yield key, short.get(key), buckets[key]
 
-    def _plan(self, request: Resources) -> tuple[list[Key], list[Key], dict[Key, str]]:
+    def _plan(self, request: Resources) -> tuple[list[Key], list[Key], dict[Key, str], list[float] | None]:
         asked = (max(request.cpu, 0), max(request.memory, 0))
         plan = self._orders.get(asked)
         if plan is None:
@@ -142,70 +171,16 @@ class LoadIndex:
             plan = self._orders[asked] = self._order(*asked)
         return plan
 
-    def _order(self, cpu: int, memory: int) -> tuple[list[Key], list[Key], dict[Key, str]]:
+    def _order(self, cpu: int, memory: int) -> tuple[list[Key], list[Key], dict[Key, str], list[float] | None]:
         """The keys whose machines may fit (cpu, memory), best estimated score first; the
         other keys; those of them whose machines all lack cpu, or all lack memory with
-        enough cpu -> that resource."""
-        steps, (check_cpu, check_memory) = self.steps, self._checked
-        scored, skipped, short = [], [], {}
-        for key in self._keys:
-            cap_cpu, cap_memory, level_cpu, level_memory = key
-            if check_cpu and _fits_none(level_cpu, cap_cpu, steps, cpu):
-                short[key] = "cpu"
-                skipped.append(key)
-                continue
-            if check_memory and _fits_none(level_memory, cap_memory, steps, memory):
-                if not check_cpu or _fits_all(level_cpu, cap_cpu, steps, cpu):
-                    short[key] = "memory"
-                skipped.append(key)
-                continue
-            left = []
-            for level, cap, asked in ((level_cpu, cap_cpu, cpu), (level_memory, cap_memory, memory)):
-                if cap > 0:
-                    low, high = _span(level, cap, steps)
-                    left.append(max((max(low, asked) + high) / 2 - asked, 0.0) / cap)
-            scored.append((-self._estimate(left), key))
-        scored.sort()
-        return [key for _, key in scored], skipped, short
-
-    def _estimate(self, left: list[float]) -> float:
-        """borg_hybrid's score for these fractions left after placing."""
-        if not left:
-            return 0.0
-        args = self.hybrid
-        stranded = stranded_fraction(left, args.exhausted, args.imbalance)
-        return 1.0 - (args.stranding * stranded + (1.0 - args.stranding) * sum(left) / len(left))
-
-
-_SUBSTEPS = 64  # levels 0..63: the lowest step by bit length of free; q >= 1: q * 64
+        enough cpu -> that resource; with ``bounds``, per walked key the highest score
+        bound of it and the keys after it (else None): ``borg_order``."""
+        return self._table.plan(cpu, memory)
 
 
 def _level(free: int, capacity: int, steps: int) -> int:
     """``free`` in ``steps`` steps of ``capacity``; the lowest step split by bit length."""
     free = max(free, 0)
     q = free * steps // capacity if capacity > 0 else 0
-    return q * _SUBSTEPS if q > 0 else free.bit_length()
-
-
-def _fits_none(level: int, capacity: int, steps: int, asked: int) -> bool:
-    """Every free amount of the level is below ``asked``."""
-    q, bits = divmod(level, _SUBSTEPS)
-    if q > 0:
-        return (q + 1) * capacity <= asked * steps  # free * steps < (q + 1) * capacity
-    return (1 << bits) <= asked or capacity <= asked * steps  # free < 2 ** bits, < capacity / steps
-
-
-def _fits_all(level: int, capacity: int, steps: int, asked: int) -> bool:
-    """Every free amount of the level is at least ``asked``."""
-    q, bits = divmod(level, _SUBSTEPS)
-    if q > 0:
-        return q * capacity >= asked * steps  # free * steps >= q * capacity
-    return (1 << bits) >> 1 >= asked  # free >= 2 ** (bits - 1) (free 0 at bits 0)
-
-
-def _span(level: int, capacity: int, steps: int) -> tuple[float, float]:
-    """[low, high): the free amounts of a level (high exclusive; low a lower bound)."""
-    q, bits = divmod(level, _SUBSTEPS)
-    if q > 0:
-        return q * capacity / steps, min((q + 1) * capacity / steps, capacity + 1)
-    return (1 << bits) / 2 if bits else 0.0, min(1 << bits, capacity / steps) if bits else 1.0
+    return q * SUBSTEPS if q > 0 else free.bit_length()

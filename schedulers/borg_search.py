@@ -25,13 +25,17 @@ class Search:
         index = decider.sched.index
         self.shuffled = index is None  # walking every machine in the shuffled order
         self.full = self.shuffled  # the walk covers the whole cell (the packed walk: once it fell back)
-        self.order = self._shuffled() if index is None else index.walk(decider.spec.request)
+        self.prover = None if index is None else decider.sched.prover
+        self.bound = [float("-inf")]  # with a prover: the walk's bound on the scores not yet walked
+        if index is None:
+            self.order = self._shuffled()
+        else:  # (classes off, the decision re-filed the machines it reserved on by what is left)
+            self.order = index.walk(decider.spec.request, self.bound if self.prover is not None else None)
         self.revision_of = None if index is None else index.revision_of
         self.pool: dict[str, int] = {}  # machine id -> sequence number of its live heap entry
         self.heap: list[tuple[tuple[float, ...], str, int, Machine]] = []
         self.seq = 0
         self._excluded: dict[int, list] = {}  # id(verdict) -> [verdict, machines]
-        self._short_verdicts: dict = {}  # load index key -> resources_fit's verdict there
         self._rest = None  # the machines the packed walk skipped, once it found nothing
         self.first_feasible: int | None = None  # walk position of the first feasible machine
         self.ctx = ScoreContext(decider.placement)
@@ -39,11 +43,12 @@ class Search:
         self.rank = decider.sched.pipeline.rank
 
     def fill(self, want: int) -> None:
-        """Walk on until ``want`` machines are feasible or the walk is over. The packed walk
-        is over when the load index has no bucket left that could fit; if it found nothing
-        feasible at all, the rest of the cell is walked too (``_fill_rest``), so "fits
-        nowhere" and its reasons are exact. The scheduler's hot loop: cache hits are served
-        inline, misses evaluated inline (as ``evaluate``)."""
+        """Walk on until ``want`` machines are feasible or the walk is over; with the
+        scheduler's prover, also until no unwalked bucket's bound beats the best rank found
+        (``borg_bound``). The packed walk is over when the load index has no bucket left
+        that could fit; if it found nothing feasible at all, the rest of the cell is walked
+        too (``_fill_rest``), so "fits nowhere" and its reasons are exact. The scheduler's
+        hot loop: cache hits are served inline, misses evaluated inline (as ``evaluate``)."""
         if self.full and not self.shuffled:
             return self._fill_rest(want)
         d, pool, order, rest = self.d, self.pool, self.order, False
@@ -54,7 +59,10 @@ class Search:
         revision_of = self.revision_of  # to note stale index entries (packed walk)
         cache = d.sched.cache
         verdicts, index_of = (cache.verdicts, cache.index_of) if cache is not None else (None, None)
-        while len(pool) < want:
+        prover, bound = self.prover, self.bound
+        top = self._top() if prover is not None else None
+        threshold = prover.threshold(top) if prover is not None else float("inf")
+        while len(pool) < want or bound[0] > threshold:
             machine_id = next(order, None)
             if machine_id is None:
                 if pool or self.full:
@@ -97,6 +105,8 @@ class Search:
                     tally[1] += 1
             else:
                 self._push(entry.machine, rank)
+                if prover is not None and (top is None or rank > top):
+                    top, threshold = rank, prover.threshold(rank)
                 if self.first_feasible is None and self.shuffled:
                     self.first_feasible = (self.start + self.walked + walked - 1) % len(d.ids)
         self.walked += walked
@@ -109,54 +119,76 @@ class Search:
             self._fill_rest(want)
 
     def _fill_rest(self, want: int) -> None:
-        """The rest of the cell once the packed walk found nothing feasible: the machines of
-        the buckets it skipped (every other machine was walked and tallied). One filed there
+        """The rest of the cell once the packed walk found nothing feasible: the buckets it
+        skipped, whole (every other machine was walked and tallied). A machine filed there
         at its current revision and untouched by this decision surely lacks cpu or memory:
-        the filters before resources_fit run on it, then it gets resources_fit's verdict for
-        the bucket (one capacity, one first short resource: the same for all its machines),
-        so the tally is a full walk's. Any other machine there is evaluated (and re-keyed
-        before the next decision when feasible: the index had it filed wrong)."""
+        the filters before resources_fit run on it (their verdicts kept per signature of the
+        fields they read and machine revision when the score cache is on: ``before_memo``),
+        then it gets resources_fit's verdict for the bucket (one capacity, one first short
+        resource: the same for all its machines), so the tally is a full walk's. Any other
+        machine there is evaluated (and re-keyed before the next decision when feasible:
+        the index had it filed wrong)."""
         d, pool, sched = self.d, self.pool, self.d.sched
         if self._rest is None:
             self._rest = sched.index.skipped(d.spec.request)
         rest, keyed, (before, fit) = self._rest, sched.index.keyed, sched.before_fit
+        before = [f.fits for f in before]
         machine_of, placed, touched, free_of = d.view.machine, d.placement.machines, d.touched, d.res.free
-        spec = d.spec
-        excluded, verdict_of, walked = self._excluded, self._short_verdicts, 0
+        spec, base_free, walked = d.spec, sched._base_free, 0
+        memo = sched.before_memo(spec)  # machine id -> (revision, failing verdict or None), here = 0
         while len(pool) < want:
             item = next(rest, None)
             if item is None:
                 break
-            machine_id, key, short = item
-            walked += 1
-            entry = machine_of(machine_id)
-            if entry is None:
-                sched._count = -1
-                continue
-            if short is not None and keyed[machine_id][1] == entry.mod_revision and machine_id not in touched:
-                machine, rank = entry.machine, None
-                free, here = free_of(machine), placed.get(machine_id, 0)
-                for f in before:
-                    verdict = f.fits(spec, machine, free, here)
-                    if not verdict.ok:
-                        break
-                else:
-                    verdict = verdict_of.get(key)
+            key, short, ids = item
+            walked += len(ids)
+            same, count = None, 0  # a machine that gets the bucket's resources_fit verdict; how many do
+            for machine_id in ids:
+                entry = machine_of(machine_id)
+                if entry is None:
+                    sched._count = -1
+                    continue
+                revision = entry.mod_revision
+                if short is not None and keyed[machine_id][1] == revision and machine_id not in touched:
+                    here = placed.get(machine_id, 0)
+                    hit = memo.get(machine_id) if memo is not None and not here else None
+                    if hit is not None and hit[0] == revision:
+                        verdict = hit[1]
+                    else:
+                        machine = entry.machine
+                        known = base_free.get(machine_id)  # Reservations.free of an untouched machine
+                        free = known[1] if known is not None and known[0] is machine else free_of(machine)
+                        verdict = None
+                        for fits in before:
+                            verdict = fits(spec, machine, free, here)
+                            if not verdict.ok:
+                                break
+                        else:
+                            verdict = None
+                        if memo is not None and not here:
+                            memo[machine_id] = (revision, verdict)
                     if verdict is None:
-                        verdict = verdict_of[key] = fit.fits(spec, machine, free, here)
-            else:
+                        same, count = same or entry.machine, count + 1
+                    else:
+                        self._exclude(verdict)
+                    continue
                 verdict, rank = self.evaluate(entry, count=False)
-            if rank is None:
-                tally = excluded.get(id(verdict))
-                if tally is None:
-                    excluded[id(verdict)] = [verdict, 1]
+                if rank is None:
+                    self._exclude(verdict)
                 else:
-                    tally[1] += 1
-            else:
-                self._push(entry.machine, rank)
-                sched._changed.add(machine_id)
+                    self._push(entry.machine, rank)
+                    sched._changed.add(machine_id)
+            if same is not None:
+                self._exclude(fit.fits(spec, same, free_of(same), placed.get(same.id, 0)), count)
         self.walked += walked
         sched.counters.evaluations += walked
+
+    def _exclude(self, verdict: Verdict, count: int = 1) -> None:
+        tally = self._excluded.get(id(verdict))
+        if tally is None:
+            self._excluded[id(verdict)] = [verdict, count]
+        else:
+            tally[1] += count
 
     @property
     def cursor(self) -> int:
@@ -212,6 +244,12 @@ class Search:
         self.seq += 1
         self.pool[machine.id] = self.seq
         heapq.heappush(self.heap, (tuple(-x for x in rank), machine.id, self.seq, machine))
+
+    def _top(self) -> tuple[float, ...] | None:
+        """The rank of the best machine in the pool (None: empty)."""
+        if self.best() is None:
+            return None
+        return tuple(-x for x in self.heap[0][0])
 
     def best(self) -> Machine | None:
         """The best-ranked feasible machine in the pool (stale heap entries skipped)."""

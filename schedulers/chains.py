@@ -7,7 +7,7 @@ also takes ``chain`` (a ``chain_config.ChainConfig``) or ``filters``/``scorers``
 ``schedulers/default_chains.toml``), which replace the default chain (then ``plugins`` is
 not allowed). borg takes the options of ``BorgScheduler`` (``k``, ``equivalence_classes``,
 ``score_cache``, ``relaxed_randomization``, ``preemption``, ``cache_entries``, ``serves``,
-``walk_start``, ``sweep``).
+``walk_start``, ``sweep``, ``prove``).
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def _make_service(name: str, seed: int, config: Mapping[str, Any]) -> Scheduler:
 
 
 _BORG_OPTIONS = ("k", "equivalence_classes", "score_cache", "relaxed_randomization", "preemption",
-                 "cache_entries", "serves", "walk_start", "sweep")
+                 "cache_entries", "serves", "walk_start", "sweep", "prove")
 
 
 def _make_borg(name: str, seed: int, config: Mapping[str, Any]) -> Scheduler:

@@ -123,7 +123,8 @@ def test_domain_spread_chain_spreads_over_racks():
     ({"serves": ["batch", "web"]}, "unknown job kind"),
     ({"cache_entries": 0}, "max_entries must be an int >= 1"),
     ({"plugins": {"best_fit": {}}}, "not plugins"),
-], ids=["k", "cache-flag", "serves-str", "serves-kind", "cache-bound", "plugins"])
+    ({"prove": 1}, "prove must be a bool"),
+], ids=["k", "cache-flag", "serves-str", "serves-kind", "cache-bound", "plugins", "prove"])
 def test_bad_config(config, message):
     with pytest.raises(ValueError, match=message):
         make_scheduler("borg", "b", 1, config)
