@@ -141,7 +141,8 @@ class SolverScheduler:
         sm.objectives(weights)
         if greedy:
             sm.hint({j: [c.machine_id for c in greedy[job.entry.id].claims] for j, job in enumerate(jobs)})
-        solution = sm.solve(float(self.config.time_limit_s), self.config.workers, self.seed)
+        solution = sm.solve(float(self.config.time_limit_s), self.config.workers, self.seed,
+                            self.config.deterministic_time)
         return self._choose(jobs, solution, greedy, why_not)
 
     def _choose(self, jobs: list[BatchJob], solution: Solution, greedy, why_not: dict[str, str]):

@@ -6,7 +6,10 @@ the rest of a batch goes to the greedy scorer), ``candidates`` (candidate machin
 "none"), ``workers`` (CP-SAT threads), ``constraints`` and ``objectives`` (declaration names,
 ``schedulers/solver_policies.py``), ``weights`` (objective name -> int weight),
 ``lookahead_jobs`` (other pending jobs solved with each job, their plans kept for their
-turn), ``prefilter`` (pre-filter candidates with the Borg chain's hard filters).
+turn), ``prefilter`` (pre-filter candidates with the Borg chain's hard filters),
+``deterministic_time`` (CP-SAT's deterministic work limit per solve phase, in its
+"deterministic seconds"; with one worker the same model then gets the same answer on any
+host and load, as replays need; ``time_limit_s`` stays a wall-clock safety net).
 """
 
 from __future__ import annotations
@@ -39,8 +42,12 @@ class SolverConfig:
     weights: Mapping[str, int] = field(default_factory=dict)
     lookahead_jobs: int = 0
     prefilter: bool = True
+    deterministic_time: float | None = None
 
     def __post_init__(self) -> None:
+        work = self.deterministic_time
+        if work is not None and (isinstance(work, bool) or not isinstance(work, (int, float)) or not work > 0):
+            raise PluginConfigError(f"solver: deterministic_time must be a number > 0, got {work!r}")
         limit = self.time_limit_s
         if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit > 0:
             raise PluginConfigError(f"solver: time_limit_s must be a number > 0, got {limit!r}")

@@ -150,16 +150,19 @@ class SolverModel:
                     self.model.add_hint(var, mid == target)
                 self.model.add_hint(self.placed[(j, t)], target is not None)
 
-    def solve(self, time_limit_s: float, workers: int, seed: int) -> Solution:
+    def solve(self, time_limit_s: float, workers: int, seed: int, work_limit: float | None = None) -> Solution:
         """Minimize the dominant costs, then (if proven optimal and time is left) the other
         terms with the dominant ones held at that optimum, hinted by the first solution; all
-        within ``time_limit_s``. Status: OPTIMAL only if every level was proven optimal."""
+        within ``time_limit_s``. With ``work_limit`` each phase also stops after that much
+        CP-SAT deterministic time and the second phase does not depend on the wall time
+        the first took (reproducible with one worker). Status: OPTIMAL only if every level
+        was proven optimal."""
         started = time.perf_counter()
         self.model.minimize(self._first)
-        first = self._run(time_limit_s, workers, seed)
+        first = self._run(time_limit_s, workers, seed, work_limit)
         if first is None or first[0] != "OPTIMAL" or isinstance(self._second, int):
             return self._solution(first, started)
-        left = time_limit_s - (time.perf_counter() - started)
+        left = time_limit_s if work_limit else time_limit_s - (time.perf_counter() - started)
         if left <= 0:
             return self._solution(("FEASIBLE", first[1], first[2]), started)
         self.model.add(self._first <= round(first[2]))
@@ -169,13 +172,15 @@ class SolverModel:
                 self.model.add_hint(var, first[1].get(key) == mid)
             self.model.add_hint(self.placed[key], key in first[1])
         self.model.minimize(self._second)
-        second = self._run(left, workers, seed)
+        second = self._run(left, workers, seed, work_limit)
         return self._solution(second or ("FEASIBLE", first[1], first[2]), started)
 
-    def _run(self, time_limit_s: float, workers: int, seed: int):
+    def _run(self, time_limit_s: float, workers: int, seed: int, work_limit: float | None = None):
         """(status name, assignment, objective) of one CP-SAT run; None without a solution."""
         solver = cp_model.CpSolver()
         solver.parameters.max_time_in_seconds = time_limit_s
+        if work_limit:
+            solver.parameters.max_deterministic_time = work_limit
         solver.parameters.num_workers = workers
         solver.parameters.random_seed = seed
         status = solver.solve(self.model)

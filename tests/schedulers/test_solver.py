@@ -154,6 +154,28 @@ def test_claims_fit_cumulatively_on_random_cells(seed):
         assert sorted([c.task_index for c in d.claims] + list(d.unplaced)) == list(range(e.record.job.tasks))
 
 
+def test_a_deterministic_work_limit_gives_the_same_answer_every_time():
+    """Replays need it: the wall-clock limit depends on the host's load, the work limit does not."""
+    config = {"deterministic_time": 0.05, "time_limit_s": 30.0, "candidates": 12}
+
+    def claims(seed):
+        view = random_cell(seed)
+        entries = [view.job(f"j{n}") for n in range(len(view.pending_jobs()))]
+        decisions = make_scheduler("solver", "s", 3, config).decide_batch(entries, view)
+        return {job: sorted((c.task_index, c.machine_id) for c in d.claims) for job, d in decisions.items()}
+
+    for seed in (2, 7, 11):
+        assert claims(seed) == claims(seed)
+
+
+def test_an_exhausted_work_limit_falls_back_to_greedy():
+    view = DictView([machine("m1", cpu=2000)], [job("j", 3, cpu=1000)])
+    sched = make_scheduler("solver", "s", 1, {"deterministic_time": 1e-9, "time_limit_s": 30.0})
+    decision = sched.decide(view.job("j"), [0, 1, 2], view)
+    assert sched.last.status == "UNKNOWN" and sched.counters.fallbacks == 1
+    assert len(decision.claims) == 2
+
+
 # -- end to end -------------------------------------------------------------------------------
 
 

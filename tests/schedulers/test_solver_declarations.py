@@ -133,6 +133,7 @@ BAD = [
     ({"weights": {"max_load": 3}}, "not among objectives"),
     ({"weights": {"balance": 0}}, "int >= 1"),
     ({"lookahead": 3}, r"unknown args \['lookahead'\]"),
+    ({"deterministic_time": 0}, "deterministic_time must be a number > 0"),
 ]
 
 
