@@ -4,7 +4,8 @@
 a backlog of tens of thousands of jobs orders it again for every few jobs it takes. The index
 keeps the order's structure between rounds instead — per priority band, each owner's jobs
 sorted by (submission time, id) and the owners sorted by their oldest job — so adding,
-updating or removing a job costs a few binary searches, and iterating yields exactly
+updating or removing a job costs a few binary searches (jobs added behind their owner's
+oldest are sorted in together when the queue is next read), and iterating yields exactly
 ``fair_order``'s sequence lazily: a caller that stops after k jobs pays for about k.
 
 Why the lazy round-robin is ``fair_order``'s: round r of the turn-taking visits, in the
@@ -31,13 +32,17 @@ _Key = tuple[int, str, float]  # (priority, owner, submitted_at)
 
 
 class _Band:
-    """The jobs of one priority: per owner (submitted_at, id) sorted, owners by oldest job."""
+    """The jobs of one priority: per owner (submitted_at, id) sorted, owners by oldest job.
+    A job added behind its owner's oldest waits in ``arriving`` until the owner's queue is
+    read or shrunk (``settle``): many jobs put back into a long queue cost one sort, not one
+    list insertion each."""
 
-    __slots__ = ("queues", "heads")
+    __slots__ = ("queues", "heads", "arriving")
 
     def __init__(self) -> None:
         self.queues: dict[str, list[tuple[float, str]]] = {}
         self.heads: list[tuple[float, str]] = []  # (oldest submitted_at, owner), sorted
+        self.arriving: dict[str, list[tuple[float, str]]] = {}  # owner → items > queues[owner][0]
 
     def add(self, owner: str, item: tuple[float, str]) -> None:
         queue = self.queues.get(owner)
@@ -47,9 +52,35 @@ class _Band:
             return
         if item < queue[0]:
             self._move_head(owner, queue[0][0], item[0])
-        insort(queue, item)
+            queue.insert(0, item)
+            return
+        arriving = self.arriving.get(owner)
+        if arriving is None:
+            self.arriving[owner] = [item]
+        else:
+            arriving.append(item)
+
+    def settle(self, owner: str | None = None) -> None:
+        """Sort the arriving jobs of ``owner`` (None: every owner) into their queues."""
+        if owner is None:
+            for waiting, items in self.arriving.items():
+                self._merge(self.queues[waiting], items)
+            self.arriving.clear()
+        else:
+            items = self.arriving.pop(owner, None)
+            if items is not None:
+                self._merge(self.queues[owner], items)
+
+    @staticmethod
+    def _merge(queue: list[tuple[float, str]], items: list[tuple[float, str]]) -> None:
+        if len(items) == 1:
+            insort(queue, items[0])
+        else:
+            queue.extend(items)
+            queue.sort()  # one long sorted run and a short tail: Timsort sorts the tail and merges once
 
     def remove(self, owner: str, item: tuple[float, str]) -> None:
+        self.settle(owner)
         queue = self.queues[owner]
         at = bisect_left(queue, item)
         if at == len(queue) or queue[at] != item:
@@ -139,6 +170,7 @@ class FairIndex:
 
     def _walk(self, band: _Band) -> Iterator[JobEntry]:
         """One band's round-robin (module docstring), dropping the hidden jobs it meets."""
+        band.settle()
         heads, queues, hidden, entries = band.heads, band.queues, self._hidden, self._entries
         active = []
         at = 0

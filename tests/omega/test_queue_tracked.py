@@ -94,6 +94,27 @@ def test_fair_index_iterates_exactly_like_fair_order(seed, steps):
         assert len(index) == len(live) and all(job_id in index for job_id in live)
 
 
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), steps=st.integers(1, 300))
+def test_fair_index_walked_now_and_then_iterates_like_fair_order(seed, steps):
+    """Many changes between walks: jobs added behind their owner's oldest pile up (``_Band``
+    sorts them in when the owner's queue is read or shrunk) while others are updated,
+    hidden and discarded."""
+    rng = random.Random(seed)
+    index, live = FairIndex(), {}
+    for op, arg in random_changes(rng, steps):
+        if op == "put":
+            index.put(arg)
+            live[arg.id] = arg
+        else:
+            getattr(index, op)(arg)
+            live.pop(arg, None)
+        if rng.random() < 0.1:
+            assert [e.id for e in index] == [e.id for e in fair_order(list(live.values()))]
+    assert [e.id for e in index] == [e.id for e in fair_order(list(live.values()))]
+    assert len(index) == len(live)
+
+
 @pytest.mark.parametrize("crew", [["s1"], ["s1", "s2", "s3"]], ids=["alone", "three-peers"])
 @pytest.mark.parametrize("seed", range(30))
 def test_select_tracked_chooses_like_select(crew, seed):
