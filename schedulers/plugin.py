@@ -122,6 +122,8 @@ def build_args(cls: type[A], raw: A | Mapping[str, Any] | None, plugin: str) -> 
         raise PluginConfigError(f"{plugin}: unknown args {unknown}; known: {sorted(known)}")
     try:
         return cls(**raw)
+    except PluginConfigError:
+        raise  # the args dataclass's own check already names the plugin and the field
     except (TypeError, ValueError) as err:
         raise PluginConfigError(f"{plugin}: bad args {dict(raw)!r}: {err}") from err
 

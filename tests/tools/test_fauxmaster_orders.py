@@ -67,7 +67,11 @@ def test_replay_spec_json_carries_the_order():
     (dict(drf_weights={"A": 2}), "scheduler 'x': DRF weights ['A'] given, but the queue order is 'fair'"),
     (dict(kind="nope"), "scheduler 'x': unknown kind 'nope'; known: "),
     (dict(kind="batch", jobs="gpu"), "jobs must be one of"),
-], ids=["unknown-order", "negative-weight", "weights-without-drf", "unknown-kind", "unknown-jobs"])
+    (dict(kind="solver", options={"time_limit_s": 0}), "scheduler 'x': solver: time_limit_s must be a number > 0"),
+    (dict(kind="borg", options={"walk": "packed"}), "scheduler 'x': borg: unknown config keys ['walk']"),
+    (dict(kind="borg", options=["k", 5]), "options must be a mapping"),
+], ids=["unknown-order", "negative-weight", "weights-without-drf", "unknown-kind", "unknown-jobs",
+        "bad-solver-option", "unknown-borg-option", "options-not-a-mapping"])
 def test_bad_scheduler_configs_are_refused(fields, message):
     with pytest.raises(ValueError) as error:
         SchedulerConfig("x", **fields)
@@ -95,6 +99,17 @@ def test_borg_scheduler_replays_every_job_kind(tmp_path):
     result = replay(trace, ReplayConfig(schedulers=[dict(name="g", kind="borg", order="drf")], until=20.0))
     assert result.jobs_unscheduled == 0 and result.schedulers[0].tasks_placed == 12
     assert check_cell(result.store, result.keys).ok
+
+
+def test_options_reach_the_scheduler_and_a_solver_replays_reproducibly(tmp_path):
+    trace = small_cell_trace(tmp_path / "solver.omt", machines=4, jobs=6, tasks=2, every=0.5)
+    solver = dict(name="s", kind="solver", options={"deterministic_time": 0.05, "candidates": 3})
+    runs = [replay(trace, ReplayConfig(schedulers=[solver], until=20.0)) for _ in range(2)]
+    allocs = [sorted((kv.key, kv.value) for kv in r.store.range(r.keys.kind_prefix("allocs")).kvs) for r in runs]
+    assert allocs[0] == allocs[1] and len(allocs[0]) == 12
+    assert runs[0].jobs_unscheduled == 0 and check_cell(runs[0].store, runs[0].keys).ok
+    config = SchedulerConfig("g", "borg", options={"walk_start": "random", "k": 7})
+    assert config.scheduler_config() == {"walk_start": "random", "k": 7}
 
 
 @pytest.mark.parametrize("spec, order, weights, expected", [

@@ -60,6 +60,9 @@ class SchedulerConfig:
     """Its queue order: "fair" or "drf" (``omega.queue.make_order``)."""
     drf_weights: dict[str, float] = field(default_factory=dict)
     """Owner → weight of the owner's dominant share under "drf" (default 1)."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """The kind's own config keys, as ``make_scheduler`` takes them (borg: ``k``,
+    ``walk_start``…; solver: ``time_limit_s``, ``deterministic_time``…; batch: ``k``…)."""
 
     def __post_init__(self):
         if not self.name or "/" in self.name:
@@ -78,8 +81,20 @@ class SchedulerConfig:
         if self.t_job < 0 or self.t_task < 0:
             raise ValueError(f"scheduler {self.name!r}: t_job and t_task must be >= 0, "
                              f"got {self.t_job!r} and {self.t_task!r}")
+        try:
+            make_scheduler(self.kind, self.name, self.seed, self.scheduler_config())  # checks plugins/options
+        except ValueError as exc:
+            raise ValueError(f"scheduler {self.name!r}: {exc}") from None
         ConflictMode.parse(self.conflict_mode)
         CommitMode.parse(self.commit_mode)
+
+    def scheduler_config(self) -> dict[str, Any] | None:
+        """The config ``make_scheduler`` gets: ``options`` plus ``plugins`` (None: defaults)."""
+        if not self.options and not self.plugins:
+            return None
+        if not isinstance(self.options, dict):
+            raise ValueError(f"options must be a mapping of config keys, got {self.options!r}")
+        return {**self.options, **({"plugins": self.plugins} if self.plugins else {})}
 
 
 @dataclass(slots=True)
@@ -118,8 +133,7 @@ class SimScheduler:
         self.time_scale = time_scale
         self.journal = journal
         self.tally = SchedulerTally()
-        self.scheduler = make_scheduler(config.kind, config.name, config.seed, {"plugins": config.plugins}
-                                        if config.plugins else None)
+        self.scheduler = make_scheduler(config.kind, config.name, config.seed, config.scheduler_config())
         self.view = ReplicaView(store, cell.keys, shared_decodes=cell.decodes)
         self.placer = OptimisticPlacer(config.name, cell.committer(), ConflictMode.parse(config.conflict_mode),
                                        CommitMode.parse(config.commit_mode),
