@@ -29,6 +29,7 @@ import numpy as np
 from cellstate.model import Machine, MachineState
 from cellstate.resources import Resources
 from omega.protocols import CellView, MachineEntry
+from schedulers.row_slots import RowSlots, with_row
 
 SortKey = tuple  # (-load key, machine id, free of each least_loaded resource…): ascending = most free first
 _CORE = ("cpu", "memory", "disk")
@@ -150,9 +151,9 @@ class FreeColumns:
     (numpy columns), so a tally over all machines is a few vector compares."""
 
     def __init__(self, width: int) -> None:
-        self._row: dict[str, int] = {}
-        self.ids: list[str | None] = []
-        self._spare: list[int] = []
+        self._slots: RowSlots[str] = RowSlots()
+        self._row = self._slots.row
+        self.ids = self._slots.keys  # machine id of each row (None: spare)
         self.free = np.zeros((64, width), dtype=np.int64)
         self.list_of = np.zeros(64, dtype=np.int64)  # the number of its list, when listed
         self.listed = np.zeros(64, dtype=bool)
@@ -160,28 +161,19 @@ class FreeColumns:
         self._rank: np.ndarray | None = None  # rows' ranks by machine id (None: stale)
 
     def add(self, machine_id: str) -> None:
-        if machine_id in self._row:
+        if machine_id in self._slots:
             return
-        if self._spare:
-            row = self._spare.pop()
-            self.ids[row] = machine_id
-        else:
-            row = len(self.ids)
-            self.ids.append(machine_id)
-            if row == len(self.known):
-                self.free = np.concatenate([self.free, np.zeros_like(self.free)])
-                self.list_of = np.concatenate([self.list_of, np.zeros_like(self.list_of)])
-                self.listed = np.concatenate([self.listed, np.zeros_like(self.listed)])
-                self.known = np.concatenate([self.known, np.zeros_like(self.known)])
-        self._row[machine_id] = row
+        row = self._slots.take(machine_id)
+        self.free = with_row(self.free, row, 0)
+        self.list_of = with_row(self.list_of, row, 0)
+        self.listed = with_row(self.listed, row, False)
+        self.known = with_row(self.known, row, False)
         self.known[row] = True
         self._rank = None
 
     def drop(self, machine_id: str) -> None:
-        row = self._row.pop(machine_id)
+        row = self._slots.release(machine_id)
         self.known[row] = self.listed[row] = False
-        self.ids[row] = None
-        self._spare.append(row)
         self._rank = None
 
     def list(self, machine_id: str, frees: tuple[int, ...], list_number: int) -> None:

@@ -47,6 +47,7 @@ from cellstate.model import MachineState
 from cellstate.resources import Resources
 from omega.attempts import AttemptOutcome, PlacementResult
 from omega.protocols import JobEntry
+from schedulers.row_slots import RowSlots, with_row
 
 NON_PREEMPTING_KINDS = frozenset(("batch", "service"))
 _FOUND_NO_MORE = (AttemptOutcome.NOTHING_FITS, AttemptOutcome.COMMITTED)
@@ -61,47 +62,34 @@ class RequestIndex:
     vector: cpu, memory and disk compared in numpy, extra resources checked exactly after."""
 
     def __init__(self) -> None:
-        self._row: dict[Resources, int] = {}
-        self._requests: list[Resources | None] = []
-        self._spare: list[int] = []
+        self._slots: RowSlots[Resources] = RowSlots()
         self._core = np.full((64, 3), _NEVER, dtype=np.int64)
 
     def __len__(self) -> int:
-        return len(self._row)
+        return len(self._slots)
 
     def add(self, request: Resources) -> None:
-        if request in self._row:
+        if request in self._slots:
             return
-        if self._spare:
-            row = self._spare.pop()
-            self._requests[row] = request
-        else:
-            row = len(self._requests)
-            self._requests.append(request)
-            if row == len(self._core):
-                grown = np.full((2 * row, 3), _NEVER, dtype=np.int64)
-                grown[:row] = self._core
-                self._core = grown
+        row = self._slots.take(request)
+        self._core = with_row(self._core, row, _NEVER)
         self._core[row] = (request.cpu, request.memory, request.disk)
-        self._row[request] = row
 
     def remove(self, request: Resources) -> None:
-        row = self._row.pop(request)
-        self._core[row] = _NEVER
-        self._requests[row] = None
-        self._spare.append(row)
+        self._core[self._slots.release(request)] = _NEVER
 
     def fitting(self, frees: list[Resources]) -> list[Resources]:
         """The held requests that fit in at least one of ``frees``."""
-        if not self._row or not frees:
+        requests = self._slots.keys
+        if not self._slots or not frees:
             return []
-        core = self._core[:len(self._requests)]
+        core = self._core[:len(requests)]
         hit = np.zeros(len(core), dtype=bool)
         for free in frees:
             hit |= (core[:, 0] <= free.cpu) & (core[:, 1] <= free.memory) & (core[:, 2] <= free.disk)
         out = []
         for row in np.flatnonzero(hit).tolist():
-            request = self._requests[row]
+            request = requests[row]
             if not request.extra or any(request.fits_in(free) for free in frees):
                 out.append(request)
         return out
