@@ -225,11 +225,7 @@ class Replica(ReplicaState):
             if self._newer(key, revision):
                 self._put(key, raw, revision)
                 applied += 1
-        for key in deletes:
-            if self._newer(key, revision):
-                self._delete_local(key, revision)
-                applied += 1
-        return applied
+        return applied + self._delete_news(deletes, revision)
 
     def apply_entries(self, machines: Iterable[MachineEntry] = (), jobs: Iterable[JobEntry] = (), *,
                       revision: int = 0, deleted_machines: Iterable[str] = (),
@@ -279,11 +275,16 @@ class Replica(ReplicaState):
                 if quarantine:
                     quarantine.pop(key, None)
                 applied += 1
-        for key in deletes:
+        return applied + self._delete_news(deletes, revision)
+
+    def _delete_news(self, keys: Iterable[str], revision: int) -> int:
+        """Delete each of ``keys`` this replica has not seen a later change of; how many."""
+        deleted = 0
+        for key in keys:
             if self._newer(key, revision):
                 self._delete_local(key, revision)
-                applied += 1
-        return applied
+                deleted += 1
+        return deleted
 
     def _newer(self, key: str, revision: int) -> bool:
         """True when a change of ``key`` at ``revision`` is news to this replica: later than
