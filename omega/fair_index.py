@@ -4,101 +4,88 @@
 a backlog of tens of thousands of jobs orders it again for every few jobs it takes. The index
 keeps the order's structure between rounds instead — per priority band, each owner's jobs
 sorted by (submission time, id) and the owners sorted by their oldest job — so adding,
-updating or removing a job costs a few binary searches (jobs added behind their owner's
-oldest are sorted in together when the queue is next read), and iterating yields exactly
+updating or removing a job costs a few binary searches, and iterating yields exactly
 ``fair_order``'s sequence lazily: a caller that stops after k jobs pays for about k.
 
 Why the lazy round-robin is ``fair_order``'s: round r of the turn-taking visits, in the
 owners' initial order, every owner with more than r jobs (an owner that runs out leaves the
 turn; the others keep their relative order), handing out each one's (r+1)-th oldest job.
 
-``hide`` removes lazily: the job stays in its owner's queue, marked, and putting it back
-before a walk reached it costs nothing more (a replayed scheduler's candidates come and go
-in waves as room frees and fills: most of them deep in the order). A walk drops the hidden
-jobs it meets: an owner whose oldest job is hidden is re-sorted by its oldest job left (its
-turn only comes later, so the walk meets it again in the right place), and a hidden job
-further down an owner's queue is dropped when its round comes. ``discard`` removes at once
-(a job that is gone).
+Groups: a job may be put in a group (any hashable key; None: no group), and ``set_asleep``
+leaves every job of a group out of the order at once, or puts them all back, at a cost that
+follows the owners with jobs in the group, not the jobs: each owner's jobs are held in one
+sorted list per group, an owner's place in the turn is its oldest job in an awake group,
+and a walk merges the owner's awake lists. (The fauxmaster's nothing-fits memo puts a
+request's thousands of jobs to sleep when no machine has room for it, and wakes them when
+one has.)
+
+``hide`` removes one job lazily: the job stays in its owner's list, marked, and putting it
+back before a walk reached it costs nothing more. A walk drops the hidden jobs it meets: an
+owner whose oldest job is hidden is re-sorted by its oldest job left (its turn only comes
+later, so the walk meets it again in the right place), and a hidden job further down is
+dropped when its round comes. ``discard`` removes at once (a job that is gone).
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from typing import Iterator
+from typing import Hashable, Iterator
 
 from omega.protocols import JobEntry
 
-_Key = tuple[int, str, float]  # (priority, owner, submitted_at)
+_Item = tuple[float, str]  # (submitted_at, job id)
+_Key = tuple[int, str, float, Hashable]  # (priority, owner, submitted_at, group)
 
 
 class _Band:
-    """The jobs of one priority: per owner (submitted_at, id) sorted, owners by oldest job.
-    A job added behind its owner's oldest waits in ``arriving`` until the owner's queue is
-    read or shrunk (``settle``): many jobs put back into a long queue cost one sort, not one
-    list insertion each."""
+    """The jobs of one priority: per owner, per group, (submitted_at, id) sorted lists (never
+    empty); ``heads`` sorts the owners that have an awake list by the oldest job in them."""
 
-    __slots__ = ("queues", "heads", "arriving")
+    __slots__ = ("queues", "heads", "oldest")
 
     def __init__(self) -> None:
-        self.queues: dict[str, list[tuple[float, str]]] = {}
-        self.heads: list[tuple[float, str]] = []  # (oldest submitted_at, owner), sorted
-        self.arriving: dict[str, list[tuple[float, str]]] = {}  # owner → items > queues[owner][0]
+        self.queues: dict[str, dict[Hashable, list[_Item]]] = {}
+        self.heads: list[tuple[float, str]] = []  # (oldest awake submitted_at, owner), sorted
+        self.oldest: dict[str, float] = {}  # owner → its key in heads (absent: not in heads)
 
-    def add(self, owner: str, item: tuple[float, str]) -> None:
-        queue = self.queues.get(owner)
-        if queue is None:
-            self.queues[owner] = [item]
-            insort(self.heads, (item[0], owner))
-            return
-        if item < queue[0]:
-            self._move_head(owner, queue[0][0], item[0])
-            queue.insert(0, item)
-            return
-        arriving = self.arriving.get(owner)
-        if arriving is None:
-            self.arriving[owner] = [item]
-        else:
-            arriving.append(item)
 
-    def settle(self, owner: str | None = None) -> None:
-        """Sort the arriving jobs of ``owner`` (None: every owner) into their queues."""
-        if owner is None:
-            for waiting, items in self.arriving.items():
-                self._merge(self.queues[waiting], items)
-            self.arriving.clear()
-        else:
-            items = self.arriving.pop(owner, None)
-            if items is not None:
-                self._merge(self.queues[owner], items)
+class _Cursor:
+    """One owner's awake jobs in (submitted_at, id) order during a walk: a merge of its awake
+    lists that drops the hidden jobs it meets (through ``drop``)."""
 
-    @staticmethod
-    def _merge(queue: list[tuple[float, str]], items: list[tuple[float, str]]) -> None:
-        if len(items) == 1:
-            insort(queue, items[0])
-        else:
-            queue.extend(items)
-            queue.sort()  # one long sorted run and a short tail: Timsort sorts the tail and merges once
+    __slots__ = ("runs", "groups", "at")
 
-    def remove(self, owner: str, item: tuple[float, str]) -> None:
-        self.settle(owner)
-        queue = self.queues[owner]
-        at = bisect_left(queue, item)
-        if at == len(queue) or queue[at] != item:
-            raise KeyError(f"job {item[1]!r} is not in owner {owner!r}'s queue")
-        del queue[at]
-        if at:
-            return
-        if queue:
-            self._move_head(owner, item[0], queue[0][0])
-        else:
-            del self.queues[owner]
-            del self.heads[bisect_left(self.heads, (item[0], owner))]
+    def __init__(self, lists: dict[Hashable, list[_Item]], asleep: set):
+        self.groups = [g for g in lists if g not in asleep] if asleep else list(lists)
+        self.runs = [lists[g] for g in self.groups]
+        self.at = [0] * len(self.runs)
 
-    def _move_head(self, owner: str, old: float, new: float) -> None:
-        if old == new:
-            return
-        del self.heads[bisect_left(self.heads, (old, owner))]
-        insort(self.heads, (new, owner))
+    def next(self, hidden: set, drop) -> _Item | None:
+        """The next visible job (None: none left); hidden ones met are dropped."""
+        runs, at = self.runs, self.at
+        while True:
+            best = -1
+            if len(runs) == 1:
+                if at[0] < len(runs[0]):
+                    best = 0
+            else:
+                for i, run in enumerate(runs):
+                    if at[i] < len(run) and (best < 0 or run[at[i]] < runs[best][at[best]]):
+                        best = i
+            if best < 0:
+                return None
+            run = runs[best]
+            item = run[at[best]]
+            if item[1] in hidden:
+                del run[at[best]]
+                drop(item[1], self.groups[best], not run)
+                continue
+            at[best] += 1
+            return item
+
+    def more(self) -> bool:
+        """True if some awake job (maybe hidden) is left after those handed out."""
+        return any(i < len(run) for i, run in zip(self.at, self.runs))
 
 
 class FairIndex:
@@ -110,21 +97,34 @@ class FairIndex:
         self._keys: dict[str, _Key] = {}
         self._bands: dict[int, _Band] = {}
         self._priorities: list[int] = []  # high first
-        self._hidden: set[str] = set()  # discarded, not yet removed from the bands
+        self._hidden: set[str] = set()  # hidden one by one, not yet removed from the bands
+        self._asleep: set[Hashable] = set()  # groups left out
+        self._group_owners: dict[Hashable, set[tuple[int, str]]] = {}  # group → (priority, owner) with jobs in it
 
     def __len__(self) -> int:
-        return len(self._entries) - len(self._hidden)
+        """The number of visible jobs (counted: O(jobs))."""
+        return sum(1 for job_id in self._entries if job_id in self)
 
     def __contains__(self, job_id: str) -> bool:
-        return job_id in self._entries and job_id not in self._hidden
+        key = self._keys.get(job_id)
+        return key is not None and job_id not in self._hidden and key[3] not in self._asleep
 
-    def put(self, entry: JobEntry) -> None:
-        """Add ``entry``, or replace the job's entry (moving it if its priority, owner or
-        submission time changed)."""
+    def asleep(self, group: Hashable) -> bool:
+        """True while ``group``'s jobs are left out (``set_asleep``)."""
+        return group in self._asleep
+
+    def group_of(self, job_id: str) -> Hashable:
+        """The group the job was put in (None: none, or not held)."""
+        key = self._keys.get(job_id)
+        return None if key is None else key[3]
+
+    def put(self, entry: JobEntry, group: Hashable = None) -> None:
+        """Add ``entry`` in ``group``, or replace the job's entry (moving it if its priority,
+        owner, submission time or group changed). It is visible unless its group is asleep."""
         record = entry.record
         spec = record.job
         job_id = spec.id
-        key = (spec.priority, spec.owner, record.submitted_at)
+        key = (spec.priority, spec.owner, record.submitted_at, group)
         self._hidden.discard(job_id)
         self._entries[job_id] = entry
         old = self._keys.get(job_id)
@@ -133,11 +133,7 @@ class FairIndex:
         if old is not None:
             self._unplace(job_id, old)
         self._keys[job_id] = key
-        band = self._bands.get(key[0])
-        if band is None:
-            self._bands[key[0]] = band = _Band()
-            self._priorities = sorted(self._bands, reverse=True)
-        band.add(key[1], (key[2], job_id))
+        self._place(job_id, key)
 
     def discard(self, job_id: str) -> None:
         """Remove the job if held (hidden or not)."""
@@ -151,69 +147,142 @@ class FairIndex:
         if job_id in self._entries:
             self._hidden.add(job_id)
 
+    def set_asleep(self, group: Hashable, asleep: bool) -> None:
+        """Leave every job of ``group`` out of the order (``asleep``), or put them back; also
+        jobs put in the group later. Costs O(owners with jobs in the group)."""
+        if group is None:
+            raise ValueError("only a named group can sleep (None is the jobs without one)")
+        if asleep == (group in self._asleep):
+            return
+        if asleep:
+            self._asleep.add(group)
+        else:
+            self._asleep.discard(group)
+        for priority, owner in self._group_owners.get(group, ()):
+            self._refresh_head(self._bands[priority], owner)
+
+    def submitted_after(self, group: Hashable, t: float) -> Iterator[str]:
+        """Ids of the group's jobs (hidden ones not yet dropped included) submitted after ``t``."""
+        for priority, owner in self._group_owners.get(group, ()):
+            items = self._bands[priority].queues[owner][group]
+            for item in items[bisect_left(items, (t, "\U0010ffff")):]:
+                yield item[1]
+
+    # -- placing --------------------------------------------------------------------------------
+
+    def _place(self, job_id: str, key: _Key) -> None:
+        priority, owner, submitted_at, group = key
+        band = self._bands.get(priority)
+        if band is None:
+            self._bands[priority] = band = _Band()
+            self._priorities = sorted(self._bands, reverse=True)
+        lists = band.queues.get(owner)
+        if lists is None:
+            band.queues[owner] = lists = {}
+        item = (submitted_at, job_id)
+        items = lists.get(group)
+        if items is None:
+            lists[group] = items = [item]
+            self._group_owners.setdefault(group, set()).add((priority, owner))
+        elif item > items[-1]:
+            items.append(item)
+            return  # not a new oldest
+        else:
+            insort(items, item)
+        if items[0] is item and group not in self._asleep:
+            self._refresh_head(band, owner)
+
     def _unplace(self, job_id: str, key: _Key) -> None:
-        band = self._bands[key[0]]
-        band.remove(key[1], (key[2], job_id))
+        priority, owner, submitted_at, group = key
+        band = self._bands[priority]
+        items = band.queues[owner][group]
+        item = (submitted_at, job_id)
+        at = bisect_left(items, item)
+        if at == len(items) or items[at] != item:
+            raise KeyError(f"job {job_id!r} is not in owner {owner!r}'s queue")
+        del items[at]
+        if not items:
+            self._drop_list(band, priority, owner, group)
+        elif at == 0 and group not in self._asleep:
+            self._refresh_head(band, owner)
         if not band.queues:
-            del self._bands[key[0]]
+            del self._bands[priority]
             self._priorities = sorted(self._bands, reverse=True)
 
+    def _drop_list(self, band: _Band, priority: int, owner: str, group: Hashable) -> None:
+        """An emptied list: forget it (and the owner if it has no list left); re-sort the owner."""
+        lists = band.queues[owner]
+        del lists[group]
+        owners = self._group_owners[group]
+        owners.discard((priority, owner))
+        if not owners:
+            del self._group_owners[group]
+        if not lists:
+            del band.queues[owner]
+        self._refresh_head(band, owner)
+
+    def _refresh_head(self, band: _Band, owner: str) -> None:
+        """Put the owner in ``heads`` at its oldest job in an awake group (out if none)."""
+        lists = band.queues.get(owner)
+        new = None
+        if lists:
+            asleep = self._asleep
+            for group, items in lists.items():
+                if group not in asleep and (new is None or items[0][0] < new):
+                    new = items[0][0]
+        old = band.oldest.get(owner)
+        if old == new:
+            return
+        if old is not None:
+            del band.heads[bisect_left(band.heads, (old, owner))]
+        if new is None:
+            del band.oldest[owner]
+        else:
+            band.oldest[owner] = new
+            insort(band.heads, (new, owner))
+
+    # -- walking --------------------------------------------------------------------------------
+
     def __iter__(self) -> Iterator[JobEntry]:
-        """The held jobs in fair order, lazily (hidden jobs met on the way are dropped)."""
+        """The visible jobs in fair order, lazily (hidden jobs met on the way are dropped)."""
         for priority in list(self._priorities):
             band = self._bands.get(priority)
             if band is not None:
-                yield from self._walk(band)
+                yield from self._walk(priority, band)
                 if not band.queues and self._bands.get(priority) is band:
                     del self._bands[priority]
                     self._priorities = sorted(self._bands, reverse=True)
 
-    def _walk(self, band: _Band) -> Iterator[JobEntry]:
+    def _walk(self, priority: int, band: _Band) -> Iterator[JobEntry]:
         """One band's round-robin (module docstring), dropping the hidden jobs it meets."""
-        band.settle()
-        heads, queues, hidden, entries = band.heads, band.queues, self._hidden, self._entries
-        active = []
+        heads, queues, hidden, entries, asleep = band.heads, band.queues, self._hidden, self._entries, self._asleep
+
+        def drop(job_id: str, group: Hashable, emptied: bool) -> None:
+            owner = self._keys.pop(job_id)[1]
+            hidden.discard(job_id)
+            del entries[job_id]
+            if emptied:
+                self._drop_list(band, priority, owner, group)
+
+        active: list[_Cursor] = []
         at = 0
         while at < len(heads):  # round 0, in the owners' order
-            owner = heads[at][1]
-            queue = queues[owner]
-            if queue[0][1] in hidden:
-                self._drop_oldest(band, owner)  # the owner moves later (or leaves): look at heads[at] again
-                continue
-            yield entries[queue[0][1]]
-            if len(queue) > 1:
-                active.append(owner)
+            oldest, owner = heads[at]
+            cursor = _Cursor(queues[owner], asleep)
+            item = cursor.next(hidden, drop)
+            if item is None or item[0] != oldest:  # hidden jobs dropped: the owner moved (or left)
+                self._refresh_head(band, owner)
+                continue  # look at heads[at] again
+            yield entries[item[1]]
+            if cursor.more():
+                active.append(cursor)
             at += 1
-        depth = 1
-        while active:
+        while active:  # rounds 1, 2, … in the same order
             still = []
-            for owner in active:
-                queue = queues[owner]
-                while len(queue) > depth and queue[depth][1] in hidden:
-                    self._forget(queue.pop(depth)[1])
-                if len(queue) > depth:
-                    yield entries[queue[depth][1]]
-                    if len(queue) > depth + 1:
-                        still.append(owner)
-            active, depth = still, depth + 1
-
-    def _drop_oldest(self, band: _Band, owner: str) -> None:
-        """Drop the hidden jobs at the front of ``owner``'s queue and re-sort the owner."""
-        queue = band.queues[owner]
-        oldest = queue[0][0]
-        count = 0
-        while count < len(queue) and queue[count][1] in self._hidden:
-            self._forget(queue[count][1])
-            count += 1
-        del queue[:count]
-        if queue:
-            band._move_head(owner, oldest, queue[0][0])
-        else:
-            del band.queues[owner]
-            del band.heads[bisect_left(band.heads, (oldest, owner))]
-
-    def _forget(self, job_id: str) -> None:
-        """A hidden job dropped from its queue by a walk: forget the rest of it."""
-        self._hidden.discard(job_id)
-        del self._entries[job_id]
-        del self._keys[job_id]
+            for cursor in active:
+                item = cursor.next(hidden, drop)
+                if item is not None:
+                    yield entries[item[1]]
+                    if cursor.more():
+                        still.append(cursor)
+            active = still

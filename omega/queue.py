@@ -20,6 +20,8 @@ Two ways in: ``select(pending, …)`` orders the jobs it is given (the runtime's
 with the jobs that changed (the fauxmaster's loop): the fair order is then kept
 incrementally (``omega.fair_index.FairIndex``) and a round walks only the head of it.
 Both choose the same jobs from the same candidates (tests/omega/test_queue_tracked.py).
+A tracked job may belong to a group (``track(entry, group)``): ``set_group_asleep`` leaves a
+whole group out of the candidates at once, and puts it back, without a call per job.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import hashlib
 import heapq
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Mapping, Protocol
+from typing import Hashable, Iterable, Iterator, Mapping, Protocol
 
 from omega.drf import DrfOrder, parse_weights
 from omega.fair_index import FairIndex
@@ -184,28 +186,49 @@ class JobQueue:
             self._tracked = _Tracked(make() if make is not None else ArrangedJobs(self.order))
         return self._tracked
 
-    def track(self, entry: JobEntry) -> None:
-        """Hold (or update) a pending job for ``select_tracked``."""
+    def track(self, entry: JobEntry, group: Hashable = None) -> None:
+        """Hold (or update) a pending job for ``select_tracked``, in ``group`` (None: none)."""
         tracked = self._tracking()
         job_id = entry.record.job.id
         held = tracked.jobs.get(job_id)
         tracked.jobs[job_id] = entry
+        if group is None:
+            tracked.groups.pop(job_id, None)
+        else:
+            tracked.groups[job_id] = group
         if held is None or held.record.submitted_at != entry.record.submitted_at:
             steal_at = entry.record.submitted_at + self.steal_after_s
             if steal_at > tracked.now:  # else next_steal_at would only drop it: time moves on
                 heapq.heappush(tracked.steal_at, (steal_at, job_id))
         due = self._not_before.get(job_id)
         if due is None:
-            tracked.ready.put(entry)
+            tracked.ready.put(entry, group)
         else:  # backing off: ready again when due (``_release_due``)
             tracked.ready.hide(job_id)
             heapq.heappush(tracked.due, (due, job_id))
+
+    def set_group_asleep(self, group: Hashable, asleep: bool) -> None:
+        """Leave every tracked job of ``group`` out of the candidates (also for stealing), or
+        put them back (as if each were tracked again)."""
+        tracked = self._tracking()
+        if asleep == tracked.ready.asleep(group):
+            return
+        tracked.ready.set_asleep(group, asleep)
+        if asleep:
+            return
+        parked = tracked.parked_steals.pop(group, None)
+        if parked:
+            for steal_at, job_id in parked:
+                entry = tracked.jobs.get(job_id)
+                if steal_at > tracked.now and entry is not None and tracked.groups.get(job_id) == group:
+                    heapq.heappush(tracked.steal_at, (steal_at, job_id))
 
     def untrack(self, job_id: str, coming_back: bool = False) -> None:
         """Stop holding a job: no longer pending, or (``coming_back``) not a candidate for now
         (the order may then keep its place cheaply until it is tracked again)."""
         tracked = self._tracking()
         tracked.jobs.pop(job_id, None)
+        tracked.groups.pop(job_id, None)
         if coming_back:
             tracked.ready.hide(job_id)
         else:  # also a job hidden earlier: nothing of it stays in the order
@@ -220,12 +243,15 @@ class JobQueue:
         after its submission); None if none will."""
         tracked = self._tracking()
         tracked.now = max(tracked.now, now)
-        heap, jobs, steal = tracked.steal_at, tracked.jobs, self.steal_after_s
+        heap, jobs, steal, groups = tracked.steal_at, tracked.jobs, self.steal_after_s, tracked.groups
         while heap:
             t, job_id = heap[0]
             entry = jobs.get(job_id)
             if t > now and entry is not None and entry.record.submitted_at + steal == t:
-                return t
+                group = groups.get(job_id)
+                if group is None or not tracked.ready.asleep(group):
+                    return t
+                tracked.parked_steals.setdefault(group, []).append((t, job_id))  # back when it wakes
             heapq.heappop(heap)  # past (time only moves on), or no longer tracked (re-pushed if it comes back)
         return None
 
@@ -236,7 +262,7 @@ class JobQueue:
             due, job_id = heapq.heappop(heap)
             entry = tracked.jobs.get(job_id)
             if entry is not None and not_before.get(job_id) == due:
-                tracked.ready.put(entry)
+                tracked.ready.put(entry, tracked.groups.get(job_id))
 
     def defer(self, job_id: str, now: float) -> float:
         """Back off a job that could not be (fully) placed; returns the delay chosen."""
@@ -258,7 +284,7 @@ class JobQueue:
                 for held in self._not_before:
                     entry = tracked.jobs.get(held)
                     if entry is not None:
-                        tracked.ready.put(entry)
+                        tracked.ready.put(entry, tracked.groups.get(held))
                 tracked.due.clear()
             self._due.clear()
             self._not_before.clear()
@@ -267,7 +293,7 @@ class JobQueue:
             if self._not_before.pop(job_id, None) is not None and tracked is not None:
                 entry = tracked.jobs.get(job_id)
                 if entry is not None:
-                    tracked.ready.put(entry)
+                    tracked.ready.put(entry, tracked.groups.get(job_id))
             self._backoff.pop(job_id, None)
 
     def has_deferred(self) -> bool:
@@ -285,28 +311,44 @@ class JobQueue:
 
 class ArrangedJobs:
     """A job set ordered by a non-incremental ``QueueOrder``: ``arrange`` over all of them per
-    iteration (the DRF order's shares move with every commit anyway)."""
+    iteration (the DRF order's shares move with every commit anyway); groups as ``FairIndex``."""
 
     def __init__(self, order: QueueOrder):
         self.order = order
         self._entries: dict[str, JobEntry] = {}
+        self._groups: dict[str, Hashable] = {}
+        self._asleep: set[Hashable] = set()
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return sum(1 for job_id in self._entries if job_id in self)
 
     def __contains__(self, job_id: str) -> bool:
-        return job_id in self._entries
+        return job_id in self._entries and self._groups.get(job_id) not in self._asleep
 
-    def put(self, entry: JobEntry) -> None:
-        self._entries[entry.record.job.id] = entry
+    def put(self, entry: JobEntry, group: Hashable = None) -> None:
+        job_id = entry.record.job.id
+        self._entries[job_id] = entry
+        if group is None:
+            self._groups.pop(job_id, None)
+        else:
+            self._groups[job_id] = group
 
     def discard(self, job_id: str) -> None:
         self._entries.pop(job_id, None)
+        self._groups.pop(job_id, None)
 
     hide = discard
 
+    def asleep(self, group: Hashable) -> bool:
+        return group in self._asleep
+
+    def set_asleep(self, group: Hashable, asleep: bool) -> None:
+        if group is None:
+            raise ValueError("only a named group can sleep (None is the jobs without one)")
+        (self._asleep.add if asleep else self._asleep.discard)(group)
+
     def __iter__(self) -> Iterator[JobEntry]:
-        return iter(self.order.arrange(list(self._entries.values())))
+        return iter(self.order.arrange([e for job_id, e in self._entries.items() if job_id in self]))
 
 
 @dataclass
@@ -319,3 +361,5 @@ class _Tracked:
     due: list[tuple[float, str]] = field(default_factory=list)
     steal_at: list[tuple[float, str]] = field(default_factory=list)
     now: float = float("-inf")  # the latest time ``select_tracked`` was called with
+    groups: dict[str, Hashable] = field(default_factory=dict)  # job id → its group (None: not held)
+    parked_steals: dict[Hashable, list[tuple[float, str]]] = field(default_factory=dict)  # of asleep groups

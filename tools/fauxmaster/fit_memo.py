@@ -1,45 +1,48 @@
 """``NothingFitsMemo``: a replayed scheduler skips jobs for which nothing can fit yet.
 
-When a placement ends with tasks still pending after a last decision that found no machine
-(``AttemptOutcome.NOTHING_FITS``) or committed every claim it made (``COMMITTED``: the
-schedulers leave a task unplaced only when no machine has room for it on the view plus their
-own claims), the memo remembers the job with its record's revision. Until released, the job is left out of
-the candidates the scheduler orders (``remembers``), so it is neither decided again nor held
-for a modelled decision time. If nothing fit a job that had no task placed and no
-constraints, its request also becomes a *shape with no room*: any job asking for at least
-that much of every resource is left out too, even before its first decision (no machine
-with room for it can exist unless one freed room since), and is remembered like the others.
-A shape is forgotten when a machine that freed room has room for it. A job is released when
+Pending jobs are grouped by request. A group *sleeps* when no up machine has room for its
+request: every job of it is left out of the candidates the scheduler orders (``remembers``),
+so it is neither decided again nor held for a modelled decision time, and the scheduler's
+queue leaves the whole group out at once (``JobQueue.set_group_asleep``). A group falls
+asleep when a *shape with no room* covers its request: a job with no task placed and no
+constraints whose last decision found no machine (``AttemptOutcome.NOTHING_FITS``) makes its
+request such a shape, and any request at least that large of every resource has no room
+either. A group wakes when a machine that freed room (``ReplicaView.take_freed_machines``: a
+ledger shrank, a machine came back up or was added) has room for one of its tasks, on an up
+machine (``request.fits_in(free)``, the ``resources_fit`` test); the shapes it has room for
+are forgotten too. A job joining an asleep group (submitted, changed) sleeps with it.
 
-- its record changes (a task ended, was evicted back to pending, a peer placed some…), or
-- a machine freed room (``ReplicaView.take_freed_machines``: a ledger shrank, a machine came
-  back up or was added) and now has room for one of its tasks (``request.fits_in(free)``,
-  the ``resources_fit`` test), on an up machine.
+One job can also be remembered on its own (*solo*), in an awake group: when its last decision
+found no machine or committed every claim it made (``COMMITTED``: the schedulers leave a task
+unplaced only when no machine has room for it on the view plus their own claims) but it does
+not make a shape (constraints, tasks placed). It is released when its record changes (a task
+ended, was evicted back to pending, a peer placed some…) or when its group's request finds
+room as above; it sleeps with its group if the group falls asleep.
 
 Why a skipped decision would have found nothing: the chains' filters are per machine
 (machine_state, different_machine, max_per_machine, resources_fit, constraints) and scorers do
-not decide feasibility. At the failed decision every machine failed a filter. A machine that
-has not freed room since has only grown its ledger (or not changed), so it still fails; a
-machine that freed room but still lacks room for one task fails ``resources_fit``; the job's
-own tasks leaving a machine shrink that machine's ledger (so it is tested) and change the
-job's record (so the job is released). A shape comes from a job with no tasks placed and no
-constraints, so only machine_state and resources_fit can have excluded machines: every up
-machine lacked room for it, hence for any larger request, whatever that job's own rules.
-Only for schedulers that do not preempt (batch,
+not decide feasibility. An asleep group's request had no room on any up machine when a
+shape covered it (the shape's own decision saw none, and every machine that freed room since
+was tested at the next refresh), and every machine that freed room since was tested against
+the request: the others only grew their ledgers. So no up machine has room for it now,
+whatever the job's constraints, its tasks placed or its record's changes. A solo job failed
+on every machine at its decision; a machine that has not freed room since still fails, one
+that freed room but lacks room for a task fails ``resources_fit``, and the job's own tasks
+leaving a machine change its record. Only for schedulers that do not preempt (batch,
 service): a preempting decision may find room by eviction as other tasks arrive.
 
 Incremental (``refresh``): each round looks only at the jobs whose record changed, the jobs
-noted since, and the machines that freed room. Remembered jobs are grouped by request, the
-requests held in numpy arrays (``RequestIndex``), so a freed machine finds the requests it
-now has room for in one vectorized compare; the open (not remembered) pending jobs are also
-grouped by request, so a new shape is tested once per distinct request. A job is tested
-against the shapes added since it was last tested, as a pass over every pending job per
-round would (tests/tools/test_fauxmaster_fit_memo.py replays both ways).
+noted since, the machines that freed room and the shapes added since. The requests of asleep
+groups and of solo jobs are held in numpy arrays (``RequestIndex``), so a freed machine finds
+the requests it now has room for in one vectorized compare. Falling asleep and waking cost
+O(groups) and are handed to the queue as group changes, not job by job
+(tests/tools/test_fauxmaster_fit_memo.py decides every remembered job after every refresh).
 """
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -95,184 +98,205 @@ class RequestIndex:
         return out
 
 
+@dataclass(slots=True)
+class _Group:
+    """The pending jobs of one request: asleep or not, and its solo remembered jobs
+    (job id → the record's revision when remembered)."""
+
+    members: set[str] = field(default_factory=set)
+    asleep: bool = False
+    solo: dict[str, int] = field(default_factory=dict)
+    indexed: bool = False  # its request is in the RequestIndex (asleep or has solo jobs)
+
+
+@dataclass(slots=True)
+class MemoChanges:
+    """What a ``refresh`` changed: groups (by request) that fell asleep (True) or woke (False),
+    and jobs whose candidacy may have changed one by one (noted, released, remembered solo)."""
+
+    groups: dict[Resources, bool] = field(default_factory=dict)
+    touched: set[str] = field(default_factory=set)
+
+
 class NothingFitsMemo:
-    """Jobs whose last decision found nothing, by request, until room appears (see the module)."""
+    """Pending jobs by request, asleep while no machine has room for it (see the module)."""
 
     def __init__(self, view):
         self.view = view
         view.track_freed_machines()
-        self._revision: dict[str, int] = {}  # job id → its record's revision when nothing fit
-        self._by_request: dict[Resources, set[str]] = {}
-        self._request: dict[str, Resources] = {}
-        self._requests = RequestIndex()  # the keys of _by_request
-        self._shapes: list[tuple[int, Resources]] = []  # (when added, request) no machine had room for
-        self._shapes_added = 0
-        self._open: dict[Resources, dict[str, None]] = {}  # pending, not remembered, tested up to _tested
-        self._open_request: dict[str, Resources] = {}
-        self._tested = 0  # shapes added when the open jobs were last tested (0: none there)
-        self._entering: dict[str, Resources] = {}  # pending, not remembered, not yet tested
-        self._checked: dict[str, int] = {}  # job id → shapes added when it was last tested (not open)
-        self._noted: set[str] = set()  # remembered or forgotten by ``note`` since the last refresh
+        self._groups: dict[Resources, _Group] = {}
+        self._request: dict[str, Resources] = {}  # job id → its group's request
+        self._requests = RequestIndex()  # the requests of indexed groups
+        self._shapes: list[Resources] = []  # requests no up machine has room for
+        self._new_shapes: list[Resources] = []  # shapes noted since the last refresh
+        self._noted: set[str] = set()  # noted since the last refresh
+        self._changes = MemoChanges()
         self.skipped = 0  # remembered jobs left out of the candidates, summed over refreshes
-        self.released = 0
+        self.released = 0  # jobs released by room or a record change (a group's jobs count)
 
     def __len__(self) -> int:
-        return len(self._revision)
+        return sum(len(g.members) if g.asleep else len(g.solo) for g in self._groups.values())
 
     def remembers(self, job_id: str) -> bool:
         """True while ``job_id`` is left out of the candidates."""
-        return job_id in self._revision
+        request = self._request.get(job_id)
+        if request is None:
+            return False
+        group = self._groups[request]
+        return group.asleep or job_id in group.solo
 
-    def remembered(self) -> Iterable[str]:
-        """The ids of the jobs left out (a live view)."""
-        return self._revision.keys()
+    def solo(self, job_id: str) -> bool:
+        """True while ``job_id`` is remembered on its own (its group is awake)."""
+        request = self._request.get(job_id)
+        return request is not None and job_id in self._groups[request].solo
+
+    def group_of(self, job_id: str) -> Resources | None:
+        """The request group the job is filed in (None: not a pending job of the memo)."""
+        return self._request.get(job_id)
+
+    def remembered(self) -> Iterator[str]:
+        """The ids of the jobs left out."""
+        for group in self._groups.values():
+            yield from group.members if group.asleep else group.solo
 
     def note(self, job_id: str, result: PlacementResult) -> None:
-        """Remember ``job_id`` if the last decision of ``result`` found nothing (and it is
-        still pending in the view); forget it otherwise."""
+        """Remember ``job_id`` on its own if the last decision of ``result`` found nothing
+        (and it is still pending in the view), making its request a shape when it can; forget
+        it otherwise."""
         self._noted.add(job_id)
-        self._forget(job_id)
+        request = self._request.get(job_id)
+        if request is not None:
+            self._unsolo(job_id, self._groups[request])
         attempts = result.attempts
         if result.job_gone or result.gave_up or not result.pending or not attempts:
             return
         if attempts[-1].outcome not in _FOUND_NO_MORE:
             return
         entry = self.view.job(job_id)
-        if entry is None:
+        if entry is None or request is None:
             return
-        self._close(job_id)
-        self._remember(entry)
+        group = self._groups[request]
+        if not group.asleep:
+            group.solo[job_id] = entry.mod_revision
+            self._index(request, group)
         spec = entry.record.job
         if attempts[-1].outcome is AttemptOutcome.NOTHING_FITS and not spec.constraints and \
                 "a" not in entry.record.tasks and "r" not in entry.record.tasks:
             self._add_shape(spec.request)
 
-    def _remember(self, entry: JobEntry) -> None:
-        request = entry.record.job.request
-        job_id = entry.record.job.id
-        self._revision[job_id] = entry.mod_revision
-        self._request[job_id] = request
-        group = self._by_request.get(request)
-        if group is None:
-            self._by_request[request] = group = set()
-            self._requests.add(request)
-        group.add(job_id)
-
-    def _forget(self, job_id: str) -> None:
-        if self._revision.pop(job_id, None) is None:
-            return
-        request = self._request.pop(job_id)
-        group = self._by_request[request]
-        group.discard(job_id)
-        if not group:
-            del self._by_request[request]
-            self._requests.remove(request)
-
     def _add_shape(self, request: Resources) -> None:
-        shapes = self._shapes
-        if any(s.fits_in(request) for _, s in shapes):
+        if any(s.fits_in(request) for s in self._shapes) or any(s.fits_in(request) for s in self._new_shapes):
             return  # a smaller shape already has no room
-        self._shapes_added += 1
-        self._shapes = [(n, s) for n, s in shapes if not request.fits_in(s)] + [(self._shapes_added, request)]
+        self._shapes = [s for s in self._shapes if not request.fits_in(s)]
+        self._new_shapes = [s for s in self._new_shapes if not request.fits_in(s)] + [request]
 
     # -- round by round ------------------------------------------------------------------------
 
-    def refresh(self, changed: Iterable[str], pending: PendingLookup) -> set[str]:
-        """Bring the memo up to the view (module docstring): release the remembered jobs a
-        machine that freed room may now hold and those whose record changed, take in the
-        ``changed`` jobs (``pending`` tells which are pending for this scheduler), test the
-        open jobs against the shapes added since they were last tested. Returns the other ids
-        whose candidacy may have changed (released, remembered, noted)."""
-        touched, self._noted = self._noted, set()
-        touched |= self._release_by_freed_room()
-        revision, view = self._revision, self.view
+    def refresh(self, changed: Iterable[str], pending: PendingLookup) -> MemoChanges:
+        """Bring the memo up to the view (module docstring): wake the groups a machine that
+        freed room now has room for (and release their solo jobs), file the ``changed`` jobs
+        (``pending`` tells which are pending for this scheduler) and release the solo ones
+        whose record changed, then put to sleep the groups the new shapes cover."""
+        changes = self._changes = MemoChanges(touched=self._noted)
+        self._noted = set()
+        self._wake_by_freed_room()
         for job_id in changed:
-            seen = revision.get(job_id)
-            if seen is None:
-                continue
-            entry = view.job(job_id)
-            if entry is None or entry.mod_revision != seen:
-                self._forget(job_id)
-                self.released += 1
-                touched.add(job_id)
-        for ids in (changed, touched):
-            for job_id in ids:
-                self._admit(job_id, pending(job_id))
-        touched |= self._test_open()
-        self.skipped += len(revision)
-        return touched
+            self._file(job_id, pending(job_id))
+        self._sleep_by_new_shapes()
+        self.skipped += len(self)
+        return changes
 
-    def _admit(self, job_id: str, entry: JobEntry | None) -> None:
-        """File a job as open (pending, not remembered) or not."""
-        if entry is None or job_id in self._revision:
-            self._close(job_id)
-            return
-        request = entry.record.job.request
-        held = self._open_request.get(job_id)
-        if held is None:
-            self._entering[job_id] = request
-        elif held != request:
-            self._close(job_id)
-            self._checked[job_id] = self._tested
-            self._entering[job_id] = request
-
-    def _close(self, job_id: str) -> None:
-        """The job is no longer open; remember when it was last tested."""
-        request = self._open_request.pop(job_id, None)
+    def _file(self, job_id: str, entry: JobEntry | None) -> None:
+        """File a changed job in its request's group (or out, if not pending)."""
+        held = self._request.get(job_id)
+        request = None if entry is None else entry.record.job.request
+        if held is not None and held != request:
+            self._leave(job_id, held)
+            held = None
         if request is None:
-            self._entering.pop(job_id, None)
             return
-        group = self._open[request]
-        del group[job_id]
-        if not group:
-            del self._open[request]
-        self._checked[job_id] = self._tested
+        if held is None:
+            self._join(job_id, request)
+            return
+        group = self._groups[request]
+        seen = group.solo.get(job_id)
+        if seen is not None and seen != entry.mod_revision:
+            self._unsolo(job_id, group)
+            self.released += 1
+            self._changes.touched.add(job_id)
 
-    def _test_open(self) -> set[str]:
-        """Test the open jobs against the shapes added since they were last tested (the open
-        ones by request, the entering ones one by one); remember those a shape covers. With no
-        shape left, the mark is 0: any later shape is new to every job."""
-        shapes = self._shapes
-        added = self._shapes_added if shapes else 0
-        remembered: set[str] = set()
-        new = [s for n, s in shapes if n > self._tested] if added != self._tested else []
-        if new:
-            for request in [r for r in self._open if any(s.fits_in(r) for s in new)]:
-                for job_id in self._open.pop(request):
-                    del self._open_request[job_id]
-                    self._checked[job_id] = added
-                    remembered.add(job_id)
-        checked = self._checked
-        for job_id, request in self._entering.items():
-            last = checked.pop(job_id, 0)
-            if last != added and any(n > last and s.fits_in(request) for n, s in shapes):
-                checked[job_id] = added
-                remembered.add(job_id)
-                continue
-            self._open_request[job_id] = request
-            self._open.setdefault(request, {})[job_id] = None
-        self._entering.clear()
-        self._tested = added
-        view = self.view
-        for job_id in remembered:
-            self._remember(view.job(job_id))
-        return remembered
+    def _join(self, job_id: str, request: Resources) -> None:
+        group = self._groups.get(request)
+        if group is None:
+            self._groups[request] = group = _Group()
+            if any(s.fits_in(request) for s in self._shapes):
+                self._set_asleep(request, group, True)
+        group.members.add(job_id)
+        self._request[job_id] = request
 
-    def _release_by_freed_room(self) -> set[str]:
+    def _leave(self, job_id: str, request: Resources) -> None:
+        del self._request[job_id]
+        group = self._groups[request]
+        group.members.discard(job_id)
+        self._unsolo(job_id, group)
+        if not group.members:
+            if group.asleep:
+                self._set_asleep(request, group, False)  # the queue forgets it too
+            self._unindex(request, group)
+            del self._groups[request]
+
+    def _unsolo(self, job_id: str, group: _Group) -> None:
+        if group.solo.pop(job_id, None) is not None and not group.solo and not group.asleep:
+            self._unindex(self._request[job_id], group)
+
+    def _set_asleep(self, request: Resources, group: _Group, asleep: bool) -> None:
+        group.asleep = asleep
+        self._changes.groups[request] = asleep
+        if group.solo:  # solo jobs now follow the group
+            self._changes.touched.update(group.solo)
+            group.solo.clear()
+        if asleep:
+            self._index(request, group)
+        else:
+            self._unindex(request, group)
+
+    def _index(self, request: Resources, group: _Group) -> None:
+        if not group.indexed:
+            group.indexed = True
+            self._requests.add(request)
+
+    def _unindex(self, request: Resources, group: _Group) -> None:
+        if group.indexed:
+            group.indexed = False
+            self._requests.remove(request)
+
+    def _wake_by_freed_room(self) -> None:
         freed = self.view.take_freed_machines()
-        if not freed or not (self._by_request or self._shapes):
-            return set()
+        if not freed or not (self._requests or self._shapes or self._new_shapes):
+            return
         frees = []
         for machine_id in freed:
             held = self.view.machine(machine_id)
             if held is not None and held.machine.state is MachineState.UP:
                 frees.append(held.machine.free)
-        if self._shapes:
-            self._shapes = [(n, s) for n, s in self._shapes if not any(s.fits_in(f) for f in frees)]
-        released: set[str] = set()
+        if self._shapes or self._new_shapes:
+            self._shapes = [s for s in self._shapes if not any(s.fits_in(f) for f in frees)]
+            self._new_shapes = [s for s in self._new_shapes if not any(s.fits_in(f) for f in frees)]
         for request in self._requests.fitting(frees):
-            for job_id in list(self._by_request[request]):
-                self._forget(job_id)
-                released.add(job_id)
-        self.released += len(released)
-        return released
+            group = self._groups[request]
+            self.released += len(group.members) if group.asleep else len(group.solo)
+            if group.asleep:
+                self._set_asleep(request, group, False)
+            else:
+                self._changes.touched.update(group.solo)
+                group.solo.clear()
+                self._unindex(request, group)
+
+    def _sleep_by_new_shapes(self) -> None:
+        new, self._new_shapes = self._new_shapes, []
+        if not new:
+            return
+        for request, group in self._groups.items():
+            if not group.asleep and any(s.fits_in(request) for s in new):
+                self._set_asleep(request, group, True)
+        self._shapes += new

@@ -174,26 +174,36 @@ class SimScheduler:
 
     def _refresh_candidates(self) -> None:
         """Hand the queue the jobs whose candidacy may have changed since the last round: the
-        jobs whose record changed (all pending ones the first time) and those the memo
-        released or remembered. Candidates: pending jobs of its kinds the memo does not skip."""
+        jobs whose record changed (all pending ones the first time), those the memo noted,
+        released or remembered on their own, and the request groups it put to sleep or woke.
+        Candidates: pending jobs of its kinds the memo does not skip."""
         if self._started:
             changed = self.view.take_changed_jobs()
         else:
             self._started = True
             self.view.take_changed_jobs()
             changed = {entry.id for kind in self.kinds for entry in self.view.pending_jobs(kind)}
-        memo = self.memo
-        touched = memo.refresh(changed, self._pending_entry) if memo is not None else ()
-        queue = self.queue
-        for ids in (changed, touched):
+        memo, queue = self.memo, self.queue
+        if memo is None:
+            for job_id in changed:
+                entry = self._pending_entry(job_id)
+                if entry is None:
+                    queue.untrack(job_id)
+                else:
+                    queue.track(entry)
+            return
+        changes = memo.refresh(changed, self._pending_entry)
+        for request, asleep in changes.groups.items():
+            queue.set_group_asleep(request, asleep)
+        for ids in (changed, changes.touched):
             for job_id in ids:
                 entry = self._pending_entry(job_id)
                 if entry is None:
                     queue.untrack(job_id)
-                elif memo is not None and memo.remembers(job_id):
+                elif memo.solo(job_id):
                     queue.untrack(job_id, coming_back=True)
                 else:
-                    queue.track(entry)
+                    queue.track(entry, memo.group_of(job_id))
 
     def _pending_entry(self, job_id: str) -> JobEntry | None:
         """The job's entry if it is pending (not killed) and of this scheduler's kinds."""
