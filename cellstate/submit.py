@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Sequence
 
-from cellstate.codec import decode_alloc, decode_job_record, decode_machine, encode_job_record, encode_machine
+from cellstate.codec import decode_alloc, decode_job_record, decode_machine, encode_machine
 from cellstate.keys import CellKeys
 from cellstate.model import Alloc, Job, JobRecord, Machine, TaskState
+from cellstate.record_pack import pack_job_record
 from cellstate.store import Compare, Delete, KeyValue, Op, Put, Store, StoreError, missing, mod_revision_is
 
 # Per-op framing allowance when packing a txn below the store's request-size limit.
@@ -76,7 +77,7 @@ def _encoded_records(keys: CellKeys, jobs: Sequence[Job], now: float) -> list[tu
         if job.id in seen:
             raise ValueError(f"job id {job.id!r} appears twice in one submission")
         seen.add(job.id)
-        records.append((keys.job(job.id), encode_job_record(JobRecord.new(job, now))))
+        records.append((keys.job(job.id), pack_job_record(JobRecord.new(job, now))))
     return records
 
 
@@ -165,7 +166,7 @@ def _kill_step(keys: CellKeys, job_kv: KeyValue, allocs: dict, machines: dict,
         ops.extend(_release_ops(machine_kv, group))
         compares.extend(mod_revision_is(key, kv.mod_revision) for key, kv, _ in group)
         released.extend(alloc.task_index for _, _, alloc in group)
-    ops.insert(0, Put(job_kv.key, encode_job_record(_killed(record, released, allocs))))
+    ops.insert(0, Put(job_kv.key, pack_job_record(_killed(record, released, allocs))))
     return compares, ops
 
 
