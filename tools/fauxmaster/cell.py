@@ -177,9 +177,9 @@ class SimCell:
 
     def kill(self, job_id: str) -> None:
         """Kill a job: its allocs released, pending tasks killed."""
-        allocs = [decode_alloc(kv.key, kv.value) for kv in self.store.range(self.keys.job_allocs(job_id)).kvs]
+        allocs: list[Alloc] = []  # those the kill deleted
         try:
-            kill_job(self.store, self.keys, job_id)
+            kill_job(self.store, self.keys, job_id, released=allocs)
         except JobNotFound:
             self.counters.skip("kill of an unknown job")
             return
