@@ -19,16 +19,18 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Mapping, NamedTuple, Sequence
 
-from cellstate.codec import encode_job_record
 from cellstate.codec_trusted import pack_alloc, pack_machine  # values built here from decoded ones
+from cellstate.fastbuild import builder
 from cellstate.keys import CellKeys
 from cellstate.model import Alloc, JobRecord, Machine, MachineState, TaskState
-from cellstate.resources import ZERO
+from cellstate.record_pack import pack_job_record
+from cellstate.resources import ZERO, Resources
 from cellstate.store import Compare, Delete, Get, Op, Put, mod_revision_is
 from cellstate.txn_rules import txn_request_bytes
 from omega.protocols import JobEntry, MachineEntry
 
 _LIVE = (TaskState.PLACED.value, TaskState.RUNNING.value)
+_MACHINE, _RECORD = builder(Machine), builder(JobRecord)  # built without __init__ (cellstate.fastbuild)
 
 
 class TxnOps(NamedTuple):
@@ -61,7 +63,7 @@ def start_task_ops(keys: CellKeys, job: JobEntry, allocs: Sequence[Alloc]) -> Tx
         seen.add(alloc.task_index)
         success.append(Put(keys.alloc(alloc.job_id, alloc.task_index), pack_alloc(replace(alloc, running=True))))
     job_key = keys.job(job.id)
-    success.append(Put(job_key, encode_job_record(record.with_tasks(sorted(seen), TaskState.RUNNING))))
+    success.append(Put(job_key, pack_job_record(record.with_tasks(sorted(seen), TaskState.RUNNING))))
     return TxnOps([mod_revision_is(job_key, job.mod_revision)], success, [Get(job_key)])
 
 
@@ -77,7 +79,7 @@ def finish_task_ops(keys: CellKeys, job: JobEntry, allocs: Sequence[Alloc],
     if not allocs:
         raise ValueError(f"finish of job {job.id!r}: no allocs given")
     record = job.record
-    ledgers: dict[str, Machine] = {}
+    ledgers: dict[str, tuple[Resources, int]] = {}  # machine → (allocated, tasks) after the releases
     tasks: list[int] = []
     deletes: list[Op] = []
     for alloc in allocs:
@@ -88,21 +90,48 @@ def finish_task_ops(keys: CellKeys, job: JobEntry, allocs: Sequence[Alloc],
         if entry is None:
             raise ValueError(f"finish of {alloc.job_id}/{alloc.task_index}: no ledger of machine "
                              f"{alloc.machine_id!r} given")
-        ledgers[alloc.machine_id] = released(ledgers.get(alloc.machine_id, entry.machine), [alloc])
+        ledger = entry.machine
+        allocated, count = ledgers.get(alloc.machine_id) or (ledger.allocated, ledger.task_count)
+        allocated, count = allocated - alloc.resources, count - 1  # released(ledger, [alloc])
+        if allocated.is_negative() or count < 0:
+            _negative_ledger(ledger.id, 1, allocated, count)
+        ledgers[alloc.machine_id] = (allocated, count)
         tasks.append(alloc.task_index)
         deletes.append(Delete(keys.alloc(alloc.job_id, alloc.task_index)))
     compares, failure = [], []
     success: list[Op] = list(deletes)
-    for machine_id, ledger in ledgers.items():
+    for machine_id, (allocated, count) in ledgers.items():
         key = keys.machine(machine_id)
         compares.append(mod_revision_is(key, machines[machine_id].mod_revision))
         failure.append(Get(key))
-        success.append(Put(key, pack_machine(replace(ledger, writer=writer))))
+        success.append(Put(key, pack_machine(_ledger_of(machines[machine_id].machine, allocated, count, writer))))
     job_key = keys.job(job.id)
     compares.append(mod_revision_is(job_key, job.mod_revision))
     failure.append(Get(job_key))
-    success.append(Put(job_key, encode_job_record(record.with_tasks(tasks, TaskState.FINISHED))))
+    success.append(Put(job_key, pack_job_record(_with_states(record, tasks, TaskState.FINISHED.value))))
     return TxnOps(compares, success, failure)
+
+
+def _ledger_of(m: Machine, allocated: Resources, task_count: int, writer: str) -> Machine:
+    """``m`` with this ledger and ``writer``, built without dataclass ``replace`` (a task end's
+    txn builds one per end)."""
+    return _MACHINE(m.id, m.capacity, m.zone, m.rack, m.platform, m.packages, m.labels, m.state, allocated,
+                    task_count, writer)
+
+
+def _with_states(record: JobRecord, indices: Sequence[int], char: str) -> JobRecord:
+    """``record.with_tasks(indices, state)`` for valid indices, without dataclass ``replace``."""
+    tasks = record.tasks
+    if len(indices) == 1:
+        i = indices[0]
+        tasks = tasks[:i] + char + tasks[i + 1:]
+    else:
+        chars = list(tasks)
+        for i in indices:
+            chars[i] = char
+        tasks = "".join(chars)
+    r = record
+    return _RECORD(r.job, tasks, r.submitted_at, r.reason, r.killed, r.first_attempt_at, r.placed_at)
 
 
 # ------------------------------------------------------------------------------- evict
@@ -155,7 +184,7 @@ def evict_ops(keys: CellKeys, machine: MachineEntry, allocs: Sequence[Alloc],
             break
         chosen = group[:room]
         if entry is not None:
-            records[job_id] = encode_job_record(_evicted_record(entry.record, chosen, reason))
+            records[job_id] = pack_job_record(_evicted_record(entry.record, chosen, reason))
         taken.extend(chosen)
         ops_used += len(chosen) + (entry is not None)
         if len(chosen) < len(group):
@@ -227,10 +256,14 @@ def released(machine: Machine, allocs: Sequence[Alloc]) -> Machine:
     for alloc in allocs:
         machine = machine.with_release(alloc.resources)
     if machine.allocated.is_negative() or machine.task_count < 0:
-        raise LedgerError(f"machine {machine.id!r}: releasing {len(allocs)} alloc(s) leaves a negative "
-                          f"ledger ({machine.allocated.to_dict()}, {machine.task_count} tasks); "
-                          "the ledger does not match its allocs (run `omega check`)")
+        _negative_ledger(machine.id, len(allocs), machine.allocated, machine.task_count)
     return machine
+
+
+def _negative_ledger(machine_id: str, releases: int, allocated, task_count: int) -> None:
+    raise LedgerError(f"machine {machine_id!r}: releasing {releases} alloc(s) leaves a negative "
+                      f"ledger ({allocated.to_dict()}, {task_count} tasks); "
+                      "the ledger does not match its allocs (run `omega check`)")
 
 
 def _check_alloc_of(record: JobRecord, alloc: Alloc, what: str, allowed: tuple[str, ...]) -> None:

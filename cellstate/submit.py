@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Sequence
 
-from cellstate.codec import decode_alloc, decode_job_record, decode_machine, encode_job_record, encode_machine
+from cellstate.codec import decode_alloc, decode_job_record, decode_machine, encode_machine
 from cellstate.keys import CellKeys
 from cellstate.model import Alloc, Job, JobRecord, Machine, TaskState
+from cellstate.record_pack import pack_job_record
 from cellstate.store import Compare, Delete, KeyValue, Op, Put, Store, StoreError, missing, mod_revision_is
 
 # Per-op framing allowance when packing a txn below the store's request-size limit.
@@ -76,7 +77,7 @@ def _encoded_records(keys: CellKeys, jobs: Sequence[Job], now: float) -> list[tu
         if job.id in seen:
             raise ValueError(f"job id {job.id!r} appears twice in one submission")
         seen.add(job.id)
-        records.append((keys.job(job.id), encode_job_record(JobRecord.new(job, now))))
+        records.append((keys.job(job.id), pack_job_record(JobRecord.new(job, now))))
     return records
 
 
@@ -103,7 +104,8 @@ def _ids_of(keys: CellKeys, present: dict[str, KeyValue]) -> list[str]:
 # -------------------------------------------------------------------------------- kill
 
 
-def kill_job(store: Store, keys: CellKeys, job_id: str, attempts: int = 5) -> int:
+def kill_job(store: Store, keys: CellKeys, job_id: str, attempts: int = 5,
+             released: list[Alloc] | None = None) -> int:
     """Mark the job killed, delete its allocs and release them from their machines' ledgers.
 
     Each txn compares the revisions of the job, of every alloc it deletes and of every machine
@@ -111,12 +113,13 @@ def kill_job(store: Store, keys: CellKeys, job_id: str, attempts: int = 5) -> in
     whole kill fits in ``store.max_txn_ops`` it is one txn; otherwise the allocs are released
     in several txns of whole machines (the job is marked killed by the first, so no scheduler
     places more tasks meanwhile). A lost race re-reads and retries, up to ``attempts`` times in
-    a row (KillConflict beyond). JobNotFound when the job is absent. Returns the revision.
+    a row (KillConflict beyond). JobNotFound when the job is absent. Returns the revision;
+    ``released``, when given, gets every alloc the kill deleted appended.
     """
     conflicts = 0
     while True:
         job_kv, allocs, machines = _read_job_state(store, keys, job_id)
-        compares, ops = _kill_step(keys, job_kv, allocs, machines, store.max_txn_ops)
+        compares, ops, deleted = _kill_step(keys, job_kv, allocs, machines, store.max_txn_ops)
         result = store.txn(compares, ops, [])
         if not result.succeeded:
             conflicts += 1
@@ -124,6 +127,8 @@ def kill_job(store: Store, keys: CellKeys, job_id: str, attempts: int = 5) -> in
                 raise KillConflict(f"job {job_id!r} changed during {attempts} kill attempts")
             continue
         conflicts = 0
+        if released is not None:
+            released.extend(deleted)
         if len(ops) - 1 >= _live_count(allocs, machines):
             return result.revision
 
@@ -147,8 +152,9 @@ def _live_count(allocs: dict, machines: dict) -> int:
 
 
 def _kill_step(keys: CellKeys, job_kv: KeyValue, allocs: dict, machines: dict,
-               max_ops: int) -> tuple[list[Compare], list[Op]]:
-    """Compares and ops of one kill txn: the job record plus as many whole machines as fit."""
+               max_ops: int) -> tuple[list[Compare], list[Op], list[Alloc]]:
+    """Compares and ops of one kill txn (the job record plus as many whole machines as fit),
+    and the allocs it deletes."""
     record = decode_job_record(job_kv.key, job_kv.value)
     by_machine: dict[str, list[tuple[str, KeyValue, Alloc]]] = {}
     for key, (kv, alloc) in sorted(allocs.items()):
@@ -156,6 +162,7 @@ def _kill_step(keys: CellKeys, job_kv: KeyValue, allocs: dict, machines: dict,
     compares: list[Compare] = [mod_revision_is(job_kv.key, job_kv.mod_revision)]
     ops: list[Op] = []
     released: list[int] = []
+    deleted: list[Alloc] = []
     for machine_key, group in sorted(by_machine.items()):
         machine_kv = machines[machine_key]
         need = len(group) + (machine_kv is not None)
@@ -165,8 +172,9 @@ def _kill_step(keys: CellKeys, job_kv: KeyValue, allocs: dict, machines: dict,
         ops.extend(_release_ops(machine_kv, group))
         compares.extend(mod_revision_is(key, kv.mod_revision) for key, kv, _ in group)
         released.extend(alloc.task_index for _, _, alloc in group)
-    ops.insert(0, Put(job_kv.key, encode_job_record(_killed(record, released, allocs))))
-    return compares, ops
+        deleted.extend(alloc for _, _, alloc in group)
+    ops.insert(0, Put(job_kv.key, pack_job_record(_killed(record, released, allocs))))
+    return compares, ops, deleted
 
 
 def _release_ops(machine_kv: KeyValue | None, group: list) -> list[Op]:

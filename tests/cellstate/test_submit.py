@@ -6,7 +6,7 @@ import pytest
 
 from cell_helpers import add_machines, place
 from cellstate.check import check_cell
-from cellstate.codec import decode_job_record, decode_machine, encode_job_record
+from cellstate.codec import decode_alloc, decode_job_record, decode_machine, encode_job_record
 from cellstate.etcd_store import EtcdStore
 from cellstate.model import Job, JobKind, JobRecord, TaskState
 from cellstate.resources import ZERO, Resources
@@ -86,7 +86,11 @@ def _placed_cell(store, keys, tasks=5, machines=3):
 def test_kill_releases_allocs_and_ledgers(request, etcd_store, cell_keys, store_fixture):
     _placed_cell(etcd_store, cell_keys)
     store = request.getfixturevalue(store_fixture)
-    kill_job(store, cell_keys, "victim")
+    before = {kv.key: decode_alloc(kv.key, kv.value) for kv in store.range(cell_keys.job_allocs("victim")).kvs}
+    released = []
+    kill_job(store, cell_keys, "victim", released=released)
+    assert sorted(released, key=lambda a: a.task_index) == sorted(before.values(), key=lambda a: a.task_index)
+    assert len(released) == 4
     record = stored_jobs(store, cell_keys)["victim"]
     assert record.killed and record.tasks == "kkkkk"
     assert [kv.key for kv in store.range(cell_keys.kind_prefix("allocs")).kvs] == [cell_keys.alloc("bystander", 0)]

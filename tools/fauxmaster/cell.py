@@ -98,8 +98,12 @@ class SimCell:
         self.counters = CellCounters()
         self.submitted_at: dict[str, float] = {}
         self.task_counts: dict[str, int] = {}
-        # the schedulers' replicas decode each value once (a memory store shares the bytes)
+        # the schedulers' replicas decode each value once (a memory store shares the bytes);
+        # the cell's own reads of a task's alloc, job and machine share those decodes too
         self.decodes = SharedDecodes() if isinstance(store, MemoryStore) else None
+        share = self.decodes.decoder if self.decodes is not None else (lambda decode: decode)
+        self._decode_alloc, self._decode_job, self._decode_machine = (
+            share(decode_alloc), share(decode_job_record), share(decode_machine))
 
     def committer(self) -> ObservedCommitter:
         return ObservedCommitter(self.store, self.keys, self.note_placed)
@@ -173,9 +177,9 @@ class SimCell:
 
     def kill(self, job_id: str) -> None:
         """Kill a job: its allocs released, pending tasks killed."""
-        allocs = [decode_alloc(kv.key, kv.value) for kv in self.store.range(self.keys.job_allocs(job_id)).kvs]
+        allocs: list[Alloc] = []  # those the kill deleted
         try:
-            kill_job(self.store, self.keys, job_id)
+            kill_job(self.store, self.keys, job_id, released=allocs)
         except JobNotFound:
             self.counters.skip("kill of an unknown job")
             return
@@ -205,20 +209,21 @@ class SimCell:
     def end_task(self, job_id: str, task: int, placement: tuple[str, float] | None = None) -> bool:
         """End a live task (only the given placement, if any): alloc deleted, ledger released,
         task 'f'. False when the task has no (such) alloc."""
+        store, keys = self.store, self.keys
         for _ in range(3):
-            kv = self.store.get(self.keys.alloc(job_id, task))
+            kv = store.get(keys.alloc(job_id, task))
             if kv is None:
                 return False
-            alloc = decode_alloc(kv.key, kv.value)
+            alloc = self._decode_alloc(kv.key, kv.value)
             if placement is not None and (alloc.machine_id, alloc.placed_at) != placement:
                 return False  # evicted and placed again: that placement has its own end
             job = self._job(job_id)
-            machine_kv = self.store.get(self.keys.machine(alloc.machine_id))
+            machine_kv = store.get(keys.machine(alloc.machine_id))
             if job is None or machine_kv is None:
                 return False
-            machine = MachineEntry(decode_machine(machine_kv.key, machine_kv.value), machine_kv.mod_revision)
-            ops = finish_task_ops(self.keys, job, [alloc], {alloc.machine_id: machine}, AGENT)
-            if self.store.txn(*ops).succeeded:
+            machine = MachineEntry(self._decode_machine(machine_kv.key, machine_kv.value), machine_kv.mod_revision)
+            ops = finish_task_ops(keys, job, [alloc], {alloc.machine_id: machine}, AGENT)
+            if store.txn(*ops).succeeded:
                 self.usage.charge(alloc.machine_id, -alloc.resources.cpu, -alloc.resources.memory)
                 self.counters.tasks_ended += 1
                 self.wake()
@@ -232,4 +237,4 @@ class SimCell:
 
     def _job(self, job_id: str) -> JobEntry | None:
         kv = self.store.get(self.keys.job(job_id))
-        return None if kv is None else JobEntry(decode_job_record(kv.key, kv.value), kv.mod_revision)
+        return None if kv is None else JobEntry(self._decode_job(kv.key, kv.value), kv.mod_revision)

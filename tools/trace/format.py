@@ -12,6 +12,7 @@ Any problem while reading raises ``TraceError`` naming the file and the record i
 from __future__ import annotations
 
 import gzip
+import math
 import os
 import zlib
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ import msgpack
 from cellstate import codec_fields as fc
 from cellstate.codec import job_from_map, job_to_map, machine_from_map, machine_to_map
 from cellstate.codec_fields import CodecError
+from cellstate.fastbuild import builder
 from tools.trace.events import (
     EVENT_TYPES,
     JobKill,
@@ -124,6 +126,30 @@ def _job_id(key, d):
     return fc.ident(key, "job", d["job"])
 
 
+def _task_end(k: str, d: dict, t: float) -> TaskEnd:
+    # Straight-line (the validators only to raise, in the order they ran): most events are task ends.
+    job, task, status = d["job"], d["task"], d["status"]
+    if type(job) is not str or not job or "/" in job:
+        fc.ident(k, "job", job)
+    if type(task) is not int or task < 0:
+        fc.integer(k, "task", task)
+    member = _STATUSES.get(status) if type(status) is str else None
+    return _TASK_END(t, job, task, fc.member(k, "status", status, _STATUSES) if member is None else member)
+
+
+def _task_placed(k: str, d: dict, t: float) -> TaskPlaced:
+    job, task, machine = d["job"], d["task"], d["machine"]
+    if type(job) is not str or not job or "/" in job:
+        fc.ident(k, "job", job)
+    if type(task) is not int or task < 0:
+        fc.integer(k, "task", task)
+    if type(machine) is not str or not machine or "/" in machine:
+        fc.ident(k, "machine", machine)
+    return _TASK_PLACED(t, job, task, machine)
+
+
+# Events are built without their dataclass __init__ (cellstate.fastbuild): a trace holds millions.
+_TASK_END, _TASK_PLACED = builder(TaskEnd), builder(TaskPlaced)
 # type tag -> (payload fields, builder(key, d, t))
 _DECODERS = {
     "machine_add": (("machine",), lambda k, d, t: MachineAdd(t, _nested(k, "machine", machine_from_map,
@@ -131,12 +157,11 @@ _DECODERS = {
     "machine_remove": (("machine",), lambda k, d, t: MachineRemove(t, _machine_id(k, d))),
     "machine_fail": (("machine",), lambda k, d, t: MachineFail(t, _machine_id(k, d))),
     "job_submit": (("job",), lambda k, d, t: JobSubmit(t, _nested(k, "job", job_from_map, d["job"]))),
-    "task_end": (("job", "task", "status"), lambda k, d, t: TaskEnd(
-        t, _job_id(k, d), fc.integer(k, "task", d["task"]), fc.member(k, "status", d["status"], _STATUSES))),
-    "task_placed": (("job", "task", "machine"), lambda k, d, t: TaskPlaced(
-        t, _job_id(k, d), fc.integer(k, "task", d["task"]), _machine_id(k, d))),
+    "task_end": (("job", "task", "status"), _task_end),
+    "task_placed": (("job", "task", "machine"), _task_placed),
     "job_kill": (("job",), lambda k, d, t: JobKill(t, _job_id(k, d))),
 }
+_FIELDS = {kind: frozenset(("type", "t") + payload) for kind, (payload, _) in _DECODERS.items()}
 
 
 def event_from_record(key: str, d, version: int = FORMAT_VERSION) -> TraceEvent:
@@ -148,9 +173,14 @@ def event_from_record(key: str, d, version: int = FORMAT_VERSION) -> TraceEvent:
     if entry is None:
         raise fc.expected(key, "type", "an event type (" + ", ".join(_DECODERS) + ")", kind)
     payload, build = entry
-    fc.require(key, "", d, ("t",) + payload)
-    fc.no_unknown(key, "", d, frozenset(("type", "t") + payload))
-    return build(key, d, fc.seconds(key, "t", d["t"]))
+    fields = _FIELDS[kind]
+    if len(d) != len(fields) or not fields.issuperset(d):  # else exactly the fields: nothing to report
+        fc.require(key, "", d, ("t",) + payload)
+        fc.no_unknown(key, "", d, fields)
+    t = d["t"]
+    if type(t) is not float or not 0.0 <= t < math.inf:
+        t = fc.seconds(key, "t", t)
+    return build(key, d, t)
 
 
 def _error(name: str, index: int, exc: CodecError) -> TraceError:

@@ -1,0 +1,90 @@
+"""The trusted job-record encoder: the same bytes as ``encode_job_record`` for every valid
+record, and the same CodecError for every invalid one (it falls back to the codec when unsure)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given
+from strategies import job_records
+
+from cellstate import record_pack
+from cellstate.codec import CodecError, encode_job_record
+from cellstate.model import Constraint, ConstraintOp, Job, JobKind, JobRecord
+from cellstate.record_pack import pack_job_record
+from cellstate.resources import Resources
+
+J = Job("j", JobKind.BATCH, 3, Resources(250, 512), priority=2, owner="o", duration_s=30.0,
+        package="pkg", max_per_machine=2)
+R = JobRecord(J, "paf", submitted_at=1.5, reason="no fit", first_attempt_at=2.0, placed_at=3.0)
+
+
+class Owner(str):
+    pass
+
+
+def spec(**changes) -> JobRecord:
+    return replace(R, job=replace(J, **changes))
+
+
+RECORDS = {
+    "common": R,
+    "fresh": JobRecord.new(J, 0.0),
+    "killed": replace(R, killed=True),
+    "service": spec(kind=JobKind.SERVICE, duration_s=None),
+    "gang-different-machine": spec(gang=True, different_machine=True),
+    "negative-priority": spec(priority=-5),
+    "constraints": spec(constraints=(Constraint("zone", ConstraintOp.EQ, ("a",)),)),
+    "bad-constraint": spec(constraints=(Constraint("zone", ConstraintOp.EQ, ()),)),
+    "extra-resources": spec(request=Resources(1, 1, 1, (("gpu", 1),))),
+    "int-submitted": replace(R, submitted_at=5),
+    "int-duration": spec(duration_s=30),
+    "nan-time": replace(R, placed_at=float("nan")),
+    "inf-duration": spec(duration_s=float("inf")),
+    "negative-time": replace(R, first_attempt_at=-1.0),
+    "short-tasks": replace(R, tasks="pa"),
+    "unknown-state": replace(R, tasks="paz"),
+    "non-ascii-state": replace(R, tasks="pa\u00e9"),
+    "space-state": replace(R, tasks="p a"),
+    "slash-id": spec(id="a/b"),
+    "empty-id": spec(id=""),
+    "kind-as-text": spec(kind="batch"),
+    "zero-tasks": replace(R, job=replace(J, tasks=0), tasks=""),
+    "bool-priority": spec(priority=True),
+    "float-priority": spec(priority=1.0),
+    "huge-priority": spec(priority=1 << 70),
+    "str-subclass-owner": spec(owner=Owner("o")),
+    "negative-per-machine": spec(max_per_machine=-1),
+    "text-gang": spec(gang="yes"),
+    "negative-cpu": spec(request=Resources(-1, 1, 1)),
+    "bytes-reason": replace(R, reason=b"x"),
+    "int-killed": replace(R, killed=1),
+    "not-a-record": "j",
+}
+
+
+def outcome(encode, value):
+    """The bytes, or the error message."""
+    try:
+        return encode(value)
+    except CodecError as exc:
+        return f"CodecError: {exc}"
+
+
+@pytest.mark.parametrize("name", list(RECORDS), ids=list(RECORDS))
+def test_pack_job_record_is_encode_job_record(name):
+    assert outcome(pack_job_record, RECORDS[name]) == outcome(encode_job_record, RECORDS[name])
+
+
+@given(job_records())
+def test_generated_records_pack_as_they_encode(record):
+    assert pack_job_record(record) == encode_job_record(record)
+
+
+@pytest.mark.parametrize("name, trusted", [
+    ("common", True), ("fresh", True), ("killed", True), ("service", True), ("gang-different-machine", True),
+    ("constraints", False), ("int-submitted", False), ("extra-resources", False), ("kind-as-text", False),
+], ids=lambda x: str(x))
+def test_the_common_shapes_skip_the_decode_back(name, trusted):
+    assert record_pack._record_ok(RECORDS[name]) is trusted
