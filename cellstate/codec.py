@@ -34,6 +34,9 @@ import msgpack
 
 from cellstate import codec_fields as fc
 from cellstate.codec_fields import CodecError
+from cellstate.codec_job_fast import (  # noqa: F401 (MAX_TASKS: API)
+    CONSTRAINT_FIELDS, MAX_TASKS, RECORD_FIELDS, SPEC_FIELDS, TASK_CHARS, fast_record, record_shape_ok,
+)
 from cellstate.codec_resources import core_resources, encode_resources, resources_from_map  # noqa: F401 (API)
 from cellstate.fastbuild import builder
 from cellstate.model import (
@@ -45,26 +48,20 @@ from cellstate.model import (
     JobRecord,
     Machine,
     MachineState,
-    TaskState,
 )
 from cellstate.resources import ZERO
 
 SCHEMA_VERSION = 1
-MAX_TASKS = 1_000_000
-_TASK_CHARS = "".join(s.value for s in TaskState)
+_TASK_CHARS = TASK_CHARS
 _MACHINE_STATES = {s.value: s for s in MachineState}
 _JOB_KINDS = {k.value: k for k in JobKind}
 _OPS = {o.value: o for o in ConstraintOp}
 _ATTRIBUTES = ("zone", "rack", "platform")
 _MACHINE_FIELDS = frozenset(
     "v t id capacity zone rack platform packages labels state allocated tasks writer".split())
-_SPEC_FIELDS = frozenset(
-    "id kind tasks request priority owner constraints duration_s gang package "
-    "different_machine max_per_machine".split())
-_RECORD_FIELDS = frozenset(
-    "v t spec tasks submitted_at reason killed first_attempt_at placed_at".split())
+_SPEC_FIELDS, _RECORD_FIELDS = SPEC_FIELDS, RECORD_FIELDS
 _ALLOC_FIELDS = frozenset("v t job task machine resources priority scheduler placed_at running".split())
-_CONSTRAINT_FIELDS = frozenset(("attribute", "op", "values"))
+_CONSTRAINT_FIELDS = CONSTRAINT_FIELDS
 # Decoded values are built without their dataclass __init__ (see cellstate.fastbuild).
 _MACHINE, _ALLOC = builder(Machine), builder(Alloc)
 
@@ -286,14 +283,21 @@ def _record_map(r: JobRecord) -> dict:
 
 
 def encode_job_record(r: JobRecord) -> bytes:
-    """Msgpack bytes of a job record (type tag ``"job"``); CodecError if invalid."""
+    """Msgpack bytes of a job record (type tag ``"job"``); CodecError if invalid. A record of
+    the common shape is packed without the decode-back check (``codec_job_fast``: same bytes)."""
+    if record_shape_ok(r):
+        try:
+            return msgpack.packb(_record_map(r))
+        except (OverflowError, ValueError, TypeError):
+            pass  # the generic path names the problem
     job_id = getattr(getattr(r, "job", None), "id", "?")
     return _encode(f"job {job_id}", r, _record_map, _record_from_map)
 
 
 def decode_job_record(key: str, raw: bytes) -> JobRecord:
     """The JobRecord stored under ``key``; CodecError on any invalid content."""
-    return _record_from_map(key, _unpack(key, raw, "job"))
+    d = _unpack(key, raw, "job")
+    return fast_record(d) or _record_from_map(key, d)
 
 
 def _record_from_map(key: str, d: dict) -> JobRecord:
