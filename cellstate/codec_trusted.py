@@ -24,7 +24,7 @@ from cellstate.codec import _ATTRIBUTES, _alloc_map, _machine_map, encode_alloc,
 from cellstate.model import Alloc, Machine, MachineState
 from cellstate.resources import Resources
 
-__all__ = ["pack_alloc", "pack_machine"]
+__all__ = ["alloc_shape_ok", "machine_shape_ok", "pack_alloc", "pack_machine"]
 
 _PACK_ERRORS = (OverflowError, ValueError, TypeError)  # e.g. an int beyond 64 bits
 
@@ -102,3 +102,7 @@ def _alloc_ok(a) -> bool:
     if type(placed_at) is not float or not 0.0 <= placed_at < math.inf:
         return False
     return a.running is True or a.running is False
+
+
+# Public names of the shape checks: True only for values that decode back equal, with the same types.
+machine_shape_ok, alloc_shape_ok = _machine_ok, _alloc_ok

@@ -100,9 +100,11 @@ class ReplicaView:
     def apply_outcome(self, outcome: CommitOutcome) -> None:
         """Take in a commit: its written keys on success, the fresh compared entries on failure."""
         if outcome.committed:
-            if outcome.applied:  # the committer's own objects: nothing to decode
+            if outcome.applied:  # the committer's own objects: nothing to decode, here or in peers
                 self.replica.apply_commit(outcome.revision, outcome.applied_machines, outcome.applied_jobs,
                                           outcome.applied_allocs, outcome.deleted)
+                self.replica.share_commit(outcome.written, outcome.applied_machines, outcome.applied_jobs,
+                                          outcome.applied_allocs)
             elif outcome.written or outcome.deleted:
                 self.replica.apply_local(outcome.revision, outcome.written, outcome.deleted)
             return

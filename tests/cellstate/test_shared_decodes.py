@@ -65,3 +65,31 @@ def test_old_generations_are_dropped():
 def test_bad_generation_is_refused(generation):
     with pytest.raises(ValueError, match="generation"):
         SharedDecodes(generation)
+
+
+@pytest.mark.parametrize("now, offered", [(5.0, 3), (5, 1)], ids=["float-time", "int-time-not-offered"])
+def test_a_views_own_commit_is_offered_to_the_other_replicas(now, offered):
+    from cellstate.codec import encode_job_record
+    from cellstate.committer import StoreCommitter
+    from cellstate.model import Job, JobKind, JobRecord
+    from cellstate.placement_view import ReplicaView
+    from omega.protocols import Claim, Plan
+
+    store, shared = MemoryStore(history=False), SharedDecodes()
+    put_machine(store, "m1", 4000)
+    job = JobRecord.new(Job("j1", JobKind.BATCH, 2, Resources(100, 10)), 1.0)
+    store.txn([], [Put(KEYS.job("j1"), encode_job_record(job))], [])
+    mine, peer = ReplicaView(store, KEYS, shared_decodes=shared), ReplicaView(store, KEYS, shared_decodes=shared)
+    plan = Plan(mine.job("j1"), (Claim(0, "m1", Resources(100, 10)),), {"m1": mine.machine("m1")}, "s", now=now)
+    outcome = StoreCommitter(store, KEYS).commit(plan)
+    misses, hits = shared.misses, shared.hits
+    mine.apply_outcome(outcome)
+    assert peer.pump() == 3  # machine, alloc, job
+    # an int time encodes as an int but decodes as a float: those values are decoded, not offered
+    assert (shared.misses - misses, shared.hits - hits) == (3 - offered, offered)
+    alone = Replica(store, KEYS)
+    alone.sync()
+    # the peer holds what decoding gives, types included (repr tells 5 from 5.0)
+    assert repr(list(peer.jobs())) == repr(list(alone.jobs()))
+    assert repr(list(peer.machines())) == repr(list(alone.machines()))
+    assert repr(list(peer.allocs())) == repr(list(alone.allocs()))
