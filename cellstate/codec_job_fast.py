@@ -12,7 +12,7 @@ gives the value or raises its precise ``CodecError``. So:
   maps that the generic decoder accepts;
 - ``record_shape_ok(r)`` is True only for records whose map form decodes back equal
   (exact types: ``str``, ``int``, ``float`` times, ``bool`` flags, enum members, tuples of
-  ``Constraint``; core-only resources of non-negative ints), so encoding them needs no
+  ``Constraint``; core-only resources of non-negative ints; no ``-0.0``), so encoding them needs no
   decode-back to be as safe as the generic encoder. The bytes are the same either way
   (``_record_map`` builds the map in both).
 
@@ -22,6 +22,7 @@ Nothing here imports ``cellstate.codec`` (it imports this module).
 from __future__ import annotations
 
 import math
+from math import copysign
 
 from cellstate.codec_resources import core_resources
 from cellstate.fastbuild import builder
@@ -160,8 +161,7 @@ def record_shape_ok(r) -> bool:
     states = r.tasks
     if type(states) is not str or len(states) != r.job.tasks or states.strip(TASK_CHARS):
         return False
-    submitted = r.submitted_at
-    if type(submitted) is not float or not 0.0 <= submitted < _INF:
+    if type(r.submitted_at) is not float or not _time_ok(r.submitted_at):
         return False
     if type(r.reason) is not str or (r.killed is not False and r.killed is not True):
         return False
@@ -169,7 +169,8 @@ def record_shape_ok(r) -> bool:
 
 
 def _time_ok(x) -> bool:
-    return x is None or (type(x) is float and 0.0 <= x < _INF)
+    """None or a finite float >= 0 that is not -0.0 (which would decode as 0.0)."""
+    return x is None or (type(x) is float and (0.0 < x < _INF or (x == 0.0 and copysign(1.0, x) > 0)))
 
 
 def _spec_shape_ok(job) -> bool:

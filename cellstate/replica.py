@@ -27,8 +27,6 @@ from collections.abc import Mapping
 from contextlib import contextmanager
 from typing import Callable, Iterable, Iterator
 
-from cellstate.codec_job_fast import record_shape_ok
-from cellstate.codec_trusted import alloc_shape_ok, machine_shape_ok
 from cellstate.keys import CellKeys
 from cellstate.model import Alloc
 from cellstate.replica_state import DecodeErrorHandler, ReplicaState
@@ -278,26 +276,6 @@ class Replica(ReplicaState):
                     quarantine.pop(key, None)
                 applied += 1
         return applied + self._delete_news(deletes, revision)
-
-    def share_commit(self, written: Mapping[str, bytes], machines: Iterable[MachineEntry] = (),
-                     jobs: Iterable[JobEntry] = (), allocs: Mapping[str, Alloc] | None = None) -> int:
-        """Offer the values of a txn committed in this process (``written``: the bytes it put, each
-        encoded from the matching value) to the ``SharedDecodes`` this replica shares, so the other
-        replicas take them instead of decoding the bytes their watch brings. Only values of the
-        shapes that provably decode back equal with the same types are offered; returns how many."""
-        shared = self.shared_decodes
-        if shared is None:
-            return 0
-        keys, offer, offered = self.keys, shared.offer, 0
-        values = [(keys.machine(e.id), e.machine, machine_shape_ok) for e in machines]
-        values += [(keys.job(e.id), e.record, record_shape_ok) for e in jobs]
-        values += [(key, alloc, alloc_shape_ok) for key, alloc in (allocs or {}).items()]
-        for key, value, shape_ok in values:
-            raw = written.get(key)
-            if raw is not None and shape_ok(value):
-                offer(key, raw, value)
-                offered += 1
-        return offered
 
     def _delete_news(self, keys: Iterable[str], revision: int) -> int:
         """Delete each of ``keys`` this replica has not seen a later change of; how many."""

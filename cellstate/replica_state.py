@@ -41,7 +41,6 @@ class ReplicaState:
                  shared_decodes: SharedDecodes | None = None):
         self.keys = keys
         self.on_decode_error = on_decode_error or log_decode_error
-        self.shared_decodes = shared_decodes
         share = shared_decodes.decoder if shared_decodes is not None else (lambda decode: decode)
         self._decode_machine, self._decode_job, self._decode_alloc = (
             share(decode_machine), share(decode_job_record), share(decode_alloc))

@@ -7,9 +7,8 @@ with the mod_revision. The cache is keyed by the identity of the bytes object (i
 bytes, so the identity cannot be reused while cached) and by the key; it keeps the values of
 the last one to two ``generation`` decodes (two dicts swapped, so eviction costs nothing).
 A value that fails to decode is not cached: each replica gets the error itself.
-
-``offer`` seeds the cache with a value the caller built and encoded itself (a replica's own
-commit, see ``Replica.share_commit``), so the other replicas skip decoding its bytes too.
+(Below it, the codec's own memo, ``cellstate.codec_memo``, answers for bytes encoded or
+decoded anywhere in the process.)
 """
 
 from __future__ import annotations
@@ -31,14 +30,6 @@ class SharedDecodes:
         self._old: dict[int, tuple[bytes, str, object]] = {}
         self.hits = 0
         self.misses = 0
-
-    def offer(self, key: str, raw: bytes, value: object) -> None:
-        """Hold ``value`` as the decode of ``raw`` under ``key``. The caller vouches that decoding
-        ``raw`` gives a value equal to ``value``, with the same types (it encoded ``value``)."""
-        young = self._young
-        young[id(raw)] = (raw, key, value)
-        if len(young) >= self.generation:
-            self._old, self._young = young, {}
 
     def decoder(self, decode: Decode) -> Decode:
         """``decode`` (key, raw) → value, answered from the cache when another replica
