@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
+from cellstate.fastbuild import builder
 from cellstate.resources import ZERO, Resources
 
 
@@ -149,7 +150,17 @@ class JobRecord:
         """Indices of tasks waiting to be placed, in order."""
         if self.killed:
             return []
-        return [i for i, c in enumerate(self.tasks) if c == "p"]
+        tasks = self.tasks
+        count = tasks.count("p")  # the usual answers (all, none, a few) without a per-task loop
+        if count == len(tasks):
+            return list(range(count))
+        if count * 8 < len(tasks):
+            found, i = [], tasks.find("p")
+            while i >= 0:
+                found.append(i)
+                i = tasks.find("p", i + 1)
+            return found
+        return [i for i, c in enumerate(tasks) if c == "p"]
 
     def count(self, state: TaskState) -> int:
         return self.tasks.count(state.value)
@@ -162,9 +173,21 @@ class JobRecord:
     def with_tasks(self, indices, state: TaskState) -> JobRecord:
         """This record with the given tasks set to ``state``."""
         chars = list(self.tasks)
+        value = state.value
         for i in indices:
-            chars[i] = state.value
-        return replace(self, tasks="".join(chars))
+            chars[i] = value
+        return self.with_progress("".join(chars), self.reason, self.first_attempt_at, self.placed_at)
+
+    def with_progress(self, tasks: str, reason: str, first_attempt_at: float | None,
+                      placed_at: float | None) -> JobRecord:
+        """``replace(self, tasks=…, reason=…, first_attempt_at=…, placed_at=…)``, the fields
+        placements and task ends change, built without ``__init__`` (every write derives one)."""
+        if type(self) is not JobRecord:
+            return replace(self, tasks=tasks, reason=reason, first_attempt_at=first_attempt_at, placed_at=placed_at)
+        return _JOB_RECORD(self.job, tasks, self.submitted_at, reason, self.killed, first_attempt_at, placed_at)
+
+
+_JOB_RECORD = builder(JobRecord)
 
 
 def derive_job_state(tasks: str, killed: bool) -> JobState:

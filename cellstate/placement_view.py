@@ -18,6 +18,7 @@ from cellstate.codec_fields import CodecError
 from cellstate.keys import CellKeys
 from cellstate.model import Machine, MachineState
 from cellstate.replica import Replica
+from cellstate.replica_state import ReplicaState
 from cellstate.stats_codec import decode_stats
 from cellstate.store import Store
 from omega.protocols import CommitOutcome, MachineEntry
@@ -62,7 +63,7 @@ class _WatchedReplica(Replica):
             ids.add(ident)
 
     def _set_job(self, ident: str, entry) -> None:
-        super()._set_job(ident, entry)
+        ReplicaState._set_job(self, ident, entry)  # not super(): once per job change
         if self.changed_jobs is not None:
             self.changed_jobs.add(ident)
 
@@ -100,11 +101,9 @@ class ReplicaView:
     def apply_outcome(self, outcome: CommitOutcome) -> None:
         """Take in a commit: its written keys on success, the fresh compared entries on failure."""
         if outcome.committed:
-            if outcome.applied:  # the committer's own objects: nothing to decode, here or in peers
+            if outcome.applied:  # the committer's own objects: nothing to decode
                 self.replica.apply_commit(outcome.revision, outcome.applied_machines, outcome.applied_jobs,
                                           outcome.applied_allocs, outcome.deleted)
-                self.replica.share_commit(outcome.written, outcome.applied_machines, outcome.applied_jobs,
-                                          outcome.applied_allocs)
             elif outcome.written or outcome.deleted:
                 self.replica.apply_local(outcome.revision, outcome.written, outcome.deleted)
             return
