@@ -84,7 +84,12 @@ class Machine:
     @property
     def free(self) -> Resources:
         """Capacity minus allocated."""
-        return self.capacity - self.allocated
+        capacity, allocated = self.capacity, self.allocated
+        if capacity.extra or allocated.extra:
+            return capacity - allocated
+        # core-only (the usual case): Resources.__sub__ without __init__'s cost
+        return _RESOURCES(capacity.cpu - allocated.cpu, capacity.memory - allocated.memory,
+                          capacity.disk - allocated.disk, ())
 
     def attribute(self, name: str) -> str | None:
         """Value of a named attribute or label (None when absent or empty)."""
@@ -97,11 +102,18 @@ class Machine:
 
     def with_claim(self, request: Resources, tasks: int = 1) -> Machine:
         """This machine with ``tasks`` more tasks charged to its ledger."""
-        return replace(self, allocated=self.allocated + request, task_count=self.task_count + tasks)
+        return self.with_ledger(self.allocated + request, self.task_count + tasks)
 
     def with_release(self, request: Resources, tasks: int = 1) -> Machine:
         """This machine with ``tasks`` tasks removed from its ledger."""
-        return replace(self, allocated=self.allocated - request, task_count=self.task_count - tasks)
+        return self.with_ledger(self.allocated - request, self.task_count - tasks)
+
+    def with_ledger(self, allocated: Resources, task_count: int) -> Machine:
+        """``replace(self, allocated=…, task_count=…)``, built without ``__init__``."""
+        if type(self) is not Machine:
+            return replace(self, allocated=allocated, task_count=task_count)
+        return _MACHINE(self.id, self.capacity, self.zone, self.rack, self.platform, self.packages, self.labels,
+                        self.state, allocated, task_count, self.writer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +199,7 @@ class JobRecord:
         return _JOB_RECORD(self.job, tasks, self.submitted_at, reason, self.killed, first_attempt_at, placed_at)
 
 
-_JOB_RECORD = builder(JobRecord)
+_JOB_RECORD, _MACHINE, _RESOURCES = builder(JobRecord), builder(Machine), builder(Resources)
 
 
 def derive_job_state(tasks: str, killed: bool) -> JobState:

@@ -42,3 +42,18 @@ def test_with_progress_and_with_tasks_are_replace(rec):
     assert got == replace(rec, tasks="apa", reason="1 task: full", first_attempt_at=5.0, placed_at=None)
     assert type(got) is type(rec) and repr(got) == repr(replace(got))
     assert rec.with_tasks([0, 2], TaskState.RUNNING) == replace(rec, tasks="rpr")
+
+
+@pytest.mark.parametrize("capacity, allocated", [
+    (Resources(4000, 8192, 10), Resources(1000, 512)),
+    (Resources(4000, 8192, 0, (("gpu", 2),)), Resources(1000, 512, 0, (("gpu", 2),))),
+    (Resources(1, 1), Resources(2, 3)),
+], ids=["core", "extra", "overcommitted"])
+def test_machine_free_and_ledger_changes_are_the_plain_arithmetic(capacity, allocated):
+    from cellstate.model import Machine
+
+    m = Machine("m1", capacity, "z", allocated=allocated, task_count=2, writer="w")
+    assert m.free == capacity - allocated and repr(m.free) == repr(capacity - allocated)
+    request = Resources(10, 20)
+    assert m.with_claim(request, 2) == replace(m, allocated=allocated + request, task_count=4)
+    assert m.with_release(request) == replace(m, allocated=allocated - request, task_count=1)
