@@ -14,7 +14,6 @@ job's revision; if the record would not change, the txn writes nothing and only 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import replace
 
 from cellstate.codec import decode_alloc, decode_job_record, decode_machine, encode_job_record
 from cellstate.codec_trusted import pack_alloc, pack_machine
