@@ -34,6 +34,10 @@ import msgpack
 
 from cellstate import codec_fields as fc
 from cellstate.codec_fields import CodecError
+from cellstate.codec_job_fast import (  # noqa: F401 (MAX_TASKS: API)
+    CONSTRAINT_FIELDS, MAX_TASKS, RECORD_FIELDS, SPEC_FIELDS, TASK_CHARS, fast_record, record_shape_ok,
+)
+from cellstate.codec_memo import ValueMemo
 from cellstate.codec_resources import core_resources, encode_resources, resources_from_map  # noqa: F401 (API)
 from cellstate.fastbuild import builder
 from cellstate.model import (
@@ -45,28 +49,24 @@ from cellstate.model import (
     JobRecord,
     Machine,
     MachineState,
-    TaskState,
 )
 from cellstate.resources import ZERO
 
 SCHEMA_VERSION = 1
-MAX_TASKS = 1_000_000
-_TASK_CHARS = "".join(s.value for s in TaskState)
+_TASK_CHARS = TASK_CHARS
 _MACHINE_STATES = {s.value: s for s in MachineState}
 _JOB_KINDS = {k.value: k for k in JobKind}
 _OPS = {o.value: o for o in ConstraintOp}
 _ATTRIBUTES = ("zone", "rack", "platform")
 _MACHINE_FIELDS = frozenset(
     "v t id capacity zone rack platform packages labels state allocated tasks writer".split())
-_SPEC_FIELDS = frozenset(
-    "id kind tasks request priority owner constraints duration_s gang package "
-    "different_machine max_per_machine".split())
-_RECORD_FIELDS = frozenset(
-    "v t spec tasks submitted_at reason killed first_attempt_at placed_at".split())
+_SPEC_FIELDS, _RECORD_FIELDS = SPEC_FIELDS, RECORD_FIELDS
 _ALLOC_FIELDS = frozenset("v t job task machine resources priority scheduler placed_at running".split())
-_CONSTRAINT_FIELDS = frozenset(("attribute", "op", "values"))
+_CONSTRAINT_FIELDS = CONSTRAINT_FIELDS
 # Decoded values are built without their dataclass __init__ (see cellstate.fastbuild).
 _MACHINE, _ALLOC = builder(Machine), builder(Alloc)
+# What recent bytes decode to, per type (cellstate.codec_memo): filled by decodes and trusted encodes.
+MACHINE_MEMO, RECORD_MEMO, ALLOC_MEMO = ValueMemo(), ValueMemo(), ValueMemo()
 
 # ---------------------------------------------------------------------- envelope
 
@@ -110,7 +110,11 @@ def encode_machine(m: Machine) -> bytes:
 
 def decode_machine(key: str, raw: bytes) -> Machine:
     """The Machine stored under ``key``; CodecError on any invalid content."""
-    return _machine_from_map(key, _unpack(key, raw, "machine"))
+    machine = MACHINE_MEMO.get(raw)
+    if machine is None:
+        machine = _machine_from_map(key, _unpack(key, raw, "machine"))
+        MACHINE_MEMO.put(raw, machine)
+    return machine
 
 
 def _machine_from_map(key: str, d: dict) -> Machine:
@@ -286,14 +290,28 @@ def _record_map(r: JobRecord) -> dict:
 
 
 def encode_job_record(r: JobRecord) -> bytes:
-    """Msgpack bytes of a job record (type tag ``"job"``); CodecError if invalid."""
+    """Msgpack bytes of a job record (type tag ``"job"``); CodecError if invalid. A record of
+    the common shape is packed without the decode-back check (``codec_job_fast``: same bytes)."""
+    if record_shape_ok(r):
+        try:
+            raw = msgpack.packb(_record_map(r))
+        except (OverflowError, ValueError, TypeError):
+            pass  # the generic path names the problem
+        else:
+            RECORD_MEMO.put(raw, r)
+            return raw
     job_id = getattr(getattr(r, "job", None), "id", "?")
     return _encode(f"job {job_id}", r, _record_map, _record_from_map)
 
 
 def decode_job_record(key: str, raw: bytes) -> JobRecord:
     """The JobRecord stored under ``key``; CodecError on any invalid content."""
-    return _record_from_map(key, _unpack(key, raw, "job"))
+    record = RECORD_MEMO.get(raw)
+    if record is None:
+        d = _unpack(key, raw, "job")
+        record = fast_record(d) or _record_from_map(key, d)
+        RECORD_MEMO.put(raw, record)
+    return record
 
 
 def _record_from_map(key: str, d: dict) -> JobRecord:
@@ -343,7 +361,11 @@ def encode_alloc(a: Alloc) -> bytes:
 
 def decode_alloc(key: str, raw: bytes) -> Alloc:
     """The Alloc stored under ``key``; CodecError on any invalid content."""
-    return _alloc_from_map(key, _unpack(key, raw, "alloc"))
+    alloc = ALLOC_MEMO.get(raw)
+    if alloc is None:
+        alloc = _alloc_from_map(key, _unpack(key, raw, "alloc"))
+        ALLOC_MEMO.put(raw, alloc)
+    return alloc
 
 
 def _alloc_from_map(key: str, d: dict) -> Alloc:

@@ -20,7 +20,9 @@ import math
 
 import msgpack
 
-from cellstate.codec import _ATTRIBUTES, _alloc_map, _machine_map, encode_alloc, encode_machine
+from cellstate.codec import (
+    _ATTRIBUTES, ALLOC_MEMO, MACHINE_MEMO, _alloc_map, _machine_map, encode_alloc, encode_machine,
+)
 from cellstate.model import Alloc, Machine, MachineState
 from cellstate.resources import Resources
 
@@ -34,9 +36,12 @@ def pack_machine(m: Machine) -> bytes:
     decoding back when ``m`` has the common shape."""
     if _machine_ok(m):
         try:
-            return msgpack.packb(_machine_map(m))
+            raw = msgpack.packb(_machine_map(m))
         except _PACK_ERRORS:
             pass  # the codec's encoder names the problem
+        else:
+            MACHINE_MEMO.put(raw, m)  # decodes back equal, same types: decoders may answer with m
+            return raw
     return encode_machine(m)
 
 
@@ -45,9 +50,12 @@ def pack_alloc(a: Alloc) -> bytes:
     decoding back when ``a`` has the common shape."""
     if _alloc_ok(a):
         try:
-            return msgpack.packb(_alloc_map(a))
+            raw = msgpack.packb(_alloc_map(a))
         except _PACK_ERRORS:
             pass
+        else:
+            ALLOC_MEMO.put(raw, a)
+            return raw
     return encode_alloc(a)
 
 
@@ -99,6 +107,7 @@ def _alloc_ok(a) -> bool:
     if type(a.priority) is not int or type(a.scheduler) is not str:
         return False
     placed_at = a.placed_at
-    if type(placed_at) is not float or not 0.0 <= placed_at < math.inf:
-        return False
+    if type(placed_at) is not float or not (0.0 < placed_at < math.inf or (placed_at == 0.0 and
+                                                                           math.copysign(1.0, placed_at) > 0)):
+        return False  # -0.0 would decode as 0.0
     return a.running is True or a.running is False

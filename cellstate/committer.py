@@ -14,7 +14,6 @@ job's revision; if the record would not change, the txn writes nothing and only 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import replace
 
 from cellstate.codec import decode_alloc, decode_job_record, decode_machine, encode_job_record
 from cellstate.codec_trusted import pack_alloc, pack_machine
@@ -29,6 +28,7 @@ from omega.protocols import AllocEntry, CommitOutcome, JobEntry, MachineEntry, P
 
 MAX_REASON_CHARS = 400
 _ALLOC, _MACHINE, _MACHINE_ENTRY = builder(Alloc), builder(Machine), builder(MachineEntry)
+_JOB_ENTRY = builder(JobEntry)
 _RESOURCES = builder(Resources)
 # Txn ops by the hundred per commit: built without their dataclass __init__ (cellstate.fastbuild).
 _PUT, _GET, _COMPARE = builder(Put), builder(Get), builder(Compare)
@@ -134,7 +134,7 @@ class StoreCommitter:
         ledgers, records, allocs = applied
         return CommitOutcome(True, revision, written=written, deleted=deleted,
                              applied_machines=tuple([_MACHINE_ENTRY(m, revision) for m in ledgers]),
-                             applied_jobs=tuple([JobEntry(r, revision) for r in records]),
+                             applied_jobs=tuple([_JOB_ENTRY(r, revision) for r in records]),
                              applied_allocs=allocs, applied=True)
 
     # -- failure -------------------------------------------------------------------------
@@ -269,13 +269,17 @@ def _check_ledger(plan: Plan, seen: Machine, allocated, count: int) -> None:
 
 def updated_record(plan: Plan) -> JobRecord:
     """The plan's job with claimed tasks 'a', the reason for what stays pending, and times."""
-    record = plan.job.record.with_tasks([c.task_index for c in plan.claims], TaskState.PLACED)
-    first = record.first_attempt_at if record.first_attempt_at is not None else plan.now
-    placed = record.placed_at
-    if placed is None and not record.pending_tasks() and not record.killed:
+    seen = plan.job.record
+    chars = list(seen.tasks)
+    for claim in plan.claims:
+        chars[claim.task_index] = "a"  # TaskState.PLACED
+    tasks = "".join(chars)
+    first = seen.first_attempt_at if seen.first_attempt_at is not None else plan.now
+    placed = seen.placed_at
+    if placed is None and "p" not in tasks and not seen.killed:  # no pending task left
         placed = plan.now
-    reason = summarize_reasons({i: r for i, r in plan.unplaced.items() if record.tasks[i] == "p"})
-    return replace(record, reason=reason, first_attempt_at=first, placed_at=placed)
+    reason = summarize_reasons({i: r for i, r in plan.unplaced.items() if tasks[i] == "p"})
+    return seen.with_progress(tasks, reason, first, placed)
 
 
 def victim_records(plan: Plan) -> dict[str, JobRecord]:

@@ -48,14 +48,15 @@ def compact_log(log: list[tuple[Event, ...]], log_start: int, revision: int) -> 
 
 class LiveKeys:
     """The sorted key list of a store without history: every key put since the last prune
-    (deleted ones stay until pruned; readers skip them). New keys are appended to a small
-    unsorted tail, merged into the sorted list once it is long, so a put costs O(1)."""
+    (deleted ones stay until pruned; readers skip them). New keys go into a small sorted
+    tail, merged into the main list once it is long, so a put costs O(log n) comparisons
+    and a short move, and a prefix scan two bisections per list."""
 
     MERGE_AT = 4096
 
     def __init__(self) -> None:
         self._sorted: list[str] = []
-        self._tail: list[str] = []
+        self._tail: list[str] = []  # sorted
         self._listed: set[str] = set()
 
     def add(self, key: str, live: dict) -> None:
@@ -63,18 +64,13 @@ class LiveKeys:
         if key in self._listed:
             return
         self._listed.add(key)
-        self._tail.append(key)
+        bisect.insort(self._tail, key)
         if len(self._tail) > self.MERGE_AT:
             self._merge(live)
 
     def under(self, prefix: str) -> Iterator[str]:
         """Listed keys starting with ``prefix``, sorted."""
-        keys = self._sorted
-        start = stop = bisect.bisect_left(keys, prefix)
-        while stop < len(keys) and keys[stop].startswith(prefix):
-            stop += 1
-        fresh = sorted(key for key in self._tail if key.startswith(prefix))
-        old = keys[start:stop]
+        old, fresh = _under(self._sorted, prefix), _under(self._tail, prefix)
         return heapq.merge(old, fresh) if fresh else iter(old)
 
     def _merge(self, live: dict) -> None:
@@ -86,3 +82,11 @@ class LiveKeys:
             keys[:] = [key for key in keys if key in live]
             self._listed = set(keys)
         keys.sort()
+
+
+def _under(keys: list[str], prefix: str) -> list[str]:
+    """The keys of sorted ``keys`` that start with ``prefix``."""
+    start = stop = bisect.bisect_left(keys, prefix)
+    while stop < len(keys) and keys[stop].startswith(prefix):
+        stop += 1
+    return keys[start:stop]

@@ -10,10 +10,13 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
+from cellstate.fastbuild import builder
 from cellstate.store import Event, WatchBatch
 
 if TYPE_CHECKING:
     from cellstate.memory_store import MemoryStore
+
+_WATCH_BATCH = builder(WatchBatch)  # one per commit and stream: without its dataclass __init__
 
 
 class MemoryWatchStream:
@@ -72,18 +75,21 @@ def scan_log(stream: MemoryWatchStream, log: Sequence[tuple[Event, ...]], log_st
 
 def fan_out(streams: Iterable[MemoryWatchStream], revision: int, events: Sequence[Event]) -> None:
     """Queue the events of ``revision`` under each live stream's prefix on that stream
-    (streams that start later than ``revision`` skip it)."""
+    (streams that start later than ``revision`` skip it). Streams that take every event
+    share one tuple of them (batches are immutable)."""
+    everything = None
     for stream in streams:
         if stream.cancelled or stream.broken or revision < stream.next_revision:
             continue
         prefix = stream.prefix
-        if prefix:
-            mine = tuple(ev for ev in events if ev.key.startswith(prefix))
-            if not mine:
-                continue
-        else:
-            mine = tuple(events)
-        stream.pending.append(WatchBatch(revision, mine))
+        mine = [ev for ev in events if ev.key.startswith(prefix)] if prefix else events
+        if len(mine) == len(events):
+            if everything is None:
+                everything = tuple(events)
+            mine = everything
+        elif not mine:
+            continue
+        stream.pending.append(_WATCH_BATCH(revision, tuple(mine)))
 
 
 def take_pending(stream: MemoryWatchStream) -> WatchBatch | None:

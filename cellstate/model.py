@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
+from cellstate.fastbuild import builder
 from cellstate.resources import ZERO, Resources
 
 
@@ -83,7 +84,12 @@ class Machine:
     @property
     def free(self) -> Resources:
         """Capacity minus allocated."""
-        return self.capacity - self.allocated
+        capacity, allocated = self.capacity, self.allocated
+        if capacity.extra or allocated.extra:
+            return capacity - allocated
+        # core-only (the usual case): Resources.__sub__ without __init__'s cost
+        return _RESOURCES(capacity.cpu - allocated.cpu, capacity.memory - allocated.memory,
+                          capacity.disk - allocated.disk, ())
 
     def attribute(self, name: str) -> str | None:
         """Value of a named attribute or label (None when absent or empty)."""
@@ -96,11 +102,18 @@ class Machine:
 
     def with_claim(self, request: Resources, tasks: int = 1) -> Machine:
         """This machine with ``tasks`` more tasks charged to its ledger."""
-        return replace(self, allocated=self.allocated + request, task_count=self.task_count + tasks)
+        return self.with_ledger(self.allocated + request, self.task_count + tasks)
 
     def with_release(self, request: Resources, tasks: int = 1) -> Machine:
         """This machine with ``tasks`` tasks removed from its ledger."""
-        return replace(self, allocated=self.allocated - request, task_count=self.task_count - tasks)
+        return self.with_ledger(self.allocated - request, self.task_count - tasks)
+
+    def with_ledger(self, allocated: Resources, task_count: int) -> Machine:
+        """``replace(self, allocated=…, task_count=…)``, built without ``__init__``."""
+        if type(self) is not Machine:
+            return replace(self, allocated=allocated, task_count=task_count)
+        return _MACHINE(self.id, self.capacity, self.zone, self.rack, self.platform, self.packages, self.labels,
+                        self.state, allocated, task_count, self.writer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +162,17 @@ class JobRecord:
         """Indices of tasks waiting to be placed, in order."""
         if self.killed:
             return []
-        return [i for i, c in enumerate(self.tasks) if c == "p"]
+        tasks = self.tasks
+        count = tasks.count("p")  # the usual answers (all, none, a few) without a per-task loop
+        if count == len(tasks):
+            return list(range(count))
+        if count * 8 < len(tasks):
+            found, i = [], tasks.find("p")
+            while i >= 0:
+                found.append(i)
+                i = tasks.find("p", i + 1)
+            return found
+        return [i for i, c in enumerate(tasks) if c == "p"]
 
     def count(self, state: TaskState) -> int:
         return self.tasks.count(state.value)
@@ -162,9 +185,21 @@ class JobRecord:
     def with_tasks(self, indices, state: TaskState) -> JobRecord:
         """This record with the given tasks set to ``state``."""
         chars = list(self.tasks)
+        value = state.value
         for i in indices:
-            chars[i] = state.value
-        return replace(self, tasks="".join(chars))
+            chars[i] = value
+        return self.with_progress("".join(chars), self.reason, self.first_attempt_at, self.placed_at)
+
+    def with_progress(self, tasks: str, reason: str, first_attempt_at: float | None,
+                      placed_at: float | None) -> JobRecord:
+        """``replace(self, tasks=…, reason=…, first_attempt_at=…, placed_at=…)``, the fields
+        placements and task ends change, built without ``__init__`` (every write derives one)."""
+        if type(self) is not JobRecord:
+            return replace(self, tasks=tasks, reason=reason, first_attempt_at=first_attempt_at, placed_at=placed_at)
+        return _JOB_RECORD(self.job, tasks, self.submitted_at, reason, self.killed, first_attempt_at, placed_at)
+
+
+_JOB_RECORD, _MACHINE, _RESOURCES = builder(JobRecord), builder(Machine), builder(Resources)
 
 
 def derive_job_state(tasks: str, killed: bool) -> JobState:

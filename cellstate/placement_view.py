@@ -18,6 +18,7 @@ from cellstate.codec_fields import CodecError
 from cellstate.keys import CellKeys
 from cellstate.model import Machine, MachineState
 from cellstate.replica import Replica
+from cellstate.replica_state import ReplicaState
 from cellstate.stats_codec import decode_stats
 from cellstate.store import Store
 from omega.protocols import CommitOutcome, MachineEntry
@@ -62,7 +63,7 @@ class _WatchedReplica(Replica):
             ids.add(ident)
 
     def _set_job(self, ident: str, entry) -> None:
-        super()._set_job(ident, entry)
+        ReplicaState._set_job(self, ident, entry)  # not super(): once per job change
         if self.changed_jobs is not None:
             self.changed_jobs.add(ident)
 

@@ -7,6 +7,8 @@ with the mod_revision. The cache is keyed by the identity of the bytes object (i
 bytes, so the identity cannot be reused while cached) and by the key; it keeps the values of
 the last one to two ``generation`` decodes (two dicts swapped, so eviction costs nothing).
 A value that fails to decode is not cached: each replica gets the error itself.
+(Below it, the codec's own memo, ``cellstate.codec_memo``, answers for bytes encoded or
+decoded anywhere in the process.)
 """
 
 from __future__ import annotations

@@ -65,3 +65,35 @@ def test_old_generations_are_dropped():
 def test_bad_generation_is_refused(generation):
     with pytest.raises(ValueError, match="generation"):
         SharedDecodes(generation)
+
+
+@pytest.mark.parametrize("now", [5.0, 5], ids=["float-time", "int-time"])
+def test_a_views_own_commit_reaches_the_other_replica_as_the_committers_objects(now):
+    """The codec remembers what the committer encoded (cellstate.codec_memo): the other
+    replica's decode of those bytes answers with the committer's objects, unless decoding
+    would give other types (an int time comes back a float: then it is decoded)."""
+    from cellstate.codec import encode_job_record
+    from cellstate.committer import StoreCommitter
+    from cellstate.model import Job, JobKind, JobRecord
+    from cellstate.placement_view import ReplicaView
+    from omega.protocols import Claim, Plan
+
+    store, shared = MemoryStore(history=False), SharedDecodes()
+    put_machine(store, "m1", 4000)
+    job = JobRecord.new(Job("j1", JobKind.BATCH, 2, Resources(100, 10)), 1.0)
+    store.txn([], [Put(KEYS.job("j1"), encode_job_record(job))], [])
+    mine, peer = ReplicaView(store, KEYS, shared_decodes=shared), ReplicaView(store, KEYS, shared_decodes=shared)
+    plan = Plan(mine.job("j1"), (Claim(0, "m1", Resources(100, 10)),), {"m1": mine.machine("m1")}, "s", now=now)
+    outcome = StoreCommitter(store, KEYS).commit(plan)
+    mine.apply_outcome(outcome)
+    assert peer.pump() == 3  # machine, alloc, job
+    assert peer.machine("m1").machine is mine.machine("m1").machine
+    same_types = type(now) is float
+    assert (peer.job("j1").record is mine.job("j1").record) is same_types
+    assert (next(iter(peer.allocs())) is next(iter(mine.allocs()))) is same_types
+    alone = Replica(store, KEYS)
+    alone.sync()
+    # the peer holds what decoding gives, types included (repr tells 5 from 5.0)
+    assert repr(list(peer.jobs())) == repr(list(alone.jobs()))
+    assert repr(list(peer.machines())) == repr(list(alone.machines()))
+    assert repr(list(peer.allocs())) == repr(list(alone.allocs()))

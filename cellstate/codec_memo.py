@@ -1,0 +1,55 @@
+"""``ValueMemo``: values the codec recently encoded or decoded, by the identity of their bytes.
+
+Decoding is a function of the bytes alone, and a ``MemoryStore`` hands every reader the very
+``bytes`` object a writer put. So in one process (a replay) the bytes a committer or an agent
+encoded reach the replicas' watches and the agents' reads as the same object, and bytes one
+replica decoded reach the other. The codec keeps one memo per value type and answers a decode
+of remembered bytes with the remembered value (immutable, so it can be shared):
+
+- after decoding ``bytes`` successfully (failures are not remembered: each caller gets the error);
+- after encoding a value through a trusted shape check (``codec_trusted``, ``codec_job_fast``),
+  which admits only values that decode back equal with the same types (no ``int`` time that
+  would come back a ``float``, no ``-0.0``).
+
+Entries are keyed by ``id(raw)`` and hold ``raw``, so an id cannot be reused while remembered;
+only exact ``bytes`` are remembered (a ``bytearray`` may change). Two generations, swapped when
+the young one reaches ``max_entries`` values or ``max_bytes`` of bytes (no per-entry eviction).
+Bytes read from etcd are new objects each time: they miss and are decoded as before. Dict
+operations are atomic, so threads sharing a memo at worst lose an entry (a miss).
+"""
+
+from __future__ import annotations
+
+
+class ValueMemo:
+    """Recently encoded or decoded values of one type, by their bytes (see the module docstring)."""
+
+    __slots__ = ("max_entries", "max_bytes", "_young", "_old", "_young_bytes")
+
+    def __init__(self, max_entries: int = 100_000, max_bytes: int = 32 << 20):
+        if max_entries < 1 or max_bytes < 1:
+            raise ValueError(f"memo limits must be positive, got {max_entries!r} entries, {max_bytes!r} bytes")
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self._young: dict[int, tuple[bytes, object]] = {}
+        self._old: dict[int, tuple[bytes, object]] = {}
+        self._young_bytes = 0
+
+    def get(self, raw) -> object | None:
+        """The value remembered for this very bytes object, or None."""
+        ident = id(raw)
+        held = self._young.get(ident) or self._old.get(ident)
+        return held[1] if held is not None and held[0] is raw else None
+
+    def put(self, raw, value: object) -> None:
+        """Remember ``value`` as what ``raw`` decodes to (exact ``bytes`` only)."""
+        if type(raw) is not bytes:
+            return
+        young = self._young
+        young[id(raw)] = (raw, value)
+        self._young_bytes += len(raw)
+        if len(young) >= self.max_entries or self._young_bytes >= self.max_bytes:
+            self._old, self._young, self._young_bytes = young, {}, 0
+
+    def clear(self) -> None:
+        self._young, self._old, self._young_bytes = {}, {}, 0

@@ -1,0 +1,60 @@
+"""The codec's memo of recent values by the identity of their bytes (``cellstate.codec_memo``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cellstate.codec import CodecError, decode_machine, encode_machine
+from cellstate.codec_memo import ValueMemo
+from cellstate.codec_trusted import pack_machine
+from cellstate.model import Machine
+from cellstate.resources import Resources
+
+M = Machine("m1", Resources(4000, 1024))
+
+
+def test_the_very_bytes_object_is_answered_equal_bytes_are_not():
+    memo = ValueMemo()
+    raw = b"x" * 8
+    memo.put(raw, "value")
+    assert memo.get(raw) == "value"
+    assert memo.get(bytes(bytearray(raw))) is None  # equal content, another object
+
+
+@pytest.mark.parametrize("raw", [bytearray(b"abc"), memoryview(b"abc")], ids=["bytearray", "memoryview"])
+def test_mutable_or_borrowed_buffers_are_not_remembered(raw):
+    memo = ValueMemo()
+    memo.put(raw, "value")
+    assert memo.get(raw) is None
+
+
+@pytest.mark.parametrize("limits, kept", [((2, 1 << 20), 2), ((100, 20), 2)], ids=["by-entries", "by-bytes"])
+def test_old_generations_are_dropped(limits, kept):
+    memo = ValueMemo(*limits)
+    values = [bytes([i]) * 10 for i in range(6)]
+    for i, raw in enumerate(values):
+        memo.put(raw, i)
+    assert [memo.get(raw) for raw in values[-kept:]] == list(range(6 - kept, 6))
+    assert memo.get(values[0]) is None
+
+
+@pytest.mark.parametrize("limits", [(0, 10), (10, 0)], ids=["entries", "bytes"])
+def test_bad_limits_are_refused(limits):
+    with pytest.raises(ValueError, match="limits"):
+        ValueMemo(*limits)
+
+
+def test_decodes_of_encoded_and_decoded_bytes_share_the_value():
+    raw = pack_machine(M)
+    assert decode_machine("machines/m1", raw) is M  # trusted encode: remembered
+    other = encode_machine(M)  # the generic encoder remembers nothing
+    first = decode_machine("machines/m1", other)
+    assert first == M and first is not M
+    assert decode_machine("machines/m1", other) is first
+
+
+def test_a_value_that_fails_to_decode_fails_every_time():
+    raw = b"\x81\xa1v\x01"  # {"v": 1}: no type tag
+    for _ in range(2):
+        with pytest.raises(CodecError, match="type tag"):
+            decode_machine("machines/m1", raw)

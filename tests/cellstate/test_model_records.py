@@ -1,0 +1,59 @@
+"""JobRecord's derived records and pending indices: the shortcuts give what the plain
+definitions give (``dataclasses.replace``, a scan of every task)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cellstate.model import Job, JobKind, JobRecord, TaskState
+from cellstate.resources import Resources
+
+JOB = Job("j", JobKind.BATCH, 1, Resources(1, 1))
+
+
+def record(tasks: str, killed: bool = False) -> JobRecord:
+    return JobRecord(replace(JOB, tasks=max(1, len(tasks))), tasks, 2.0, "why", killed, 3.0, None)
+
+
+@given(st.text(alphabet="parfxk", max_size=200), st.booleans())
+def test_pending_tasks_are_the_pending_indices(tasks, killed):
+    expected = [] if killed else [i for i, c in enumerate(tasks) if c == "p"]
+    assert record(tasks, killed).pending_tasks() == expected
+
+
+@pytest.mark.parametrize("tasks", ["p" * 50, "a" * 50, "a" * 40 + "p" + "a" * 9, "pa" * 25],
+                         ids=["all", "none", "one", "half"])
+def test_pending_tasks_of_the_usual_shapes(tasks):
+    assert record(tasks).pending_tasks() == [i for i, c in enumerate(tasks) if c == "p"]
+
+
+@dataclass(frozen=True, slots=True)
+class TaggedRecord(JobRecord):
+    tag: str = "t"
+
+
+@pytest.mark.parametrize("rec", [record("ppp"), TaggedRecord(replace(JOB, tasks=3), "ppp")], ids=["plain", "subclass"])
+def test_with_progress_and_with_tasks_are_replace(rec):
+    got = rec.with_progress("apa", "1 task: full", 5.0, None)
+    assert got == replace(rec, tasks="apa", reason="1 task: full", first_attempt_at=5.0, placed_at=None)
+    assert type(got) is type(rec) and repr(got) == repr(replace(got))
+    assert rec.with_tasks([0, 2], TaskState.RUNNING) == replace(rec, tasks="rpr")
+
+
+@pytest.mark.parametrize("capacity, allocated", [
+    (Resources(4000, 8192, 10), Resources(1000, 512)),
+    (Resources(4000, 8192, 0, (("gpu", 2),)), Resources(1000, 512, 0, (("gpu", 2),))),
+    (Resources(1, 1), Resources(2, 3)),
+], ids=["core", "extra", "overcommitted"])
+def test_machine_free_and_ledger_changes_are_the_plain_arithmetic(capacity, allocated):
+    from cellstate.model import Machine
+
+    m = Machine("m1", capacity, "z", allocated=allocated, task_count=2, writer="w")
+    assert m.free == capacity - allocated and repr(m.free) == repr(capacity - allocated)
+    request = Resources(10, 20)
+    assert m.with_claim(request, 2) == replace(m, allocated=allocated + request, task_count=4)
+    assert m.with_release(request) == replace(m, allocated=allocated - request, task_count=1)
