@@ -87,9 +87,11 @@ class RequestIndex:
         if not self._slots or not frees:
             return []
         core = self._core[:len(requests)]
-        hit = np.zeros(len(core), dtype=bool)
-        for free in frees:
-            hit |= (core[:, 0] <= free.cpu) & (core[:, 1] <= free.memory) & (core[:, 2] <= free.disk)
+        room = np.array([(f.cpu, f.memory, f.disk) for f in frees], dtype=np.int64)
+        if len(room) == 1:
+            hit = (core <= room[0]).all(axis=1)
+        else:
+            hit = (core[:, None, :] <= room[None, :, :]).all(axis=2).any(axis=1)
         out = []
         for row in np.flatnonzero(hit).tolist():
             request = requests[row]
@@ -131,7 +133,6 @@ class NothingFitsMemo:
         self._new_shapes: list[Resources] = []  # shapes noted since the last refresh
         self._noted: set[str] = set()  # noted since the last refresh
         self._changes = MemoChanges()
-        self.skipped = 0  # remembered jobs left out of the candidates, summed over refreshes
         self.released = 0  # jobs released by room or a record change (a group's jobs count)
 
     def __len__(self) -> int:
@@ -203,7 +204,6 @@ class NothingFitsMemo:
         for job_id in changed:
             self._file(job_id, pending(job_id))
         self._sleep_by_new_shapes()
-        self.skipped += len(self)
         return changes
 
     def _file(self, job_id: str, entry: JobEntry | None) -> None:
@@ -274,14 +274,14 @@ class NothingFitsMemo:
         freed = self.view.take_freed_machines()
         if not freed or not (self._requests or self._shapes or self._new_shapes):
             return
-        frees = []
-        for machine_id in freed:
-            held = self.view.machine(machine_id)
-            if held is not None and held.machine.state is MachineState.UP:
-                frees.append(held.machine.free)
+        up, machine_of = MachineState.UP, self.view.machine
+        frees = [held.machine.free for held in map(machine_of, freed)
+                 if held is not None and held.machine.state is up]
+        if not frees:
+            return
         if self._shapes or self._new_shapes:
-            self._shapes = [s for s in self._shapes if not any(s.fits_in(f) for f in frees)]
-            self._new_shapes = [s for s in self._new_shapes if not any(s.fits_in(f) for f in frees)]
+            self._shapes = _without_room_in(self._shapes, frees)
+            self._new_shapes = _without_room_in(self._new_shapes, frees)
         for request in self._requests.fitting(frees):
             group = self._groups[request]
             self.released += len(group.members) if group.asleep else len(group.solo)
@@ -300,3 +300,15 @@ class NothingFitsMemo:
             if not group.asleep and any(s.fits_in(request) for s in new):
                 self._set_asleep(request, group, True)
         self._shapes += new
+
+
+def _without_room_in(shapes: list[Resources], frees: list[Resources]) -> list[Resources]:
+    """The shapes that fit in none of ``frees`` (a shape larger than their largest cpu,
+    memory or disk is kept without a look at each)."""
+    if not shapes:
+        return shapes
+    cpu = max(f.cpu for f in frees)
+    memory = max(f.memory for f in frees)
+    disk = max(f.disk for f in frees)
+    return [s for s in shapes if s.cpu > cpu or s.memory > memory or s.disk > disk
+            or not any(s.fits_in(f) for f in frees)]
