@@ -10,6 +10,8 @@ index keeps, per zone and capacity class, the machines sorted by an exact intege
 (Σ free_r · P / cap_r, P = Π cap_r; most free first, then id). The best machine of a class for
 a task is the first machine of that list that passes the filters and holds none of the job's
 tasks; the best of a zone is the best of its classes' firsts (ranked by the chain itself).
+Each list (``ClassList``) also holds its keys' free amounts as a numpy array in list order,
+so the search finds the machines of a list with room for a request in one vector compare.
 
 The index follows the view across decisions: ``sync`` finds the entries that changed (by
 identity, in one pass) and moves only those. Machines in a state the chain never accepts are
@@ -44,13 +46,12 @@ class MachineIndex:
         self._frees = attrgetter(*resources) if set(resources) <= set(_CORE) else None
         self._class: dict[str, tuple] = {}  # id -> (capacity, zone, its list, load weights)
         self.machines: dict[str, Machine] = {}
-        self.zones: dict[str, dict[tuple[int, ...], list[SortKey]]] = {}
-        self._slots: dict[str, tuple[list[SortKey], SortKey]] = {}  # id -> (its list, its key)
+        self.zones: dict[str, dict[tuple[int, ...], ClassList]] = {}
+        self._slots: dict[str, tuple[ClassList, SortKey]] = {}  # id -> (its list, its key)
         self.keys: dict[str, SortKey] = {}  # id -> its key, for every listed machine
         self._snapshot: list[MachineEntry] = []
         self._known: dict[str, MachineEntry] = {}
         self.columns = FreeColumns(len(resources))  # the keys' free amounts, for vectorized tallies
-        self.list_number: dict[int, int] = {}  # id() of a zone and class list -> its number
 
     # -- following the view -----------------------------------------------------------------
 
@@ -105,10 +106,10 @@ class MachineIndex:
         frees = self.frees_of(free)
         load = sum(f * w for f, w in zip(frees, weights))
         key = (-load, machine.id, *frees)
-        bisect.insort(listed, key)
+        listed.add(key, frees)
         self._slots[machine.id] = (listed, key)
         self.keys[machine.id] = key
-        self.columns.list(machine.id, frees, self.list_number[id(listed)])
+        self.columns.list(machine.id, frees)
         return id(listed)
 
     def frees_of(self, amounts: Resources) -> tuple[int, ...]:
@@ -129,8 +130,7 @@ class MachineIndex:
             classes = self.zones[machine.zone] = {}
         listed = classes.get(caps)
         if listed is None:
-            listed = classes[caps] = []
-            self.list_number[id(listed)] = len(self.list_number)
+            listed = classes[caps] = ClassList(len(self.resources))
         return machine.capacity, machine.zone, listed, weights
 
     def _unlist(self, machine_id: str) -> None:
@@ -138,12 +138,43 @@ class MachineIndex:
         if slot is not None:
             del self.keys[machine_id]
             listed, key = slot
-            del listed[bisect.bisect_left(listed, key)]
+            listed.remove(key)
             self.columns.unlist(machine_id)
 
-    def lists_of(self, zone: str) -> Iterable[list[SortKey]]:
+    def lists_of(self, zone: str) -> Iterable[ClassList]:
         classes = self.zones.get(zone)
         return classes.values() if classes else ()
+
+
+class ClassList(list):
+    """The sort keys of one zone and capacity class, ascending, and ``free``: row i holds the
+    free amounts of key i (the least_loaded resources), kept in step by ``add`` and ``remove``."""
+
+    __slots__ = ("free",)
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.free = np.zeros((16, width), dtype=np.int64)
+
+    def add(self, key: SortKey, frees: tuple[int, ...]) -> None:
+        """Insert ``key`` (not listed yet) in order, with its free amounts."""
+        j = bisect.bisect_left(self, key)
+        n = len(self)
+        free = self.free
+        if n == len(free):
+            free = self.free = with_row(free, n, 0)
+        if j < n:
+            free[j + 1:n + 1] = free[j:n]  # numpy copies overlapping slices safely
+        free[j] = frees
+        self.insert(j, key)
+
+    def remove(self, key: SortKey) -> None:
+        """Remove ``key`` (listed) and its free amounts."""
+        j = bisect.bisect_left(self, key)
+        del self[j]
+        n = len(self)
+        if j < n:
+            self.free[j:n] = self.free[j + 1:n + 1]
 
 
 class FreeColumns:
@@ -152,10 +183,9 @@ class FreeColumns:
 
     def __init__(self, width: int) -> None:
         self._slots: RowSlots[str] = RowSlots()
-        self._row = self._slots.row
+        self._row = self.row_of = self._slots.row  # machine id -> its row
         self.ids = self._slots.keys  # machine id of each row (None: spare)
         self.free = np.zeros((64, width), dtype=np.int64)
-        self.list_of = np.zeros(64, dtype=np.int64)  # the number of its list, when listed
         self.listed = np.zeros(64, dtype=bool)
         self.known = np.zeros(64, dtype=bool)
         self._rank: np.ndarray | None = None  # rows' ranks by machine id (None: stale)
@@ -165,7 +195,6 @@ class FreeColumns:
             return
         row = self._slots.take(machine_id)
         self.free = with_row(self.free, row, 0)
-        self.list_of = with_row(self.list_of, row, 0)
         self.listed = with_row(self.listed, row, False)
         self.known = with_row(self.known, row, False)
         self.known[row] = True
@@ -176,28 +205,15 @@ class FreeColumns:
         self.known[row] = self.listed[row] = False
         self._rank = None
 
-    def list(self, machine_id: str, frees: tuple[int, ...], list_number: int) -> None:
+    def list(self, machine_id: str, frees: tuple[int, ...]) -> None:
         row = self._row[machine_id]
         self.free[row] = frees
-        self.list_of[row] = list_number
         self.listed[row] = True
-
-    def lists_with_room(self, need: tuple[int, ...]) -> set[int]:
-        """Numbers of the lists holding a machine with at least ``need`` free."""
-        n = len(self.ids)
-        room = self.listed[:n].copy()
-        for column, amount in enumerate(need):
-            room &= self.free[:n, column] >= amount
-        return set(np.unique(self.list_of[:n][room]).tolist())
 
     def unlist(self, machine_id: str) -> None:
         row = self._row.get(machine_id)
         if row is not None:
             self.listed[row] = False
-
-    def rows_of(self, machine_ids: Iterable[str]) -> list[int]:
-        row = self._row
-        return [row[m] for m in machine_ids if m in row]
 
     def smallest_id(self, mask: np.ndarray) -> str:
         """The smallest machine id among the rows set in ``mask`` (not empty)."""
