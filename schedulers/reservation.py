@@ -3,6 +3,9 @@ and each job's placement (existing allocations plus reserved claims). The view i
 
 from __future__ import annotations
 
+from collections import Counter
+from operator import attrgetter
+
 from cellstate.model import Machine
 from cellstate.resources import Resources
 from omega.protocols import CellView
@@ -43,11 +46,7 @@ class Reservations:
         """Where the job's tasks are, counting existing allocations (from the view) once."""
         placement = self._placements.get(job_id)
         if placement is None:
-            placement = self._placements[job_id] = JobPlacement()
-            for alloc in self.view.allocs_of(job_id):
-                entry = self.view.machine(alloc.machine_id)
-                placement.add(alloc.machine_id, entry.machine.zone if entry else "",
-                              rack=entry.machine.rack if entry else "")
+            placement = self._placements[job_id] = _placement_of(self.view, job_id)
         return placement
 
     def reserve(self, job_id: str, machine: Machine, request: Resources) -> None:
@@ -62,3 +61,26 @@ class Reservations:
         """Undo one ``reserve`` of ``request`` on ``machine`` for ``job_id``."""
         self._free[machine.id] = self.free(machine) + request
         self.placement(job_id).add(machine.id, machine.zone, -1, rack=machine.rack)
+
+
+_MACHINE_ID = attrgetter("machine_id")
+
+
+def _placement_of(view: CellView, job_id: str) -> JobPlacement:
+    """The job's existing allocations as a ``JobPlacement`` (what ``JobPlacement.add`` per
+    allocation gives, same dict orders): tasks counted per machine first, so the machine's
+    zone and rack are looked up once per machine, not once per task."""
+    on_machine = dict(Counter(map(_MACHINE_ID, view.allocs_of(job_id))))
+    zones: dict[str, int] = {}
+    racks: dict[str, int] = {}
+    machine_of = view.machine
+    for machine_id, tasks in on_machine.items():
+        entry = machine_of(machine_id)
+        if entry is None:
+            zones[""] = zones.get("", 0) + tasks
+            continue
+        machine = entry.machine
+        zones[machine.zone] = zones.get(machine.zone, 0) + tasks
+        if machine.rack:
+            racks[machine.rack] = racks.get(machine.rack, 0) + tasks
+    return JobPlacement(on_machine, zones, sum(on_machine.values()), racks)

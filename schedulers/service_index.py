@@ -13,8 +13,8 @@ tasks; the best of a zone is the best of its classes' firsts (ranked by the chai
 Each list (``ClassList``) also holds its keys' free amounts as a numpy array in list order,
 so the search finds the machines of a list with room for a request in one vector compare.
 
-The index follows the view across decisions: ``sync`` finds the entries that changed (by
-identity, in one pass) and moves only those. Machines in a state the chain never accepts are
+The index follows the view across decisions: ``sync`` moves only the entries that changed,
+as the view reports them (``MachineChanges``) or else found by identity in one pass. Machines in a state the chain never accepts are
 not listed.
 """
 
@@ -31,6 +31,7 @@ import numpy as np
 from cellstate.model import Machine, MachineState
 from cellstate.resources import Resources
 from omega.protocols import CellView, MachineEntry
+from schedulers.machine_changes import MachineChanges, tracks_changes
 from schedulers.row_slots import RowSlots, with_row
 
 SortKey = tuple  # (-load key, machine id, free of each least_loaded resource…): ascending = most free first
@@ -50,6 +51,8 @@ class MachineIndex:
         self._slots: dict[str, tuple[ClassList, SortKey]] = {}  # id -> (its list, its key)
         self.keys: dict[str, SortKey] = {}  # id -> its key, for every listed machine
         self._snapshot: list[MachineEntry] = []
+        self._view: CellView | None = None  # the view last synced to
+        self._changes: MachineChanges | None = None  # its changed machines, when it reports them
         self._known: dict[str, MachineEntry] = {}
         self.columns = FreeColumns(len(resources))  # the keys' free amounts, for vectorized tallies
 
@@ -57,6 +60,13 @@ class MachineIndex:
 
     def sync(self, view: CellView) -> int:
         """Bring the index to ``view``; returns how many machines were (re)indexed."""
+        if view is not self._view:  # a new view: compare every machine by id, then follow it
+            self._view = view
+            self._changes = MachineChanges(view) if tracks_changes(view) else None
+            self._snapshot = entries = list(view.machines())
+            return self._resync(entries)
+        if self._changes is not None:
+            return self._sync_changed(view)
         entries = list(view.machines())
         old = self._snapshot
         self._snapshot = entries
@@ -69,19 +79,39 @@ class MachineIndex:
                 return len(changed)
         return self._resync(entries)
 
+    def _sync_changed(self, view: CellView) -> int:
+        """Take in the machines the view reports as changed; compare all of them by id when
+        the counts then disagree (the view lost track, e.g. a relist dropped machines)."""
+        known, machine_of = self._known, view.machine
+        changed = 0
+        for machine_id in sorted(self._changes.take()):
+            entry = machine_of(machine_id)
+            if entry is None:
+                if machine_id in known:
+                    self._drop(machine_id)
+            elif known.get(machine_id) is not entry:
+                self._update(entry)
+                changed += 1
+        if len(known) != view.machine_count():
+            return changed + self._resync(list(view.machines()))
+        return changed
+
     def _resync(self, entries: list[MachineEntry]) -> int:
         """Machines came or went: compare by id."""
         current = {e.machine.id: e for e in entries}
         for machine_id in [m for m in self._known if m not in current]:
-            self._unlist(machine_id)
-            del self._known[machine_id]
-            del self.machines[machine_id]
-            self.columns.drop(machine_id)
-            self._class.pop(machine_id, None)
+            self._drop(machine_id)
         changed = [e for mid, e in current.items() if self._known.get(mid) is not e]
         for entry in changed:
             self._update(entry)
         return len(changed)
+
+    def _drop(self, machine_id: str) -> None:
+        self._unlist(machine_id)
+        del self._known[machine_id]
+        del self.machines[machine_id]
+        self.columns.drop(machine_id)
+        self._class.pop(machine_id, None)
 
     def _update(self, entry: MachineEntry) -> None:
         machine = entry.machine
@@ -96,8 +126,8 @@ class MachineIndex:
     def place(self, machine: Machine, free: Resources) -> int:
         """(Re)list ``machine`` by ``free`` (unlisted when its state is never accepted);
         returns ``id()`` of its list (0: unlisted)."""
-        self._unlist(machine.id)
         if self.accept is not None and machine.state not in self.accept:
+            self._unlist(machine.id)
             return 0
         known = self._class.get(machine.id)
         if known is None or known[0] != machine.capacity or known[1] != machine.zone:
@@ -106,7 +136,12 @@ class MachineIndex:
         frees = self.frees_of(free)
         load = sum(f * w for f, w in zip(frees, weights))
         key = (-load, machine.id, *frees)
-        listed.add(key, frees)
+        slot = self._slots.get(machine.id)
+        if slot is not None and slot[0] is listed:
+            listed.move(slot[1], key, frees)
+        else:
+            self._unlist(machine.id)
+            listed.add(key, frees)
         self._slots[machine.id] = (listed, key)
         self.keys[machine.id] = key
         self.columns.list(machine.id, frees)
@@ -167,6 +202,19 @@ class ClassList(list):
             free[j + 1:n + 1] = free[j:n]  # numpy copies overlapping slices safely
         free[j] = frees
         self.insert(j, key)
+
+    def move(self, old: SortKey, key: SortKey, frees: tuple[int, ...]) -> None:
+        """Replace listed ``old`` by ``key`` (shifting only the rows between their places)."""
+        j = bisect.bisect_left(self, old)
+        del self[j]
+        k = bisect.bisect_left(self, key)
+        self.insert(k, key)
+        free = self.free
+        if k > j:
+            free[j:k] = free[j + 1:k + 1]
+        elif k < j:
+            free[k + 1:j + 1] = free[k:j]
+        free[k] = frees
 
     def remove(self, key: SortKey) -> None:
         """Remove ``key`` (listed) and its free amounts."""

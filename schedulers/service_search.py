@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
-from itertools import groupby
+from itertools import groupby, repeat
 from typing import Iterable, NamedTuple
 
 import numpy as np
@@ -98,7 +98,7 @@ class _Hosts(NamedTuple):
     job's task count on each."""
 
     rows: np.ndarray
-    tasks: list[int]
+    tasks: np.ndarray
 
 
 class SpreadSearch:
@@ -160,10 +160,12 @@ class SpreadSearch:
         return offer
 
     def _hosts(self, placed: dict[str, int]) -> _Hosts:
-        """The known machines holding some of the job's tasks: their rows and task counts."""
-        row_of = self.index.columns.row_of
-        hosts = [(row_of[machine_id], here) for machine_id, here in placed.items() if here > 0 and machine_id in row_of]
-        return _Hosts(np.array([row for row, _ in hosts], dtype=np.int64), [here for _, here in hosts])
+        """The known machines holding some of the job's tasks: their rows and task counts
+        (looked up in C: a big job has thousands)."""
+        rows = np.array(list(map(self.index.columns.row_of.get, placed, repeat(-1))), dtype=np.int64)
+        tasks = np.fromiter(placed.values(), dtype=np.int64, count=len(placed))
+        held = (rows >= 0) & (tasks > 0)
+        return _Hosts(rows[held], tasks[held])
 
     def _best_host(self, zones: list[str], spec: Job, placement: JobPlacement, ctx: ScoreContext,
                    hosts: _Hosts) -> Machine | None:
@@ -255,7 +257,7 @@ class SpreadSearch:
         tasks on it, so the verdict is computed once per count of tasks (on one such host)."""
         columns, machines, free_of, before = self.index.columns, self.index.machines, self.reservations.free, self.chain.before_fit
         listed = columns.listed[hosts.rows]
-        heres = np.array(hosts.tasks, dtype=np.int64)
+        heres = hosts.tasks
         blocked = []
         for here in np.unique(heres[listed]).tolist():
             at = listed & (heres == here)
