@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from operator import attrgetter
+from typing import Mapping
 
 from cellstate.model import Machine
 from cellstate.resources import Resources
@@ -15,11 +16,15 @@ from schedulers.plugin import JobPlacement
 class Reservations:
     """What this decision has reserved so far on top of ``view``."""
 
-    def __init__(self, view: CellView, base_free: dict[str, tuple[Machine, Resources]] | None = None):
+    def __init__(self, view: CellView, base_free: dict[str, tuple[Machine, Resources]] | None = None,
+                 machines: Mapping[str, Machine] | None = None):
         """``base_free``: an optional cache of ``machine.free`` per machine id, kept by the
-        caller across decisions; an entry is used only while it holds the same Machine object."""
+        caller across decisions; an entry is used only while it holds the same Machine object.
+        ``machines``: optionally, the view's machines by id (e.g. a synced index's), which
+        saves a view lookup per machine when counting a job's allocations."""
         self.view = view
         self._base = base_free
+        self._machines = machines
         self._free: dict[str, Resources] = {}
         self._placements: dict[str, JobPlacement] = {}
 
@@ -46,7 +51,7 @@ class Reservations:
         """Where the job's tasks are, counting existing allocations (from the view) once."""
         placement = self._placements.get(job_id)
         if placement is None:
-            placement = self._placements[job_id] = _placement_of(self.view, job_id)
+            placement = self._placements[job_id] = _placement_of(self.view, job_id, self._machines)
         return placement
 
     def reserve(self, job_id: str, machine: Machine, request: Resources) -> None:
@@ -64,23 +69,30 @@ class Reservations:
 
 
 _MACHINE_ID = attrgetter("machine_id")
+_MACHINE, _ZONE, _RACK = attrgetter("machine"), attrgetter("zone"), attrgetter("rack")
 
 
-def _placement_of(view: CellView, job_id: str) -> JobPlacement:
+def _placement_of(view: CellView, job_id: str, machines: Mapping[str, Machine] | None) -> JobPlacement:
     """The job's existing allocations as a ``JobPlacement`` (what ``JobPlacement.add`` per
-    allocation gives, same dict orders): tasks counted per machine first, so the machine's
-    zone and rack are looked up once per machine, not once per task."""
+    allocation gives, same dict orders): tasks are counted per machine first, so a machine's
+    zone and rack are looked up once; when every machine is in the view and holds one task
+    (a big spread job), zones and racks are counted in C too."""
     on_machine = dict(Counter(map(_MACHINE_ID, view.allocs_of(job_id))))
+    total = sum(on_machine.values())
+    if machines is not None:
+        held = list(map(machines.get, on_machine))
+    else:
+        entries = list(map(view.machine, on_machine))
+        held = list(map(_MACHINE, entries)) if all(entries) else [e.machine if e else None for e in entries]
+    if total == len(on_machine) and all(held):
+        racks = dict(Counter(map(_RACK, held)))
+        racks.pop("", None)  # racks are counted only when given
+        return JobPlacement(on_machine, dict(Counter(map(_ZONE, held))), total, racks)
     zones: dict[str, int] = {}
-    racks: dict[str, int] = {}
-    machine_of = view.machine
-    for machine_id, tasks in on_machine.items():
-        entry = machine_of(machine_id)
-        if entry is None:
-            zones[""] = zones.get("", 0) + tasks
-            continue
-        machine = entry.machine
-        zones[machine.zone] = zones.get(machine.zone, 0) + tasks
-        if machine.rack:
-            racks[machine.rack] = racks.get(machine.rack, 0) + tasks
-    return JobPlacement(on_machine, zones, sum(on_machine.values()), racks)
+    racks = {}
+    for machine, tasks in zip(held, on_machine.values()):
+        zone, rack = (machine.zone, machine.rack) if machine is not None else ("", "")
+        zones[zone] = zones.get(zone, 0) + tasks
+        if rack:
+            racks[rack] = racks.get(rack, 0) + tasks
+    return JobPlacement(on_machine, zones, total, racks)

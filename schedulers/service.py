@@ -34,7 +34,11 @@ def order_batch(jobs: Sequence[tuple[JobEntry, Sequence[int]]]) -> list[tuple[Jo
     """Diego's auction order: the first instance of every service job (one with no live
     task yet) by size descending; then batch-kind tasks by size descending; then the
     remaining instances by their rank within their job, then size descending.
-    Size is (memory, cpu, disk); ties break by job id, then task index."""
+    Size is (memory, cpu, disk); ties break by job id, then task index. So one job's tasks
+    come in index order (the common case, answered without building the sort keys)."""
+    if len(jobs) == 1:
+        entry, tasks = jobs[0]
+        return [(entry, t) for t in sorted(tasks)]
     firsts, batch, rest = [], [], []
     for entry, tasks in jobs:
         spec = entry.record.job
@@ -43,7 +47,7 @@ def order_batch(jobs: Sequence[tuple[JobEntry, Sequence[int]]]) -> list[tuple[Jo
         if spec.kind is JobKind.BATCH:
             batch.extend((size, entry.id, t, entry) for t in ordered)
             continue
-        has_live = any(c in "ar" for c in entry.record.tasks)
+        has_live = "a" in entry.record.tasks or "r" in entry.record.tasks
         for rank, t in enumerate(ordered):
             if rank == 0 and not has_live:
                 firsts.append((size, entry.id, t, entry))
@@ -127,7 +131,8 @@ class ServiceScheduler:
         if len(self._base_free) > 2 * view.machine_count() + 1024:
             self._base_free.clear()
         self.index.sync(view)
-        search = SpreadSearch(self.index, self.pipeline, self.chain, Reservations(view, self._base_free))
+        reservations = Reservations(view, self._base_free, machines=self.index.machines)
+        search = SpreadSearch(self.index, self.pipeline, self.chain, reservations)
         decisions = {job.id: Decision() for job, _ in checked}
         try:
             for job, task in order_batch(checked):

@@ -155,19 +155,24 @@ def test_the_crowded_cells_reject_hosts_before_resources_fit(monkeypatch):
     assert "different_machine: job already on machine" in reasons and "max_per_machine: limit 1" in reasons
 
 
-def test_placement_counts_allocations_as_adding_them_one_by_one():
+@pytest.mark.parametrize("by_id", [False, True], ids=["view-lookups", "machines-by-id"])
+@pytest.mark.parametrize("spread, gone", [(False, True), (True, False), (True, True)],
+                         ids=["stacked-gone-machine", "one-per-machine", "one-per-machine-gone"])
+def test_placement_counts_allocations_as_adding_them_one_by_one(spread, gone, by_id):
     rng = random.Random(5)
     view = DictView([machine(f"m{i}", zone=f"z{i % 3}", rack=f"r{i % 4}" if i % 5 else "", cpu=64000, memory=65536)
                      for i in range(12)])
     entry = view.add_job(job("j", tasks=30))
-    for task in range(30):
-        view.place("j", task, f"m{rng.randrange(12)}")
-    del view._machines["m3"]  # an allocation on a machine the view no longer has
+    for task in range(12 if spread else 30):
+        view.place("j", task, f"m{(task * 7) % 12 if spread else rng.randrange(12)}")
+    if gone:
+        del view._machines["m3"]  # an allocation on a machine the view no longer has
     want = JobPlacement()
     for alloc in view.allocs_of("j"):
         held = view.machine(alloc.machine_id)
         want.add(alloc.machine_id, held.machine.zone if held else "", rack=held.machine.rack if held else "")
-    got = Reservations(view).placement(entry.id)
+    machines = {e.id: e.machine for e in view.machines()} if by_id else None
+    got = Reservations(view, machines=machines).placement(entry.id)
     assert got == want
     assert list(got.machines) == list(want.machines) and list(got.zones) == list(want.zones)
     assert list(got.racks) == list(want.racks)
