@@ -127,7 +127,8 @@ class ServiceScheduler:
         return {job.id: gang_outcome(job, tasks, decisions[job.id]) for job, tasks in checked}
 
     def _decide_indexed(self, checked: list[tuple[JobEntry, list[int]]], view: CellView) -> dict[str, Decision]:
-        """``decide_batch`` by the indexed search (same choices as the full scan)."""
+        """``decide_batch`` by the indexed search (same choices as the full scan). With one job,
+        nothing is reserved after its first unplaced task, so the rest share that reason."""
         if len(self._base_free) > 2 * view.machine_count() + 1024:
             self._base_free.clear()
         self.index.sync(view)
@@ -135,7 +136,8 @@ class ServiceScheduler:
         search = SpreadSearch(self.index, self.pipeline, self.chain, reservations)
         decisions = {job.id: Decision() for job, _ in checked}
         try:
-            for job, task in order_batch(checked):
+            order = order_batch(checked)
+            for at, (job, task) in enumerate(order):
                 decision = decisions[job.id]
                 spec = job.record.job
                 if spec.gang and decision.unplaced:
@@ -151,6 +153,9 @@ class ServiceScheduler:
                     for claim in decision.claims:
                         search.release(job.id, self.index.machines[claim.machine_id], claim.request)
                     decision.claims.clear()
+                if machine is None and len(checked) == 1:
+                    decision.unplaced.update((t, why) for _, t in order[at + 1:])
+                    break
         finally:
             search.restore()
         return {job.id: gang_outcome(job, tasks, decisions[job.id]) for job, tasks in checked}
