@@ -20,6 +20,7 @@ from omega.protocols import CellView, Claim, JobEntry
 from schedulers.base import Decision, checked_tasks, gang_outcome
 from schedulers.free_index import FreeIndex, applies
 from schedulers.pipeline import NO_MACHINES, Pipeline, Rejections
+from schedulers.placement_cache import PlacementCache
 from schedulers.plugin import JobPlacement, ScoreContext
 from schedulers.reservation import Reservations
 
@@ -49,6 +50,7 @@ class BatchScheduler:
         self._count = -1
         self._cursor = 0
         self._base_free: dict = {}  # machine id -> (Machine, its free): saves recomputing ledgers
+        self._placements = PlacementCache()  # jobs' placements across decisions
         self._index: FreeIndex | None = None
 
     def decide(self, job: JobEntry, tasks: list[int], view: CellView) -> Decision:
@@ -58,7 +60,7 @@ class BatchScheduler:
         if not ids:
             return gang_outcome(job, tasks, Decision([], {t: NO_MACHINES for t in tasks}))
         spec = job.record.job
-        reservations = Reservations(view, self._base_free)
+        reservations = Reservations(view, self._base_free, placements=self._placements)
         placement = reservations.placement(job.id)
         self._cursor = self.rng.randrange(len(ids))
         decision = Decision()

@@ -7,9 +7,10 @@ from collections import Counter
 from operator import attrgetter
 from typing import Mapping
 
-from cellstate.model import Machine
+from cellstate.model import Alloc, Machine
 from cellstate.resources import Resources
 from omega.protocols import CellView
+from schedulers.placement_cache import PlacementCache
 from schedulers.plugin import JobPlacement
 
 
@@ -17,14 +18,16 @@ class Reservations:
     """What this decision has reserved so far on top of ``view``."""
 
     def __init__(self, view: CellView, base_free: dict[str, tuple[Machine, Resources]] | None = None,
-                 machines: Mapping[str, Machine] | None = None):
+                 machines: Mapping[str, Machine] | None = None, placements: PlacementCache | None = None):
         """``base_free``: an optional cache of ``machine.free`` per machine id, kept by the
         caller across decisions; an entry is used only while it holds the same Machine object.
         ``machines``: optionally, the view's machines by id (e.g. a synced index's), which
-        saves a view lookup per machine when counting a job's allocations."""
+        saves a view lookup per machine when counting a job's allocations. ``placements``:
+        optionally, the caller's cache of jobs' placements across decisions."""
         self.view = view
         self._base = base_free
         self._machines = machines
+        self._cache = placements
         self._free: dict[str, Resources] = {}
         self._placements: dict[str, JobPlacement] = {}
 
@@ -51,7 +54,11 @@ class Reservations:
         """Where the job's tasks are, counting existing allocations (from the view) once."""
         placement = self._placements.get(job_id)
         if placement is None:
-            placement = self._placements[job_id] = _placement_of(self.view, job_id, self._machines)
+            if self._cache is not None:
+                placement = self._cache.placement(self.view, job_id, self._machines, count_placement)
+            else:
+                placement = count_placement(list(self.view.allocs_of(job_id)), self.view, self._machines)
+            self._placements[job_id] = placement
         return placement
 
     def reserve(self, job_id: str, machine: Machine, request: Resources) -> None:
@@ -72,12 +79,12 @@ _MACHINE_ID = attrgetter("machine_id")
 _MACHINE, _ZONE, _RACK = attrgetter("machine"), attrgetter("zone"), attrgetter("rack")
 
 
-def _placement_of(view: CellView, job_id: str, machines: Mapping[str, Machine] | None) -> JobPlacement:
-    """The job's existing allocations as a ``JobPlacement`` (what ``JobPlacement.add`` per
-    allocation gives, same dict orders): tasks are counted per machine first, so a machine's
-    zone and rack are looked up once; when every machine is in the view and holds one task
-    (a big spread job), zones and racks are counted in C too."""
-    on_machine = dict(Counter(map(_MACHINE_ID, view.allocs_of(job_id))))
+def count_placement(allocs: list[Alloc], view: CellView, machines: Mapping[str, Machine] | None) -> JobPlacement:
+    """A job's existing allocations ``allocs`` as a ``JobPlacement`` (what ``JobPlacement.add``
+    per allocation gives, same dict orders): tasks are counted per machine first, so a machine's
+    zone and rack are looked up once (in ``machines`` when given, else in ``view``); when every
+    machine is known and holds one task (a big spread job), zones and racks are counted in C too."""
+    on_machine = dict(Counter(map(_MACHINE_ID, allocs)))
     total = sum(on_machine.values())
     if machines is not None:
         held = list(map(machines.get, on_machine))

@@ -19,6 +19,7 @@ from cellstate.model import Job, JobKind, Machine
 from omega.protocols import CellView, Claim, JobEntry
 from schedulers.base import Decision, checked_tasks, gang_outcome
 from schedulers.pipeline import Pipeline, Rejections
+from schedulers.placement_cache import PlacementCache
 from schedulers.plugin import ScoreContext, Verdict
 from schedulers.reservation import Reservations
 from schedulers.service_index import MachineIndex
@@ -91,6 +92,7 @@ class ServiceScheduler:
         self.chain = None if exhaustive else fast_chain(pipeline)
         self.index = MachineIndex(self.chain.resources, self.chain.accept) if self.chain else None
         self._base_free: dict = {}  # machine id -> (Machine, its free), see Reservations
+        self._placements = PlacementCache()  # jobs' placements across decisions
 
     @property
     def exhaustive(self) -> bool:
@@ -132,7 +134,7 @@ class ServiceScheduler:
         if len(self._base_free) > 2 * view.machine_count() + 1024:
             self._base_free.clear()
         self.index.sync(view)
-        reservations = Reservations(view, self._base_free, machines=self.index.machines)
+        reservations = Reservations(view, self._base_free, machines=self.index.machines, placements=self._placements)
         search = SpreadSearch(self.index, self.pipeline, self.chain, reservations)
         decisions = {job.id: Decision() for job, _ in checked}
         try:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import bisect
 from itertools import compress
 from math import prod
-from operator import attrgetter, is_not
+from operator import attrgetter, is_not, mul
 from typing import Iterable
 
 import numpy as np
@@ -134,7 +134,7 @@ class MachineIndex:
             known = self._class[machine.id] = self._class_of(machine)
         _, _, listed, weights = known
         frees = self.frees_of(free)
-        load = sum(f * w for f, w in zip(frees, weights))
+        load = sum(map(mul, frees, weights))
         key = (-load, machine.id, *frees)
         slot = self._slots.get(machine.id)
         if slot is not None and slot[0] is listed:

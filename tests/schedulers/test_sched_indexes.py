@@ -2,7 +2,8 @@
 hands every change to every reader, ``ClassList`` keeps its free amounts in step with its keys,
 the service index follows such a view (and notices when it lost track), the batch scheduler's
 indexed scan tallies hosts as the plain scan does, and ``Reservations`` counts a job's
-existing allocations as ``JobPlacement.add`` does."""
+existing allocations as ``JobPlacement.add`` does (and ``PlacementCache`` recounts them
+exactly when they or the machines' zones and racks change)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ from omega.protocols import MachineEntry
 from schedulers import batch as batch_module
 from schedulers.batch import BatchScheduler
 from schedulers.machine_changes import MachineChanges
+from schedulers.placement_cache import PlacementCache
 from schedulers.plugin import JobPlacement
-from schedulers.reservation import Reservations
+from schedulers.reservation import Reservations, count_placement
 from schedulers.service import ServiceScheduler
 from schedulers.service_index import ClassList
 
@@ -176,3 +178,51 @@ def test_placement_counts_allocations_as_adding_them_one_by_one(spread, gone, by
     assert got == want
     assert list(got.machines) == list(want.machines) and list(got.zones) == list(want.zones)
     assert list(got.racks) == list(want.racks)
+
+
+def test_the_placement_cache_recounts_exactly_when_allocations_or_machines_change():
+    view = TrackingView([machine(f"m{i}", zone=f"z{i % 3}", rack=f"r{i % 2}", cpu=64000, memory=65536)
+                         for i in range(40)])
+    view.add_job(job("j", tasks=60))
+    for task in range(40):
+        view.place("j", task, f"m{task}")
+    cache, counted = PlacementCache(smallest=8), []
+
+    def count(allocs, view, machines):
+        counted.append(len(allocs))
+        return count_placement(allocs, view, machines)
+
+    def check(step: str, recounted: bool) -> None:
+        before = len(counted)
+        got = cache.placement(view, "j", None, count)
+        assert got == count_placement(list(view.allocs_of("j")), view, None), step
+        assert (len(counted) > before) == recounted, step
+        got.add("m0", "z0", 5, rack="r0")  # a decision's reservations must not reach the cache
+
+    check("first", True)
+    check("same allocations", False)
+    view.add_machine(machine("m40", zone="z9"))  # a new machine: it may hold tasks later
+    check("a machine came", True)
+    view.place("j", 40, "m40")
+    check("one more allocation", True)
+    m1 = view.machine("m1").machine
+    view.add_machine(machine("m1", zone="z7", rack=m1.rack, cpu=64000, memory=65536))  # moved zone
+    check("a host changed zone", True)
+    view.place("j", 41, "m2")  # the ledger changes, the zone does not: recounted for the new task only
+    check("another allocation", True)
+    check("nothing changed", False)
+    view.remove_machine("m3", report=False)
+    check("a host went unreported", True)
+    check("after the relist", False)
+
+
+def test_the_placement_cache_counts_anew_on_a_view_without_changes():
+    view = DictView([machine(f"m{i}") for i in range(40)])
+    view.add_job(job("j", tasks=40))
+    for task in range(40):
+        view.place("j", task, f"m{task}")
+    counted = []
+    cache = PlacementCache(smallest=8)
+    for _ in range(2):
+        cache.placement(view, "j", None, lambda allocs, v, m: counted.append(1) or count_placement(allocs, v, m))
+    assert len(counted) == 2
