@@ -19,10 +19,14 @@ room again: cursors are dropped.
 Used only for chains it is exact for (``fast_chain``): the known monotone filters and the
 ranking stages [zone_spread], [least_loaded]; anything else takes the full scan.
 
-Vectorized over the index's numpy columns (``FreeColumns``): a list in which every machine is
-short of the request is passed in one step (its cursor set to its end, as the walk would);
-the failure reason counts the machines short of a resource with a few vector compares (the
-smallest id of each group gives the verdict's text), only the others go through the chain.
+Vectorized: a list's machines with room for the request past the cursor are found with one
+compare over the list's free amounts (``ClassList.free``), only those go through the filters
+(none: the cursor moves to the list's end, as the walk would). The job's hosts are found with
+one lookup in C; those short of the request (by their keys) fail resources_fit unchecked. The
+failure reason counts the machines short of a resource with a few vector compares over the
+index's columns (``FreeColumns``; the smallest id of each group gives the verdict's text),
+hosts included unless a filter before resources_fit rejects them; only the others go through
+the chain.
 """
 
 from __future__ import annotations
