@@ -20,6 +20,7 @@ from omega.protocols import CellView, Claim, JobEntry
 from schedulers.base import Decision, checked_tasks, gang_outcome
 from schedulers.free_index import FreeIndex, applies
 from schedulers.pipeline import NO_MACHINES, Pipeline, Rejections
+from schedulers.placement_cache import PlacementCache
 from schedulers.plugin import JobPlacement, ScoreContext
 from schedulers.reservation import Reservations
 
@@ -49,6 +50,7 @@ class BatchScheduler:
         self._count = -1
         self._cursor = 0
         self._base_free: dict = {}  # machine id -> (Machine, its free): saves recomputing ledgers
+        self._placements = PlacementCache()  # jobs' placements across decisions
         self._index: FreeIndex | None = None
 
     def decide(self, job: JobEntry, tasks: list[int], view: CellView) -> Decision:
@@ -58,7 +60,7 @@ class BatchScheduler:
         if not ids:
             return gang_outcome(job, tasks, Decision([], {t: NO_MACHINES for t in tasks}))
         spec = job.record.job
-        reservations = Reservations(view, self._base_free)
+        reservations = Reservations(view, self._base_free, placements=self._placements)
         placement = reservations.placement(job.id)
         self._cursor = self.rng.randrange(len(ids))
         decision = Decision()
@@ -122,14 +124,33 @@ class BatchScheduler:
                 self._cursor = i + 1 if i + 1 < n else 0
                 return self._best(spec, feasible, placement)
         if not feasible:  # the full walk would have tallied every other machine too
-            others = (set(index.not_up()) | {index.position[m] for m in placed if m in index.position})
-            others.difference_update(candidates)
-            for i in sorted(others):
-                self._examine(spec, view, reservations, placed, ids[i], rejections)
-            counts = rejections.counts
-            for short, count in index.first_short(spec.request, sorted(others)).items():
-                counts[("resources_fit", short)] = counts.get(("resources_fit", short), 0) + count
+            self._tally_the_rest(index, spec, view, reservations, placed, rejections)
         return self._best(spec, feasible, placement)
+
+    def _tally_the_rest(self, index: FreeIndex, spec: Job, view: CellView, reservations: Reservations,
+                        placed: dict, rejections: Rejections) -> None:
+        """Tally the verdicts of the machines an indexed scan that found nothing did not examine.
+        Machines not up go through the filters. The job's hosts that a filter before
+        resources_fit rejects are tallied by that verdict, computed once per count of tasks
+        (those filters read only the job and its tasks on an up machine). Every other up
+        machine lacks room in the view: resources_fit names its first short resource. (A
+        machine this decision reserved on had room for the request in the view, so it was a
+        candidate, examined with its reserved free.)"""
+        ids, counts = self._ids, rejections.counts
+        for i in index.not_up():
+            self._examine(spec, view, reservations, placed, ids[i], rejections)
+        before = self.pipeline.filters[:[f.name for f in self.pipeline.filters].index("resources_fit")]
+        blocked: list[int] = []
+        for here, hosts in index.hosts_without_room(spec.request, placed):
+            machine = view.machine(ids[hosts[0]]).machine
+            free = reservations.free(machine)
+            verdict = next((v for v in (f.fits(spec, machine, free, here) for f in before) if not v.ok), None)
+            if verdict is not None:
+                key = (verdict.plugin, verdict.reason)
+                counts[key] = counts.get(key, 0) + len(hosts)
+                blocked.extend(hosts)
+        for short, count in index.first_short(spec.request, blocked).items():
+            counts[("resources_fit", short)] = counts.get(("resources_fit", short), 0) + count
 
     def _examine(self, spec: Job, view: CellView, reservations: Reservations, placed: dict,
                  machine_id: str, rejections: Rejections) -> tuple[Machine | None, Resources | None]:

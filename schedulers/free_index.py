@@ -1,6 +1,6 @@
 """``FreeIndex``: the free resources of every machine of a view as numpy arrays, in the batch
 scheduler's shuffled machine order, kept current from the view's changed-machine ids
-(``ReplicaView.take_changed_machines``). It lets the batch scheduler's full scan examine only
+(``MachineChanges`` over ``ReplicaView.take_changed_machines``). It lets the batch scheduler's full scan examine only
 the machines whose free resources hold the request (``candidates``), and count why the others
 were excluded (``first_short``) without running the filters on each of them.
 
@@ -13,10 +13,13 @@ holds a task of the job or is not up — those few are checked by the real filte
 
 from __future__ import annotations
 
+from itertools import repeat
+
 import numpy as np
 
 from cellstate.model import MachineState
 from cellstate.resources import Resources
+from schedulers.machine_changes import MachineChanges
 
 SAFE_BEFORE_FIT = frozenset(("machine_state", "different_machine", "max_per_machine"))
 _UNKNOWN = -1  # free amount of a machine that is gone: never a candidate
@@ -41,8 +44,7 @@ class FreeIndex:
 
     def __init__(self, view, ids: list[str]):
         self.view = view
-        view.track_changed_machines()
-        view.take_changed_machines()
+        self._changes = MachineChanges(view)
         self.ids = ids
         self.position = {machine_id: i for i, machine_id in enumerate(ids)}
         n = len(ids)
@@ -66,7 +68,7 @@ class FreeIndex:
     def refresh(self) -> None:
         """Take in the machines that changed since the last refresh."""
         view, position = self.view, self.position
-        for machine_id in view.take_changed_machines():
+        for machine_id in self._changes.take():
             i = position.get(machine_id)
             if i is not None:
                 self._set(i, view.machine(machine_id))
@@ -86,6 +88,17 @@ class FreeIndex:
     def not_up(self) -> list[int]:
         """Positions of machines that are not up (or gone)."""
         return np.flatnonzero(~self.up).tolist()
+
+    def hosts_without_room(self, request: Resources, placed: dict[str, int]) -> list[tuple[int, list[int]]]:
+        """The up machines without room for ``request`` that hold some of the job's tasks
+        (``placed``: tasks per machine id), grouped by that count: [(tasks, positions)]."""
+        at = np.array(list(map(self.position.get, placed, repeat(-1))), dtype=np.int64)
+        tasks = np.fromiter(placed.values(), dtype=np.int64, count=len(placed))
+        held = (at >= 0) & (tasks > 0)
+        at, tasks = at[held], tasks[held]
+        without = self.up[at] & ~self._room(request)[at]
+        at, tasks = at[without], tasks[without]
+        return [(here, at[tasks == here].tolist()) for here in np.unique(tasks).tolist()]
 
     def first_short(self, request: Resources, skip: list[int]) -> dict[str, int]:
         """How many up machines, outside the candidates and the ``skip`` positions, lack each

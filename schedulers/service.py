@@ -19,6 +19,7 @@ from cellstate.model import Job, JobKind, Machine
 from omega.protocols import CellView, Claim, JobEntry
 from schedulers.base import Decision, checked_tasks, gang_outcome
 from schedulers.pipeline import Pipeline, Rejections
+from schedulers.placement_cache import PlacementCache
 from schedulers.plugin import ScoreContext, Verdict
 from schedulers.reservation import Reservations
 from schedulers.service_index import MachineIndex
@@ -34,7 +35,11 @@ def order_batch(jobs: Sequence[tuple[JobEntry, Sequence[int]]]) -> list[tuple[Jo
     """Diego's auction order: the first instance of every service job (one with no live
     task yet) by size descending; then batch-kind tasks by size descending; then the
     remaining instances by their rank within their job, then size descending.
-    Size is (memory, cpu, disk); ties break by job id, then task index."""
+    Size is (memory, cpu, disk); ties break by job id, then task index. So one job's tasks
+    come in index order (the common case, answered without building the sort keys)."""
+    if len(jobs) == 1:
+        entry, tasks = jobs[0]
+        return [(entry, t) for t in sorted(tasks)]
     firsts, batch, rest = [], [], []
     for entry, tasks in jobs:
         spec = entry.record.job
@@ -43,7 +48,7 @@ def order_batch(jobs: Sequence[tuple[JobEntry, Sequence[int]]]) -> list[tuple[Jo
         if spec.kind is JobKind.BATCH:
             batch.extend((size, entry.id, t, entry) for t in ordered)
             continue
-        has_live = any(c in "ar" for c in entry.record.tasks)
+        has_live = "a" in entry.record.tasks or "r" in entry.record.tasks
         for rank, t in enumerate(ordered):
             if rank == 0 and not has_live:
                 firsts.append((size, entry.id, t, entry))
@@ -87,6 +92,7 @@ class ServiceScheduler:
         self.chain = None if exhaustive else fast_chain(pipeline)
         self.index = MachineIndex(self.chain.resources, self.chain.accept) if self.chain else None
         self._base_free: dict = {}  # machine id -> (Machine, its free), see Reservations
+        self._placements = PlacementCache()  # jobs' placements across decisions
 
     @property
     def exhaustive(self) -> bool:
@@ -123,14 +129,17 @@ class ServiceScheduler:
         return {job.id: gang_outcome(job, tasks, decisions[job.id]) for job, tasks in checked}
 
     def _decide_indexed(self, checked: list[tuple[JobEntry, list[int]]], view: CellView) -> dict[str, Decision]:
-        """``decide_batch`` by the indexed search (same choices as the full scan)."""
+        """``decide_batch`` by the indexed search (same choices as the full scan). With one job,
+        nothing is reserved after its first unplaced task, so the rest share that reason."""
         if len(self._base_free) > 2 * view.machine_count() + 1024:
             self._base_free.clear()
         self.index.sync(view)
-        search = SpreadSearch(self.index, self.pipeline, self.chain, Reservations(view, self._base_free))
+        reservations = Reservations(view, self._base_free, machines=self.index.machines, placements=self._placements)
+        search = SpreadSearch(self.index, self.pipeline, self.chain, reservations)
         decisions = {job.id: Decision() for job, _ in checked}
         try:
-            for job, task in order_batch(checked):
+            order = order_batch(checked)
+            for at, (job, task) in enumerate(order):
                 decision = decisions[job.id]
                 spec = job.record.job
                 if spec.gang and decision.unplaced:
@@ -146,6 +155,9 @@ class ServiceScheduler:
                     for claim in decision.claims:
                         search.release(job.id, self.index.machines[claim.machine_id], claim.request)
                     decision.claims.clear()
+                if machine is None and len(checked) == 1:
+                    decision.unplaced.update((t, why) for _, t in order[at + 1:])
+                    break
         finally:
             search.restore()
         return {job.id: gang_outcome(job, tasks, decisions[job.id]) for job, tasks in checked}

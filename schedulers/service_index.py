@@ -10,9 +10,11 @@ index keeps, per zone and capacity class, the machines sorted by an exact intege
 (Σ free_r · P / cap_r, P = Π cap_r; most free first, then id). The best machine of a class for
 a task is the first machine of that list that passes the filters and holds none of the job's
 tasks; the best of a zone is the best of its classes' firsts (ranked by the chain itself).
+Each list (``ClassList``) also holds its keys' free amounts as a numpy array in list order,
+so the search finds the machines of a list with room for a request in one vector compare.
 
-The index follows the view across decisions: ``sync`` finds the entries that changed (by
-identity, in one pass) and moves only those. Machines in a state the chain never accepts are
+The index follows the view across decisions: ``sync`` moves only the entries that changed,
+as the view reports them (``MachineChanges``) or else found by identity in one pass. Machines in a state the chain never accepts are
 not listed.
 """
 
@@ -21,7 +23,7 @@ from __future__ import annotations
 import bisect
 from itertools import compress
 from math import prod
-from operator import attrgetter, is_not
+from operator import attrgetter, is_not, mul
 from typing import Iterable
 
 import numpy as np
@@ -29,6 +31,7 @@ import numpy as np
 from cellstate.model import Machine, MachineState
 from cellstate.resources import Resources
 from omega.protocols import CellView, MachineEntry
+from schedulers.machine_changes import MachineChanges, tracks_changes
 from schedulers.row_slots import RowSlots, with_row
 
 SortKey = tuple  # (-load key, machine id, free of each least_loaded resource…): ascending = most free first
@@ -44,18 +47,26 @@ class MachineIndex:
         self._frees = attrgetter(*resources) if set(resources) <= set(_CORE) else None
         self._class: dict[str, tuple] = {}  # id -> (capacity, zone, its list, load weights)
         self.machines: dict[str, Machine] = {}
-        self.zones: dict[str, dict[tuple[int, ...], list[SortKey]]] = {}
-        self._slots: dict[str, tuple[list[SortKey], SortKey]] = {}  # id -> (its list, its key)
+        self.zones: dict[str, dict[tuple[int, ...], ClassList]] = {}
+        self._slots: dict[str, tuple[ClassList, SortKey]] = {}  # id -> (its list, its key)
         self.keys: dict[str, SortKey] = {}  # id -> its key, for every listed machine
         self._snapshot: list[MachineEntry] = []
+        self._view: CellView | None = None  # the view last synced to
+        self._changes: MachineChanges | None = None  # its changed machines, when it reports them
         self._known: dict[str, MachineEntry] = {}
         self.columns = FreeColumns(len(resources))  # the keys' free amounts, for vectorized tallies
-        self.list_number: dict[int, int] = {}  # id() of a zone and class list -> its number
 
     # -- following the view -----------------------------------------------------------------
 
     def sync(self, view: CellView) -> int:
         """Bring the index to ``view``; returns how many machines were (re)indexed."""
+        if view is not self._view:  # a new view: compare every machine by id, then follow it
+            self._view = view
+            self._changes = MachineChanges(view) if tracks_changes(view) else None
+            self._snapshot = entries = list(view.machines())
+            return self._resync(entries)
+        if self._changes is not None:
+            return self._sync_changed(view)
         entries = list(view.machines())
         old = self._snapshot
         self._snapshot = entries
@@ -68,19 +79,39 @@ class MachineIndex:
                 return len(changed)
         return self._resync(entries)
 
+    def _sync_changed(self, view: CellView) -> int:
+        """Take in the machines the view reports as changed; compare all of them by id when
+        the counts then disagree (the view lost track, e.g. a relist dropped machines)."""
+        known, machine_of = self._known, view.machine
+        changed = 0
+        for machine_id in sorted(self._changes.take()):
+            entry = machine_of(machine_id)
+            if entry is None:
+                if machine_id in known:
+                    self._drop(machine_id)
+            elif known.get(machine_id) is not entry:
+                self._update(entry)
+                changed += 1
+        if len(known) != view.machine_count():
+            return changed + self._resync(list(view.machines()))
+        return changed
+
     def _resync(self, entries: list[MachineEntry]) -> int:
         """Machines came or went: compare by id."""
         current = {e.machine.id: e for e in entries}
         for machine_id in [m for m in self._known if m not in current]:
-            self._unlist(machine_id)
-            del self._known[machine_id]
-            del self.machines[machine_id]
-            self.columns.drop(machine_id)
-            self._class.pop(machine_id, None)
+            self._drop(machine_id)
         changed = [e for mid, e in current.items() if self._known.get(mid) is not e]
         for entry in changed:
             self._update(entry)
         return len(changed)
+
+    def _drop(self, machine_id: str) -> None:
+        self._unlist(machine_id)
+        del self._known[machine_id]
+        del self.machines[machine_id]
+        self.columns.drop(machine_id)
+        self._class.pop(machine_id, None)
 
     def _update(self, entry: MachineEntry) -> None:
         machine = entry.machine
@@ -95,20 +126,25 @@ class MachineIndex:
     def place(self, machine: Machine, free: Resources) -> int:
         """(Re)list ``machine`` by ``free`` (unlisted when its state is never accepted);
         returns ``id()`` of its list (0: unlisted)."""
-        self._unlist(machine.id)
         if self.accept is not None and machine.state not in self.accept:
+            self._unlist(machine.id)
             return 0
         known = self._class.get(machine.id)
         if known is None or known[0] != machine.capacity or known[1] != machine.zone:
             known = self._class[machine.id] = self._class_of(machine)
         _, _, listed, weights = known
         frees = self.frees_of(free)
-        load = sum(f * w for f, w in zip(frees, weights))
+        load = sum(map(mul, frees, weights))
         key = (-load, machine.id, *frees)
-        bisect.insort(listed, key)
+        slot = self._slots.get(machine.id)
+        if slot is not None and slot[0] is listed:
+            listed.move(slot[1], key, frees)
+        else:
+            self._unlist(machine.id)
+            listed.add(key, frees)
         self._slots[machine.id] = (listed, key)
         self.keys[machine.id] = key
-        self.columns.list(machine.id, frees, self.list_number[id(listed)])
+        self.columns.list(machine.id, frees)
         return id(listed)
 
     def frees_of(self, amounts: Resources) -> tuple[int, ...]:
@@ -129,8 +165,7 @@ class MachineIndex:
             classes = self.zones[machine.zone] = {}
         listed = classes.get(caps)
         if listed is None:
-            listed = classes[caps] = []
-            self.list_number[id(listed)] = len(self.list_number)
+            listed = classes[caps] = ClassList(len(self.resources))
         return machine.capacity, machine.zone, listed, weights
 
     def _unlist(self, machine_id: str) -> None:
@@ -138,12 +173,56 @@ class MachineIndex:
         if slot is not None:
             del self.keys[machine_id]
             listed, key = slot
-            del listed[bisect.bisect_left(listed, key)]
+            listed.remove(key)
             self.columns.unlist(machine_id)
 
-    def lists_of(self, zone: str) -> Iterable[list[SortKey]]:
+    def lists_of(self, zone: str) -> Iterable[ClassList]:
         classes = self.zones.get(zone)
         return classes.values() if classes else ()
+
+
+class ClassList(list):
+    """The sort keys of one zone and capacity class, ascending, and ``free``: row i holds the
+    free amounts of key i (the least_loaded resources), kept in step by ``add`` and ``remove``."""
+
+    __slots__ = ("free",)
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.free = np.zeros((16, width), dtype=np.int64)
+
+    def add(self, key: SortKey, frees: tuple[int, ...]) -> None:
+        """Insert ``key`` (not listed yet) in order, with its free amounts."""
+        j = bisect.bisect_left(self, key)
+        n = len(self)
+        free = self.free
+        if n == len(free):
+            free = self.free = with_row(free, n, 0)
+        if j < n:
+            free[j + 1:n + 1] = free[j:n]  # numpy copies overlapping slices safely
+        free[j] = frees
+        self.insert(j, key)
+
+    def move(self, old: SortKey, key: SortKey, frees: tuple[int, ...]) -> None:
+        """Replace listed ``old`` by ``key`` (shifting only the rows between their places)."""
+        j = bisect.bisect_left(self, old)
+        del self[j]
+        k = bisect.bisect_left(self, key)
+        self.insert(k, key)
+        free = self.free
+        if k > j:
+            free[j:k] = free[j + 1:k + 1]
+        elif k < j:
+            free[k + 1:j + 1] = free[k:j]
+        free[k] = frees
+
+    def remove(self, key: SortKey) -> None:
+        """Remove ``key`` (listed) and its free amounts."""
+        j = bisect.bisect_left(self, key)
+        del self[j]
+        n = len(self)
+        if j < n:
+            self.free[j:n] = self.free[j + 1:n + 1]
 
 
 class FreeColumns:
@@ -152,10 +231,9 @@ class FreeColumns:
 
     def __init__(self, width: int) -> None:
         self._slots: RowSlots[str] = RowSlots()
-        self._row = self._slots.row
+        self._row = self.row_of = self._slots.row  # machine id -> its row
         self.ids = self._slots.keys  # machine id of each row (None: spare)
         self.free = np.zeros((64, width), dtype=np.int64)
-        self.list_of = np.zeros(64, dtype=np.int64)  # the number of its list, when listed
         self.listed = np.zeros(64, dtype=bool)
         self.known = np.zeros(64, dtype=bool)
         self._rank: np.ndarray | None = None  # rows' ranks by machine id (None: stale)
@@ -165,7 +243,6 @@ class FreeColumns:
             return
         row = self._slots.take(machine_id)
         self.free = with_row(self.free, row, 0)
-        self.list_of = with_row(self.list_of, row, 0)
         self.listed = with_row(self.listed, row, False)
         self.known = with_row(self.known, row, False)
         self.known[row] = True
@@ -176,28 +253,15 @@ class FreeColumns:
         self.known[row] = self.listed[row] = False
         self._rank = None
 
-    def list(self, machine_id: str, frees: tuple[int, ...], list_number: int) -> None:
+    def list(self, machine_id: str, frees: tuple[int, ...]) -> None:
         row = self._row[machine_id]
         self.free[row] = frees
-        self.list_of[row] = list_number
         self.listed[row] = True
-
-    def lists_with_room(self, need: tuple[int, ...]) -> set[int]:
-        """Numbers of the lists holding a machine with at least ``need`` free."""
-        n = len(self.ids)
-        room = self.listed[:n].copy()
-        for column, amount in enumerate(need):
-            room &= self.free[:n, column] >= amount
-        return set(np.unique(self.list_of[:n][room]).tolist())
 
     def unlist(self, machine_id: str) -> None:
         row = self._row.get(machine_id)
         if row is not None:
             self.listed[row] = False
-
-    def rows_of(self, machine_ids: Iterable[str]) -> list[int]:
-        row = self._row
-        return [row[m] for m in machine_ids if m in row]
 
     def smallest_id(self, mask: np.ndarray) -> str:
         """The smallest machine id among the rows set in ``mask`` (not empty)."""

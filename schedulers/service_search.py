@@ -19,25 +19,29 @@ room again: cursors are dropped.
 Used only for chains it is exact for (``fast_chain``): the known monotone filters and the
 ranking stages [zone_spread], [least_loaded]; anything else takes the full scan.
 
-Vectorized over the index's numpy columns (``FreeColumns``): a list in which every machine is
-short of the request is passed in one step (its cursor set to its end, as the walk would);
-the failure reason counts the machines short of a resource with a few vector compares (the
-smallest id of each group gives the verdict's text), only the others go through the chain.
+Vectorized: a list's machines with room for the request past the cursor are found with one
+compare over the list's free amounts (``ClassList.free``), only those go through the filters
+(none: the cursor moves to the list's end, as the walk would). The job's hosts are found with
+one lookup in C; those short of the request (by their keys) fail resources_fit unchecked. The
+failure reason counts the machines short of a resource with a few vector compares over the
+index's columns (``FreeColumns``; the smallest id of each group gives the verdict's text),
+hosts included unless a filter before resources_fit rejects them; only the others go through
+the chain.
 """
 
 from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
-from itertools import groupby
-from typing import Iterable
+from itertools import groupby, repeat
+from typing import Iterable, NamedTuple
 
 import numpy as np
 
 from cellstate.model import Job, Machine, MachineState
 from cellstate.resources import Resources
 from schedulers.pipeline import Pipeline, Rejections
-from schedulers.plugin import JobPlacement, ScoreContext
+from schedulers.plugin import JobPlacement, ScoreContext, Verdict
 from schedulers.plugins.constraints import Constraints
 from schedulers.plugins.different_machine import DifferentMachine
 from schedulers.plugins.least_loaded import LeastLoaded
@@ -46,7 +50,7 @@ from schedulers.plugins.max_per_machine import MaxPerMachine
 from schedulers.plugins.resources_fit import ResourcesFit
 from schedulers.plugins.zone_spread import ZoneSpread
 from schedulers.reservation import Reservations
-from schedulers.service_index import FreeColumns, MachineIndex
+from schedulers.service_index import ClassList, FreeColumns, MachineIndex
 
 _MONOTONE_FILTERS = (MachineStateFilter, DifferentMachine, MaxPerMachine, ResourcesFit, Constraints)
 _PASS_UNPLACED = (MachineStateFilter, DifferentMachine, MaxPerMachine)  # pass listed machines without the job
@@ -65,6 +69,8 @@ class FastChain:
     keyed_reasons: bool
     """True when, for a listed machine without the job's tasks that is short of a least_loaded
     resource, the first failing filter is ``fits`` naming the first such resource."""
+    before_fit: tuple = ()
+    """The filters before ``fits``."""
 
 
 def fast_chain(pipeline: Pipeline) -> FastChain | None:
@@ -88,7 +94,15 @@ def fast_chain(pipeline: Pipeline) -> FastChain | None:
     accept = frozenset.intersection(*(frozenset(f.args.accept) for f in states)) if states else None
     before = pipeline.filters[:pipeline.filters.index(fits[0])]
     keyed = resources == _FIT_ORDER[:len(resources)] and all(type(f) in _PASS_UNPLACED for f in before)
-    return FastChain(resources, accept, spread.args.machines, loaded, fits[0], keyed)
+    return FastChain(resources, accept, spread.args.machines, loaded, fits[0], keyed, tuple(before))
+
+
+class _Hosts(NamedTuple):
+    """The known machines holding some of a job's tasks: ``rows`` (``FreeColumns``) and the
+    job's task count on each."""
+
+    rows: np.ndarray
+    tasks: np.ndarray
 
 
 class SpreadSearch:
@@ -106,7 +120,6 @@ class SpreadSearch:
         self._offers: dict[int, dict[str, tuple[float, Machine] | None]] = {}  # id(list) -> job -> offer
         self._moved: set[str] = set()
         self._failed: dict[str, str] = {}
-        self._roomy: dict[str, set[int]] = {}  # job -> lists with a machine it is not short on
 
     def best(self, spec: Job, placement: JobPlacement) -> tuple[Machine | None, str]:
         """The best-ranked feasible machine for one more task of ``spec``, or (None, why)."""
@@ -115,6 +128,7 @@ class SpreadSearch:
             return None, why
         ctx = ScoreContext(placement)
         zones = sorted(self.index.zones, key=placement.in_zone)
+        hosts = None
         for _, tier in groupby(zones, key=placement.in_zone):
             tier = list(tier)
             best = best_score = None
@@ -126,13 +140,14 @@ class SpreadSearch:
                         if best is None or score > best_score or (score == best_score and machine.id < best.id):
                             best, best_score = machine, score
             if best is None and self.by_machine:
-                best = self._best_host(tier, spec, placement, ctx)
+                hosts = hosts or self._hosts(placement.machines)
+                best = self._best_host(tier, spec, placement, ctx, hosts)
             if best is not None:
                 return best, ""
-        why = self._failed[spec.id] = self._reason(spec, placement)
+        why = self._failed[spec.id] = self._reason(spec, placement, hosts)
         return None, why
 
-    def _offer(self, listed: list[tuple[int, str]], spec: Job, placement: JobPlacement,
+    def _offer(self, listed: ClassList, spec: Job, placement: JobPlacement,
                ctx: ScoreContext) -> tuple[float, Machine] | None:
         """(least_loaded score, machine) of the list's first fitting machine without the job's
         tasks, remembered until a reservation moves a machine of the list."""
@@ -148,73 +163,87 @@ class SpreadSearch:
         offers[spec.id] = offer
         return offer
 
-    def _best_host(self, zones: list[str], spec: Job, placement: JobPlacement, ctx: ScoreContext) -> Machine | None:
-        """The best-ranked fitting machine of ``zones`` that holds some of the job's tasks."""
-        machines, check, free_of = self.index.machines, self.pipeline.check, self.reservations.free
-        rank_of = self.pipeline.rank
+    def _hosts(self, placed: dict[str, int]) -> _Hosts:
+        """The known machines holding some of the job's tasks: their rows and task counts
+        (looked up in C: a big job has thousands)."""
+        rows = np.array(list(map(self.index.columns.row_of.get, placed, repeat(-1))), dtype=np.int64)
+        tasks = np.fromiter(placed.values(), dtype=np.int64, count=len(placed))
+        held = (rows >= 0) & (tasks > 0)
+        return _Hosts(rows[held], tasks[held])
+
+    def _best_host(self, zones: list[str], spec: Job, placement: JobPlacement, ctx: ScoreContext,
+                   hosts: _Hosts) -> Machine | None:
+        """The best-ranked fitting machine of ``zones`` that holds some of the job's tasks.
+        A host that is not listed (its state is never accepted) or whose key is short of the
+        request fails a filter (one vector compare finds them), so only the others are checked."""
+        columns, machines = self.index.columns, self.index.machines
+        check, free_of, rank_of = self.pipeline.check, self.reservations.free, self.pipeline.rank
+        rows = hosts.rows
+        room = columns.listed[rows]
+        for column, amount in enumerate(self.index.frees_of(spec.request)):
+            room &= columns.free[rows, column] >= amount
         best = best_rank = None
-        for machine_id, here in placement.machines.items():
-            machine = machines.get(machine_id)
-            if here <= 0 or machine is None or machine.zone not in zones:
+        for row in rows[room].tolist():
+            machine_id = columns.ids[row]
+            machine = machines[machine_id]
+            if machine.zone not in zones:
                 continue
             free = free_of(machine)
-            if check(spec, machine, free, here).ok:
+            if check(spec, machine, free, placement.machines[machine_id]).ok:
                 rank = rank_of(spec, machine, free, ctx)
                 if best is None or rank > best_rank or (rank == best_rank and machine_id < best.id):
                     best, best_rank = machine, rank
         return best
 
-    def _first_fit(self, listed: list[tuple[int, str]], spec: Job, placed: dict[str, int]) -> Machine | None:
+    def _first_fit(self, listed: ClassList, spec: Job, placed: dict[str, int]) -> Machine | None:
+        """The list's first machine past the job's cursor with room for the request (one vector
+        compare over the list's free amounts), holding none of the job's tasks (by_machine) and
+        passing the filters; the cursor moves to the key before it (the list's end: none)."""
         cursor_key = (spec.id, id(listed))
         cursor = self._cursors.get(cursor_key)
         i = 0 if cursor is None else bisect.bisect_right(listed, cursor)
-        roomy = self._roomy.get(spec.id)
-        if roomy is None:  # reservations only shrink room: a list without room stays so
-            roomy = self._roomy[spec.id] = self.index.columns.lists_with_room(self.index.frees_of(spec.request))
-        if self.index.list_number[id(listed)] not in roomy:  # every machine short: the walk passes all
-            if i < len(listed):
-                self._cursors[cursor_key] = listed[-1]
+        n = len(listed)
+        if i >= n:
             return None
+        need = self.index.frees_of(spec.request)
+        free = listed.free
+        room = free[i:n, 0] >= need[0]
+        for column in range(1, len(need)):
+            room &= free[i:n, column] >= need[column]
         machines, free_of, filters = self.index.machines, self.reservations.free, self.pipeline.filters
         skip_hosts = self.by_machine
-        need = self.index.frees_of(spec.request)
-        two = len(need) == 2
-        need0, need1 = need if two else (0, 0)
-        passed = None
-        found = None
-        for key in listed[i:] if i else listed:
-            machine_id = key[1]
+        found, end = None, n
+        for offset in np.flatnonzero(room).tolist():
+            machine_id = listed[i + offset][1]
             here = placed.get(machine_id, 0)
-            if two:  # short of a least_loaded resource: resources_fit fails (keys hold the free amounts)
-                short = key[2] < need0 or key[3] < need1
-            else:
-                short = any(f < n for f, n in zip(key[2:], need))
-            if not (short or (here and skip_hosts)):
-                machine = machines[machine_id]
-                free = free_of(machine)
-                for f in filters:  # Pipeline.check, inlined: the search's hot loop
-                    if not f.fits(spec, machine, free, here).ok:
-                        break
-                else:
-                    found = machine
+            if here and skip_hosts:
+                continue
+            machine = machines[machine_id]
+            free = free_of(machine)
+            for f in filters:  # Pipeline.check, inlined: the search's hot loop
+                if not f.fits(spec, machine, free, here).ok:
                     break
-            passed = key
-        if passed is not None:
-            self._cursors[cursor_key] = passed
+            else:
+                found, end = machine, i + offset
+                break
+        if end > i:
+            self._cursors[cursor_key] = listed[end - 1]
         return found
 
-    def _reason(self, spec: Job, placement: JobPlacement) -> str:
+    def _reason(self, spec: Job, placement: JobPlacement, hosts: _Hosts | None) -> str:
         """Why nothing fits: every machine's first failing filter, tallied (as the full scan).
-        With ``keyed_reasons``, listed machines without the job's tasks that are short of a
-        least_loaded resource are counted from their keys by the first such resource (one
-        filter call per resource gives the verdict); the others go through the chain."""
+        With ``keyed_reasons``, listed machines short of a least_loaded resource are counted
+        from their keys by the first such resource (one filter call per resource gives the
+        verdict), except the job's hosts that a filter before resources_fit rejects (see
+        ``_blocked_hosts``); the others go through the chain."""
         tally = Rejections()
         check, free_of, placed = self.pipeline.check, self.reservations.free, placement.machines
         machines = self.index.machines
         short_of: dict[int, tuple[int, str]] = {}
         others: Iterable[str] = machines
         if self.chain.keyed_reasons:
-            short_of, others = _count_short(self.index.columns, self.index.frees_of(spec.request), placed)
+            blocked = self._blocked_hosts(spec, hosts or self._hosts(placed), tally)
+            short_of, others = _count_short(self.index.columns, self.index.frees_of(spec.request), blocked)
         for machine_id in others:
             machine = machines[machine_id]
             verdict = check(spec, machine, free_of(machine), placed.get(machine_id, 0))
@@ -225,6 +254,26 @@ class SpreadSearch:
             verdict = self.chain.fits.fits(spec, machine, free_of(machine), 0)
             tally.counts[(verdict.plugin, verdict.reason)] = tally.counts.get((verdict.plugin, verdict.reason), 0) + count
         return tally.reason()
+
+    def _blocked_hosts(self, spec: Job, hosts: _Hosts, tally: Rejections) -> np.ndarray:
+        """Rows of the listed hosts that a filter before resources_fit rejects, their verdicts
+        tallied. Those filters (``_PASS_UNPLACED``) pass every listed machine but for the job's
+        tasks on it, so the verdict is computed once per count of tasks (on one such host)."""
+        columns, machines, free_of, before = self.index.columns, self.index.machines, self.reservations.free, self.chain.before_fit
+        listed = columns.listed[hosts.rows]
+        heres = hosts.tasks
+        blocked = []
+        for here in np.unique(heres[listed]).tolist():
+            at = listed & (heres == here)
+            machine = machines[columns.ids[int(hosts.rows[np.argmax(at)])]]
+            free = free_of(machine)
+            verdict = next((v for v in (f.fits(spec, machine, free, here) for f in before) if not v.ok), None)
+            if verdict is not None:
+                rows = hosts.rows[at]
+                key = (verdict.plugin, verdict.reason)
+                tally.counts[key] = tally.counts.get(key, 0) + len(rows)
+                blocked.append(rows)
+        return np.concatenate(blocked) if blocked else hosts.rows[:0]
 
     # -- reservations --------------------------------------------------------------------------
 
@@ -242,7 +291,6 @@ class SpreadSearch:
         self._moved.add(machine.id)
         self.index.place(machine, self.reservations.free(machine))
         self._cursors.clear()
-        self._roomy.clear()
         self._failed.clear()
         self._offers.clear()
 
@@ -256,17 +304,17 @@ class SpreadSearch:
         self._moved.clear()
 
 
-def _count_short(columns: FreeColumns, need: tuple[int, ...], placed: dict[str, int]):
-    """Over the listed machines' keys (``columns``), those without the job's tasks that are
-    short of a least_loaded resource: ({index of the first short resource: (machines, the
-    smallest id)}, the ids of every other known machine)."""
+def _count_short(columns: FreeColumns, need: tuple[int, ...], blocked: np.ndarray):
+    """Over the listed machines' keys (``columns``) but the ``blocked`` rows, those short of a
+    least_loaded resource: ({index of the first short resource: (machines, the smallest id)},
+    the ids of every other known machine but the blocked ones)."""
     n = len(columns.ids)
     free = columns.free[:n]
     remaining = columns.listed[:n].copy()
-    hosts = columns.rows_of(machine_id for machine_id, here in placed.items() if here)
-    if hosts:
-        remaining[hosts] = False
     counted = np.zeros(n, dtype=bool)
+    if len(blocked):
+        remaining[blocked] = False
+        counted[blocked] = True
     short_of: dict[int, tuple[int, str]] = {}
     for first, amount in enumerate(need):
         short = remaining & (free[:, first] < amount)

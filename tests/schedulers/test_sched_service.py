@@ -116,6 +116,20 @@ def test_order_batch_a_running_service_has_no_first_instance():
     assert order == [("new", 0), ("old", 1), ("new", 1)]
 
 
+@pytest.mark.parametrize("kind, live", [(SERVICE, False), (SERVICE, True), (JobKind.BATCH, False)],
+                         ids=["service", "running-service", "batch-kind"])
+def test_order_batch_of_one_job_is_its_order_among_others(kind, live):
+    view = DictView([machine("m")])
+    view.add_job(job("j", tasks=6, memory=300, kind=kind))
+    if live:
+        view.place("j", 2, "m")
+    entry = view.job("j")
+    tasks = [5, 0, 3, 1, 4] if live else [5, 0, 3, 2, 1, 4]
+    other = view.add_job(job("k", tasks=2, memory=600, kind=SERVICE))
+    among = [t for e, t in order_batch([(entry, tasks), (other, [0, 1])]) if e.id == "j"]
+    assert [t for _, t in order_batch([(entry, tasks)])] == among == sorted(tasks)
+
+
 def test_decide_batch_places_first_instances_before_filling_up():
     view = DictView([machine("m1", cpu=1000), machine("m2", cpu=1000)])
     specs = [job(f"svc{i}", tasks=2, cpu=1000, kind=SERVICE) for i in range(2)]

@@ -1,0 +1,85 @@
+"""``PlacementCache``: a scheduler's jobs' placements (their existing allocations counted per
+machine, zone and rack) kept across decisions.
+
+A failing big job is decided again and again while its allocations stay the same; counting
+thousands of them each time was a large part of a decision. A cached placement is handed out
+(as a copy: the decision adds its reservations to it) only while the view holds the very same
+allocation objects in the same order and no machine appeared, went or changed zone or rack
+(``epoch``, followed through ``MachineChanges``; a view that cannot report its changed machines
+gets no caching).
+"""
+
+from __future__ import annotations
+
+from operator import is_
+from typing import Callable, Mapping
+
+from cellstate.model import Alloc, Machine
+from omega.protocols import CellView
+from schedulers.machine_changes import MachineChanges, tracks_changes
+from schedulers.plugin import JobPlacement
+
+Count = Callable[[list[Alloc], CellView, "Mapping[str, Machine] | None"], JobPlacement]
+
+
+class PlacementCache:
+    """Placements by job id, each with the allocations and the ``epoch`` it was counted at."""
+
+    def __init__(self, limit: int = 4096, smallest: int = 32) -> None:
+        """``limit``: jobs kept (all are forgotten past it); ``smallest``: fewer allocations
+        than this are counted anew, not kept."""
+        self.limit = limit
+        self.smallest = smallest
+        self.epoch = 0
+        self._view: CellView | None = None
+        self._changes: MachineChanges | None = None
+        self._where: dict[str, tuple[str, str]] = {}  # machine id -> (zone, rack)
+        self._held: dict[str, tuple[int, list[Alloc], JobPlacement]] = {}
+
+    def placement(self, view: CellView, job_id: str, machines: Mapping[str, Machine] | None,
+                  count: Count) -> JobPlacement:
+        """The job's placement: the cached one's copy when still exact, else ``count``'s."""
+        allocs = list(view.allocs_of(job_id))
+        if len(allocs) < self.smallest or not self._follow(view):
+            return count(allocs, view, machines)
+        held = self._held.get(job_id)
+        if held is not None and held[0] == self.epoch and len(held[1]) == len(allocs) \
+                and all(map(is_, allocs, held[1])):
+            return _copy(held[2])
+        placement = count(allocs, view, machines)
+        if len(self._held) >= self.limit:
+            self._held.clear()
+        self._held[job_id] = (self.epoch, allocs, _copy(placement))
+        return placement
+
+    def _follow(self, view: CellView) -> bool:
+        """Bring ``epoch`` up to ``view``; False when the view cannot report its changes."""
+        if view is not self._view:
+            self._view = view
+            self._changes = MachineChanges(view) if tracks_changes(view) else None
+            self._held.clear()
+            if self._changes is not None:
+                self._relist(view)
+        if self._changes is None:
+            return False
+        where, machine_of = self._where, view.machine
+        for machine_id in self._changes.take():
+            entry = machine_of(machine_id)
+            now = (entry.machine.zone, entry.machine.rack) if entry is not None else None
+            if where.get(machine_id) != now:
+                if now is None:
+                    del where[machine_id]
+                else:
+                    where[machine_id] = now
+                self.epoch += 1
+        if len(where) != view.machine_count():  # the view lost track (e.g. a relist dropped machines)
+            self._relist(view)
+        return True
+
+    def _relist(self, view: CellView) -> None:
+        self._where = {entry.id: (entry.machine.zone, entry.machine.rack) for entry in view.machines()}
+        self.epoch += 1
+
+
+def _copy(placement: JobPlacement) -> JobPlacement:
+    return JobPlacement(dict(placement.machines), dict(placement.zones), placement.total, dict(placement.racks))

@@ -1,0 +1,228 @@
+"""The schedulers' indexes over a view that reports its changed machines: ``MachineChanges``
+hands every change to every reader, ``ClassList`` keeps its free amounts in step with its keys,
+the service index follows such a view (and notices when it lost track), the batch scheduler's
+indexed scan tallies hosts as the plain scan does, and ``Reservations`` counts a job's
+existing allocations as ``JobPlacement.add`` does (and ``PlacementCache`` recounts them
+exactly when they or the machines' zones and racks change)."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from viewlib import DictView, job, machine
+
+from cellstate.model import JobKind, MachineState
+from cellstate.resources import Resources
+from omega.protocols import MachineEntry
+from schedulers import batch as batch_module
+from schedulers.batch import BatchScheduler
+from schedulers.machine_changes import MachineChanges
+from schedulers.placement_cache import PlacementCache
+from schedulers.plugin import JobPlacement
+from schedulers.reservation import Reservations, count_placement
+from schedulers.service import ServiceScheduler
+from schedulers.service_index import ClassList
+
+
+class TrackingView(DictView):
+    """A DictView that reports the ids of machines whose entry changed, as ReplicaView does."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        self.changed: set[str] | None = None
+        super().__init__(*args, **kwargs)
+
+    def track_changed_machines(self) -> None:
+        if self.changed is None:
+            self.changed = set()
+
+    def take_changed_machines(self) -> set[str]:
+        taken, self.changed = self.changed, set()
+        return taken
+
+    def add_machine(self, m):
+        if self.changed is not None:
+            self.changed.add(m.id)
+        return super().add_machine(m)
+
+    def place(self, job_id: str, task: int, machine_id: str) -> None:
+        if self.changed is not None:
+            self.changed.add(machine_id)
+        super().place(job_id, task, machine_id)
+
+    def remove_machine(self, machine_id: str, report: bool = True) -> None:
+        del self._machines[machine_id]
+        if report and self.changed is not None:
+            self.changed.add(machine_id)
+
+
+def test_every_reader_of_a_view_sees_every_change():
+    view = TrackingView([machine(f"m{i}") for i in range(3)])
+    first = MachineChanges(view)
+    view.add_machine(machine("m3"))
+    second = MachineChanges(view)  # made after m3 changed: only later changes are its own
+    view.add_machine(machine("m4"))
+    assert first.take() == {"m3", "m4"}
+    view.add_machine(machine("m5"))
+    assert second.take() == {"m4", "m5"}
+    assert first.take() == {"m5"}
+    assert second.take() == set() and first.take() == set()
+
+
+def test_class_list_keeps_free_amounts_in_step_with_its_keys():
+    rng = random.Random(3)
+    listed, keys = ClassList(2), []
+    for step in range(3000):
+        roll = rng.random()
+        if roll < 0.5 or not keys:
+            key = (-rng.randrange(10**6), f"m{step}", rng.randrange(100), rng.randrange(100))
+            listed.add(key, key[2:])
+            keys.append(key)
+        elif roll < 0.7:
+            listed.remove(keys.pop(rng.randrange(len(keys))))
+        else:
+            i = rng.randrange(len(keys))
+            new = (-rng.randrange(10**6), keys[i][1], rng.randrange(100), rng.randrange(100))
+            listed.move(keys[i], new, new[2:])
+            keys[i] = new
+        if step % 250 == 0 or step == 2999:
+            keys.sort()
+            assert list(listed) == keys
+            assert np.array_equal(listed.free[:len(keys)], np.array([k[2:] for k in keys]).reshape(-1, 2))
+
+
+def service_job(view, name: str, rng: random.Random, **rules):
+    return view.add_job(job(name, tasks=rng.randint(1, 12), cpu=rng.choice([300, 1200, 3000]),
+                            memory=rng.choice([256, 2048]), kind=JobKind.SERVICE, **rules))
+
+
+@pytest.mark.parametrize("report_drops", [True, False], ids=["reported", "unreported-drop"])
+def test_the_service_index_follows_a_view_reporting_its_changes(report_drops):
+    rng = random.Random(11)
+    view = TrackingView([machine(f"{z}-m{i}", zone=z, cpu=rng.choice([4000, 8000])) for z in "abc" for i in range(6)])
+    fast, full = ServiceScheduler("fast"), ServiceScheduler("full", exhaustive=True)
+    for step in range(40):
+        rules = rng.choice([{}, {"different_machine": True}, {"max_per_machine": 2}])
+        entry = service_job(view, f"j{step}", rng, **rules)
+        tasks = entry.record.pending_tasks()
+        got, want = fast.decide(entry, tasks, view), full.decide(entry, tasks, view)
+        assert got == want, f"step {step}"
+        for claim in got.claims:
+            view.place(entry.id, claim.task_index, claim.machine_id)
+        if step % 6 == 5:  # a machine goes (the view may not say so), another comes
+            view.remove_machine(sorted(view._machines)[step % len(view._machines)], report=report_drops)
+            view.add_machine(machine(f"new{step}", zone="abc"[step % 3], state=rng.choice(list(MachineState))))
+
+
+def crowded_cell(rng: random.Random) -> TrackingView:
+    view = TrackingView()
+    for i in range(60):
+        cpu = rng.choice([2000, 4000])
+        state = MachineState.UP if rng.random() < 0.9 else MachineState.DOWN
+        view.add_machine(machine(f"m{i:02d}", cpu=cpu, memory=4096, state=state,
+                                 allocated=Resources.of(int(cpu * rng.random()), int(4096 * rng.random()))))
+    return view
+
+
+def decide_both(seed: int, monkeypatch) -> tuple:
+    """A big job's decision on a crowded cell by the indexed scan and by the plain scan."""
+    rng = random.Random(seed)
+    view = crowded_cell(rng)
+    rules = rng.choice([{}, {"different_machine": True}, {"max_per_machine": 1}, {"max_per_machine": 3}])
+    spec = job("big", tasks=40, cpu=rng.choice([500, 1500]), memory=rng.choice([512, 2048]), **rules)
+    view.add_job(spec)
+    up = sorted(e.id for e in view.machines() if e.machine.state is MachineState.UP)
+    for task in range(25):  # hosts holding 1..3 of the job's tasks
+        target = rng.choice(up)
+        if spec.request.fits_in(view.machine(target).machine.free):
+            view.place("big", task, target)
+    entry = view.job("big")
+    tasks = entry.record.pending_tasks()
+    with monkeypatch.context() as patch:
+        indexed = BatchScheduler("b", random.Random(seed), sample_rounds=1).decide(entry, tasks, view)
+        patch.setattr(batch_module, "applies", lambda filters, request: False)
+        plain = BatchScheduler("b", random.Random(seed), sample_rounds=1).decide(entry, tasks, view)
+    return indexed, plain
+
+
+@pytest.mark.parametrize("seed", range(12), ids=lambda s: f"seed{s}")
+def test_the_indexed_scan_tallies_hosts_as_the_plain_scan(seed, monkeypatch):
+    indexed, plain = decide_both(seed, monkeypatch)
+    assert indexed == plain
+
+
+def test_the_crowded_cells_reject_hosts_before_resources_fit(monkeypatch):
+    reasons = " ".join(why for seed in range(12) for why in decide_both(seed, monkeypatch)[1].unplaced.values())
+    assert "different_machine: job already on machine" in reasons and "max_per_machine: limit 1" in reasons
+
+
+@pytest.mark.parametrize("by_id", [False, True], ids=["view-lookups", "machines-by-id"])
+@pytest.mark.parametrize("spread, gone", [(False, True), (True, False), (True, True)],
+                         ids=["stacked-gone-machine", "one-per-machine", "one-per-machine-gone"])
+def test_placement_counts_allocations_as_adding_them_one_by_one(spread, gone, by_id):
+    rng = random.Random(5)
+    view = DictView([machine(f"m{i}", zone=f"z{i % 3}", rack=f"r{i % 4}" if i % 5 else "", cpu=64000, memory=65536)
+                     for i in range(12)])
+    entry = view.add_job(job("j", tasks=30))
+    for task in range(12 if spread else 30):
+        view.place("j", task, f"m{(task * 7) % 12 if spread else rng.randrange(12)}")
+    if gone:
+        del view._machines["m3"]  # an allocation on a machine the view no longer has
+    want = JobPlacement()
+    for alloc in view.allocs_of("j"):
+        held = view.machine(alloc.machine_id)
+        want.add(alloc.machine_id, held.machine.zone if held else "", rack=held.machine.rack if held else "")
+    machines = {e.id: e.machine for e in view.machines()} if by_id else None
+    got = Reservations(view, machines=machines).placement(entry.id)
+    assert got == want
+    assert list(got.machines) == list(want.machines) and list(got.zones) == list(want.zones)
+    assert list(got.racks) == list(want.racks)
+
+
+def test_the_placement_cache_recounts_exactly_when_allocations_or_machines_change():
+    view = TrackingView([machine(f"m{i}", zone=f"z{i % 3}", rack=f"r{i % 2}", cpu=64000, memory=65536)
+                         for i in range(40)])
+    view.add_job(job("j", tasks=60))
+    for task in range(40):
+        view.place("j", task, f"m{task}")
+    cache, counted = PlacementCache(smallest=8), []
+
+    def count(allocs, view, machines):
+        counted.append(len(allocs))
+        return count_placement(allocs, view, machines)
+
+    def check(step: str, recounted: bool) -> None:
+        before = len(counted)
+        got = cache.placement(view, "j", None, count)
+        assert got == count_placement(list(view.allocs_of("j")), view, None), step
+        assert (len(counted) > before) == recounted, step
+        got.add("m0", "z0", 5, rack="r0")  # a decision's reservations must not reach the cache
+
+    check("first", True)
+    check("same allocations", False)
+    view.add_machine(machine("m40", zone="z9"))  # a new machine: it may hold tasks later
+    check("a machine came", True)
+    view.place("j", 40, "m40")
+    check("one more allocation", True)
+    m1 = view.machine("m1").machine
+    view.add_machine(machine("m1", zone="z7", rack=m1.rack, cpu=64000, memory=65536))  # moved zone
+    check("a host changed zone", True)
+    view.place("j", 41, "m2")  # the ledger changes, the zone does not: recounted for the new task only
+    check("another allocation", True)
+    check("nothing changed", False)
+    view.remove_machine("m3", report=False)
+    check("a host went unreported", True)
+    check("after the relist", False)
+
+
+def test_the_placement_cache_counts_anew_on_a_view_without_changes():
+    view = DictView([machine(f"m{i}") for i in range(40)])
+    view.add_job(job("j", tasks=40))
+    for task in range(40):
+        view.place("j", task, f"m{task}")
+    counted = []
+    cache = PlacementCache(smallest=8)
+    for _ in range(2):
+        cache.placement(view, "j", None, lambda allocs, v, m: counted.append(1) or count_placement(allocs, v, m))
+    assert len(counted) == 2
