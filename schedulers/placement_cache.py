@@ -12,7 +12,7 @@ gets no caching).
 from __future__ import annotations
 
 from operator import is_
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from cellstate.model import Alloc, Machine
 from omega.protocols import CellView
@@ -83,3 +83,32 @@ class PlacementCache:
 
 def _copy(placement: JobPlacement) -> JobPlacement:
     return JobPlacement(dict(placement.machines), dict(placement.zones), placement.total, dict(placement.racks))
+
+
+class HostMemo:
+    """Per job, a lookup derived from its placement's tasks per machine (e.g. the rows of its
+    hosts in an index), kept across decisions: a failing big job is decided again and again on
+    the same placement. Reused while the tasks per machine are equal (the lookup's order may
+    differ from the placement's: callers' results must not depend on it) and ``basis`` (what
+    else the lookup read, e.g. the index's row layout) compares equal."""
+
+    def __init__(self, limit: int = 1024, smallest: int = 32) -> None:
+        """``limit``: jobs kept (all are forgotten past it); ``smallest``: placements on fewer
+        machines are looked up anew, not kept."""
+        self.limit = limit
+        self.smallest = smallest
+        self._held: dict[str, tuple[dict[str, int], Any, Any]] = {}
+
+    def get(self, job_id: str, placed: dict[str, int], basis: Any,
+            look_up: Callable[[dict[str, int]], Any]) -> Any:
+        """``look_up(placed)``, or the value kept for the job when still exact."""
+        if len(placed) < self.smallest:
+            return look_up(placed)
+        held = self._held.get(job_id)
+        if held is not None and held[1] == basis and held[0] == placed:
+            return held[2]
+        value = look_up(placed)
+        if len(self._held) >= self.limit:
+            self._held.clear()
+        self._held[job_id] = (dict(placed), basis, value)
+        return value

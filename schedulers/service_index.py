@@ -237,6 +237,7 @@ class FreeColumns:
         self.listed = np.zeros(64, dtype=bool)
         self.known = np.zeros(64, dtype=bool)
         self._rank: np.ndarray | None = None  # rows' ranks by machine id (None: stale)
+        self.layout = 0  # changes whenever a machine takes or gives up its row
 
     def add(self, machine_id: str) -> None:
         if machine_id in self._slots:
@@ -247,11 +248,13 @@ class FreeColumns:
         self.known = with_row(self.known, row, False)
         self.known[row] = True
         self._rank = None
+        self.layout += 1
 
     def drop(self, machine_id: str) -> None:
         row = self._slots.release(machine_id)
         self.known[row] = self.listed[row] = False
         self._rank = None
+        self.layout += 1
 
     def list(self, machine_id: str, frees: tuple[int, ...]) -> None:
         row = self._row[machine_id]
