@@ -6,7 +6,9 @@ thousands of them each time was a large part of a decision. A cached placement i
 (as a copy: the decision adds its reservations to it) only while the view holds the very same
 allocation objects in the same order and no machine appeared, went or changed zone or rack
 (``epoch``, followed through ``MachineChanges``; a view that cannot report its changed machines
-gets no caching).
+gets no caching). When the view holds those allocations followed by more (a job's new tasks
+come after its older ones), only the new ones are counted in; ``count`` must count as
+``JobPlacement.add`` per allocation does (``reservation.count_placement``).
 """
 
 from __future__ import annotations
@@ -43,9 +45,13 @@ class PlacementCache:
         if len(allocs) < self.smallest or not self._follow(view):
             return count(allocs, view, machines)
         held = self._held.get(job_id)
-        if held is not None and held[0] == self.epoch and len(held[1]) == len(allocs) \
-                and all(map(is_, allocs, held[1])):
-            return _copy(held[2])
+        if held is not None and held[0] == self.epoch and len(held[1]) <= len(allocs):
+            kept, placement = held[1], held[2]
+            if all(map(is_, allocs, kept)):  # the same allocations, maybe some more after them
+                if len(kept) < len(allocs):
+                    _add(placement, allocs[len(kept):], view, machines)
+                    self._held[job_id] = (self.epoch, allocs, placement)
+                return _copy(placement)
         placement = count(allocs, view, machines)
         if len(self._held) >= self.limit:
             self._held.clear()
@@ -79,6 +85,23 @@ class PlacementCache:
     def _relist(self, view: CellView) -> None:
         self._where = {entry.id: (entry.machine.zone, entry.machine.rack) for entry in view.machines()}
         self.epoch += 1
+
+
+def _add(placement: JobPlacement, allocs: list[Alloc], view: CellView,
+         machines: Mapping[str, Machine] | None) -> None:
+    """Count ``allocs`` into ``placement`` as ``JobPlacement.add`` per allocation (a machine
+    unknown to ``machines``, or else to ``view``, counts in zone "" and no rack)."""
+    for alloc in allocs:
+        machine_id = alloc.machine_id
+        if machines is not None:
+            machine = machines.get(machine_id)
+        else:
+            entry = view.machine(machine_id)
+            machine = entry.machine if entry is not None else None
+        if machine is None:
+            placement.add(machine_id, "")
+        else:
+            placement.add(machine_id, machine.zone, rack=machine.rack)
 
 
 def _copy(placement: JobPlacement) -> JobPlacement:
