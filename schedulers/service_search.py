@@ -13,7 +13,7 @@ machine of that list, so after the first task of a job only the touched list is 
 Within one decision verdicts only worsen (reservations shrink what is free, the job's tasks
 per machine only grow, states and attributes are fixed), so a machine a job passed over in a
 list stays passed over: each (job, list) keeps a cursor. Reserved machines move down their
-list at once and back to the view's ledger at the end (``restore``). A released gang makes
+list at once and back to the view's ledger at the index's next sync (``restore``). A released gang makes
 room again: cursors are dropped.
 
 Used only for chains it is exact for (``fast_chain``): the known monotone filters and the
@@ -304,12 +304,9 @@ class SpreadSearch:
         self._offers.clear()
 
     def restore(self) -> None:
-        """Put the reserved machines back at their view ledger's place."""
-        machines = self.index.machines
-        for machine_id in self._moved:
-            machine = machines.get(machine_id)
-            if machine is not None:
-                self.index.place(machine, machine.free)
+        """Have the reserved machines put back at their view ledger's place (at the index's
+        next sync, which re-lists most of them from the view anyway: their claims committed)."""
+        self.index.restore_later(self._moved)
         self._moved.clear()
 
 

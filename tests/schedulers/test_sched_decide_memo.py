@@ -84,3 +84,28 @@ def test_free_index_hosts_without_room_from_a_kept_lookup():
     assert index.hosts_without_room(request, placed) == expected
     assert index.hosts_without_room(request, placed, (at, tasks)) == expected
     assert isinstance(at, np.ndarray)
+
+
+def _lists(index):
+    return {(zone, caps): (list(listed), listed.free[:len(listed)].tolist())
+            for zone, classes in index.zones.items() for caps, listed in classes.items()}
+
+
+@pytest.mark.parametrize("commit", [False, True])
+def test_reserved_machines_are_back_at_their_ledger_place_after_the_next_sync(commit):
+    from cellstate.model import JobKind
+    from schedulers.service import ServiceScheduler
+    from schedulers.service_index import MachineIndex
+
+    view = TrackingView([machine(f"m{i}", zone=f"z{i % 2}", cpu=1000 + 100 * i) for i in range(12)])
+    sched = ServiceScheduler("s")
+    entry = view.add_job(job("j", tasks=5, cpu=300, kind=JobKind.SERVICE))
+    decision = sched.decide(entry, [0, 1, 2, 3, 4], view)
+    assert len(decision.claims) == 5
+    if commit:  # the claims land on the view: those machines are re-listed from it
+        for claim in decision.claims[:3]:
+            view.place("j", claim.task_index, claim.machine_id)
+    sched.index.sync(view)
+    fresh = MachineIndex(sched.chain.resources, sched.chain.accept)
+    fresh.sync(view)
+    assert _lists(sched.index) == _lists(fresh)
