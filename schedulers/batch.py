@@ -142,7 +142,7 @@ class BatchScheduler:
             self._examine(spec, view, reservations, placed, ids[i], rejections)
         before = self.pipeline.filters[:[f.name for f in self.pipeline.filters].index("resources_fit")]
         blocked: list[int] = []
-        hosts = self._hosts.get(spec.id, placed, index, index.hosts)
+        hosts = self._hosts.get(spec.id, placed, index, index.hosts, index.join_hosts)
         for here, hosts in index.hosts_without_room(spec.request, placed, hosts):
             machine = view.machine(ids[hosts[0]]).machine
             free = reservations.free(machine)

@@ -97,6 +97,11 @@ class FreeIndex:
         held = (at >= 0) & (tasks > 0)
         return at[held], tasks[held]
 
+    @staticmethod
+    def join_hosts(first: tuple[np.ndarray, np.ndarray], second: tuple[np.ndarray, np.ndarray]):
+        """The ``hosts`` of two disjoint placements, from each's."""
+        return np.concatenate((first[0], second[0])), np.concatenate((first[1], second[1]))
+
     def hosts_without_room(self, request: Resources, placed: dict[str, int],
                            hosts: tuple[np.ndarray, np.ndarray] | None = None) -> list[tuple[int, list[int]]]:
         """The up machines without room for ``request`` that hold some of the job's tasks

@@ -13,6 +13,7 @@ come after its older ones), only the new ones are counted in; ``count`` must cou
 
 from __future__ import annotations
 
+from itertools import islice
 from operator import is_
 from typing import Any, Callable, Mapping
 
@@ -123,14 +124,24 @@ class HostMemo:
         self._held: dict[str, tuple[dict[str, int], Any, Any]] = {}
 
     def get(self, job_id: str, placed: dict[str, int], basis: Any,
-            look_up: Callable[[dict[str, int]], Any]) -> Any:
-        """``look_up(placed)``, or the value kept for the job when still exact."""
+            look_up: Callable[[dict[str, int]], Any], join: Callable[[Any, Any], Any] | None = None) -> Any:
+        """``look_up(placed)``, or the value kept for the job when still exact. With ``join``
+        (the lookup of two disjoint placements from each's), a placement that only gained
+        machines since (appended: placements add new machines last) has only those looked up."""
         if len(placed) < self.smallest:
             return look_up(placed)
         held = self._held.get(job_id)
-        if held is not None and held[1] == basis and held[0] == placed:
-            return held[2]
-        value = look_up(placed)
+        value = None
+        if held is not None and held[1] == basis:
+            kept = held[0]
+            if kept == placed:
+                return held[2]
+            if join is not None and len(kept) < len(placed) and kept.items() <= placed.items():
+                more = dict(islice(placed.items(), len(kept), None))
+                if more.keys().isdisjoint(kept):
+                    value = join(held[2], look_up(more))
+        if value is None:
+            value = look_up(placed)
         if len(self._held) >= self.limit:
             self._held.clear()
         self._held[job_id] = (dict(placed), basis, value)

@@ -171,7 +171,7 @@ class SpreadSearch:
         (kept across decisions in the host memo while the rows' layout holds)."""
         if self._host_memo is None:
             return self._look_up_hosts(placed)
-        return self._host_memo.get(job_id, placed, self.index.columns.layout, self._look_up_hosts)
+        return self._host_memo.get(job_id, placed, self.index.columns.layout, self._look_up_hosts, _join_hosts)
 
     def _look_up_hosts(self, placed: dict[str, int]) -> _Hosts:
         """``_hosts``, looked up in C (a big job has thousands)."""
@@ -308,6 +308,10 @@ class SpreadSearch:
         next sync, which re-lists most of them from the view anyway: their claims committed)."""
         self.index.restore_later(self._moved)
         self._moved.clear()
+
+
+def _join_hosts(first: _Hosts, second: _Hosts) -> _Hosts:
+    return _Hosts(np.concatenate((first.rows, second.rows)), np.concatenate((first.tasks, second.tasks)))
 
 
 def _count_short(columns: FreeColumns, need: tuple[int, ...], blocked: np.ndarray):

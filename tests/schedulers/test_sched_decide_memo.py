@@ -73,6 +73,25 @@ def test_host_memo_reuses_a_lookup_while_tasks_per_machine_and_basis_hold():
     assert len(calls) == 6
 
 
+def test_host_memo_looks_up_only_the_machines_a_placement_gained():
+    memo, looked = HostMemo(smallest=2), []
+
+    def look_up(placed):
+        looked.append(list(placed))
+        return list(placed)
+
+    def join(first, second):
+        return first + second
+
+    memo.get("j", {"a": 1, "b": 1}, 0, look_up, join)
+    assert memo.get("j", {"a": 1, "b": 1, "c": 2}, 0, look_up, join) == ["a", "b", "c"]
+    assert looked[-1] == ["c"]  # only the new machine
+    assert memo.get("j", {"a": 1, "b": 2, "c": 2, "d": 1}, 0, look_up, join) == ["a", "b", "c", "d"]
+    assert looked[-1] == ["a", "b", "c", "d"]  # a count changed: looked up anew
+    assert memo.get("j", {"e": 1, "a": 1, "b": 2, "c": 2, "d": 1}, 0, look_up, join) == ["e", "a", "b", "c", "d"]
+    assert looked[-1] == ["e", "a", "b", "c", "d"]  # the new machine is not last: looked up anew
+
+
 def test_free_index_hosts_without_room_from_a_kept_lookup():
     view = TrackingView([machine(f"m{i}", cpu=100 * (i + 1)) for i in range(4)])
     index = FreeIndex(view, ["m3", "m1", "m0", "m2"])
@@ -84,6 +103,8 @@ def test_free_index_hosts_without_room_from_a_kept_lookup():
     assert index.hosts_without_room(request, placed) == expected
     assert index.hosts_without_room(request, placed, (at, tasks)) == expected
     assert isinstance(at, np.ndarray)
+    joined = index.join_hosts(index.hosts({"m0": 1}), index.hosts({"m2": 2, "m3": 1}))
+    assert [a.tolist() for a in joined] == [[2, 3, 0], [1, 2, 1]]
 
 
 def _lists(index):
