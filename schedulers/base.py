@@ -26,7 +26,27 @@ class Scheduler(Protocol):
 
 
 def checked_tasks(job: JobEntry, tasks: Sequence[int]) -> list[int]:
-    """``tasks`` as a list after checking each is a distinct pending task of ``job``."""
+    """``tasks`` as a list after checking each is a distinct pending task of ``job``.
+    The usual answer (plain ints, distinct, all pending) is checked with set operations in C
+    (a big job lists thousands); anything else is checked task by task for the exact error."""
+    listed = list(tasks)
+    record = job.record
+    if not record.killed and _TYPES_INT >= set(map(type, listed)):
+        distinct = set(listed)
+        if len(distinct) == len(listed):
+            states = record.tasks
+            if states.count("p") == len(states):
+                if not distinct or (min(distinct) >= 0 and max(distinct) < len(states)):
+                    return listed
+            elif distinct <= set(record.pending_tasks()):
+                return listed
+    return _checked_one_by_one(job, listed)
+
+
+_TYPES_INT = frozenset((int,))
+
+
+def _checked_one_by_one(job: JobEntry, tasks: list[int]) -> list[int]:
     record = job.record
     pending = set(record.pending_tasks())
     seen: set[int] = set()
@@ -49,4 +69,4 @@ def gang_outcome(job: JobEntry, tasks: Sequence[int], decision: Decision) -> Dec
         return decision
     first = min(decision.unplaced)
     why = f"gang: not all {len(tasks)} tasks fit; task {first}: {decision.unplaced[first]}"
-    return Decision([], {t: why for t in tasks})
+    return Decision([], dict.fromkeys(tasks, why))

@@ -20,7 +20,7 @@ from omega.protocols import CellView, Claim, JobEntry
 from schedulers.base import Decision, checked_tasks, gang_outcome
 from schedulers.free_index import FreeIndex, applies
 from schedulers.pipeline import NO_MACHINES, Pipeline, Rejections
-from schedulers.placement_cache import PlacementCache
+from schedulers.placement_cache import HostMemo, PlacementCache
 from schedulers.plugin import JobPlacement, ScoreContext
 from schedulers.reservation import Reservations
 
@@ -51,6 +51,7 @@ class BatchScheduler:
         self._cursor = 0
         self._base_free: dict = {}  # machine id -> (Machine, its free): saves recomputing ledgers
         self._placements = PlacementCache()  # jobs' placements across decisions
+        self._hosts = HostMemo()  # a failing big job's hosts in the free index, across decisions
         self._index: FreeIndex | None = None
 
     def decide(self, job: JobEntry, tasks: list[int], view: CellView) -> Decision:
@@ -67,7 +68,7 @@ class BatchScheduler:
         for i, task in enumerate(tasks):
             machine, reason = self._place_one(spec, view, reservations, placement)
             if machine is None:
-                decision.unplaced.update((t, reason) for t in tasks[i:])
+                decision.unplaced.update(dict.fromkeys(tasks[i:], reason))
                 break
             reservations.reserve(job.id, machine, spec.request)
             decision.claims.append(Claim(task, machine.id, spec.request))
@@ -141,7 +142,8 @@ class BatchScheduler:
             self._examine(spec, view, reservations, placed, ids[i], rejections)
         before = self.pipeline.filters[:[f.name for f in self.pipeline.filters].index("resources_fit")]
         blocked: list[int] = []
-        for here, hosts in index.hosts_without_room(spec.request, placed):
+        hosts = self._hosts.get(spec.id, placed, index, index.hosts, index.join_hosts)
+        for here, hosts in index.hosts_without_room(spec.request, placed, hosts):
             machine = view.machine(ids[hosts[0]]).machine
             free = reservations.free(machine)
             verdict = next((v for v in (f.fits(spec, machine, free, here) for f in before) if not v.ok), None)

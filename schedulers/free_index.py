@@ -89,13 +89,25 @@ class FreeIndex:
         """Positions of machines that are not up (or gone)."""
         return np.flatnonzero(~self.up).tolist()
 
-    def hosts_without_room(self, request: Resources, placed: dict[str, int]) -> list[tuple[int, list[int]]]:
-        """The up machines without room for ``request`` that hold some of the job's tasks
-        (``placed``: tasks per machine id), grouped by that count: [(tasks, positions)]."""
+    def hosts(self, placed: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
+        """The positions of the machines holding some of the job's tasks (``placed``: tasks
+        per machine id) and the count on each (looked up in C: a big job has thousands)."""
         at = np.array(list(map(self.position.get, placed, repeat(-1))), dtype=np.int64)
         tasks = np.fromiter(placed.values(), dtype=np.int64, count=len(placed))
         held = (at >= 0) & (tasks > 0)
-        at, tasks = at[held], tasks[held]
+        return at[held], tasks[held]
+
+    @staticmethod
+    def join_hosts(first: tuple[np.ndarray, np.ndarray], second: tuple[np.ndarray, np.ndarray]):
+        """The ``hosts`` of two disjoint placements, from each's."""
+        return np.concatenate((first[0], second[0])), np.concatenate((first[1], second[1]))
+
+    def hosts_without_room(self, request: Resources, placed: dict[str, int],
+                           hosts: tuple[np.ndarray, np.ndarray] | None = None) -> list[tuple[int, list[int]]]:
+        """The up machines without room for ``request`` that hold some of the job's tasks
+        (``placed``: tasks per machine id, or ``hosts``: their ``hosts``), grouped by that
+        count: [(tasks, positions)]."""
+        at, tasks = self.hosts(placed) if hosts is None else hosts
         without = self.up[at] & ~self._room(request)[at]
         at, tasks = at[without], tasks[without]
         return [(here, at[tasks == here].tolist()) for here in np.unique(tasks).tolist()]

@@ -6,13 +6,16 @@ thousands of them each time was a large part of a decision. A cached placement i
 (as a copy: the decision adds its reservations to it) only while the view holds the very same
 allocation objects in the same order and no machine appeared, went or changed zone or rack
 (``epoch``, followed through ``MachineChanges``; a view that cannot report its changed machines
-gets no caching).
+gets no caching). When the view holds those allocations followed by more (a job's new tasks
+come after its older ones), only the new ones are counted in; ``count`` must count as
+``JobPlacement.add`` per allocation does (``reservation.count_placement``).
 """
 
 from __future__ import annotations
 
+from itertools import islice
 from operator import is_
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from cellstate.model import Alloc, Machine
 from omega.protocols import CellView
@@ -43,9 +46,13 @@ class PlacementCache:
         if len(allocs) < self.smallest or not self._follow(view):
             return count(allocs, view, machines)
         held = self._held.get(job_id)
-        if held is not None and held[0] == self.epoch and len(held[1]) == len(allocs) \
-                and all(map(is_, allocs, held[1])):
-            return _copy(held[2])
+        if held is not None and held[0] == self.epoch and len(held[1]) <= len(allocs):
+            kept, placement = held[1], held[2]
+            if all(map(is_, allocs, kept)):  # the same allocations, maybe some more after them
+                if len(kept) < len(allocs):
+                    _add(placement, allocs[len(kept):], view, machines)
+                    self._held[job_id] = (self.epoch, allocs, placement)
+                return _copy(placement)
         placement = count(allocs, view, machines)
         if len(self._held) >= self.limit:
             self._held.clear()
@@ -81,5 +88,61 @@ class PlacementCache:
         self.epoch += 1
 
 
+def _add(placement: JobPlacement, allocs: list[Alloc], view: CellView,
+         machines: Mapping[str, Machine] | None) -> None:
+    """Count ``allocs`` into ``placement`` as ``JobPlacement.add`` per allocation (a machine
+    unknown to ``machines``, or else to ``view``, counts in zone "" and no rack)."""
+    for alloc in allocs:
+        machine_id = alloc.machine_id
+        if machines is not None:
+            machine = machines.get(machine_id)
+        else:
+            entry = view.machine(machine_id)
+            machine = entry.machine if entry is not None else None
+        if machine is None:
+            placement.add(machine_id, "")
+        else:
+            placement.add(machine_id, machine.zone, rack=machine.rack)
+
+
 def _copy(placement: JobPlacement) -> JobPlacement:
     return JobPlacement(dict(placement.machines), dict(placement.zones), placement.total, dict(placement.racks))
+
+
+class HostMemo:
+    """Per job, a lookup derived from its placement's tasks per machine (e.g. the rows of its
+    hosts in an index), kept across decisions: a failing big job is decided again and again on
+    the same placement. Reused while the tasks per machine are equal (the lookup's order may
+    differ from the placement's: callers' results must not depend on it) and ``basis`` (what
+    else the lookup read, e.g. the index's row layout) compares equal."""
+
+    def __init__(self, limit: int = 1024, smallest: int = 32) -> None:
+        """``limit``: jobs kept (all are forgotten past it); ``smallest``: placements on fewer
+        machines are looked up anew, not kept."""
+        self.limit = limit
+        self.smallest = smallest
+        self._held: dict[str, tuple[dict[str, int], Any, Any]] = {}
+
+    def get(self, job_id: str, placed: dict[str, int], basis: Any,
+            look_up: Callable[[dict[str, int]], Any], join: Callable[[Any, Any], Any] | None = None) -> Any:
+        """``look_up(placed)``, or the value kept for the job when still exact. With ``join``
+        (the lookup of two disjoint placements from each's), a placement that only gained
+        machines since (appended: placements add new machines last) has only those looked up."""
+        if len(placed) < self.smallest:
+            return look_up(placed)
+        held = self._held.get(job_id)
+        value = None
+        if held is not None and held[1] == basis:
+            kept = held[0]
+            if kept == placed:
+                return held[2]
+            if join is not None and len(kept) < len(placed) and kept.items() <= placed.items():
+                more = dict(islice(placed.items(), len(kept), None))
+                if more.keys().isdisjoint(kept):
+                    value = join(held[2], look_up(more))
+        if value is None:
+            value = look_up(placed)
+        if len(self._held) >= self.limit:
+            self._held.clear()
+        self._held[job_id] = (dict(placed), basis, value)
+        return value

@@ -13,13 +13,15 @@ released before the next decision in the batch is returned.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import itemgetter
 from typing import Sequence
 
 from cellstate.model import Job, JobKind, Machine
 from omega.protocols import CellView, Claim, JobEntry
 from schedulers.base import Decision, checked_tasks, gang_outcome
 from schedulers.pipeline import Pipeline, Rejections
-from schedulers.placement_cache import PlacementCache
+from schedulers.placement_cache import HostMemo, PlacementCache
 from schedulers.plugin import ScoreContext, Verdict
 from schedulers.reservation import Reservations
 from schedulers.service_index import MachineIndex
@@ -39,7 +41,7 @@ def order_batch(jobs: Sequence[tuple[JobEntry, Sequence[int]]]) -> list[tuple[Jo
     come in index order (the common case, answered without building the sort keys)."""
     if len(jobs) == 1:
         entry, tasks = jobs[0]
-        return [(entry, t) for t in sorted(tasks)]
+        return list(zip(repeat(entry), sorted(tasks)))
     firsts, batch, rest = [], [], []
     for entry, tasks in jobs:
         spec = entry.record.job
@@ -93,6 +95,7 @@ class ServiceScheduler:
         self.index = MachineIndex(self.chain.resources, self.chain.accept) if self.chain else None
         self._base_free: dict = {}  # machine id -> (Machine, its free), see Reservations
         self._placements = PlacementCache()  # jobs' placements across decisions
+        self._hosts = HostMemo()  # failing big jobs' hosts in the index, across decisions
 
     @property
     def exhaustive(self) -> bool:
@@ -135,7 +138,7 @@ class ServiceScheduler:
             self._base_free.clear()
         self.index.sync(view)
         reservations = Reservations(view, self._base_free, machines=self.index.machines, placements=self._placements)
-        search = SpreadSearch(self.index, self.pipeline, self.chain, reservations)
+        search = SpreadSearch(self.index, self.pipeline, self.chain, reservations, self._hosts)
         decisions = {job.id: Decision() for job, _ in checked}
         try:
             order = order_batch(checked)
@@ -156,7 +159,7 @@ class ServiceScheduler:
                         search.release(job.id, self.index.machines[claim.machine_id], claim.request)
                     decision.claims.clear()
                 if machine is None and len(checked) == 1:
-                    decision.unplaced.update((t, why) for _, t in order[at + 1:])
+                    decision.unplaced.update(dict.fromkeys(map(itemgetter(1), order[at + 1:]), why))
                     break
         finally:
             search.restore()

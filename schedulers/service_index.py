@@ -55,11 +55,14 @@ class MachineIndex:
         self._changes: MachineChanges | None = None  # its changed machines, when it reports them
         self._known: dict[str, MachineEntry] = {}
         self.columns = FreeColumns(len(resources))  # the keys' free amounts, for vectorized tallies
+        self._stale: set[str] = set()  # listed by a decision's reservations, not by their ledger
 
     # -- following the view -----------------------------------------------------------------
 
     def sync(self, view: CellView) -> int:
         """Bring the index to ``view``; returns how many machines were (re)indexed."""
+        if self._stale and (view is not self._view or self._changes is None):
+            self._restore()
         if view is not self._view:  # a new view: compare every machine by id, then follow it
             self._view = view
             self._changes = MachineChanges(view) if tracks_changes(view) else None
@@ -83,7 +86,7 @@ class MachineIndex:
         """Take in the machines the view reports as changed; compare all of them by id when
         the counts then disagree (the view lost track, e.g. a relist dropped machines)."""
         known, machine_of = self._known, view.machine
-        changed = 0
+        relisted: set[str] = set()
         for machine_id in sorted(self._changes.take()):
             entry = machine_of(machine_id)
             if entry is None:
@@ -91,7 +94,10 @@ class MachineIndex:
                     self._drop(machine_id)
             elif known.get(machine_id) is not entry:
                 self._update(entry)
-                changed += 1
+                relisted.add(machine_id)
+        changed = len(relisted)
+        if self._stale:
+            self._restore(relisted)
         if len(known) != view.machine_count():
             return changed + self._resync(list(view.machines()))
         return changed
@@ -121,6 +127,21 @@ class MachineIndex:
         self.machines[machine.id] = machine
         self.place(machine, machine.free)
 
+    def restore_later(self, machine_ids: Iterable[str]) -> None:
+        """Machines a decision listed by its reservations: they go back to their ledger's place
+        at the next ``sync`` (those the view then reports as changed are re-listed by it anyway;
+        a list's order depends only on its keys, not on the order machines were placed in)."""
+        self._stale.update(machine_ids)
+
+    def _restore(self, skip: set[str] = frozenset()) -> None:
+        """List the stale machines (but ``skip``: already re-listed) by their ledger."""
+        machines = self.machines
+        for machine_id in self._stale:
+            machine = machines.get(machine_id) if machine_id not in skip else None
+            if machine is not None:
+                self.place(machine, machine.free)
+        self._stale.clear()
+
     # -- positions --------------------------------------------------------------------------
 
     def place(self, machine: Machine, free: Resources) -> int:
@@ -138,6 +159,8 @@ class MachineIndex:
         key = (-load, machine.id, *frees)
         slot = self._slots.get(machine.id)
         if slot is not None and slot[0] is listed:
+            if slot[1] == key:  # e.g. a reserved machine whose claim the view now holds
+                return id(listed)
             listed.move(slot[1], key, frees)
         else:
             self._unlist(machine.id)
@@ -237,6 +260,7 @@ class FreeColumns:
         self.listed = np.zeros(64, dtype=bool)
         self.known = np.zeros(64, dtype=bool)
         self._rank: np.ndarray | None = None  # rows' ranks by machine id (None: stale)
+        self.layout = 0  # changes whenever a machine takes or gives up its row
 
     def add(self, machine_id: str) -> None:
         if machine_id in self._slots:
@@ -247,11 +271,13 @@ class FreeColumns:
         self.known = with_row(self.known, row, False)
         self.known[row] = True
         self._rank = None
+        self.layout += 1
 
     def drop(self, machine_id: str) -> None:
         row = self._slots.release(machine_id)
         self.known[row] = self.listed[row] = False
         self._rank = None
+        self.layout += 1
 
     def list(self, machine_id: str, frees: tuple[int, ...]) -> None:
         row = self._row[machine_id]

@@ -13,7 +13,7 @@ machine of that list, so after the first task of a job only the touched list is 
 Within one decision verdicts only worsen (reservations shrink what is free, the job's tasks
 per machine only grow, states and attributes are fixed), so a machine a job passed over in a
 list stays passed over: each (job, list) keeps a cursor. Reserved machines move down their
-list at once and back to the view's ledger at the end (``restore``). A released gang makes
+list at once and back to the view's ledger at the index's next sync (``restore``). A released gang makes
 room again: cursors are dropped.
 
 Used only for chains it is exact for (``fast_chain``): the known monotone filters and the
@@ -49,6 +49,7 @@ from schedulers.plugins.machine_state import MachineStateFilter
 from schedulers.plugins.max_per_machine import MaxPerMachine
 from schedulers.plugins.resources_fit import ResourcesFit
 from schedulers.plugins.zone_spread import ZoneSpread
+from schedulers.placement_cache import HostMemo
 from schedulers.reservation import Reservations
 from schedulers.service_index import ClassList, FreeColumns, MachineIndex
 
@@ -109,8 +110,10 @@ class SpreadSearch:
     """The search of one decision (see the module docstring)."""
 
     def __init__(self, index: MachineIndex, pipeline: Pipeline, chain: FastChain,
-                 reservations: Reservations) -> None:
+                 reservations: Reservations, hosts: HostMemo | None = None) -> None:
+        """``hosts``: optionally, the caller's memo of jobs' hosts across decisions."""
         self.index = index
+        self._host_memo = hosts
         self.pipeline = pipeline
         self.by_machine = chain.by_machine
         self.loaded = chain.loaded
@@ -140,7 +143,7 @@ class SpreadSearch:
                         if best is None or score > best_score or (score == best_score and machine.id < best.id):
                             best, best_score = machine, score
             if best is None and self.by_machine:
-                hosts = hosts or self._hosts(placement.machines)
+                hosts = hosts or self._hosts(spec.id, placement.machines)
                 best = self._best_host(tier, spec, placement, ctx, hosts)
             if best is not None:
                 return best, ""
@@ -163,9 +166,15 @@ class SpreadSearch:
         offers[spec.id] = offer
         return offer
 
-    def _hosts(self, placed: dict[str, int]) -> _Hosts:
+    def _hosts(self, job_id: str, placed: dict[str, int]) -> _Hosts:
         """The known machines holding some of the job's tasks: their rows and task counts
-        (looked up in C: a big job has thousands)."""
+        (kept across decisions in the host memo while the rows' layout holds)."""
+        if self._host_memo is None:
+            return self._look_up_hosts(placed)
+        return self._host_memo.get(job_id, placed, self.index.columns.layout, self._look_up_hosts, _join_hosts)
+
+    def _look_up_hosts(self, placed: dict[str, int]) -> _Hosts:
+        """``_hosts``, looked up in C (a big job has thousands)."""
         rows = np.array(list(map(self.index.columns.row_of.get, placed, repeat(-1))), dtype=np.int64)
         tasks = np.fromiter(placed.values(), dtype=np.int64, count=len(placed))
         held = (rows >= 0) & (tasks > 0)
@@ -242,7 +251,7 @@ class SpreadSearch:
         short_of: dict[int, tuple[int, str]] = {}
         others: Iterable[str] = machines
         if self.chain.keyed_reasons:
-            blocked = self._blocked_hosts(spec, hosts or self._hosts(placed), tally)
+            blocked = self._blocked_hosts(spec, hosts or self._hosts(spec.id, placed), tally)
             short_of, others = _count_short(self.index.columns, self.index.frees_of(spec.request), blocked)
         for machine_id in others:
             machine = machines[machine_id]
@@ -295,13 +304,14 @@ class SpreadSearch:
         self._offers.clear()
 
     def restore(self) -> None:
-        """Put the reserved machines back at their view ledger's place."""
-        machines = self.index.machines
-        for machine_id in self._moved:
-            machine = machines.get(machine_id)
-            if machine is not None:
-                self.index.place(machine, machine.free)
+        """Have the reserved machines put back at their view ledger's place (at the index's
+        next sync, which re-lists most of them from the view anyway: their claims committed)."""
+        self.index.restore_later(self._moved)
         self._moved.clear()
+
+
+def _join_hosts(first: _Hosts, second: _Hosts) -> _Hosts:
+    return _Hosts(np.concatenate((first.rows, second.rows)), np.concatenate((first.tasks, second.tasks)))
 
 
 def _count_short(columns: FreeColumns, need: tuple[int, ...], blocked: np.ndarray):

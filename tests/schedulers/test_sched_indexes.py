@@ -195,7 +195,10 @@ def test_the_placement_cache_recounts_exactly_when_allocations_or_machines_chang
     def check(step: str, recounted: bool) -> None:
         before = len(counted)
         got = cache.placement(view, "j", None, count)
-        assert got == count_placement(list(view.allocs_of("j")), view, None), step
+        want = count_placement(list(view.allocs_of("j")), view, None)
+        assert got == want, step
+        for name in ("machines", "zones", "racks"):  # in the same order too
+            assert list(getattr(got, name).items()) == list(getattr(want, name).items()), step
         assert (len(counted) > before) == recounted, step
         got.add("m0", "z0", 5, rack="r0")  # a decision's reservations must not reach the cache
 
@@ -204,13 +207,16 @@ def test_the_placement_cache_recounts_exactly_when_allocations_or_machines_chang
     view.add_machine(machine("m40", zone="z9"))  # a new machine: it may hold tasks later
     check("a machine came", True)
     view.place("j", 40, "m40")
-    check("one more allocation", True)
+    check("one more allocation", False)  # counted in on top of the kept placement
     m1 = view.machine("m1").machine
     view.add_machine(machine("m1", zone="z7", rack=m1.rack, cpu=64000, memory=65536))  # moved zone
     check("a host changed zone", True)
-    view.place("j", 41, "m2")  # the ledger changes, the zone does not: recounted for the new task only
-    check("another allocation", True)
+    view.place("j", 41, "m2")  # the ledger changes, the zone does not: the new task counted in
+    view.place("j", 42, "m5")
+    check("more allocations", False)
     check("nothing changed", False)
+    del view._allocs["j"][0]  # a task ended: counted anew
+    check("an allocation went", True)
     view.remove_machine("m3", report=False)
     check("a host went unreported", True)
     check("after the relist", False)
