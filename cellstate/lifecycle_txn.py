@@ -30,7 +30,8 @@ from cellstate.txn_rules import txn_request_bytes
 from omega.protocols import JobEntry, MachineEntry
 
 _LIVE = (TaskState.PLACED.value, TaskState.RUNNING.value)
-_MACHINE, _RECORD = builder(Machine), builder(JobRecord)  # built without __init__ (cellstate.fastbuild)
+# built without __init__ (cellstate.fastbuild)
+_MACHINE, _RECORD, _RESOURCES = builder(Machine), builder(JobRecord), builder(Resources)
 # The ops of a task end, built without __init__ as well (one txn per task end in a replay).
 _PUT, _DELETE, _GET, _COMPARE = builder(Put), builder(Delete), builder(Get), builder(Compare)
 _MOD, _EQ = CompareTarget.MOD, CompareOp.EQ
@@ -95,7 +96,11 @@ def finish_task_ops(keys: CellKeys, job: JobEntry, allocs: Sequence[Alloc],
                              f"{alloc.machine_id!r} given")
         ledger = entry.machine
         allocated, count = ledgers.get(alloc.machine_id) or (ledger.allocated, ledger.task_count)
-        allocated, count = allocated - alloc.resources, count - 1  # released(ledger, [alloc])
+        request = alloc.resources
+        allocated, count = (  # released(ledger, [alloc]); a core-only vector without __init__
+            _RESOURCES(allocated.cpu - request.cpu, allocated.memory - request.memory,
+                       allocated.disk - request.disk, ()) if not (allocated.extra or request.extra)
+            else allocated - request), count - 1
         if allocated.is_negative() or count < 0:
             _negative_ledger(ledger.id, 1, allocated, count)
         ledgers[alloc.machine_id] = (allocated, count)

@@ -57,8 +57,15 @@ def _time_ok(t) -> bool:
 
 
 def _record_ok(r) -> bool:
-    if type(r) is not JobRecord or not _job_ok(r.job):
+    if type(r) is not JobRecord:
         return False
+    job = r.job
+    if _CHECKED_JOBS.get(id(job)) is not job:
+        if not _job_ok(job):
+            return False
+        if len(_CHECKED_JOBS) >= _CHECKED_MAX:
+            _CHECKED_JOBS.clear()
+        _CHECKED_JOBS[id(job)] = job
     tasks = r.tasks
     if type(tasks) is not str or len(tasks) != r.job.tasks or tasks.translate(_NOT_A_TASK_STATE):
         return False
@@ -66,6 +73,13 @@ def _record_ok(r) -> bool:
         return False
     first, placed = r.first_attempt_at, r.placed_at
     return (first is None or _time_ok(first)) and (placed is None or _time_ok(placed))
+
+
+# Job specs that passed ``_job_ok``, by identity (each entry holds its Job, so the id is not
+# reused while it is here): the records of one job share its (frozen) spec, and a task end or
+# kill packs a record of a spec packed before. Cleared when full.
+_CHECKED_JOBS: dict[int, Job] = {}
+_CHECKED_MAX = 1 << 16
 
 
 def _job_ok(j) -> bool:

@@ -101,3 +101,12 @@ def test_a_negative_zero_time_is_not_remembered():
     record = RECORDS["negative-zero-time"]
     decoded = decode_job_record("/cell/jobs/j", pack_job_record(record))
     assert decoded == record and decoded is not record
+
+
+def test_a_checked_spec_is_remembered_only_when_it_passed():
+    good, bad = RECORDS["service"], RECORDS["constraints"]
+    assert [record_pack._record_ok(good) for _ in range(2)] == [True, True]
+    assert record_pack._CHECKED_JOBS.get(id(good.job)) is good.job
+    assert [record_pack._record_ok(bad) for _ in range(2)] == [False, False]
+    assert id(bad.job) not in record_pack._CHECKED_JOBS
+    assert record_pack._record_ok(replace(good, tasks="z" * good.job.tasks)) is False  # the rest still checked
