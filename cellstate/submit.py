@@ -21,7 +21,8 @@ _SIZE_MARGIN = 0.8
 
 # A submission's ops, built without their dataclass __init__ (cellstate.fastbuild): a replay
 # submits tens of thousands of jobs.
-_PUT, _COMPARE = builder(Put), builder(Compare)
+_PUT, _COMPARE, _RECORD = builder(Put), builder(Compare), builder(JobRecord)
+_PENDING = TaskState.PENDING.value
 _CREATE, _EQ = CompareTarget.CREATE, CompareOp.EQ
 
 
@@ -87,7 +88,8 @@ def _encoded_records(keys: CellKeys, jobs: Sequence[Job], now: float) -> list[tu
         if job.id in seen:
             raise ValueError(f"job id {job.id!r} appears twice in one submission")
         seen.add(job.id)
-        records.append((keys.job(job.id), pack_job_record(JobRecord.new(job, now))))
+        record = _RECORD(job, _PENDING * job.tasks, now, "", False, None, None)  # JobRecord.new(job, now)
+        records.append((keys.job(job.id), pack_job_record(record)))
     return records
 
 
