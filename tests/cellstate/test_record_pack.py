@@ -85,7 +85,8 @@ def test_generated_records_pack_as_they_encode(record):
 
 @pytest.mark.parametrize("name, trusted", [
     ("common", True), ("fresh", True), ("killed", True), ("service", True), ("gang-different-machine", True),
-    ("constraints", False), ("int-submitted", False), ("negative-zero-time", False), ("extra-resources", False), ("kind-as-text", False),
+    ("constraints", False), ("int-submitted", False), ("negative-zero-time", False), ("extra-resources", False),
+    ("kind-as-text", False),
 ], ids=lambda x: str(x))
 def test_the_common_shapes_skip_the_decode_back(name, trusted):
     assert record_pack._record_ok(RECORDS[name]) is trusted

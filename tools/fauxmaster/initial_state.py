@@ -71,8 +71,9 @@ def place_recorded(cell, placements: list[TaskPlaced]) -> None:
             skipped[why] += 1
             continue
         request, left = record.job.request, free[machine_id]
-        free[machine_id] = (_RESOURCES(left.cpu - request.cpu, left.memory - request.memory, left.disk - request.disk, ())
-                            if not (left.extra or request.extra) else left - request)  # core-only: no __init__
+        free[machine_id] = (  # a core-only vector without __init__
+            _RESOURCES(left.cpu - request.cpu, left.memory - request.memory, left.disk - request.disk, ())
+            if not (left.extra or request.extra) else left - request)
         states[p.task] = _PLACED
         per_machine[job_id, machine_id] += 1
         allocs.append(_ALLOC(job_id, p.task, machine_id, request, record.job.priority, RECORDED_BY, now, False))
