@@ -25,12 +25,16 @@ from cellstate.keys import CellKeys
 from cellstate.model import Alloc, JobRecord, Machine, MachineState, TaskState
 from cellstate.record_pack import pack_job_record
 from cellstate.resources import ZERO, Resources
-from cellstate.store import Compare, Delete, Get, Op, Put, mod_revision_is
+from cellstate.store import Compare, CompareOp, CompareTarget, Delete, Get, Op, Put, mod_revision_is
 from cellstate.txn_rules import txn_request_bytes
 from omega.protocols import JobEntry, MachineEntry
 
 _LIVE = (TaskState.PLACED.value, TaskState.RUNNING.value)
-_MACHINE, _RECORD = builder(Machine), builder(JobRecord)  # built without __init__ (cellstate.fastbuild)
+# built without __init__ (cellstate.fastbuild)
+_MACHINE, _RECORD, _RESOURCES = builder(Machine), builder(JobRecord), builder(Resources)
+# The ops of a task end, built without __init__ as well (one txn per task end in a replay).
+_PUT, _DELETE, _GET, _COMPARE = builder(Put), builder(Delete), builder(Get), builder(Compare)
+_MOD, _EQ = CompareTarget.MOD, CompareOp.EQ
 
 
 class TxnOps(NamedTuple):
@@ -92,23 +96,27 @@ def finish_task_ops(keys: CellKeys, job: JobEntry, allocs: Sequence[Alloc],
                              f"{alloc.machine_id!r} given")
         ledger = entry.machine
         allocated, count = ledgers.get(alloc.machine_id) or (ledger.allocated, ledger.task_count)
-        allocated, count = allocated - alloc.resources, count - 1  # released(ledger, [alloc])
+        request = alloc.resources
+        allocated, count = (  # released(ledger, [alloc]); a core-only vector without __init__
+            _RESOURCES(allocated.cpu - request.cpu, allocated.memory - request.memory,
+                       allocated.disk - request.disk, ()) if not (allocated.extra or request.extra)
+            else allocated - request), count - 1
         if allocated.is_negative() or count < 0:
             _negative_ledger(ledger.id, 1, allocated, count)
         ledgers[alloc.machine_id] = (allocated, count)
         tasks.append(alloc.task_index)
-        deletes.append(Delete(keys.alloc(alloc.job_id, alloc.task_index)))
+        deletes.append(_DELETE(keys.alloc(alloc.job_id, alloc.task_index), False))
     compares, failure = [], []
     success: list[Op] = list(deletes)
     for machine_id, (allocated, count) in ledgers.items():
         key = keys.machine(machine_id)
-        compares.append(mod_revision_is(key, machines[machine_id].mod_revision))
-        failure.append(Get(key))
-        success.append(Put(key, pack_machine(_ledger_of(machines[machine_id].machine, allocated, count, writer))))
+        compares.append(_COMPARE(key, _MOD, _EQ, machines[machine_id].mod_revision))  # mod_revision_is
+        failure.append(_GET(key, False))
+        success.append(_PUT(key, pack_machine(_ledger_of(machines[machine_id].machine, allocated, count, writer)), 0))
     job_key = keys.job(job.id)
-    compares.append(mod_revision_is(job_key, job.mod_revision))
-    failure.append(Get(job_key))
-    success.append(Put(job_key, pack_job_record(_with_states(record, tasks, TaskState.FINISHED.value))))
+    compares.append(_COMPARE(job_key, _MOD, _EQ, job.mod_revision))
+    failure.append(_GET(job_key, False))
+    success.append(_PUT(job_key, pack_job_record(_with_states(record, tasks, TaskState.FINISHED.value)), 0))
     return TxnOps(compares, success, failure)
 
 
@@ -267,11 +275,13 @@ def _negative_ledger(machine_id: str, releases: int, allocated, task_count: int)
 
 
 def _check_alloc_of(record: JobRecord, alloc: Alloc, what: str, allowed: tuple[str, ...]) -> None:
+    tasks, index = record.tasks, alloc.task_index
+    if alloc.job_id == record.job.id and 0 <= index < len(tasks) and tasks[index] in allowed:
+        return  # (the messages below are built only when one is raised: a task end checks one alloc)
     where = f"{what} of {alloc.job_id}/{alloc.task_index}"
     if alloc.job_id != record.id:
         raise ValueError(f"{where}: alloc is not of job {record.id!r}")
     if not 0 <= alloc.task_index < len(record.tasks):
         raise ValueError(f"{where}: job {record.id!r} has {len(record.tasks)} tasks")
     char = record.tasks[alloc.task_index]
-    if char not in allowed:
-        raise ValueError(f"{where}: task state is {char!r}, expected one of {list(allowed)}")
+    raise ValueError(f"{where}: task state is {char!r}, expected one of {list(allowed)}")

@@ -9,8 +9,10 @@ Here straight-line checks of every field's exact type and range accept the commo
 core-only request of non-negative ints, an int priority, str owner and package, no
 constraints, bool flags, a non-negative int per-machine limit, float times (or None where
 allowed) that are finite and non-negative, and a task-state string of the spec's length
-in ``TaskState`` characters. Each condition is sufficient for the record to decode back
-equal, so an accepted record packs exactly as the codec packs it. Anything else (an int
+in ``TaskState`` characters (times: no ``-0.0``, which decodes as ``0.0``). Each condition is
+sufficient for the record to decode back equal with the same types, so an accepted record packs
+exactly as the codec packs it, and is remembered in ``codec.RECORD_MEMO`` as what its bytes
+decode to (as ``encode_job_record`` does): the replicas that apply the write skip its decode. Anything else (an int
 time, constraints, extra resources, any invalid field) goes through the codec, which
 encodes it or raises its precise ``CodecError``: the same bytes and errors, just faster.
 (The same scheme as ``cellstate.codec_trusted`` for ledgers and allocs.)
@@ -22,7 +24,7 @@ import math
 
 import msgpack
 
-from cellstate.codec import _TASK_CHARS, MAX_TASKS, _record_map, encode_job_record
+from cellstate.codec import _TASK_CHARS, MAX_TASKS, RECORD_MEMO, _record_map, encode_job_record
 from cellstate.model import Job, JobKind, JobRecord
 from cellstate.resources import Resources
 
@@ -40,19 +42,30 @@ def pack_job_record(r: JobRecord) -> bytes:
     decoding back when ``r`` has the common shape."""
     if _record_ok(r):
         try:
-            return msgpack.packb(_record_map(r))
+            raw = msgpack.packb(_record_map(r))
         except _PACK_ERRORS:
             pass  # the codec's encoder names the problem
+        else:
+            RECORD_MEMO.put(raw, r)  # decodes back equal, same types: decoders may answer with r
+            return raw
     return encode_job_record(r)
 
 
 def _time_ok(t) -> bool:
-    return type(t) is float and 0.0 <= t < math.inf
+    """A finite float >= 0 that is not -0.0."""
+    return type(t) is float and (0.0 < t < math.inf or (t == 0.0 and math.copysign(1.0, t) > 0))
 
 
 def _record_ok(r) -> bool:
-    if type(r) is not JobRecord or not _job_ok(r.job):
+    if type(r) is not JobRecord:
         return False
+    job = r.job
+    if _CHECKED_JOBS.get(id(job)) is not job:
+        if not _job_ok(job):
+            return False
+        if len(_CHECKED_JOBS) >= _CHECKED_MAX:
+            _CHECKED_JOBS.clear()
+        _CHECKED_JOBS[id(job)] = job
     tasks = r.tasks
     if type(tasks) is not str or len(tasks) != r.job.tasks or tasks.translate(_NOT_A_TASK_STATE):
         return False
@@ -60,6 +73,13 @@ def _record_ok(r) -> bool:
         return False
     first, placed = r.first_attempt_at, r.placed_at
     return (first is None or _time_ok(first)) and (placed is None or _time_ok(placed))
+
+
+# Job specs that passed ``_job_ok``, by identity (each entry holds its Job, so the id is not
+# reused while it is here): the records of one job share its (frozen) spec, and a task end or
+# kill packs a record of a spec packed before. Cleared when full.
+_CHECKED_JOBS: dict[int, Job] = {}
+_CHECKED_MAX = 1 << 16
 
 
 def _job_ok(j) -> bool:

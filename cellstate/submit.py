@@ -9,11 +9,21 @@ from cellstate.codec import decode_alloc, decode_job_record, decode_machine, enc
 from cellstate.keys import CellKeys
 from cellstate.model import Alloc, Job, JobRecord, Machine, TaskState
 from cellstate.record_pack import pack_job_record
-from cellstate.store import Compare, Delete, KeyValue, Op, Put, Store, StoreError, missing, mod_revision_is
+from cellstate.fastbuild import builder
+from cellstate.store import (
+    Compare, CompareOp, CompareTarget, Delete, KeyValue, Op, Put, Store, StoreError, missing, mod_revision_is,
+)
 
 # Per-op framing allowance when packing a txn below the store's request-size limit.
 _OP_BYTES = 48
 _SIZE_MARGIN = 0.8
+
+
+# A submission's ops, built without their dataclass __init__ (cellstate.fastbuild): a replay
+# submits tens of thousands of jobs.
+_PUT, _COMPARE, _RECORD = builder(Put), builder(Compare), builder(JobRecord)
+_PENDING = TaskState.PENDING.value
+_CREATE, _EQ = CompareTarget.CREATE, CompareOp.EQ
 
 
 class JobsExist(StoreError):
@@ -61,7 +71,8 @@ def submit_jobs(store: Store, keys: CellKeys, jobs: Sequence[Job], now: float) -
             raise JobsExist(_ids_of(keys, present))
     committed, revision = 0, 0
     for chunk in chunks:
-        result = store.txn([missing(key) for key, _ in chunk], [Put(key, value) for key, value in chunk], [])
+        result = store.txn([_COMPARE(key, _CREATE, _EQ, 0) for key, _ in chunk],  # missing(key)
+                           [_PUT(key, value, 0) for key, value in chunk], [])
         if not result.succeeded:
             _, present = store.get_many([key for key, _ in chunk])
             raise JobsExist(_ids_of(keys, present), committed)
@@ -77,7 +88,8 @@ def _encoded_records(keys: CellKeys, jobs: Sequence[Job], now: float) -> list[tu
         if job.id in seen:
             raise ValueError(f"job id {job.id!r} appears twice in one submission")
         seen.add(job.id)
-        records.append((keys.job(job.id), pack_job_record(JobRecord.new(job, now))))
+        record = _RECORD(job, _PENDING * job.tasks, now, "", False, None, None)  # JobRecord.new(job, now)
+        records.append((keys.job(job.id), pack_job_record(record)))
     return records
 
 

@@ -10,7 +10,7 @@ from hypothesis import given
 from strategies import job_records
 
 from cellstate import record_pack
-from cellstate.codec import CodecError, encode_job_record
+from cellstate.codec import RECORD_MEMO, CodecError, decode_job_record, encode_job_record
 from cellstate.model import Constraint, ConstraintOp, Job, JobKind, JobRecord
 from cellstate.record_pack import pack_job_record
 from cellstate.resources import Resources
@@ -43,6 +43,7 @@ RECORDS = {
     "nan-time": replace(R, placed_at=float("nan")),
     "inf-duration": spec(duration_s=float("inf")),
     "negative-time": replace(R, first_attempt_at=-1.0),
+    "negative-zero-time": replace(R, placed_at=-0.0),
     "short-tasks": replace(R, tasks="pa"),
     "unknown-state": replace(R, tasks="paz"),
     "non-ascii-state": replace(R, tasks="pa\u00e9"),
@@ -84,7 +85,29 @@ def test_generated_records_pack_as_they_encode(record):
 
 @pytest.mark.parametrize("name, trusted", [
     ("common", True), ("fresh", True), ("killed", True), ("service", True), ("gang-different-machine", True),
-    ("constraints", False), ("int-submitted", False), ("extra-resources", False), ("kind-as-text", False),
+    ("constraints", False), ("int-submitted", False), ("negative-zero-time", False), ("extra-resources", False),
+    ("kind-as-text", False),
 ], ids=lambda x: str(x))
 def test_the_common_shapes_skip_the_decode_back(name, trusted):
     assert record_pack._record_ok(RECORDS[name]) is trusted
+
+
+def test_a_packed_record_decodes_to_itself_from_its_bytes():
+    raw = pack_job_record(R)
+    assert decode_job_record("/cell/jobs/j", raw) is R
+    assert RECORD_MEMO.get(bytes(bytearray(raw))) is None  # equal bytes of another object: decoded anew
+
+
+def test_a_negative_zero_time_is_not_remembered():
+    record = RECORDS["negative-zero-time"]
+    decoded = decode_job_record("/cell/jobs/j", pack_job_record(record))
+    assert decoded == record and decoded is not record
+
+
+def test_a_checked_spec_is_remembered_only_when_it_passed():
+    good, bad = RECORDS["service"], RECORDS["constraints"]
+    assert [record_pack._record_ok(good) for _ in range(2)] == [True, True]
+    assert record_pack._CHECKED_JOBS.get(id(good.job)) is good.job
+    assert [record_pack._record_ok(bad) for _ in range(2)] == [False, False]
+    assert id(bad.job) not in record_pack._CHECKED_JOBS
+    assert record_pack._record_ok(replace(good, tasks="z" * good.job.tasks)) is False  # the rest still checked

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "cellstate"))
 from strategies import ids, jobs, machines, times  # noqa: E402
 
-from cellstate.codec import job_to_map, machine_to_map  # noqa: E402
+from cellstate.codec import CodecError, job_from_map, job_to_map, machine_to_map  # noqa: E402
 from cellstate.model import Job, JobKind, Machine  # noqa: E402
 from cellstate.resources import Resources  # noqa: E402
 from tools.trace.events import (  # noqa: E402
@@ -28,7 +28,9 @@ from tools.trace.events import (  # noqa: E402
     TaskEndStatus,
     TaskPlaced,
 )
-from tools.trace.format import TraceError, TraceHeader, TraceWriter, read_trace  # noqa: E402
+from tools.trace.format import (  # noqa: E402
+    TraceError, TraceHeader, TraceWriter, _nested, event_from_record, read_trace,
+)
 
 HEADER = TraceHeader(source="test", created_at="2024-01-01T00:00:00+00:00", capacity_model="none",
                      cell="c1", notes="n")
@@ -212,3 +214,23 @@ def test_fuzz_only_trace_error_escapes(data, prefix, compress):
             read_all(path)
         except TraceError:
             pass
+
+
+@settings(max_examples=200, deadline=None)
+@given(job=jobs(), int_duration=st.booleans(), extra_field=st.booleans())
+def test_job_submit_records_decode_as_job_from_map(job, int_duration, extra_field):
+    """The reader's straight-line spec decoding gives exactly ``job_from_map``'s Job (or error)."""
+    job_map = job_to_map(job)
+    if int_duration and job_map.get("duration_s") is not None:
+        job_map["duration_s"] = int(job_map["duration_s"])
+    if extra_field:
+        job_map["colour"] = "red"
+
+    def outcome(decode):
+        try:
+            return repr(decode())
+        except CodecError as exc:
+            return f"CodecError {exc.field}: {exc.message}"
+
+    from_record = outcome(lambda: event_from_record("k", submit(1.0, job_map)).job)
+    assert from_record == outcome(lambda: _nested("k", "job", job_from_map, job_map))

@@ -12,10 +12,13 @@ allocation per machine from the same changes, so utilization needs no store scan
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Callable
 
-from cellstate.codec import decode_alloc, decode_job_record, decode_machine, encode_machine
+from cellstate.codec import decode_alloc, decode_job_record, decode_machine
+from cellstate.codec_trusted import pack_machine
 from cellstate.committer import StoreCommitter
+from cellstate.fastbuild import builder
 from cellstate.keys import CellKeys
 from cellstate.lifecycle_txn import fail_machine_ops, finish_task_ops
 from cellstate.memory_store import MemoryStore
@@ -27,6 +30,8 @@ from omega.protocols import CommitOutcome, JobEntry, MachineEntry, Plan
 from tools.fauxmaster.clock import EventCore
 
 AGENT = "fauxmaster"
+# entries of the cell's own reads (one of each per task end), built without __init__
+_JOB_ENTRY, _MACHINE_ENTRY = builder(JobEntry), builder(MachineEntry)
 
 
 @dataclass(slots=True)
@@ -122,7 +127,7 @@ class SimCell:
         step = max(1, self.store.max_txn_ops)
         for i in range(0, len(fresh), step):
             chunk = fresh[i:i + step]
-            ops = [Put(self.keys.machine(m.id), encode_machine(m)) for m in chunk]
+            ops = [Put(self.keys.machine(m.id), pack_machine(m)) for m in chunk]
             self.store.txn([missing(op.key) for op in ops], ops, [])
             for machine in chunk:
                 self.usage.add_machine(machine)
@@ -204,7 +209,8 @@ class SimCell:
                 self.core.after(spec.duration_s, self._ender(spec.id, claim.task_index, claim.machine_id, plan.now))
 
     def _ender(self, job_id: str, task: int, machine_id: str, placed_at: float) -> Callable[[], None]:
-        return lambda: self.end_task(job_id, task, (machine_id, placed_at))
+        """``end_task(job_id, task, (machine_id, placed_at))``, to schedule (a partial: no frame of its own)."""
+        return partial(self.end_task, job_id, task, (machine_id, placed_at))
 
     def end_task(self, job_id: str, task: int, placement: tuple[str, float] | None = None) -> bool:
         """End a live task (only the given placement, if any): alloc deleted, ledger released,
@@ -221,7 +227,7 @@ class SimCell:
             machine_kv = store.get(keys.machine(alloc.machine_id))
             if job is None or machine_kv is None:
                 return False
-            machine = MachineEntry(self._decode_machine(machine_kv.key, machine_kv.value), machine_kv.mod_revision)
+            machine = _MACHINE_ENTRY(self._decode_machine(machine_kv.key, machine_kv.value), machine_kv.mod_revision)
             ops = finish_task_ops(keys, job, [alloc], {alloc.machine_id: machine}, AGENT)
             if store.txn(*ops).succeeded:
                 self.usage.charge(alloc.machine_id, -alloc.resources.cpu, -alloc.resources.memory)
@@ -237,4 +243,4 @@ class SimCell:
 
     def _job(self, job_id: str) -> JobEntry | None:
         kv = self.store.get(self.keys.job(job_id))
-        return None if kv is None else JobEntry(self._decode_job(kv.key, kv.value), kv.mod_revision)
+        return None if kv is None else _JOB_ENTRY(self._decode_job(kv.key, kv.value), kv.mod_revision)

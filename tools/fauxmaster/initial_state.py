@@ -23,7 +23,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
-from cellstate.codec import decode_job_record, decode_machine
+import msgpack
+
+from cellstate.codec import ALLOC_MEMO, decode_job_record, decode_machine
 from cellstate.codec_trusted import pack_alloc, pack_machine
 from cellstate.fastbuild import builder
 from cellstate.model import Alloc, JobKind, JobRecord, Machine, MachineState
@@ -68,8 +70,10 @@ def place_recorded(cell, placements: list[TaskPlaced]) -> None:
         if why:
             skipped[why] += 1
             continue
-        request = record.job.request
-        free[machine_id] = free[machine_id] - request
+        request, left = record.job.request, free[machine_id]
+        free[machine_id] = (  # a core-only vector without __init__
+            _RESOURCES(left.cpu - request.cpu, left.memory - request.memory, left.disk - request.disk, ())
+            if not (left.extra or request.extra) else left - request)
         states[p.task] = _PLACED
         per_machine[job_id, machine_id] += 1
         allocs.append(_ALLOC(job_id, p.task, machine_id, request, record.job.priority, RECORDED_BY, now, False))
@@ -84,7 +88,7 @@ def place_recorded(cell, placements: list[TaskPlaced]) -> None:
 
 
 _PLACED, _PENDING = ord("a"), ord("p")
-_ALLOC = builder(Alloc)  # an Alloc without its dataclass __init__ (cellstate.fastbuild)
+_ALLOC, _RESOURCES = builder(Alloc), builder(Resources)  # without their dataclass __init__ (cellstate.fastbuild)
 
 
 def _job_record(cell, job_id: str) -> JobRecord | None:
@@ -121,12 +125,14 @@ def _ledgers(machines: dict[str, Machine | None], allocs: list[Alloc]) -> dict[s
     in trace order (``Machine.with_claim`` per alloc, summed per machine first)."""
     claimed: dict[str, list] = {}  # machine → [sum of requests, tasks]
     for a in allocs:
-        held = claimed.get(a.machine_id)
+        held, request = claimed.get(a.machine_id), a.resources
         if held is None:
-            claimed[a.machine_id] = [a.resources, 1]
-        else:
-            held[0] = held[0] + a.resources
-            held[1] += 1
+            claimed[a.machine_id] = [request, 1]
+            continue
+        total = held[0]
+        held[0] = (_RESOURCES(total.cpu + request.cpu, total.memory + request.memory, total.disk + request.disk, ())
+                   if not (total.extra or request.extra) else total + request)  # core-only: no __init__
+        held[1] += 1
     return {m: machines[m].with_claim(total, count) for m, (total, count) in claimed.items()}
 
 
@@ -135,7 +141,7 @@ def _write(cell, ledgers: dict[str, Machine], jobs: dict[str, JobRecord | None],
     placed_jobs = {a.job_id for a in allocs}
     keys = cell.keys
     ops = [Put(keys.machine(m), pack_machine(replace(ledgers[m], writer=RECORDED_BY))) for m in sorted(ledgers)]
-    ops += [Put(keys.alloc(a.job_id, a.task_index), pack_alloc(a)) for a in allocs]
+    ops += [_PUT(keys.alloc(a.job_id, a.task_index), raw, 0) for a, raw in zip(allocs, _packed_allocs(allocs))]
     for job_id in sorted(placed_jobs):
         record = jobs[job_id]
         if "p" not in record.tasks:
@@ -146,6 +152,57 @@ def _write(cell, ledgers: dict[str, Machine], jobs: dict[str, JobRecord | None],
         result = cell.store.txn([], ops[i:i + step], [])
         if not result.succeeded:
             raise RuntimeError("recorded initial state: an unconditional txn failed")
+
+
+_PUT = builder(Put)
+_TASK_KEY, _MACHINE_KEY = msgpack.packb("task"), msgpack.packb("machine")
+
+
+def _packed_allocs(allocs: list[Alloc]) -> list[bytes]:
+    """``pack_alloc(a)`` of every alloc (the same bytes, remembered in ``ALLOC_MEMO`` as what they
+    decode to), from one template per job: the allocs of a job written here differ only in their
+    task index and machine id, which ``codec`` packs as consecutive map entries. The template is
+    the job's first alloc packed by ``pack_alloc``, split around that pair of entries (when found
+    exactly once). Another alloc of the job is the template with its own pair when its other
+    fields are the very objects of the first one (already checked by ``pack_alloc``), its task an
+    int >= 0 and its machine id an id (``pack_alloc``'s checks of these two); else ``pack_alloc``."""
+    templates: dict[str, tuple[Alloc, bytes, bytes] | None] = {}  # job → (first alloc, bytes before, after)
+    entries: dict[str, bytes] = {}  # machine id → its packed map entry
+    packb, remember = msgpack.packb, ALLOC_MEMO.put
+    out = []
+    for a in allocs:
+        job_id, task, machine_id = a.job_id, a.task_index, a.machine_id
+        if job_id not in templates:
+            raw = pack_alloc(a)
+            templates[job_id] = _template(raw, a)
+            out.append(raw)
+            continue
+        template = templates[job_id]
+        entry = entries.get(machine_id)
+        if entry is None and type(machine_id) is str and machine_id and "/" not in machine_id:
+            entry = entries[machine_id] = _MACHINE_KEY + packb(machine_id)
+        if template is None or entry is None or type(task) is not int or task < 0 or not _same_rest(a, template[0]):
+            out.append(pack_alloc(a))
+            continue
+        raw = b"".join((template[1], packb(task), entry, template[2]))
+        remember(raw, a)
+        out.append(raw)
+    return out
+
+
+def _same_rest(a: Alloc, first: Alloc) -> bool:
+    """``a``'s fields other than task and machine are the very objects of ``first``'s."""
+    return (a.resources is first.resources and a.priority is first.priority and a.scheduler is first.scheduler
+            and a.placed_at is first.placed_at and a.running is first.running)
+
+
+def _template(raw: bytes, a: Alloc) -> tuple[Alloc, bytes, bytes] | None:
+    """``a`` and ``raw`` (``a`` packed) split around its task and machine entries, or None."""
+    pair = _TASK_KEY + msgpack.packb(a.task_index) + _MACHINE_KEY + msgpack.packb(a.machine_id)
+    at = raw.find(pair)
+    if at < 0 or raw.find(pair, at + 1) >= 0:
+        return None
+    return a, raw[:at] + _TASK_KEY, raw[at + len(pair):]
 
 
 def _follow(cell, jobs: dict[str, JobRecord | None], allocs: list[Alloc]) -> None:

@@ -18,6 +18,9 @@ from tools.trace.events import JobKill, JobSubmit, MachineAdd, MachineFail, Mach
 from tools.trace.format import read_trace
 
 
+_BULK = (JobSubmit, TaskPlaced)  # applied as runs of consecutive events of one type
+
+
 class TraceFeed:
     """Feeds the trace at ``path`` to ``cell`` on ``core`` (a context manager closing the file)."""
 
@@ -64,19 +67,25 @@ class TraceFeed:
         self.core.at(event.t, self._feed)
 
     def _feed(self) -> None:
-        """Apply every event of the current time, then schedule the next time."""
+        """Apply every event of the current time, then schedule the next time.
+
+        A hot loop (one pass per trace event): the reader is called directly, not via ``_read``."""
         now = self.core.now
+        reader = self._reader
         run: list = []  # consecutive events of one bulk type (JobSubmit or TaskPlaced)
-        while self._next is not None and self._next.t == now:
-            event = self._next
+        event = self._next
+        while event is not None and event.t == now:
             if run and type(event) is not type(run[0]):
                 self._apply_run(run)
                 run = []
-            if isinstance(event, (JobSubmit, TaskPlaced)):
+            if isinstance(event, _BULK):
                 run.append(event)
             else:
                 self._apply(event)
-            self._next = self._read()
+            event = self._next = next(reader, None)  # as _read
+            if event is not None:
+                self.events += 1
+                self.last_t = event.t
         if run:
             self._apply_run(run)
         self._schedule_next()
