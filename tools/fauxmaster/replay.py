@@ -207,7 +207,12 @@ def _run(trace_path, config: ReplayConfig, core: EventCore, store, keys: CellKey
         raise ValueError(f"cell {keys.cell!r} (prefix {keys.prefix}) is not empty; replay into a new cell")
     clock = VirtualClock(core)
     schedulers: list[SimScheduler] = []
-    cell = SimCell(store, keys, core, wake=lambda: [s.process.wake() for s in schedulers])
+
+    def wake() -> None:
+        for s in schedulers:
+            s.process.wake()
+
+    cell = SimCell(store, keys, core, wake=wake)
     journal = JobJournal(submitted=cell.submitted_at)
     with TraceFeed(trace_path, cell, core, config.until, config.initial_state) as feed:
         feed.write_initial_machines()
