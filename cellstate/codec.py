@@ -37,7 +37,7 @@ from cellstate.codec_fields import CodecError
 from cellstate.codec_job_fast import (  # noqa: F401 (MAX_TASKS: API)
     CONSTRAINT_FIELDS, MAX_TASKS, RECORD_FIELDS, SPEC_FIELDS, TASK_CHARS, fast_record, record_shape_ok,
 )
-from cellstate.codec_memo import ValueMemo
+from cellstate.codec_memo import codec_memo
 from cellstate.codec_resources import core_resources, encode_resources, resources_from_map  # noqa: F401 (API)
 from cellstate.fastbuild import builder
 from cellstate.model import (
@@ -65,8 +65,9 @@ _ALLOC_FIELDS = frozenset("v t job task machine resources priority scheduler pla
 _CONSTRAINT_FIELDS = CONSTRAINT_FIELDS
 # Decoded values are built without their dataclass __init__ (see cellstate.fastbuild).
 _MACHINE, _ALLOC = builder(Machine), builder(Alloc)
-# What recent bytes decode to, per type (cellstate.codec_memo): filled by decodes and trusted encodes.
-MACHINE_MEMO, RECORD_MEMO, ALLOC_MEMO = ValueMemo(), ValueMemo(), ValueMemo()
+# What recent bytes decode to, per type (cellstate.codec_memo): filled by decodes and trusted encodes
+# once a MemoryStore woke them (dormant before: bytes from etcd are new objects and never hit).
+MACHINE_MEMO, RECORD_MEMO, ALLOC_MEMO = codec_memo(), codec_memo(), codec_memo()
 
 # ---------------------------------------------------------------------- envelope
 

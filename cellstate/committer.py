@@ -28,7 +28,7 @@ from omega.protocols import AllocEntry, CommitOutcome, JobEntry, MachineEntry, P
 
 MAX_REASON_CHARS = 400
 _ALLOC, _MACHINE, _MACHINE_ENTRY = builder(Alloc), builder(Machine), builder(MachineEntry)
-_JOB_ENTRY = builder(JobEntry)
+_JOB_ENTRY, _COMMIT_OUTCOME = builder(JobEntry), builder(CommitOutcome)
 _RESOURCES = builder(Resources)
 # Txn ops by the hundred per commit: built without their dataclass __init__ (cellstate.fastbuild).
 _PUT, _GET, _COMPARE = builder(Put), builder(Get), builder(Compare)
@@ -132,10 +132,11 @@ class StoreCommitter:
     def _success(revision: int, written: dict[str, bytes], deleted: tuple[str, ...], applied) -> CommitOutcome:
         """The outcome of a committed txn, with what it put as decoded entries at ``revision``."""
         ledgers, records, allocs = applied
-        return CommitOutcome(True, revision, written=written, deleted=deleted,
-                             applied_machines=tuple([_MACHINE_ENTRY(m, revision) for m in ledgers]),
-                             applied_jobs=tuple([_JOB_ENTRY(r, revision) for r in records]),
-                             applied_allocs=allocs, applied=True)
+        # CommitOutcome(True, revision, written=…, deleted=…, applied_*=…, applied=True), every
+        # field given in order (fresh_* empty): one per commit, without its dataclass __init__.
+        return _COMMIT_OUTCOME(True, revision, {}, None, False, {}, {}, written, deleted,
+                               tuple([_MACHINE_ENTRY(m, revision) for m in ledgers]),
+                               tuple([_JOB_ENTRY(r, revision) for r in records]), allocs, True)
 
     # -- failure -------------------------------------------------------------------------
 
