@@ -35,7 +35,8 @@ import msgpack
 from cellstate import codec_fields as fc
 from cellstate.codec_fields import CodecError
 from cellstate.codec_job_fast import (  # noqa: F401 (MAX_TASKS: API)
-    CONSTRAINT_FIELDS, MAX_TASKS, RECORD_FIELDS, SPEC_FIELDS, TASK_CHARS, fast_record, record_shape_ok,
+    CONSTRAINT_FIELDS, MAX_TASKS, NOT_A_TASK_STATE, RECORD_FIELDS, SPEC_FIELDS, TASK_CHARS, fast_record,
+    fast_spec, record_shape_ok,
 )
 from cellstate.codec_memo import codec_memo
 from cellstate.codec_resources import core_resources, encode_resources, resources_from_map  # noqa: F401 (API)
@@ -220,7 +221,7 @@ def validate_job(job: Job) -> None:
 def _bare_spec_from_map(key: str, d: dict) -> Job:
     d = dict(d)
     del d["v"], d["t"]
-    return _spec_from_map(key, d)
+    return fast_spec(d) or _spec_from_map(key, d)  # a trace's every submission: the common shape first
 
 
 def _spec_from_map(key: str, d, prefix: str = "") -> Job:
@@ -322,7 +323,7 @@ def _record_from_map(key: str, d: dict) -> JobRecord:
     states = fc.text(key, "tasks", d["tasks"])
     if len(states) != job.tasks:
         raise CodecError(key, "tasks", f"expected {job.tasks} task states (spec.tasks), got {len(states)}")
-    if states.strip(_TASK_CHARS):
+    if states.translate(NOT_A_TASK_STATE):
         bad = sorted(set(states) - set(_TASK_CHARS))
         raise CodecError(key, "tasks", f"unknown task state(s) {bad}; expected characters of {_TASK_CHARS!r}")
     first, placed = d.get("first_attempt_at"), d.get("placed_at")

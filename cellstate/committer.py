@@ -22,7 +22,7 @@ from cellstate.keys import CellKeys
 from cellstate.model import Alloc, JobRecord, Machine, TaskState
 from cellstate.resources import Resources
 from cellstate.store import (
-    Compare, CompareOp, CompareTarget, Delete, Get, KeyValue, Put, Store, TxnTooLarge, mod_revision_is,
+    Compare, CompareOp, CompareTarget, Delete, Get, KeyValue, Put, Store, TxnTooLarge,
 )
 from omega.protocols import AllocEntry, CommitOutcome, JobEntry, MachineEntry, Plan, PlanRejected, PlanTooLarge
 
@@ -85,20 +85,21 @@ class StoreCommitter:
     # -- building the txn ----------------------------------------------------------------
 
     def _compares(self, plan: Plan):
-        """Compares, and the compared keys in order: touched machines, the job, victim jobs."""
+        """Compares, and the compared keys in order: touched machines, the job, victim jobs
+        (each ``mod_revision_is(key, seen)``, built without the dataclass ``__init__``)."""
         keys, compares = [], []
         for machine_id in touched_machines(plan):
             key = self.keys.machine(machine_id)
             keys.append(key)
-            compares.append(_COMPARE(key, _MOD, _EQ, plan.machines[machine_id].mod_revision))  # mod_revision_is
+            compares.append(_COMPARE(key, _MOD, _EQ, plan.machines[machine_id].mod_revision))
         for entry in (plan.job, *plan.victims.values()):
             key = self.keys.job(entry.id)
             keys.append(key)
-            compares.append(mod_revision_is(key, entry.mod_revision))
+            compares.append(_COMPARE(key, _MOD, _EQ, entry.mod_revision))
         for (job_id, task), entry in plan.victim_allocs.items():
             key = self.keys.alloc(job_id, task)
             keys.append(key)
-            compares.append(mod_revision_is(key, entry.mod_revision))
+            compares.append(_COMPARE(key, _MOD, _EQ, entry.mod_revision))
         return compares, keys
 
     def _writes(self, plan: Plan):

@@ -46,7 +46,7 @@ _COMPARE = {
     CompareOp.LT: lambda a, b: a < b,
     CompareOp.GT: lambda a, b: a > b,
 }
-_MOD, _EQ = CompareTarget.MOD, CompareOp.EQ
+_MOD, _CREATE, _EQ = CompareTarget.MOD, CompareTarget.CREATE, CompareOp.EQ
 # Built by the thousand per replay second: without their dataclass __init__ (cellstate.fastbuild).
 _KEY_VALUE, _EVENT, _TXN_RESULT = builder(KeyValue), builder(Event), builder(TxnResult)
 _PUT_EVENT, _DELETE_EVENT = EventKind.PUT, EventKind.DELETE
@@ -181,12 +181,17 @@ class MemoryStore:
         return self.txn((), (Delete(key),)).revision
 
     def _all_hold(self, compares: Sequence[Compare]) -> bool:
-        """True when every compare holds; mod_revision equality (a commit's compares) inline."""
+        """True when every compare holds; mod_revision and create_revision equality (a commit's
+        compares, a submission's ``missing``) inline."""
         kvs = self._kvs
         for compare in compares:
-            if compare.target is _MOD and compare.op is _EQ:
+            target = compare.target
+            if compare.op is _EQ and (target is _MOD or target is _CREATE):
                 kv = kvs.get(compare.key)
-                if (0 if kv is None else kv.mod_revision) != compare.value:
+                if kv is None:
+                    if compare.value != 0:
+                        return False
+                elif (kv.mod_revision if target is _MOD else kv.create_revision) != compare.value:
                     return False
             elif not self._holds(compare):
                 return False
