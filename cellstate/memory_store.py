@@ -161,12 +161,12 @@ class MemoryStore:
 
     def txn(self, compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op] = ()) -> TxnResult:
         """Run ``success`` if every compare holds, else ``failure``, atomically."""
-        check_txn(compares, success, failure, self.max_txn_ops, self.max_request_bytes)
+        leased = check_txn(compares, success, failure, self.max_txn_ops, self.max_request_bytes)
         with self._lock:
             self._start_op()
             succeeded = self._all_hold(compares)
             branch = success if succeeded else failure
-            for op in branch:
+            for op in branch if leased else ():
                 if type(op) is Put and op.lease and op.lease not in self._leases:
                     raise StoreError(f"{LEASE_NOT_FOUND}: lease {op.lease} for {op.key!r}")
             reads = self._apply(branch)
