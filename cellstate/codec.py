@@ -51,7 +51,7 @@ from cellstate.model import (
     Machine,
     MachineState,
 )
-from cellstate.resources import ZERO
+from cellstate.resources import ZERO, Resources
 
 SCHEMA_VERSION = 1
 _TASK_CHARS = TASK_CHARS
@@ -86,18 +86,24 @@ def _unpack(key: str, raw: bytes, tag: str) -> dict:
 
 
 def _machine_map(m: Machine) -> dict:
+    # Field by field, no getattr loop (every ledger a commit or a task end writes comes here).
     d = {"v": SCHEMA_VERSION, "t": "machine", "id": m.id, "capacity": encode_resources(m.capacity)}
-    for name in _ATTRIBUTES:
-        if getattr(m, name):
-            d[name] = getattr(m, name)
+    if m.zone:
+        d["zone"] = m.zone
+    if m.rack:
+        d["rack"] = m.rack
+    if m.platform:
+        d["platform"] = m.platform
     if m.packages:
         d["packages"] = sorted(m.packages)
     if m.labels:
         d["labels"] = dict(m.labels)
     if m.state != MachineState.UP:
         d["state"] = str(m.state)
-    if m.allocated != ZERO:
-        d["allocated"] = encode_resources(m.allocated)
+    allocated = m.allocated
+    if type(allocated) is not Resources or allocated.cpu != 0 or allocated.memory != 0 or allocated.disk != 0 \
+            or allocated.extra != ():  # ``allocated != ZERO`` without the dataclass __eq__
+        d["allocated"] = encode_resources(allocated)
     if m.task_count:
         d["tasks"] = m.task_count
     if m.writer:
