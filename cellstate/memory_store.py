@@ -404,7 +404,8 @@ class MemoryStore:
         """Refuse work after close; expire due leases (lazy expiry)."""
         if self._closed:
             raise Unavailable("memory store is closed")
-        self.expire_leases()
+        if self._leases:  # (every read and write comes here: no call when there is no lease)
+            self.expire_leases()
 
     def close(self) -> None:
         """Close the store: further operations raise Unavailable, open watches break."""
