@@ -8,8 +8,6 @@ out at once to the live streams (``fan_out``), which queue it until ``next`` tak
 from __future__ import annotations
 
 from collections import deque
-from itertools import repeat
-from operator import attrgetter
 from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 from cellstate.fastbuild import builder
@@ -19,7 +17,6 @@ if TYPE_CHECKING:
     from cellstate.memory_store import MemoryStore
 
 _WATCH_BATCH = builder(WatchBatch)  # one per commit and stream: without its dataclass __init__
-_KEY = attrgetter("key")
 
 
 class MemoryWatchStream:
@@ -87,11 +84,7 @@ def fan_out(streams: Iterable[MemoryWatchStream], revision: int, events: Sequenc
         prefix = stream.prefix
         mine = mine_by_prefix.get(prefix)
         if mine is None:
-            if all(map(str.startswith, map(_KEY, events), repeat(prefix))):  # usual: all of them (C loops)
-                mine = tuple(events)
-            else:
-                mine = tuple([ev for ev in events if ev.key.startswith(prefix)])
-            mine_by_prefix[prefix] = mine
+            mine = mine_by_prefix[prefix] = tuple([ev for ev in events if ev.key.startswith(prefix)])
         if mine:
             stream.pending.append(_WATCH_BATCH(revision, mine))
 
