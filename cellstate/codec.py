@@ -35,9 +35,10 @@ import msgpack
 from cellstate import codec_fields as fc
 from cellstate.codec_fields import CodecError
 from cellstate.codec_job_fast import (  # noqa: F401 (MAX_TASKS: API)
-    CONSTRAINT_FIELDS, MAX_TASKS, RECORD_FIELDS, SPEC_FIELDS, TASK_CHARS, fast_record, record_shape_ok,
+    CONSTRAINT_FIELDS, MAX_TASKS, NOT_A_TASK_STATE, RECORD_FIELDS, SPEC_FIELDS, TASK_CHARS, fast_record,
+    fast_spec, record_shape_ok,
 )
-from cellstate.codec_memo import ValueMemo
+from cellstate.codec_memo import codec_memo
 from cellstate.codec_resources import core_resources, encode_resources, resources_from_map  # noqa: F401 (API)
 from cellstate.fastbuild import builder
 from cellstate.model import (
@@ -50,7 +51,7 @@ from cellstate.model import (
     Machine,
     MachineState,
 )
-from cellstate.resources import ZERO
+from cellstate.resources import ZERO, Resources
 
 SCHEMA_VERSION = 1
 _TASK_CHARS = TASK_CHARS
@@ -65,8 +66,9 @@ _ALLOC_FIELDS = frozenset("v t job task machine resources priority scheduler pla
 _CONSTRAINT_FIELDS = CONSTRAINT_FIELDS
 # Decoded values are built without their dataclass __init__ (see cellstate.fastbuild).
 _MACHINE, _ALLOC = builder(Machine), builder(Alloc)
-# What recent bytes decode to, per type (cellstate.codec_memo): filled by decodes and trusted encodes.
-MACHINE_MEMO, RECORD_MEMO, ALLOC_MEMO = ValueMemo(), ValueMemo(), ValueMemo()
+# What recent bytes decode to, per type (cellstate.codec_memo): filled by decodes and trusted encodes
+# once a MemoryStore woke them (dormant before: bytes from etcd are new objects and never hit).
+MACHINE_MEMO, RECORD_MEMO, ALLOC_MEMO = codec_memo(), codec_memo(), codec_memo()
 
 # ---------------------------------------------------------------------- envelope
 
@@ -84,18 +86,24 @@ def _unpack(key: str, raw: bytes, tag: str) -> dict:
 
 
 def _machine_map(m: Machine) -> dict:
+    # Field by field, no getattr loop (every ledger a commit or a task end writes comes here).
     d = {"v": SCHEMA_VERSION, "t": "machine", "id": m.id, "capacity": encode_resources(m.capacity)}
-    for name in _ATTRIBUTES:
-        if getattr(m, name):
-            d[name] = getattr(m, name)
+    if m.zone:
+        d["zone"] = m.zone
+    if m.rack:
+        d["rack"] = m.rack
+    if m.platform:
+        d["platform"] = m.platform
     if m.packages:
         d["packages"] = sorted(m.packages)
     if m.labels:
         d["labels"] = dict(m.labels)
     if m.state != MachineState.UP:
         d["state"] = str(m.state)
-    if m.allocated != ZERO:
-        d["allocated"] = encode_resources(m.allocated)
+    allocated = m.allocated
+    if type(allocated) is not Resources or allocated.cpu != 0 or allocated.memory != 0 or allocated.disk != 0 \
+            or allocated.extra != ():  # ``allocated != ZERO`` without the dataclass __eq__
+        d["allocated"] = encode_resources(allocated)
     if m.task_count:
         d["tasks"] = m.task_count
     if m.writer:
@@ -219,7 +227,7 @@ def validate_job(job: Job) -> None:
 def _bare_spec_from_map(key: str, d: dict) -> Job:
     d = dict(d)
     del d["v"], d["t"]
-    return _spec_from_map(key, d)
+    return fast_spec(d) or _spec_from_map(key, d)  # a trace's every submission: the common shape first
 
 
 def _spec_from_map(key: str, d, prefix: str = "") -> Job:
@@ -321,7 +329,7 @@ def _record_from_map(key: str, d: dict) -> JobRecord:
     states = fc.text(key, "tasks", d["tasks"])
     if len(states) != job.tasks:
         raise CodecError(key, "tasks", f"expected {job.tasks} task states (spec.tasks), got {len(states)}")
-    if states.strip(_TASK_CHARS):
+    if states.translate(NOT_A_TASK_STATE):
         bad = sorted(set(states) - set(_TASK_CHARS))
         raise CodecError(key, "tasks", f"unknown task state(s) {bad}; expected characters of {_TASK_CHARS!r}")
     first, placed = d.get("first_attempt_at"), d.get("placed_at")

@@ -9,7 +9,8 @@ gives the value or raises its precise ``CodecError``. So:
 
 - ``fast_record(d)`` returns exactly what ``codec._record_from_map`` returns (an equal
   ``JobRecord``, built without ``__init__``) for every map it accepts, and accepts only
-  maps that the generic decoder accepts;
+  maps that the generic decoder accepts; ``fast_spec(d)`` likewise for a spec map
+  (``codec._spec_from_map``: job records' specs and a trace's bare specs);
 - ``record_shape_ok(r)`` is True only for records whose map form decodes back equal
   (exact types: ``str``, ``int``, ``float`` times, ``bool`` flags, enum members, tuples of
   ``Constraint``; core-only resources of non-negative ints; no ``-0.0``), so encoding them needs no
@@ -31,6 +32,9 @@ from cellstate.resources import Resources
 
 MAX_TASKS = 1_000_000
 TASK_CHARS = "".join(s.value for s in TaskState)
+# Deletes every TaskState character, so what is left is not a task state: ``str.translate``
+# deleting ASCII is ~20x faster than ``str.strip`` with a character set on thousands of tasks.
+NOT_A_TASK_STATE = str.maketrans("", "", TASK_CHARS)
 SPEC_FIELDS = frozenset(
     "id kind tasks request priority owner constraints duration_s gang package "
     "different_machine max_per_machine".split())
@@ -55,8 +59,8 @@ def fast_record(d: dict) -> JobRecord | None:
     spec, states = d.get("spec"), d.get("tasks")
     if type(spec) is not dict or type(states) is not str:
         return None
-    job = _fast_spec(spec)
-    if job is None or len(states) != job.tasks or states.strip(TASK_CHARS):
+    job = fast_spec(spec)
+    if job is None or len(states) != job.tasks or states.translate(NOT_A_TASK_STATE):
         return None
     get = d.get
     submitted, reason, killed = get("submitted_at", 0.0), get("reason", ""), get("killed", False)
@@ -79,7 +83,7 @@ def fast_record(d: dict) -> JobRecord | None:
     return _RECORD(job, states, float(submitted), reason, killed, first, placed)
 
 
-def _fast_spec(d: dict) -> Job | None:
+def fast_spec(d: dict) -> Job | None:
     """A spec map's Job in the common shape (see ``fast_record``), or None."""
     # Straight-line, one check per field: every job record a replica applies comes here.
     if not SPEC_FIELDS.issuperset(d):
@@ -159,7 +163,7 @@ def record_shape_ok(r) -> bool:
     if type(r) is not JobRecord or not _spec_shape_ok(r.job):
         return False
     states = r.tasks
-    if type(states) is not str or len(states) != r.job.tasks or states.strip(TASK_CHARS):
+    if type(states) is not str or len(states) != r.job.tasks or states.translate(NOT_A_TASK_STATE):
         return False
     if type(r.submitted_at) is not float or not _time_ok(r.submitted_at):
         return False

@@ -14,8 +14,14 @@ of remembered bytes with the remembered value (immutable, so it can be shared):
 Entries are keyed by ``id(raw)`` and hold ``raw``, so an id cannot be reused while remembered;
 only exact ``bytes`` are remembered (a ``bytearray`` may change). Two generations, swapped when
 the young one reaches ``max_entries`` values or ``max_bytes`` of bytes (no per-entry eviction).
-Bytes read from etcd are new objects each time: they miss and are decoded as before. Dict
-operations are atomic, so threads sharing a memo at worst lose an entry (a miss).
+Dict operations are atomic, so threads sharing a memo at worst lose an entry (a miss).
+
+The codec's memos (``codec_memos``) start dormant: they remember nothing, so a lookup is two
+misses in empty dicts. Bytes read from etcd are new objects each time and could never hit,
+so a scheduler on etcd pays neither the memory (up to ``max_bytes`` of bytes plus their
+values, twice, per type) nor the puts. Creating a ``MemoryStore`` wakes them
+(``wake_codec_memos``): from then on the process may hand the same bytes object to several
+readers, and the memos stay awake for the rest of the process.
 """
 
 from __future__ import annotations
@@ -24,13 +30,14 @@ from __future__ import annotations
 class ValueMemo:
     """Recently encoded or decoded values of one type, by their bytes (see the module docstring)."""
 
-    __slots__ = ("max_entries", "max_bytes", "_young", "_old", "_young_bytes")
+    __slots__ = ("max_entries", "max_bytes", "awake", "_young", "_old", "_young_bytes")
 
-    def __init__(self, max_entries: int = 100_000, max_bytes: int = 32 << 20):
+    def __init__(self, max_entries: int = 100_000, max_bytes: int = 32 << 20, awake: bool = True):
         if max_entries < 1 or max_bytes < 1:
             raise ValueError(f"memo limits must be positive, got {max_entries!r} entries, {max_bytes!r} bytes")
         self.max_entries = max_entries
         self.max_bytes = max_bytes
+        self.awake = awake  # dormant: ``put`` remembers nothing
         self._young: dict[int, tuple[bytes, object]] = {}
         self._old: dict[int, tuple[bytes, object]] = {}
         self._young_bytes = 0
@@ -42,8 +49,8 @@ class ValueMemo:
         return held[1] if held is not None and held[0] is raw else None
 
     def put(self, raw, value: object) -> None:
-        """Remember ``value`` as what ``raw`` decodes to (exact ``bytes`` only)."""
-        if type(raw) is not bytes:
+        """Remember ``value`` as what ``raw`` decodes to (exact ``bytes`` only; nothing while dormant)."""
+        if type(raw) is not bytes or not self.awake:
             return
         young = self._young
         young[id(raw)] = (raw, value)
@@ -53,3 +60,25 @@ class ValueMemo:
 
     def clear(self) -> None:
         self._young, self._old, self._young_bytes = {}, {}, 0
+
+
+_CODEC_MEMOS: list[ValueMemo] = []
+
+
+def codec_memo() -> ValueMemo:
+    """A dormant memo for one of the codec's value types, woken by ``wake_codec_memos``."""
+    memo = ValueMemo(awake=False)
+    _CODEC_MEMOS.append(memo)
+    return memo
+
+
+def wake_codec_memos() -> None:
+    """Let the codec's memos remember values from now on (``MemoryStore`` calls this: its
+    readers get the writers' very bytes objects, so remembered values are found again)."""
+    for memo in _CODEC_MEMOS:
+        memo.awake = True
+
+
+def codec_memos_awake() -> bool:
+    """True once ``wake_codec_memos`` ran in this process."""
+    return all(memo.awake for memo in _CODEC_MEMOS)

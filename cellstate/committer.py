@@ -14,6 +14,7 @@ job's revision; if the record would not change, the txn writes nothing and only 
 from __future__ import annotations
 
 from collections import Counter
+from operator import itemgetter
 
 from cellstate.codec import decode_alloc, decode_job_record, decode_machine, encode_job_record
 from cellstate.codec_trusted import pack_alloc, pack_machine
@@ -22,13 +23,13 @@ from cellstate.keys import CellKeys
 from cellstate.model import Alloc, JobRecord, Machine, TaskState
 from cellstate.resources import Resources
 from cellstate.store import (
-    Compare, CompareOp, CompareTarget, Delete, Get, KeyValue, Put, Store, TxnTooLarge, mod_revision_is,
+    Compare, CompareOp, CompareTarget, Delete, Get, KeyValue, Put, Store, TxnTooLarge,
 )
 from omega.protocols import AllocEntry, CommitOutcome, JobEntry, MachineEntry, Plan, PlanRejected, PlanTooLarge
 
 MAX_REASON_CHARS = 400
 _ALLOC, _MACHINE, _MACHINE_ENTRY = builder(Alloc), builder(Machine), builder(MachineEntry)
-_JOB_ENTRY = builder(JobEntry)
+_JOB_ENTRY, _COMMIT_OUTCOME = builder(JobEntry), builder(CommitOutcome)
 _RESOURCES = builder(Resources)
 # Txn ops by the hundred per commit: built without their dataclass __init__ (cellstate.fastbuild).
 _PUT, _GET, _COMPARE = builder(Put), builder(Get), builder(Compare)
@@ -85,20 +86,21 @@ class StoreCommitter:
     # -- building the txn ----------------------------------------------------------------
 
     def _compares(self, plan: Plan):
-        """Compares, and the compared keys in order: touched machines, the job, victim jobs."""
+        """Compares, and the compared keys in order: touched machines, the job, victim jobs
+        (each ``mod_revision_is(key, seen)``, built without the dataclass ``__init__``)."""
         keys, compares = [], []
         for machine_id in touched_machines(plan):
             key = self.keys.machine(machine_id)
             keys.append(key)
-            compares.append(_COMPARE(key, _MOD, _EQ, plan.machines[machine_id].mod_revision))  # mod_revision_is
+            compares.append(_COMPARE(key, _MOD, _EQ, plan.machines[machine_id].mod_revision))
         for entry in (plan.job, *plan.victims.values()):
             key = self.keys.job(entry.id)
             keys.append(key)
-            compares.append(mod_revision_is(key, entry.mod_revision))
+            compares.append(_COMPARE(key, _MOD, _EQ, entry.mod_revision))
         for (job_id, task), entry in plan.victim_allocs.items():
             key = self.keys.alloc(job_id, task)
             keys.append(key)
-            compares.append(mod_revision_is(key, entry.mod_revision))
+            compares.append(_COMPARE(key, _MOD, _EQ, entry.mod_revision))
         return compares, keys
 
     def _writes(self, plan: Plan):
@@ -132,10 +134,11 @@ class StoreCommitter:
     def _success(revision: int, written: dict[str, bytes], deleted: tuple[str, ...], applied) -> CommitOutcome:
         """The outcome of a committed txn, with what it put as decoded entries at ``revision``."""
         ledgers, records, allocs = applied
-        return CommitOutcome(True, revision, written=written, deleted=deleted,
-                             applied_machines=tuple([_MACHINE_ENTRY(m, revision) for m in ledgers]),
-                             applied_jobs=tuple([_JOB_ENTRY(r, revision) for r in records]),
-                             applied_allocs=allocs, applied=True)
+        # CommitOutcome(True, revision, written=…, deleted=…, applied_*=…, applied=True), every
+        # field given in order (fresh_* empty): one per commit, without its dataclass __init__.
+        return _COMMIT_OUTCOME(True, revision, {}, None, False, {}, {}, written, deleted,
+                               tuple([_MACHINE_ENTRY(m, revision) for m in ledgers]),
+                               tuple([_JOB_ENTRY(r, revision) for r in records]), allocs, True)
 
     # -- failure -------------------------------------------------------------------------
 
@@ -278,8 +281,19 @@ def updated_record(plan: Plan) -> JobRecord:
     placed = seen.placed_at
     if placed is None and "p" not in tasks and not seen.killed:  # no pending task left
         placed = plan.now
-    reason = summarize_reasons({i: r for i, r in plan.unplaced.items() if tasks[i] == "p"})
+    reason = summarize_reasons(_still_pending(plan.unplaced, tasks))
     return seen.with_progress(tasks, reason, first, placed)
+
+
+def _still_pending(unplaced: dict[int, str], tasks: str) -> dict[int, str]:
+    """The entries of ``unplaced`` whose task is pending in ``tasks``: usually all of them
+    (a scheduler reports the pending tasks it could not place), found with C-level loops
+    (``itemgetter``, ``tuple.count``) before a filtering pass over thousands of tasks."""
+    if len(unplaced) > 1:
+        states = itemgetter(*unplaced)(tasks)
+        if states.count("p") == len(states):
+            return unplaced
+    return {i: r for i, r in unplaced.items() if tasks[i] == "p"}
 
 
 def victim_records(plan: Plan) -> dict[str, JobRecord]:

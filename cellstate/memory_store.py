@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from cellstate.codec_memo import wake_codec_memos
 from cellstate.fastbuild import builder
 from cellstate.memory_history import LiveKeys, compact_log, compact_versions, version_at
 from cellstate.memory_watch import MemoryWatchStream, fan_out, scan_log, take_pending
@@ -45,10 +46,10 @@ _COMPARE = {
     CompareOp.LT: lambda a, b: a < b,
     CompareOp.GT: lambda a, b: a > b,
 }
-_MOD, _EQ = CompareTarget.MOD, CompareOp.EQ
+_MOD, _CREATE, _EQ = CompareTarget.MOD, CompareTarget.CREATE, CompareOp.EQ
 # Built by the thousand per replay second: without their dataclass __init__ (cellstate.fastbuild).
 _KEY_VALUE, _EVENT, _TXN_RESULT = builder(KeyValue), builder(Event), builder(TxnResult)
-_PUT_EVENT = EventKind.PUT
+_PUT_EVENT, _DELETE_EVENT = EventKind.PUT, EventKind.DELETE
 _FIELD = {
     CompareTarget.MOD: "mod_revision",
     CompareTarget.CREATE: "create_revision",
@@ -75,6 +76,7 @@ class MemoryStore:
         if max_txn_ops < 1 or max_request_bytes < 1:
             raise ValueError(f"limits must be positive (max_txn_ops={max_txn_ops}, "
                              f"max_request_bytes={max_request_bytes})")
+        wake_codec_memos()  # readers get the writers' very bytes objects: decodes can be shared
         self.max_txn_ops = max_txn_ops
         self.max_request_bytes = max_request_bytes
         self.clock = clock
@@ -159,12 +161,12 @@ class MemoryStore:
 
     def txn(self, compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op] = ()) -> TxnResult:
         """Run ``success`` if every compare holds, else ``failure``, atomically."""
-        check_txn(compares, success, failure, self.max_txn_ops, self.max_request_bytes)
+        leased = check_txn(compares, success, failure, self.max_txn_ops, self.max_request_bytes)
         with self._lock:
             self._start_op()
             succeeded = self._all_hold(compares)
             branch = success if succeeded else failure
-            for op in branch:
+            for op in branch if leased else ():
                 if type(op) is Put and op.lease and op.lease not in self._leases:
                     raise StoreError(f"{LEASE_NOT_FOUND}: lease {op.lease} for {op.key!r}")
             reads = self._apply(branch)
@@ -179,12 +181,17 @@ class MemoryStore:
         return self.txn((), (Delete(key),)).revision
 
     def _all_hold(self, compares: Sequence[Compare]) -> bool:
-        """True when every compare holds; mod_revision equality (a commit's compares) inline."""
+        """True when every compare holds; mod_revision and create_revision equality (a commit's
+        compares, a submission's ``missing``) inline."""
         kvs = self._kvs
         for compare in compares:
-            if compare.target is _MOD and compare.op is _EQ:
+            target = compare.target
+            if compare.op is _EQ and (target is _MOD or target is _CREATE):
                 kv = kvs.get(compare.key)
-                if (0 if kv is None else kv.mod_revision) != compare.value:
+                if kv is None:
+                    if compare.value != 0:
+                        return False
+                elif (kv.mod_revision if target is _MOD else kv.create_revision) != compare.value:
                     return False
             elif not self._holds(compare):
                 return False
@@ -218,30 +225,32 @@ class MemoryStore:
 
     def _write_put(self, op: Put, revision: int) -> Event:
         key, value, lease = op.key, op.value, op.lease
-        old = self._kvs.get(key)
+        kvs = self._kvs
+        old = kvs.get(key)
         if old is None:
-            kv = _KEY_VALUE(key, value, revision, revision, 1, lease)
+            kv = kvs[key] = _KEY_VALUE(key, value, revision, revision, 1, lease)
+            if not self.history:
+                self._live_keys.add(key, kvs)  # only a new key: a live one is listed already
         else:
-            kv = _KEY_VALUE(key, value, old.create_revision, revision, old.version + 1, lease)
+            kv = kvs[key] = _KEY_VALUE(key, value, old.create_revision, revision, old.version + 1, lease)
             if old.lease and old.lease in self._leases:
                 self._leases[old.lease].keys.discard(key)
         if lease:
             self._leases[lease].keys.add(key)
-        self._kvs[key] = kv
-        self._record(key, revision, kv)
+        if self.history:
+            self._record(key, revision, kv)
         return _EVENT(_PUT_EVENT, key, value, revision, kv.create_revision, kv.version)
 
     def _write_delete(self, key: str, revision: int) -> Event:
         old = self._kvs.pop(key)
         if old.lease and old.lease in self._leases:
             self._leases[old.lease].keys.discard(key)
-        self._record(key, revision, None)
-        return _EVENT(EventKind.DELETE, key, b"", revision, 0, 0)
+        if self.history:
+            self._record(key, revision, None)  # (without history the key stays listed until pruned)
+        return _EVENT(_DELETE_EVENT, key, b"", revision, 0, 0)
 
     def _record(self, key: str, revision: int, kv: KeyValue | None) -> None:
-        if not self.history:
-            self._live_keys.add(key, self._kvs)
-            return
+        """Add a version (or a tombstone) to the key's history (stores with history only)."""
         versions = self._history.get(key)
         if versions is None:
             self._history[key] = versions = []
@@ -395,7 +404,8 @@ class MemoryStore:
         """Refuse work after close; expire due leases (lazy expiry)."""
         if self._closed:
             raise Unavailable("memory store is closed")
-        self.expire_leases()
+        if self._leases:  # (every read and write comes here: no call when there is no lease)
+            self.expire_leases()
 
     def close(self) -> None:
         """Close the store: further operations raise Unavailable, open watches break."""

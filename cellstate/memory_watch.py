@@ -75,21 +75,18 @@ def scan_log(stream: MemoryWatchStream, log: Sequence[tuple[Event, ...]], log_st
 
 def fan_out(streams: Iterable[MemoryWatchStream], revision: int, events: Sequence[Event]) -> None:
     """Queue the events of ``revision`` under each live stream's prefix on that stream
-    (streams that start later than ``revision`` skip it). Streams that take every event
-    share one tuple of them (batches are immutable)."""
-    everything = None
+    (streams that start later than ``revision`` skip it). Streams with the same prefix share
+    one tuple of their events (batches are immutable; a replay's replicas all watch the cell)."""
+    mine_by_prefix: dict[str, tuple[Event, ...]] = {}
     for stream in streams:
         if stream.cancelled or stream.broken or revision < stream.next_revision:
             continue
         prefix = stream.prefix
-        mine = [ev for ev in events if ev.key.startswith(prefix)] if prefix else events
-        if len(mine) == len(events):
-            if everything is None:
-                everything = tuple(events)
-            mine = everything
-        elif not mine:
-            continue
-        stream.pending.append(_WATCH_BATCH(revision, tuple(mine)))
+        mine = mine_by_prefix.get(prefix)
+        if mine is None:
+            mine = mine_by_prefix[prefix] = tuple([ev for ev in events if ev.key.startswith(prefix)])
+        if mine:
+            stream.pending.append(_WATCH_BATCH(revision, mine))
 
 
 def take_pending(stream: MemoryWatchStream) -> WatchBatch | None:

@@ -58,7 +58,7 @@ class ReplicaState:
         self._jobs: dict[str, JobEntry] = {}
         self._allocs: dict[str, Alloc] = {}  # by key
         self._pending: dict[JobKind, dict[str, JobEntry]] = {kind: {} for kind in JobKind}
-        self._allocs_on: dict[str, dict[tuple[str, int], Alloc]] = {}
+        self._allocs_on: dict[str, dict[str, Alloc]] = {}  # machine -> alloc key -> alloc
         self._allocs_of: dict[str, dict[int, Alloc]] = {}
         # machine(id) and job(id): the schedulers' hottest reads, so the dicts' own ``get``
         # (no Python frame per call); the dicts live as long as the state (``_reset`` clears them).
@@ -155,7 +155,7 @@ class ReplicaState:
         if kind == "allocs":
             old = self._allocs.pop(key, None)
             if old is not None:
-                self._unindex_alloc(old)
+                self._unindex_alloc(key, old)
         elif kind == "machines":
             self._machines.pop(ident, None)
         elif kind == "jobs":
@@ -199,31 +199,31 @@ class ReplicaState:
 
     def _put_alloc(self, key: str, ident: str, raw: bytes, mod: int) -> None:
         alloc = self._decode_alloc(key, raw)
-        job_id, _, task = ident.partition("/")
-        if alloc.job_id != job_id or str(alloc.task_index) != task:
-            raise CodecError(key, "job", f"alloc {alloc.job_id}/{alloc.task_index} does not match its key")
+        job_id, task = alloc.job_id, alloc.task_index
+        if ident != f"{job_id}/{task}":  # ids never contain "/": the same as comparing both parts
+            raise CodecError(key, "job", f"alloc {job_id}/{task} does not match its key")
         self._set_alloc(key, alloc)
 
     def _set_alloc(self, key: str, alloc: Alloc) -> None:
-        """Hold ``alloc`` under ``key`` and index it by machine and by job."""
+        """Hold ``alloc`` under ``key`` and index it by machine (by key) and by job (by task)."""
         job_id = alloc.job_id
         old = self._allocs.get(key)
         if old is not None:
-            self._unindex_alloc(old)
+            self._unindex_alloc(key, old)
         self._allocs[key] = alloc
         on = self._allocs_on.get(alloc.machine_id)
         if on is None:
             self._allocs_on[alloc.machine_id] = on = {}
-        on[(job_id, alloc.task_index)] = alloc
+        on[key] = alloc
         of = self._allocs_of.get(job_id)
         if of is None:
             self._allocs_of[job_id] = of = {}
         of[alloc.task_index] = alloc
 
-    def _unindex_alloc(self, alloc: Alloc) -> None:
+    def _unindex_alloc(self, key: str, alloc: Alloc) -> None:
         on = self._allocs_on.get(alloc.machine_id)
         if on is not None:
-            on.pop((alloc.job_id, alloc.task_index), None)
+            on.pop(key, None)
             if not on:
                 del self._allocs_on[alloc.machine_id]
         of = self._allocs_of.get(alloc.job_id)

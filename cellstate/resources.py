@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cellstate.fastbuild import builder
+
 CORE_NAMES = ("cpu", "memory", "disk")
 
 
@@ -44,20 +46,12 @@ class Resources:
         return CORE_NAMES + tuple(k for k, _ in self.extra)
 
     def __add__(self, other: Resources) -> Resources:
-        return Resources(
-            self.cpu + other.cpu,
-            self.memory + other.memory,
-            self.disk + other.disk,
-            _merge(self.extra, other.extra, 1),
-        )
+        extra = _merge(self.extra, other.extra, 1) if self.extra or other.extra else ()
+        return _build(self.cpu + other.cpu, self.memory + other.memory, self.disk + other.disk, extra)
 
     def __sub__(self, other: Resources) -> Resources:
-        return Resources(
-            self.cpu - other.cpu,
-            self.memory - other.memory,
-            self.disk - other.disk,
-            _merge(self.extra, other.extra, -1),
-        )
+        extra = _merge(self.extra, other.extra, -1) if self.extra or other.extra else ()
+        return _build(self.cpu - other.cpu, self.memory - other.memory, self.disk - other.disk, extra)
 
     def scaled(self, factor: int) -> Resources:
         """This vector multiplied by an integer factor."""
@@ -90,11 +84,17 @@ class Resources:
     def to_dict(self) -> dict[str, int]:
         """Plain mapping (core resources always present)."""
         out = {"cpu": self.cpu, "memory": self.memory, "disk": self.disk}
-        out.update(self.extra)
+        if self.extra:
+            out.update(self.extra)
         return out
 
 
 ZERO = Resources()
+
+
+# Sums and differences are built by the hundred thousand in a replay: without the frozen
+# dataclass's __init__ (cellstate.fastbuild).
+_build = builder(Resources)
 
 
 def _merge(a: tuple[tuple[str, int], ...], b: tuple[tuple[str, int], ...], sign: int):

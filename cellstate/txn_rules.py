@@ -19,9 +19,10 @@ _REQUEST_OVERHEAD = 32
 
 
 def check_txn(compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op],
-              max_txn_ops: int, max_request_bytes: int) -> None:
+              max_txn_ops: int, max_request_bytes: int) -> bool:
     """Raise TxnTooLarge beyond the limits, StoreError on a duplicate key in a branch,
-    ValueError/TypeError on malformed compares or ops."""
+    ValueError/TypeError on malformed compares or ops. Returns whether a put of either
+    branch carries a lease (the store then checks the lease exists)."""
     plain = _plain_size(compares, success, failure)
     if plain is None:  # something unusual: the checks one by one, each naming its problem
         for compare in compares:
@@ -37,12 +38,16 @@ def check_txn(compares: Sequence[Compare], success: Sequence[Op], failure: Seque
     if plain is None or not plain[1]:
         check_duplicates(success)
         check_duplicates(failure)
+    if plain is None:
+        return any(type(op) is Put and op.lease for branch in (success, failure) for op in branch)
+    return plain[2]
 
 
 def _plain_size(compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op]):
     """One pass over a txn of the usual shape (exact ``str`` keys, ``int`` revision compares,
-    ``bytes`` values, valid leases, no prefix deletes): ``(txn_request_bytes, unique)`` where
-    ``unique`` says no branch writes a key twice; None for anything else (``check_txn`` then
+    ``bytes`` values, valid leases, no prefix deletes): ``(txn_request_bytes, unique, leased)``
+    where ``unique`` says no branch writes a key twice and ``leased`` that a put carries a
+    lease; None for anything else (``check_txn`` then
     checks each op and compare itself and raises the precise error)."""
     # Every write of a replay passes here (the memory store's txn): one loop instead of four.
     size = _REQUEST_OVERHEAD
@@ -53,7 +58,7 @@ def _plain_size(compares: Sequence[Compare], success: Sequence[Op], failure: Seq
         if type(key) is not str or type(value) is not int or compare.target is CompareTarget.VALUE:
             return None
         size += (len(key) if key.isascii() else len(key.encode())) + 8 + _OP_OVERHEAD
-    unique = True
+    unique, leased = True, False
     for branch in (success, failure):
         puts: set[str] = set()
         put_count = 0
@@ -64,8 +69,10 @@ def _plain_size(compares: Sequence[Compare], success: Sequence[Op], failure: Seq
                 key, lease = op.key, op.lease
                 if type(key) is not str or type(op.value) is not bytes or type(lease) is not int or lease < 0:
                     return None
-                size += (len(key) if key.isascii() else len(key.encode())) + len(op.value) + _OP_OVERHEAD \
-                    + (8 if lease else 0)
+                size += (len(key) if key.isascii() else len(key.encode())) + len(op.value) + _OP_OVERHEAD
+                if lease:
+                    size += 8
+                    leased = True
                 puts.add(key)
                 put_count += 1
             elif (t is Get or t is Delete) and op.prefix is False and type(op.key) is str:
@@ -77,7 +84,7 @@ def _plain_size(compares: Sequence[Compare], success: Sequence[Op], failure: Seq
                 return None
         if len(puts) != put_count or not puts.isdisjoint(deleted):
             unique = False  # check_duplicates names the key
-    return size, unique
+    return size, unique, leased
 
 
 def check_compare(compare: Compare) -> None:

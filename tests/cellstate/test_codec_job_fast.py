@@ -139,3 +139,12 @@ def test_decode_job_record_is_the_generic_decoder(name):
     assert outcome(lambda r: decode_job_record("jobs/j1", r), raw) == generic
     if isinstance(generic, str):
         assert fast_record(MAPS[name]) is None  # only the generic path reports errors
+
+
+@pytest.mark.parametrize("name", [n for n, d in MAPS.items() if isinstance(d.get("spec"), dict)])
+def test_a_bare_spec_decodes_as_the_generic_decoder(name):
+    """``job_from_map`` (a trace's submissions) tries ``fast_spec`` first: same Job, same errors."""
+    spec = {"v": codec.SCHEMA_VERSION, "t": "spec", **MAPS[name]["spec"]}
+    generic = outcome(lambda d: codec._spec_from_map("job", {k: v for k, v in d.items() if k not in "vt"}), spec)
+    assert outcome(lambda d: codec.job_from_map("job", d), spec) == generic
+    assert outcome(lambda r: codec.decode_job("job", r), msgpack.packb(spec)) == generic

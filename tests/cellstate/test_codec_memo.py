@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cellstate.codec import CodecError, decode_machine, encode_machine
-from cellstate.codec_memo import ValueMemo
+from cellstate.codec_memo import ValueMemo, wake_codec_memos
 from cellstate.codec_trusted import pack_machine
 from cellstate.model import Machine
 from cellstate.resources import Resources
@@ -45,6 +45,7 @@ def test_bad_limits_are_refused(limits):
 
 
 def test_decodes_of_encoded_and_decoded_bytes_share_the_value():
+    wake_codec_memos()  # as a MemoryStore does
     raw = pack_machine(M)
     assert decode_machine("machines/m1", raw) is M  # trusted encode: remembered
     other = encode_machine(M)  # the generic encoder remembers nothing
@@ -58,3 +59,39 @@ def test_a_value_that_fails_to_decode_fails_every_time():
     for _ in range(2):
         with pytest.raises(CodecError, match="type tag"):
             decode_machine("machines/m1", raw)
+
+
+def test_a_dormant_memo_remembers_nothing():
+    memo = ValueMemo(awake=False)
+    raw = b"x" * 8
+    memo.put(raw, "value")
+    assert memo.get(raw) is None
+    memo.awake = True
+    memo.put(raw, "value")
+    assert memo.get(raw) == "value"
+
+
+def test_the_codecs_memos_sleep_until_a_memory_store_exists():
+    """A process on etcd (no MemoryStore) keeps nothing: its bytes are new objects each read."""
+    import subprocess
+    import sys
+    script = """
+import cellstate.codec as codec
+from cellstate.codec_memo import codec_memos_awake
+from cellstate.codec_trusted import pack_machine
+from cellstate.etcd_store import EtcdStore
+from cellstate.model import Machine
+from cellstate.resources import Resources
+m = Machine("m1", Resources(4000, 1024))
+raw = pack_machine(m)
+assert not codec_memos_awake() and codec.decode_machine("machines/m1", raw) is not m
+assert codec.MACHINE_MEMO.get(raw) is None
+from cellstate.memory_store import MemoryStore
+MemoryStore()
+assert codec_memos_awake()
+raw = pack_machine(m)
+assert codec.decode_machine("machines/m1", raw) is m
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "ok", done.stderr

@@ -25,8 +25,14 @@ def test_pending_tasks_are_the_pending_indices(tasks, killed):
     assert record(tasks, killed).pending_tasks() == expected
 
 
-@pytest.mark.parametrize("tasks", ["p" * 50, "a" * 50, "a" * 40 + "p" + "a" * 9, "pa" * 25],
-                         ids=["all", "none", "one", "half"])
+@given(st.text(alphabet="pπa", max_size=60))
+def test_pending_tasks_of_any_text_are_the_p_indices(tasks):
+    """Unvalidated records too (a non-ASCII string is not scanned as bytes)."""
+    assert record(tasks).pending_tasks() == [i for i, c in enumerate(tasks) if c == "p"]
+
+
+@pytest.mark.parametrize("tasks", ["p" * 50, "a" * 50, "a" * 40 + "p" + "a" * 9, "pa" * 25, "pé" * 25],
+                         ids=["all", "none", "one", "half", "half-non-ascii"])
 def test_pending_tasks_of_the_usual_shapes(tasks):
     assert record(tasks).pending_tasks() == [i for i, c in enumerate(tasks) if c == "p"]
 

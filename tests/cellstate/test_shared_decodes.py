@@ -20,7 +20,11 @@ def put_machine(store, machine_id: str, cpu: int) -> None:
     store.txn([], [Put(KEYS.machine(machine_id), encode_machine(Machine(machine_id, Resources(cpu, 1024))))], [])
 
 
-def test_two_replicas_decode_each_value_once_and_hold_equal_content():
+def test_two_replicas_decode_each_value_once_and_hold_equal_content(monkeypatch):
+    import cellstate.codec as codec
+    decoded = []
+    real = codec._machine_from_map
+    monkeypatch.setattr(codec, "_machine_from_map", lambda key, d: decoded.append(key) or real(key, d))
     store, shared = MemoryStore(), SharedDecodes()
     put_machine(store, "m1", 1000)
     a, b = Replica(store, KEYS, shared_decodes=shared), Replica(store, KEYS, shared_decodes=shared)
@@ -30,7 +34,8 @@ def test_two_replicas_decode_each_value_once_and_hold_equal_content():
     put_machine(store, "m1", 3000)
     a.pump()
     b.pump()
-    assert (shared.misses, shared.hits) == (3, 3)
+    decoded = [key for key in decoded if key.startswith(KEYS.prefix)]  # not the encoder's decode-back
+    assert len(decoded) == 3  # each stored value once: the codec's memo answers the other replica
     for machine_id in ("m1", "m2"):
         assert a.machine(machine_id) is not b.machine(machine_id)  # entries are each replica's own
         assert a.machine(machine_id).machine is b.machine(machine_id).machine
@@ -38,6 +43,17 @@ def test_two_replicas_decode_each_value_once_and_hold_equal_content():
     alone = Replica(store, KEYS)
     alone.sync()
     assert {e.machine for e in alone.machines()} == {e.machine for e in a.machines()}
+
+
+def test_the_codecs_memoized_decoders_are_not_wrapped_others_are():
+    from cellstate.codec import decode_alloc, decode_job_record, decode_machine
+    shared = SharedDecodes()
+    for decode in (decode_machine, decode_job_record, decode_alloc):
+        assert shared.decoder(decode) is decode
+    other = shared.decoder(lambda key, raw: key)
+    raw = b"some bytes"
+    assert (other("k", raw), other("k", raw)) == ("k", "k")
+    assert (shared.misses, shared.hits) == (1, 1)
 
 
 def test_a_value_under_another_key_is_decoded_again():

@@ -69,7 +69,17 @@ def test_check_txn_reports_what_the_op_by_op_checks_report(name):
     assert outcome(check_txn, TXNS[name]) == outcome(one_by_one, TXNS[name])
 
 
-@pytest.mark.parametrize("name", ["commit", "non-ascii-key"], ids=["commit", "non-ascii-key"])
-def test_usual_txns_take_one_pass_with_the_same_size(name):
+@pytest.mark.parametrize("name, leased", [("commit", False), ("non-ascii-key", True)], ids=["commit", "non-ascii-key"])
+def test_usual_txns_take_one_pass_with_the_same_size(name, leased):
     compares, success, failure = TXNS[name]
-    assert _plain_size(compares, success, failure) == (txn_request_bytes(compares, success, failure), True)
+    assert _plain_size(compares, success, failure) == (txn_request_bytes(compares, success, failure), True, leased)
+
+
+@pytest.mark.parametrize("txn, leased", [
+    (([], [Put("k", b"1")], [Put("l", b"2", 5)]), True),  # a lease in the failure branch counts too
+    (([], [Put("k", b"1")], [Get("k")]), False),
+    (([], [Delete("a/", prefix=True), Put("b", b"", 3)], []), True),  # the op-by-op path
+    (([], [Delete("a/", prefix=True), Put("b", b"")], []), False),
+], ids=["plain-failure-lease", "plain-none", "unusual-lease", "unusual-none"])
+def test_check_txn_says_whether_a_put_carries_a_lease(txn, leased):
+    assert check_txn(*txn, 128, 10_000) is leased
