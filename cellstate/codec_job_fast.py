@@ -160,8 +160,15 @@ def _values_fit(op: ConstraintOp, values) -> bool:
 def record_shape_ok(r) -> bool:
     """True when ``r`` is a JobRecord whose map form provably decodes back equal (see the
     module docstring); False says nothing (the generic encoder decides)."""
-    if type(r) is not JobRecord or not _spec_shape_ok(r.job):
+    if type(r) is not JobRecord:
         return False
+    job = r.job
+    if _CHECKED_SPECS.get(id(job)) is not job:
+        if not _spec_shape_ok(job):
+            return False
+        if len(_CHECKED_SPECS) >= _CHECKED_MAX:
+            _CHECKED_SPECS.clear()
+        _CHECKED_SPECS[id(job)] = job
     states = r.tasks
     if type(states) is not str or len(states) != r.job.tasks or states.translate(NOT_A_TASK_STATE):
         return False
@@ -170,6 +177,13 @@ def record_shape_ok(r) -> bool:
     if type(r.reason) is not str or (r.killed is not False and r.killed is not True):
         return False
     return _time_ok(r.first_attempt_at) and _time_ok(r.placed_at)
+
+
+# Specs that passed ``_spec_shape_ok``, by identity (each entry holds its Job, so its id is not
+# reused while it is here; a Job is frozen): the records of one job share its spec, and a task
+# end or kill encodes a record of a spec encoded before. Cleared when full.
+_CHECKED_SPECS: dict[int, Job] = {}
+_CHECKED_MAX = 1 << 16
 
 
 def _time_ok(x) -> bool:

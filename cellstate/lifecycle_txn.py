@@ -19,11 +19,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Mapping, NamedTuple, Sequence
 
+from cellstate.codec import encode_job_record
 from cellstate.codec_trusted import pack_alloc, pack_machine  # values built here from decoded ones
 from cellstate.fastbuild import builder
 from cellstate.keys import CellKeys
 from cellstate.model import Alloc, JobRecord, Machine, MachineState, TaskState
-from cellstate.record_pack import pack_job_record
 from cellstate.resources import ZERO, Resources
 from cellstate.store import Compare, CompareOp, CompareTarget, Delete, Get, Op, Put, mod_revision_is
 from cellstate.txn_rules import txn_request_bytes
@@ -67,7 +67,7 @@ def start_task_ops(keys: CellKeys, job: JobEntry, allocs: Sequence[Alloc]) -> Tx
         seen.add(alloc.task_index)
         success.append(Put(keys.alloc(alloc.job_id, alloc.task_index), pack_alloc(replace(alloc, running=True))))
     job_key = keys.job(job.id)
-    success.append(Put(job_key, pack_job_record(record.with_tasks(sorted(seen), TaskState.RUNNING))))
+    success.append(Put(job_key, encode_job_record(record.with_tasks(sorted(seen), TaskState.RUNNING))))
     return TxnOps([mod_revision_is(job_key, job.mod_revision)], success, [Get(job_key)])
 
 
@@ -116,7 +116,7 @@ def finish_task_ops(keys: CellKeys, job: JobEntry, allocs: Sequence[Alloc],
     job_key = keys.job(job.id)
     compares.append(_COMPARE(job_key, _MOD, _EQ, job.mod_revision))
     failure.append(_GET(job_key, False))
-    success.append(_PUT(job_key, pack_job_record(_with_states(record, tasks, TaskState.FINISHED.value)), 0))
+    success.append(_PUT(job_key, encode_job_record(_with_states(record, tasks, TaskState.FINISHED.value)), 0))
     return TxnOps(compares, success, failure)
 
 
@@ -192,7 +192,7 @@ def evict_ops(keys: CellKeys, machine: MachineEntry, allocs: Sequence[Alloc],
             break
         chosen = group[:room]
         if entry is not None:
-            records[job_id] = pack_job_record(_evicted_record(entry.record, chosen, reason))
+            records[job_id] = encode_job_record(_evicted_record(entry.record, chosen, reason))
         taken.extend(chosen)
         ops_used += len(chosen) + (entry is not None)
         if len(chosen) < len(group):

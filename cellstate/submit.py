@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Sequence
 
-from cellstate.codec import decode_alloc, decode_job_record, decode_machine, encode_machine
+from cellstate.codec import decode_alloc, decode_job_record, decode_machine, encode_job_record, encode_machine
 from cellstate.keys import CellKeys
 from cellstate.model import Alloc, Job, JobRecord, Machine, TaskState
-from cellstate.record_pack import pack_job_record
 from cellstate.fastbuild import builder
 from cellstate.store import (
     Compare, CompareOp, CompareTarget, Delete, KeyValue, Op, Put, Store, StoreError, missing, mod_revision_is,
@@ -89,7 +88,7 @@ def _encoded_records(keys: CellKeys, jobs: Sequence[Job], now: float) -> list[tu
             raise ValueError(f"job id {job.id!r} appears twice in one submission")
         seen.add(job.id)
         record = _RECORD(job, _PENDING * job.tasks, now, "", False, None, None)  # JobRecord.new(job, now)
-        records.append((keys.job(job.id), pack_job_record(record)))
+        records.append((keys.job(job.id), encode_job_record(record)))
     return records
 
 
@@ -185,7 +184,7 @@ def _kill_step(keys: CellKeys, job_kv: KeyValue, allocs: dict, machines: dict,
         compares.extend(mod_revision_is(key, kv.mod_revision) for key, kv, _ in group)
         released.extend(alloc.task_index for _, _, alloc in group)
         deleted.extend(alloc for _, _, alloc in group)
-    ops.insert(0, Put(job_kv.key, pack_job_record(_killed(record, released, allocs))))
+    ops.insert(0, Put(job_kv.key, encode_job_record(_killed(record, released, allocs))))
     return compares, ops, deleted
 
 

@@ -25,11 +25,10 @@ from dataclasses import replace
 
 import msgpack
 
-from cellstate.codec import ALLOC_MEMO, decode_job_record, decode_machine
+from cellstate.codec import ALLOC_MEMO, decode_job_record, decode_machine, encode_job_record
 from cellstate.codec_trusted import pack_alloc, pack_machine
 from cellstate.fastbuild import builder
 from cellstate.model import Alloc, JobKind, JobRecord, Machine, MachineState
-from cellstate.record_pack import pack_job_record
 from cellstate.resources import Resources
 from cellstate.store import Put
 from tools.trace.events import TaskPlaced
@@ -146,7 +145,7 @@ def _write(cell, ledgers: dict[str, Machine], jobs: dict[str, JobRecord | None],
         record = jobs[job_id]
         if "p" not in record.tasks:
             record = replace(record, placed_at=now, reason="")
-        ops.append(Put(keys.job(job_id), pack_job_record(record)))
+        ops.append(Put(keys.job(job_id), encode_job_record(record)))
     step = cell.store.max_txn_ops
     for i in range(0, len(ops), step):
         result = cell.store.txn([], ops[i:i + step], [])

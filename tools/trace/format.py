@@ -20,8 +20,7 @@ from dataclasses import dataclass
 import msgpack
 
 from cellstate import codec_fields as fc
-from cellstate.codec import SCHEMA_VERSION, job_from_map, job_to_map, machine_from_map, machine_to_map
-from cellstate.codec_job_fast import _fast_spec
+from cellstate.codec import job_from_map, job_to_map, machine_from_map, machine_to_map
 from cellstate.codec_fields import CodecError
 from cellstate.fastbuild import builder
 from tools.trace.events import (
@@ -150,17 +149,9 @@ def _task_placed(k: str, d: dict, t: float) -> TaskPlaced:
 
 
 def _job_submit(k: str, d: dict, t: float) -> JobSubmit:
-    # A spec map of the common shape is decoded by the job-record codec's straight-line path
-    # (``codec_job_fast``: the Job ``job_from_map`` returns, for every map it accepts); any
-    # other map by ``job_from_map``, which returns its Job or raises the precise error.
-    spec = d["job"]
-    if type(spec) is dict and spec.get("t") == "spec" and type(spec.get("v")) is int and spec["v"] == SCHEMA_VERSION:
-        bare = spec.copy()
-        del bare["v"], bare["t"]
-        job = _fast_spec(bare)
-        if job is not None:
-            return _JOB_SUBMIT(t, job)
-    return _JOB_SUBMIT(t, _nested(k, "job", job_from_map, spec))
+    # ``job_from_map`` decodes a spec of the common shape straight-line (``codec_job_fast``)
+    # and any other map field by field, raising the precise error.
+    return _JOB_SUBMIT(t, _nested(k, "job", job_from_map, d["job"]))
 
 
 # Events are built without their dataclass __init__ (cellstate.fastbuild): a trace holds millions.
