@@ -126,23 +126,25 @@ def _job_id(key, d):
     return fc.ident(key, "job", d["job"])
 
 
-def _task_end(k: str, d: dict, t: float) -> TaskEnd:
-    # Straight-line (the validators only to raise, in the order they ran): most events are task ends.
-    job, task, status = d["job"], d["task"], d["status"]
+def _check_task(k: str, job, task) -> None:
+    """Straight-line checks of a task event's job id and task index (the validators only to
+    raise, in the order they ran): most events are task ends."""
     if type(job) is not str or not job or "/" in job:
         fc.ident(k, "job", job)
     if type(task) is not int or task < 0:
         fc.integer(k, "task", task)
+
+
+def _task_end(k: str, d: dict, t: float) -> TaskEnd:
+    job, task, status = d["job"], d["task"], d["status"]
+    _check_task(k, job, task)
     member = _STATUSES.get(status) if type(status) is str else None
     return _TASK_END(t, job, task, fc.member(k, "status", status, _STATUSES) if member is None else member)
 
 
 def _task_placed(k: str, d: dict, t: float) -> TaskPlaced:
     job, task, machine = d["job"], d["task"], d["machine"]
-    if type(job) is not str or not job or "/" in job:
-        fc.ident(k, "job", job)
-    if type(task) is not int or task < 0:
-        fc.integer(k, "task", task)
+    _check_task(k, job, task)
     if type(machine) is not str or not machine or "/" in machine:
         fc.ident(k, "machine", machine)
     return _TASK_PLACED(t, job, task, machine)
