@@ -97,9 +97,8 @@ def test_fair_index_iterates_exactly_like_fair_order(seed, steps):
 @settings(max_examples=200, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), steps=st.integers(1, 300))
 def test_fair_index_walked_now_and_then_iterates_like_fair_order(seed, steps):
-    """Many changes between walks: jobs added behind their owner's oldest pile up (``_Band``
-    sorts them in when the owner's queue is read or shrunk) while others are updated,
-    hidden and discarded."""
+    """Many changes between walks: jobs are added, updated, hidden and discarded, and hidden
+    ones pile up in the owners' lists until a walk meets them."""
     rng = random.Random(seed)
     index, live = FairIndex(), {}
     for op, arg in random_changes(rng, steps):
