@@ -10,6 +10,7 @@ second (and per CPU second) of each. Goal: >= 300x. ``--profile`` writes a pyins
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import sys
 import tempfile
@@ -52,6 +53,9 @@ def main() -> int:
     parser.add_argument("--initial-state", choices=("recorded", "scheduled", "both"), default="both",
                         help="start from the recorded t = 0 placements, schedule them again, or run both "
                              "(default)")
+    parser.add_argument("--digest", action="store_true", help="also print digests of the figures (wall times "
+                        "left out) and of every key and value of the final cell, to check that a change of "
+                        "the replay's code left what it simulates unchanged")
     parser.add_argument("--profile", metavar="OUT", help="write a pyinstrument profile here (HTML; text if "
                         "OUT ends with .txt)")
     args = parser.parse_args()
@@ -64,7 +68,7 @@ def main() -> int:
         print(f"== initial state {mode}")
         config = ReplayConfig(schedulers=schedulers, until=until, check=False, initial_state=mode)
         profile = args.profile if len(modes) == 1 else _suffixed(args.profile, mode)
-        run_once(trace, config, profile)
+        run_once(trace, config, profile, args.digest)
     return 0
 
 
@@ -75,7 +79,7 @@ def _suffixed(path: str | None, mode: str) -> str | None:
     return str(p.with_name(f"{p.stem}.{mode}{p.suffix}"))
 
 
-def run_once(trace: Path, config: ReplayConfig, profile: str | None) -> None:
+def run_once(trace: Path, config: ReplayConfig, profile: str | None, digest: bool = False) -> None:
     """One replay: its figures, CPU time and verdict on stdout."""
     profiler = None
     if profile:
@@ -92,6 +96,8 @@ def run_once(trace: Path, config: ReplayConfig, profile: str | None) -> None:
     print_figures(result)
     print(f"process CPU time {cpu:.1f} s: {result.sim_time_s / cpu:.1f} virtual s per CPU s (the host is shared: "
           f"wall time includes waiting for a CPU)")
+    if digest:
+        print_digests(result)
     print(verdict(f"replay speed ({config.initial_state})", result.speedup, GOAL, "virtual s per wall s",
                   higher_is_better=True))
 
@@ -106,6 +112,16 @@ def _progress_printer(wall_started: float, cpu_started: float, every_s: float = 
             print(f"  virtual {now:,.0f} s: wall {time.perf_counter() - wall_started:.1f} s, "
                   f"cpu {time.process_time() - cpu_started:.1f} s", file=sys.stderr, flush=True)
     return progress
+
+
+def print_digests(result) -> None:
+    """sha256 of the figures without wall times, and of the final cell's keys and values."""
+    figures = hashlib.sha256(result.to_json(include_wall=False).encode()).hexdigest()
+    cell = hashlib.sha256()
+    for kv in result.store.range(result.keys.prefix).kvs:
+        cell.update(kv.key.encode())
+        cell.update(kv.value)
+    print(f"digest figures {figures[:16]} cell {cell.hexdigest()[:16]}")
 
 
 def print_figures(result) -> None:

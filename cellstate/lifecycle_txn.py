@@ -74,6 +74,12 @@ def start_task_ops(keys: CellKeys, job: JobEntry, allocs: Sequence[Alloc]) -> Tx
 # ------------------------------------------------------------------------------ finish
 
 
+def finish_batch_limit(max_txn_ops: int) -> int:
+    """Allocs one finish txn can end: each deletes an alloc and (at worst) puts a machine, and
+    the job record is one more put (at least one, whatever the limit)."""
+    return max(1, (max_txn_ops - 1) // 2)
+
+
 def finish_task_ops(keys: CellKeys, job: JobEntry, allocs: Sequence[Alloc],
                     machines: Mapping[str, MachineEntry], writer: str) -> TxnOps:
     """End ``allocs`` of ``job`` (tasks 'a' or 'r'): delete them, release them from their machines'

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from cellstate.keys import CellKeys
-from cellstate.lifecycle_txn import LedgerError, finish_task_ops, start_task_ops
+from cellstate.lifecycle_txn import LedgerError, finish_batch_limit, finish_task_ops, start_task_ops
 from cellstate.model import Alloc, MachineState
 from cellstate.replica import Replica
 from cellstate.store import Store, StoreError
@@ -291,7 +291,7 @@ class Agent:
             if machine is not None:
                 allocs.append(alloc)
                 machines[alloc.machine_id] = machine
-        out[:] = allocs[:max(1, (self.store.max_txn_ops - 1) // 2)]
+        out[:] = allocs[:finish_batch_limit(self.store.max_txn_ops)]
         if not out:
             return None
         return finish_task_ops(self.keys, entry, out, machines, self.config.writer)

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Callable
+from typing import Callable, Mapping
 
 from cellstate.codec import decode_alloc, decode_job_record, decode_machine
 from cellstate.codec_trusted import pack_machine
 from cellstate.committer import StoreCommitter
 from cellstate.fastbuild import builder
 from cellstate.keys import CellKeys
-from cellstate.lifecycle_txn import fail_machine_ops, finish_task_ops
+from cellstate.lifecycle_txn import fail_machine_ops, finish_batch_limit, finish_task_ops
 from cellstate.memory_store import MemoryStore
 from cellstate.model import Alloc, Job, JobKind, Machine
 from cellstate.shared_decodes import SharedDecodes
@@ -197,7 +197,8 @@ class SimCell:
     # -- tasks ------------------------------------------------------------------------------
 
     def note_placed(self, plan: Plan) -> None:
-        """Charge a committed plan and schedule the ends of its batch tasks."""
+        """Charge a committed plan and schedule the end of its batch tasks (one action: they end
+        together, ``duration_s`` after the commit)."""
         spec = plan.job.record.job
         for claim in plan.claims:
             self.usage.charge(claim.machine_id, claim.request.cpu, claim.request.memory)
@@ -205,36 +206,71 @@ class SimCell:
                 request = plan.victims[victim_id].record.job.request
                 self.usage.charge(claim.machine_id, -request.cpu, -request.memory)
         if spec.kind is JobKind.BATCH and spec.duration_s is not None:
-            for claim in plan.claims:
-                self.core.after(spec.duration_s, self._ender(spec.id, claim.task_index, claim.machine_id, plan.now))
+            placed = {claim.task_index: (claim.machine_id, plan.now) for claim in plan.claims}
+            self.core.after(spec.duration_s, self._ender(spec.id, placed))
 
-    def _ender(self, job_id: str, task: int, machine_id: str, placed_at: float) -> Callable[[], None]:
-        """``end_task(job_id, task, (machine_id, placed_at))``, to schedule (a partial: no frame of its own)."""
-        return partial(self.end_task, job_id, task, (machine_id, placed_at))
+    def _ender(self, job_id: str, placed: dict[int, tuple[str, float]]) -> Callable[[], None]:
+        """``end_tasks(job_id, placed)``, to schedule (a partial: no frame of its own)."""
+        return partial(self.end_tasks, job_id, placed)
+
+    def end_tasks(self, job_id: str, wanted: Mapping[int, tuple[str, float] | None]) -> int:
+        """End the live tasks of ``job_id`` in ``wanted`` (task -> its placement (machine,
+        placed_at), or None: whatever its alloc) in as few txns as fit, as the agents end a
+        job's due tasks: allocs deleted, ledgers released, tasks 'f'. A task without (such) an
+        alloc is left alone. Returns how many tasks ended."""
+        left = dict(wanted)
+        per_txn = finish_batch_limit(self.store.max_txn_ops)
+        ended = 0
+        for _ in range(3 + len(left) // per_txn):
+            job = self._job(job_id)
+            if job is None:
+                return ended
+            allocs, machines = self._live_allocs(job_id, left, per_txn)
+            if not allocs:
+                return ended
+            if self.store.txn(*finish_task_ops(self.keys, job, allocs, machines, AGENT)).succeeded:
+                for alloc in allocs:
+                    del left[alloc.task_index]
+                    self.usage.charge(alloc.machine_id, -alloc.resources.cpu, -alloc.resources.memory)
+                ended += len(allocs)
+                self.counters.tasks_ended += len(allocs)
+                self.wake()
+        if left:
+            raise RuntimeError(f"end of tasks of {job_id}: txns lost races in a single-threaded replay")
+        return ended
+
+    def _live_allocs(self, job_id: str, left: dict[int, tuple[str, float] | None],
+                     limit: int) -> tuple[list[Alloc], dict[str, MachineEntry]]:
+        """Up to ``limit`` allocs of the tasks in ``left`` still placed as wanted, and their
+        machines' entries; the tasks found without (such) an alloc are dropped from ``left``."""
+        store, keys, decode_alloc = self.store, self.keys, self._decode_alloc
+        allocs: list[Alloc] = []
+        machines: dict[str, MachineEntry] = {}
+        gone = []
+        for task, placement in left.items():
+            kv = store.get(keys.alloc(job_id, task))
+            alloc = None if kv is None else decode_alloc(kv.key, kv.value)
+            if alloc is None or (placement is not None and (alloc.machine_id, alloc.placed_at) != placement):
+                gone.append(task)  # ended, or evicted and placed again: that placement has its own end
+                continue
+            machine_id = alloc.machine_id
+            if machine_id not in machines:
+                machine_kv = store.get(keys.machine(machine_id))
+                if machine_kv is None:
+                    gone.append(task)
+                    continue
+                machines[machine_id] = _MACHINE_ENTRY(self._decode_machine(machine_kv.key, machine_kv.value),
+                                                      machine_kv.mod_revision)
+            allocs.append(alloc)
+            if len(allocs) == limit:
+                break
+        for task in gone:
+            del left[task]
+        return allocs, machines
 
     def end_task(self, job_id: str, task: int, placement: tuple[str, float] | None = None) -> bool:
-        """End a live task (only the given placement, if any): alloc deleted, ledger released,
-        task 'f'. False when the task has no (such) alloc."""
-        store, keys = self.store, self.keys
-        for _ in range(3):
-            kv = store.get(keys.alloc(job_id, task))
-            if kv is None:
-                return False
-            alloc = self._decode_alloc(kv.key, kv.value)
-            if placement is not None and (alloc.machine_id, alloc.placed_at) != placement:
-                return False  # evicted and placed again: that placement has its own end
-            job = self._job(job_id)
-            machine_kv = store.get(keys.machine(alloc.machine_id))
-            if job is None or machine_kv is None:
-                return False
-            machine = _MACHINE_ENTRY(self._decode_machine(machine_kv.key, machine_kv.value), machine_kv.mod_revision)
-            ops = finish_task_ops(keys, job, [alloc], {alloc.machine_id: machine}, AGENT)
-            if store.txn(*ops).succeeded:
-                self.usage.charge(alloc.machine_id, -alloc.resources.cpu, -alloc.resources.memory)
-                self.counters.tasks_ended += 1
-                self.wake()
-                return True
-        raise RuntimeError(f"end of {job_id}/{task}: txn lost three races in a single-threaded replay")
+        """End one live task (only the given placement, if any); False when it has no (such) alloc."""
+        return self.end_tasks(job_id, {task: placement}) == 1
 
     def trace_task_end(self, job_id: str, task: int) -> None:
         """A recorded task end: end the task if the replay has it placed."""

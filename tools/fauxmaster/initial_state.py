@@ -206,10 +206,13 @@ def _template(raw: bytes, a: Alloc) -> tuple[Alloc, bytes, bytes] | None:
 
 def _follow(cell, jobs: dict[str, JobRecord | None], allocs: list[Alloc]) -> None:
     """Charge the usage ledger and schedule the ends of batch tasks, as for a commit."""
+    ends: dict[str, dict[int, tuple[str, float]]] = {}  # batch job → its tasks' placements
     for a in allocs:
         cell.usage.charge(a.machine_id, a.resources.cpu, a.resources.memory)
         spec = jobs[a.job_id].job
         if spec.kind is JobKind.BATCH and spec.duration_s is not None:
-            cell.core.after(spec.duration_s, cell._ender(a.job_id, a.task_index, a.machine_id, a.placed_at))
+            ends.setdefault(a.job_id, {})[a.task_index] = (a.machine_id, a.placed_at)
+    for job_id, placed in ends.items():  # a job's tasks end together, as one action
+        cell.core.after(jobs[job_id].job.duration_s, cell._ender(job_id, placed))
     if allocs:
         cell.wake()
