@@ -112,3 +112,29 @@ def test_an_invalid_alloc_raises_as_pack_alloc_does():
                 Alloc("j", 1, "m/0", request, 0, "trace", 0.0, False)):
         with pytest.raises(CodecError):
             _packed_allocs([Alloc("j", 0, "m0", request, 0, "trace", 0.0, False), bad])
+
+
+def test_recorded_ledgers_with_extra_resources_and_interleaved_jobs(tmp_path):
+    """Ledgers are capacity minus the room left: with extra resources (a gpu) and a job's
+    placements split into several runs, they equal the written allocs summed per machine."""
+    from cellstate.codec import decode_machine
+    from cellstate.model import Job, JobKind, Machine
+    from cellstate.resources import Resources
+
+    gpu_machine = Machine("g0", Resources.of(8000, 8192, 10_000, gpu=1))
+    gpu_job = Job("gpu", JobKind.SERVICE, 3, Resources.of(1000, 512, 0, gpu=1), max_per_machine=2)
+    events = [MachineAdd(0.0, machine(0)), MachineAdd(0.0, gpu_machine),
+              JobSubmit(0.0, batch("a", 3, cpu=1000)), JobSubmit(0.0, gpu_job)]
+    events += [TaskPlaced(0.0, "a", 0, "g0"), TaskPlaced(0.0, "gpu", 0, "g0"), TaskPlaced(0.0, "a", 1, "g0"),
+               TaskPlaced(0.0, "gpu", 1, "g0"),  # no gpu left on g0
+               TaskPlaced(0.0, "gpu", 2, "m0"), TaskPlaced(0.0, "a", 2, "m0")]  # m0 has no gpu
+    result = replay(write(tmp_path / "x.omt", events), ReplayConfig(schedulers=ONE, until=0.5))
+    assert result.check["ok"], result.check["violations"]
+    placed = allocs(result)
+    assert placed == {("a", 0): "g0", ("gpu", 0): "g0", ("a", 1): "g0", ("a", 2): "m0"}
+    assert result.cell["initial_not_placed"] == {"does not fit the machine's capacity": 2}
+    ledgers = {kv.key.rsplit("/", 1)[1]: decode_machine(kv.key, kv.value)
+               for kv in result.store.range(result.keys.kind_prefix("machines")).kvs}
+    assert ledgers["g0"].allocated == Resources.of(3000, 1536, 0, gpu=1) and ledgers["g0"].task_count == 3
+    assert ledgers["m0"].allocated == Resources.of(1000, 512, 0) and ledgers["m0"].task_count == 1
+    assert ledgers["g0"].writer == ledgers["m0"].writer == "trace"

@@ -65,6 +65,24 @@ def test_utilization_of_a_hand_ledger():
     assert sample_utilization(8.0, usage).cpu == pytest.approx(2000 / 12000)
 
 
+def test_ledger_totals_follow_every_change():
+    """The totals a sample reads equal the machines' rows summed after any mix of changes,
+    and a machine added again keeps its place (the shares' order)."""
+    usage = UsageLedger()
+    for i, cpu in enumerate((4000, 8000, 2000)):
+        usage.add_machine(machine(i, cpu))
+    usage.charge("m1", 3000, 100)
+    usage.charge("m2", -500, 7)
+    usage.remove_machine("m0")
+    usage.add_machine(machine(1, 6000))  # replaced: its row and place are the new machine's
+    usage.add_machine(machine(0, 1000))
+    usage.charge("m0", 10, 20)
+    usage.remove_machine("unknown")
+    assert list(usage.machines) == ["m1", "m2", "m0"]
+    assert usage.machines["m1"][2] == 0
+    assert usage.totals == [sum(row[i] for row in usage.machines.values()) for i in range(4)]
+
+
 def test_journal_keeps_first_times_only():
     journal = JobJournal(submitted={"a": 1.0, "b": 2.0})
     journal.taken("a", 1.5)

@@ -36,24 +36,35 @@ _JOB_ENTRY, _MACHINE_ENTRY = builder(JobEntry), builder(MachineEntry)
 
 @dataclass(slots=True)
 class UsageLedger:
-    """Capacity and allocation (cpu millicores, memory MiB) of every up machine."""
+    """Capacity and allocation (cpu millicores, memory MiB) of every up machine, and their
+    sums over the machines (ints: kept exactly as machines come, go and are charged)."""
 
-    capacity: dict[str, tuple[int, int]] = field(default_factory=dict)
-    allocated: dict[str, list[int]] = field(default_factory=dict)
+    machines: dict[str, list[int]] = field(default_factory=dict)
+    """machine → [capacity cpu, capacity memory, allocated cpu, allocated memory]"""
+    totals: list[int] = field(default_factory=lambda: [0, 0, 0, 0])
+    """the sums of ``machines``' lists"""
 
     def add_machine(self, machine: Machine) -> None:
-        self.capacity[machine.id] = (machine.capacity.cpu, machine.capacity.memory)
-        self.allocated[machine.id] = [machine.allocated.cpu, machine.allocated.memory]
+        """Follow ``machine`` (one already followed is replaced in its place)."""
+        capacity, allocated = machine.capacity, machine.allocated
+        row = [capacity.cpu, capacity.memory, allocated.cpu, allocated.memory]
+        old = self.machines.get(machine.id)
+        self.machines[machine.id] = row
+        self.totals = [total + x - y for total, x, y in zip(self.totals, row, old or (0, 0, 0, 0))]
 
     def remove_machine(self, machine_id: str) -> None:
-        self.capacity.pop(machine_id, None)
-        self.allocated.pop(machine_id, None)
+        row = self.machines.pop(machine_id, None)
+        if row is not None:
+            self.totals = [total - x for total, x in zip(self.totals, row)]
 
     def charge(self, machine_id: str, cpu: int, memory: int) -> None:
-        used = self.allocated.get(machine_id)
-        if used is not None:
-            used[0] += cpu
-            used[1] += memory
+        row = self.machines.get(machine_id)
+        if row is not None:
+            row[2] += cpu
+            row[3] += memory
+            totals = self.totals
+            totals[2] += cpu
+            totals[3] += memory
 
 
 @dataclass(slots=True)
@@ -105,6 +116,9 @@ class SimCell:
         self.task_counts: dict[str, int] = {}
         # the schedulers' replicas decode each value once (a memory store shares the bytes);
         # the cell's own reads of a task's alloc, job and machine share those decodes too
+        # key prefixes of the hot reads (``CellKeys.alloc`` etc. build the prefix per call)
+        self._alloc_prefix, self._job_prefix, self._machine_prefix = (
+            keys.kind_prefix("allocs"), keys.kind_prefix("jobs"), keys.kind_prefix("machines"))
         self.decodes = SharedDecodes() if isinstance(store, MemoryStore) else None
         share = self.decodes.decoder if self.decodes is not None else (lambda decode: decode)
         self._decode_alloc, self._decode_job, self._decode_machine = (
@@ -120,7 +134,7 @@ class SimCell:
         at most half the store's op limit (each machine is a compare and a put)."""
         fresh = []
         for machine in machines:
-            if machine.id in self.usage.capacity:
+            if machine.id in self.usage.machines:
                 self.counters.skip("machine_add of a machine already up")
             else:
                 fresh.append(replace(machine, writer=AGENT))
@@ -243,19 +257,20 @@ class SimCell:
                      limit: int) -> tuple[list[Alloc], dict[str, MachineEntry]]:
         """Up to ``limit`` allocs of the tasks in ``left`` still placed as wanted, and their
         machines' entries; the tasks found without (such) an alloc are dropped from ``left``."""
-        store, keys, decode_alloc = self.store, self.keys, self._decode_alloc
+        get, decode_alloc = self.store.get, self._decode_alloc
+        alloc_prefix, machine_prefix = f"{self._alloc_prefix}{job_id}/", self._machine_prefix
         allocs: list[Alloc] = []
         machines: dict[str, MachineEntry] = {}
         gone = []
         for task, placement in left.items():
-            kv = store.get(keys.alloc(job_id, task))
+            kv = get(f"{alloc_prefix}{task}")
             alloc = None if kv is None else decode_alloc(kv.key, kv.value)
             if alloc is None or (placement is not None and (alloc.machine_id, alloc.placed_at) != placement):
                 gone.append(task)  # ended, or evicted and placed again: that placement has its own end
                 continue
             machine_id = alloc.machine_id
             if machine_id not in machines:
-                machine_kv = store.get(keys.machine(machine_id))
+                machine_kv = get(machine_prefix + machine_id)
                 if machine_kv is None:
                     gone.append(task)
                     continue
@@ -273,10 +288,11 @@ class SimCell:
         return self.end_tasks(job_id, {task: placement}) == 1
 
     def trace_task_end(self, job_id: str, task: int) -> None:
-        """A recorded task end: end the task if the replay has it placed."""
-        if not self.end_task(job_id, task):
+        """A recorded task end: end the task if the replay has it placed (most recorded ends
+        are of tasks the replay has not placed: those cost one read)."""
+        if self.store.get(f"{self._alloc_prefix}{job_id}/{task}") is None or not self.end_task(job_id, task):
             self.counters.trace_ends_of_unplaced_tasks += 1
 
     def _job(self, job_id: str) -> JobEntry | None:
-        kv = self.store.get(self.keys.job(job_id))
+        kv = self.store.get(self._job_prefix + job_id)
         return None if kv is None else _JOB_ENTRY(self._decode_job(kv.key, kv.value), kv.mod_revision)

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import replace
+from itertools import groupby
+from operator import attrgetter
 
 import msgpack
 
@@ -38,56 +40,119 @@ RECORDED_BY = "trace"
 
 
 def place_recorded(cell, placements: list[TaskPlaced]) -> None:
-    """Write ``placements`` (see the module docstring) into ``cell`` (a ``SimCell``) now.
-
-    A hot loop (one pass per recorded task, ~130,000 at the start of a Google-2011 replay):
-    each machine's free amount is followed as one ``Resources`` (the ledgers are built once
-    per machine at the end), and each job's and machine's first read is cached inline."""
-    jobs: dict[str, JobRecord | None] = {}
-    tasks: dict[str, bytearray] = {}  # job → its task states as written so far
-    machines: dict[str, Machine | None] = {}  # as read
-    free: dict[str, Resources] = {}  # machine → its free amount after the writes so far
-    per_machine: Counter[tuple[str, str]] = Counter()  # (job, machine) → tasks written there
-    allocs: list[Alloc] = []
-    skipped: Counter[str] = Counter()
-    now = cell.core.now
-    for p in placements:
-        job_id, machine_id = p.job_id, p.machine_id
-        if job_id in jobs:
-            record = jobs[job_id]
-        else:
-            record = jobs[job_id] = _job_record(cell, job_id)
-            tasks[job_id] = bytearray(record.tasks.encode() if record else b"")
-        if machine_id in machines:
-            machine = machines[machine_id]
-        else:
-            machine = machines[machine_id] = _machine(cell, machine_id)
-            if machine is not None:
-                free[machine_id] = machine.free
-        states = tasks[job_id]
-        why = _refusal(record, states, machine, free.get(machine_id), p, per_machine[job_id, machine_id])
-        if why:
-            skipped[why] += 1
-            continue
-        request, left = record.job.request, free[machine_id]
-        free[machine_id] = (  # a core-only vector without __init__
-            _RESOURCES(left.cpu - request.cpu, left.memory - request.memory, left.disk - request.disk, ())
-            if not (left.extra or request.extra) else left - request)
-        states[p.task] = _PLACED
-        per_machine[job_id, machine_id] += 1
-        allocs.append(_ALLOC(job_id, p.task, machine_id, request, record.job.priority, RECORDED_BY, now, False))
-    for job_id in {a.job_id for a in allocs}:
-        jobs[job_id] = replace(jobs[job_id], tasks=tasks[job_id].decode())
-    _write(cell, _ledgers(machines, allocs), jobs, allocs, now)
-    _follow(cell, jobs, allocs)
-    counters = cell.counters
-    counters.initial_placed += len(allocs)
-    for why, n in skipped.items():
-        counters.initial_not_placed[why] = counters.initial_not_placed.get(why, 0) + n
+    """Write ``placements`` (see the module docstring) into ``cell`` (a ``SimCell``) now."""
+    placer = _Placer(cell)
+    for job_id, run in groupby(placements, _JOB_ID):
+        placer.place_run(job_id, run)
+    placer.write()
 
 
 _PLACED, _PENDING = ord("a"), ord("p")
-_ALLOC, _RESOURCES = builder(Alloc), builder(Resources)  # without their dataclass __init__ (cellstate.fastbuild)
+_ALLOC, _RESOURCES, _MACHINE = builder(Alloc), builder(Resources), builder(Machine)  # without __init__
+_JOB_ID = attrgetter("job_id")
+_UNREAD = object()
+
+
+class _Placer:
+    """The recorded placements checked so far (a hot loop: ~130,000 at the start of a
+    Google-2011 replay): each job and machine is read once, each machine's free amount is
+    followed as one ``Resources`` (its ledger is capacity minus that at the end: ints, so
+    the same as the requests summed), and the tasks of one job are checked in one pass."""
+
+    def __init__(self, cell):
+        self.cell, self.now = cell, cell.core.now
+        self.jobs: dict[str, JobRecord | None] = {}  # as read; then with the tasks written
+        self.tasks: dict[str, bytearray] = {}  # job → its task states as written so far
+        self.machines: dict[str, Machine | None] = {}  # as read
+        self.room: dict[str, Resources | None] = {}  # up machine → its free amount so far; else None
+        self.per_machine: Counter[tuple[str, str]] = Counter()  # (job with a per-machine rule, machine) → tasks
+        self.allocs: list[Alloc] = []
+        self.skipped: Counter[str] = Counter()
+
+    def place_run(self, job_id: str, run) -> None:
+        """Check and place consecutive placements ``run`` of job ``job_id``, in order."""
+        record = self.jobs[job_id] if job_id in self.jobs else self._read_job(job_id)
+        skipped = self.skipped
+        if record is None or record.killed:
+            skipped["job unknown or killed"] += sum(1 for _ in run)
+            return
+        job, states, room, allocs, now = record.job, self.tasks[job_id], self.room, self.allocs, self.now
+        request, priority, ruled = job.request, job.priority, job.different_machine or job.max_per_machine
+        cpu, memory, disk, core = request.cpu, request.memory, request.disk, not request.extra
+        for p in run:
+            task, machine_id = p.task, p.machine_id
+            if task >= len(states) or states[task] != _PENDING:
+                skipped["task not pending"] += 1
+                continue
+            left = room.get(machine_id, _UNREAD)
+            if left is _UNREAD:
+                left = self._read_machine(machine_id)
+            if left is None:
+                skipped["machine unknown or not up"] += 1
+                continue
+            if ruled and self._rule_refuses(job, job_id, machine_id):
+                skipped["job's per-machine rule"] += 1
+                continue
+            if core and not left.extra:
+                if cpu > left.cpu or memory > left.memory or disk > left.disk:
+                    skipped["does not fit the machine's capacity"] += 1
+                    continue
+                room[machine_id] = _RESOURCES(left.cpu - cpu, left.memory - memory, left.disk - disk, ())
+            elif request.fits_in(left):
+                room[machine_id] = left - request
+            else:
+                skipped["does not fit the machine's capacity"] += 1
+                continue
+            states[task] = _PLACED
+            if ruled:
+                self.per_machine[job_id, machine_id] += 1
+            allocs.append(_ALLOC(job_id, task, machine_id, request, priority, RECORDED_BY, now, False))
+
+    def _read_job(self, job_id: str) -> JobRecord | None:
+        record = self.jobs[job_id] = _job_record(self.cell, job_id)
+        self.tasks[job_id] = bytearray(record.tasks.encode() if record else b"")
+        return record
+
+    def _read_machine(self, machine_id: str) -> Resources | None:
+        """Read the machine: its free amount if it is up, else None."""
+        machine = self.machines[machine_id] = _machine(self.cell, machine_id)
+        left = self.room[machine_id] = machine.free if machine is not None and machine.state is _UP else None
+        return left
+
+    def _rule_refuses(self, job, job_id: str, machine_id: str) -> bool:
+        """``job``'s ``different_machine`` / ``max_per_machine`` refuse one more task on the machine."""
+        here = self.per_machine[job_id, machine_id]
+        return bool(here) and bool(job.different_machine or (job.max_per_machine and here >= job.max_per_machine))
+
+    def write(self) -> None:
+        """Write what was placed, follow it in the cell, and count what was not."""
+        cell, jobs, allocs = self.cell, self.jobs, self.allocs
+        for job_id in {a.job_id for a in allocs}:
+            jobs[job_id] = replace(jobs[job_id], tasks=self.tasks[job_id].decode())
+        ledgers = self._ledgers()
+        _write(cell, ledgers, jobs, allocs, self.now)
+        _follow(cell, jobs, allocs, self.machines, ledgers)
+        counters = cell.counters
+        counters.initial_placed += len(allocs)
+        for why, n in self.skipped.items():
+            counters.initial_not_placed[why] = counters.initial_not_placed.get(why, 0) + n
+
+    def _ledgers(self) -> dict[str, Machine]:
+        """The ledger of every machine with an alloc written, by ``RECORDED_BY``: allocated
+        is capacity minus the free amount left (the allocs' requests charged to it)."""
+        ledgers = {}
+        for machine_id, count in Counter(map(_MACHINE_ID, self.allocs)).items():
+            m = self.machines[machine_id]
+            allocated, tasks = m.capacity - self.room[machine_id], m.task_count + count
+            ledgers[machine_id] = (
+                _MACHINE(m.id, m.capacity, m.zone, m.rack, m.platform, m.packages, m.labels, m.state, allocated,
+                         tasks, RECORDED_BY) if type(m) is Machine
+                else replace(m, allocated=allocated, task_count=tasks, writer=RECORDED_BY))
+        return ledgers
+
+
+_UP = MachineState.UP
+_MACHINE_ID = attrgetter("machine_id")
 
 
 def _job_record(cell, job_id: str) -> JobRecord | None:
@@ -100,47 +165,13 @@ def _machine(cell, machine_id: str) -> Machine | None:
     return None if kv is None else decode_machine(kv.key, kv.value)
 
 
-def _refusal(record: JobRecord | None, states: bytearray, machine: Machine | None, free: Resources | None,
-             p: TaskPlaced, here: int) -> str:
-    """Why the recorded placement ``p`` cannot be written ("" when it can); ``states``: the
-    job's task states so far, ``free``: the machine's free amount so far, ``here``: the
-    job's tasks written on that machine so far."""
-    if record is None or record.killed:
-        return "job unknown or killed"
-    if p.task >= len(states) or states[p.task] != _PENDING:
-        return "task not pending"
-    if machine is None or machine.state is not MachineState.UP:
-        return "machine unknown or not up"
-    job = record.job
-    if here and (job.different_machine or (job.max_per_machine and here >= job.max_per_machine)):
-        return "job's per-machine rule"
-    if not job.request.fits_in(free):
-        return "does not fit the machine's capacity"
-    return ""
-
-
-def _ledgers(machines: dict[str, Machine | None], allocs: list[Alloc]) -> dict[str, Machine]:
-    """The ledger of every machine with an alloc written: the allocs' requests charged to it,
-    in trace order (``Machine.with_claim`` per alloc, summed per machine first)."""
-    claimed: dict[str, list] = {}  # machine → [sum of requests, tasks]
-    for a in allocs:
-        held, request = claimed.get(a.machine_id), a.resources
-        if held is None:
-            claimed[a.machine_id] = [request, 1]
-            continue
-        total = held[0]
-        held[0] = (_RESOURCES(total.cpu + request.cpu, total.memory + request.memory, total.disk + request.disk, ())
-                   if not (total.extra or request.extra) else total + request)  # core-only: no __init__
-        held[1] += 1
-    return {m: machines[m].with_claim(total, count) for m, (total, count) in claimed.items()}
-
-
 def _write(cell, ledgers: dict[str, Machine], jobs: dict[str, JobRecord | None],
            allocs: list[Alloc], now: float) -> None:
     placed_jobs = {a.job_id for a in allocs}
     keys = cell.keys
-    ops = [Put(keys.machine(m), pack_machine(replace(ledgers[m], writer=RECORDED_BY))) for m in sorted(ledgers)]
-    ops += [_PUT(keys.alloc(a.job_id, a.task_index), raw, 0) for a, raw in zip(allocs, _packed_allocs(allocs))]
+    ops = [_PUT(keys.machine(m), pack_machine(ledgers[m]), 0) for m in sorted(ledgers)]
+    prefix = keys.kind_prefix("allocs")  # + job/task: ``keys.alloc``
+    ops += [_PUT(f"{prefix}{a.job_id}/{a.task_index}", raw, 0) for a, raw in zip(allocs, _packed_allocs(allocs))]
     for job_id in sorted(placed_jobs):
         record = jobs[job_id]
         if "p" not in record.tasks:
@@ -167,6 +198,7 @@ def _packed_allocs(allocs: list[Alloc]) -> list[bytes]:
     int >= 0 and its machine id an id (``pack_alloc``'s checks of these two); else ``pack_alloc``."""
     templates: dict[str, tuple[Alloc, bytes, bytes] | None] = {}  # job → (first alloc, bytes before, after)
     entries: dict[str, bytes] = {}  # machine id → its packed map entry
+    packed_tasks: dict[int, bytes] = {}  # task index → packed
     packb, remember = msgpack.packb, ALLOC_MEMO.put
     out = []
     for a in allocs:
@@ -180,19 +212,21 @@ def _packed_allocs(allocs: list[Alloc]) -> list[bytes]:
         entry = entries.get(machine_id)
         if entry is None and type(machine_id) is str and machine_id and "/" not in machine_id:
             entry = entries[machine_id] = _MACHINE_KEY + packb(machine_id)
-        if template is None or entry is None or type(task) is not int or task < 0 or not _same_rest(a, template[0]):
+        if template is None or entry is None or type(task) is not int or task < 0:
             out.append(pack_alloc(a))
             continue
-        raw = b"".join((template[1], packb(task), entry, template[2]))
+        first = template[0]  # the other fields must be the very objects of the job's first alloc
+        if not (a.resources is first.resources and a.priority is first.priority and a.scheduler is first.scheduler
+                and a.placed_at is first.placed_at and a.running is first.running):
+            out.append(pack_alloc(a))
+            continue
+        packed = packed_tasks.get(task)
+        if packed is None:
+            packed = packed_tasks[task] = packb(task)
+        raw = b"".join((template[1], packed, entry, template[2]))
         remember(raw, a)
         out.append(raw)
     return out
-
-
-def _same_rest(a: Alloc, first: Alloc) -> bool:
-    """``a``'s fields other than task and machine are the very objects of ``first``'s."""
-    return (a.resources is first.resources and a.priority is first.priority and a.scheduler is first.scheduler
-            and a.placed_at is first.placed_at and a.running is first.running)
 
 
 def _template(raw: bytes, a: Alloc) -> tuple[Alloc, bytes, bytes] | None:
@@ -204,11 +238,15 @@ def _template(raw: bytes, a: Alloc) -> tuple[Alloc, bytes, bytes] | None:
     return a, raw[:at] + _TASK_KEY, raw[at + len(pair):]
 
 
-def _follow(cell, jobs: dict[str, JobRecord | None], allocs: list[Alloc]) -> None:
-    """Charge the usage ledger and schedule the ends of batch tasks, as for a commit."""
+def _follow(cell, jobs: dict[str, JobRecord | None], allocs: list[Alloc], machines: dict[str, Machine | None],
+            ledgers: dict[str, Machine]) -> None:
+    """Charge the usage ledger (what each ledger gained) and schedule the ends of batch
+    tasks, as for a commit."""
+    for machine_id, ledger in ledgers.items():
+        before = machines[machine_id].allocated
+        cell.usage.charge(machine_id, ledger.allocated.cpu - before.cpu, ledger.allocated.memory - before.memory)
     ends: dict[str, dict[int, tuple[str, float]]] = {}  # batch job → its tasks' placements
     for a in allocs:
-        cell.usage.charge(a.machine_id, a.resources.cpu, a.resources.memory)
         spec = jobs[a.job_id].job
         if spec.kind is JobKind.BATCH and spec.duration_s is not None:
             ends.setdefault(a.job_id, {})[a.task_index] = (a.machine_id, a.placed_at)

@@ -71,14 +71,10 @@ class UtilizationSample:
 
 
 def sample_utilization(t: float, usage: UsageLedger) -> UtilizationSample:
-    """Utilization of the up machines of ``usage`` now (column-wise: a Google-2011 cell has
-    12,500 machines; int sums are exact in any order, the shares keep the machines' order)."""
-    capacity, allocated = usage.capacity, usage.allocated
-    caps = list(capacity.values())
-    used = [allocated[machine_id] for machine_id in capacity]
-    cap_cpu, cap_mem = sum([c[0] for c in caps]), sum([c[1] for c in caps])
-    used_cpu, used_mem = sum([u[0] for u in used]), sum([u[1] for u in used])
-    shares = [u[0] / c[0] if c[0] else 0.0 for c, u in zip(caps, used)]
+    """Utilization of the up machines of ``usage`` now (from the ledger's totals, and one
+    pass over the machines, in their order, for the shares)."""
+    cap_cpu, cap_mem, used_cpu, used_mem = usage.totals
+    shares = [row[2] / row[0] if row[0] else 0.0 for row in usage.machines.values()]
     return UtilizationSample(t, used_cpu / cap_cpu if cap_cpu else 0.0, used_mem / cap_mem if cap_mem else 0.0,
                              load_cv(shares), len(shares))
 
