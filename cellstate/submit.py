@@ -63,7 +63,8 @@ def submit_jobs(store: Store, keys: CellKeys, jobs: Sequence[Job], now: float) -
     if not jobs:
         raise ValueError("no jobs to submit")
     records = _encoded_records(keys, jobs, now)
-    chunks = txn_chunks(records, store.max_txn_ops, store.max_request_bytes)
+    # one job (a replay's usual submission) is always one chunk
+    chunks = [records] if len(records) == 1 else txn_chunks(records, store.max_txn_ops, store.max_request_bytes)
     if len(chunks) > 1:
         _, present = store.get_many([key for key, _ in records])
         if present:
@@ -83,12 +84,14 @@ def submit_jobs(store: Store, keys: CellKeys, jobs: Sequence[Job], now: float) -
 def _encoded_records(keys: CellKeys, jobs: Sequence[Job], now: float) -> list[tuple[str, bytes]]:
     seen: set[str] = set()
     records = []
+    prefix = keys.kind_prefix("jobs")  # + id: ``keys.job``
     for job in jobs:
-        if job.id in seen:
-            raise ValueError(f"job id {job.id!r} appears twice in one submission")
-        seen.add(job.id)
+        job_id = job.id
+        if job_id in seen:
+            raise ValueError(f"job id {job_id!r} appears twice in one submission")
+        seen.add(job_id)
         record = _RECORD(job, _PENDING * job.tasks, now, "", False, None, None)  # JobRecord.new(job, now)
-        records.append((keys.job(job.id), encode_job_record(record)))
+        records.append((f"{prefix}{job_id}", encode_job_record(record)))
     return records
 
 

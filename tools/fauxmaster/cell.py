@@ -32,6 +32,7 @@ from tools.fauxmaster.clock import EventCore
 AGENT = "fauxmaster"
 # entries of the cell's own reads (one of each per task end), built without __init__
 _JOB_ENTRY, _MACHINE_ENTRY = builder(JobEntry), builder(MachineEntry)
+_MACHINE = builder(Machine)
 
 
 @dataclass(slots=True)
@@ -88,6 +89,14 @@ class CellCounters:
         self.skipped[why] = self.skipped.get(why, 0) + 1
 
 
+def _with_writer(m: Machine, writer: str) -> Machine:
+    """``replace(m, writer=writer)`` (without ``__init__`` for a plain ``Machine``)."""
+    if type(m) is not Machine:
+        return replace(m, writer=writer)
+    return _MACHINE(m.id, m.capacity, m.zone, m.rack, m.platform, m.packages, m.labels, m.state, m.allocated,
+                    m.task_count, writer)
+
+
 class ObservedCommitter(StoreCommitter):
     """A ``StoreCommitter`` that tells the cell about every committed claim."""
 
@@ -113,7 +122,6 @@ class SimCell:
         self.usage = UsageLedger()
         self.counters = CellCounters()
         self.submitted_at: dict[str, float] = {}
-        self.task_counts: dict[str, int] = {}
         # the schedulers' replicas decode each value once (a memory store shares the bytes);
         # the cell's own reads of a task's alloc, job and machine share those decodes too
         # key prefixes of the hot reads (``CellKeys.alloc`` etc. build the prefix per call)
@@ -137,7 +145,7 @@ class SimCell:
             if machine.id in self.usage.machines:
                 self.counters.skip("machine_add of a machine already up")
             else:
-                fresh.append(replace(machine, writer=AGENT))
+                fresh.append(_with_writer(machine, AGENT))
         step = max(1, self.store.max_txn_ops)
         for i in range(0, len(fresh), step):
             chunk = fresh[i:i + step]
@@ -181,17 +189,21 @@ class SimCell:
 
     def submit(self, jobs: list[Job]) -> None:
         """Submit jobs at the current virtual time (ids already submitted are skipped)."""
-        fresh = [job for job in jobs if job.id not in self.submitted_at]
-        for _ in range(len(jobs) - len(fresh)):
-            self.counters.skip("job_submit of an id already submitted")
+        submitted_at, now = self.submitted_at, self.core.now
+        fresh = [job for job in jobs if job.id not in submitted_at]
+        counters = self.counters
+        if len(fresh) < len(jobs):
+            why = "job_submit of an id already submitted"
+            counters.skipped[why] = counters.skipped.get(why, 0) + len(jobs) - len(fresh)
         if not fresh:
             return
-        submit_jobs(self.store, self.keys, fresh, self.core.now)
+        submit_jobs(self.store, self.keys, fresh, now)
+        tasks = 0
         for job in fresh:
-            self.submitted_at[job.id] = self.core.now
-            self.task_counts[job.id] = job.tasks
-        self.counters.jobs_submitted += len(fresh)
-        self.counters.tasks_submitted += sum(job.tasks for job in fresh)
+            submitted_at[job.id] = now
+            tasks += job.tasks
+        counters.jobs_submitted += len(fresh)
+        counters.tasks_submitted += tasks
         self.wake()
 
     def kill(self, job_id: str) -> None:
