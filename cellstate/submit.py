@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Sequence
 
-from cellstate.codec import decode_alloc, decode_job_record, decode_machine, encode_job_record, encode_machine
+from cellstate.codec import decode_alloc, decode_job_record, decode_machine, encode_job_record
+from cellstate.codec_trusted import pack_machine
 from cellstate.keys import CellKeys
 from cellstate.model import Alloc, Job, JobRecord, Machine, TaskState
 from cellstate.fastbuild import builder
@@ -197,7 +198,7 @@ def _release_ops(machine_kv: KeyValue | None, group: list) -> list[Op]:
         machine: Machine = decode_machine(machine_kv.key, machine_kv.value)
         for _, _, alloc in group:
             machine = machine.with_release(alloc.resources)
-        ops.append(Put(machine_kv.key, encode_machine(machine)))
+        ops.append(Put(machine_kv.key, pack_machine(machine)))
     return ops
 
 

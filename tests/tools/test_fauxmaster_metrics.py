@@ -66,8 +66,8 @@ def test_utilization_of_a_hand_ledger():
 
 
 def test_ledger_totals_follow_every_change():
-    """The totals a sample reads equal the machines' rows summed after any mix of changes,
-    and a machine added again keeps its place (the shares' order)."""
+    """The totals and shares a sample reads equal the machines' rows summed and divided after
+    any mix of changes, and a machine added again keeps its place (the shares' order)."""
     usage = UsageLedger()
     for i, cpu in enumerate((4000, 8000, 2000)):
         usage.add_machine(machine(i, cpu))
@@ -81,6 +81,8 @@ def test_ledger_totals_follow_every_change():
     assert list(usage.machines) == ["m1", "m2", "m0"]
     assert usage.machines["m1"][2] == 0
     assert usage.totals == [sum(row[i] for row in usage.machines.values()) for i in range(4)]
+    assert usage.shares == {m: row[2] / row[0] for m, row in usage.machines.items()}
+    assert list(usage.shares) == list(usage.machines)
 
 
 def test_journal_keeps_first_times_only():

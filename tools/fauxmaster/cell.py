@@ -37,13 +37,16 @@ _MACHINE = builder(Machine)
 
 @dataclass(slots=True)
 class UsageLedger:
-    """Capacity and allocation (cpu millicores, memory MiB) of every up machine, and their
-    sums over the machines (ints: kept exactly as machines come, go and are charged)."""
+    """Capacity and allocation (cpu millicores, memory MiB) of every up machine, their sums
+    over the machines (ints: kept exactly as machines come, go and are charged), and each
+    machine's cpu share (allocated ÷ capacity, 0.0 without capacity) as of its last change."""
 
     machines: dict[str, list[int]] = field(default_factory=dict)
     """machine → [capacity cpu, capacity memory, allocated cpu, allocated memory]"""
     totals: list[int] = field(default_factory=lambda: [0, 0, 0, 0])
     """the sums of ``machines``' lists"""
+    shares: dict[str, float] = field(default_factory=dict)
+    """machine → its cpu share (the machines in the same order)"""
 
     def add_machine(self, machine: Machine) -> None:
         """Follow ``machine`` (one already followed is replaced in its place)."""
@@ -51,11 +54,13 @@ class UsageLedger:
         row = [capacity.cpu, capacity.memory, allocated.cpu, allocated.memory]
         old = self.machines.get(machine.id)
         self.machines[machine.id] = row
+        self.shares[machine.id] = row[2] / row[0] if row[0] else 0.0
         self.totals = [total + x - y for total, x, y in zip(self.totals, row, old or (0, 0, 0, 0))]
 
     def remove_machine(self, machine_id: str) -> None:
         row = self.machines.pop(machine_id, None)
         if row is not None:
+            del self.shares[machine_id]
             self.totals = [total - x for total, x in zip(self.totals, row)]
 
     def charge(self, machine_id: str, cpu: int, memory: int) -> None:
@@ -63,6 +68,7 @@ class UsageLedger:
         if row is not None:
             row[2] += cpu
             row[3] += memory
+            self.shares[machine_id] = row[2] / row[0] if row[0] else 0.0
             totals = self.totals
             totals[2] += cpu
             totals[3] += memory

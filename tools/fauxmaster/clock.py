@@ -43,7 +43,7 @@ class EventCore:
         """Run ``action()`` ``delay`` (>= 0) virtual seconds from now."""
         if delay < 0:
             raise SimulationError(f"negative delay {delay!r}")
-        self.at(self.now + delay, action)
+        heapq.heappush(self._heap, (self.now + delay, next(self._seq), action))  # at(now + delay): not before now
 
     def next_time(self) -> float | None:
         """Time of the next due action, None when nothing is scheduled."""

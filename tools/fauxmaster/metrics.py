@@ -71,10 +71,9 @@ class UtilizationSample:
 
 
 def sample_utilization(t: float, usage: UsageLedger) -> UtilizationSample:
-    """Utilization of the up machines of ``usage`` now (from the ledger's totals, and one
-    pass over the machines, in their order, for the shares)."""
+    """Utilization of the up machines of ``usage`` now (from the ledger's totals and shares)."""
     cap_cpu, cap_mem, used_cpu, used_mem = usage.totals
-    shares = [row[2] / row[0] if row[0] else 0.0 for row in usage.machines.values()]
+    shares = list(usage.shares.values())
     return UtilizationSample(t, used_cpu / cap_cpu if cap_cpu else 0.0, used_mem / cap_mem if cap_mem else 0.0,
                              load_cv(shares), len(shares))
 
