@@ -54,3 +54,18 @@ def test_a_small_txn_limit_still_ends_every_task(tmp_path):
 def test_finish_batch_limit_fits_the_ops_of_a_txn(max_txn_ops, allocs):
     assert finish_batch_limit(max_txn_ops) == allocs
     assert 2 * allocs + 1 <= max(3, max_txn_ops)  # deletes + machine puts + the job put
+
+
+def test_recorded_ends_of_placed_and_unplaced_tasks(tmp_path):
+    """A recorded end ends a task the replay has placed; one of a task it has not placed (a
+    pending task, an unknown task or job, a task already ended) is only counted."""
+    events = [MachineAdd(0.0, machine(0, cpu=1000)), JobSubmit(0.0, batch("j", 3, cpu=500))]
+    events += [TaskPlaced(0.0, "j", 0, "m0"), TaskPlaced(0.0, "j", 1, "m0")]  # j/2 stays pending: no room
+    events += [TaskEnd(t, job, task, TaskEndStatus.FINISHED)
+               for t, job, task in ((0.5, "j", 2), (1.0, "j", 0), (3.0, "j", 9), (4.0, "nobody", 0),
+                                    (5.0, "j", 0))]
+    result = replay(write(tmp_path / "e.omt", events), ReplayConfig(schedulers=ONE, until=6.0))
+    assert result.cell["tasks_ended"] == 1
+    assert result.cell["trace_ends_of_unplaced_tasks"] == 4
+    assert result.store.get(result.keys.alloc("j", 0)) is None
+    assert result.check["ok"], result.check["violations"]
