@@ -94,6 +94,11 @@ class ReplicaState:
         lookup in the pending index; ``pending_jobs`` lists them all)."""
         return self._pending[kind].get(job_id)
 
+    def pending_lookup(self, kind: JobKind) -> Callable[[str], JobEntry | None]:
+        """``pending_job(·, kind)`` as the pending index's own ``get`` (no Python frame per
+        call; the index lives as long as the state)."""
+        return self._pending[kind].get
+
     def allocs(self) -> Iterable[Alloc]:
         return self._allocs.values()
 

@@ -144,8 +144,8 @@ class OptimisticPlacer:
                 raise ValueError(f"{where} claims task {claim.task_index}, which was not asked for "
                                  f"or is claimed twice (asked: {sorted(asked)})")
             seen.add(claim.task_index)
-        stray = set(decision.unplaced) - asked
-        if stray:
+        if not asked.issuperset(decision.unplaced):
+            stray = set(decision.unplaced) - asked
             raise ValueError(f"{where} gives reasons for tasks {sorted(stray)}, which were not asked for")
 
     def _refuse_oversized_gang(self, st: _Placement, entry: JobEntry, tasks: list[int], started: float):
