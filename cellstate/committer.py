@@ -192,16 +192,22 @@ def check_plan(plan: Plan) -> None:
     record = plan.job.record
     seen: set[int] = set()
     evicted: set[tuple[str, int]] = set()
+    tasks, states, machines = record.job.tasks, record.tasks, plan.machines
     for claim in plan.claims:
-        where = f"plan of {plan.scheduler!r} for job {record.id!r}: task {claim.task_index}"
-        if not 0 <= claim.task_index < record.job.tasks:
-            raise ValueError(f"{where} is out of range (job has {record.job.tasks} tasks)")
-        if claim.task_index in seen:
+        index = claim.task_index
+        if 0 <= index < tasks and index not in seen and states[index] == "p" and claim.machine_id in machines \
+                and not claim.evicts:
+            seen.add(index)  # the usual claim: checked without naming it
+            continue
+        where = f"plan of {plan.scheduler!r} for job {record.id!r}: task {index}"
+        if not 0 <= index < tasks:
+            raise ValueError(f"{where} is out of range (job has {tasks} tasks)")
+        if index in seen:
             raise ValueError(f"{where} is claimed twice")
-        seen.add(claim.task_index)
-        if record.tasks[claim.task_index] != TaskState.PENDING.value:
-            raise ValueError(f"{where} is not pending (state {record.tasks[claim.task_index]!r})")
-        if claim.machine_id not in plan.machines:
+        seen.add(index)
+        if states[index] != TaskState.PENDING.value:
+            raise ValueError(f"{where} is not pending (state {states[index]!r})")
+        if claim.machine_id not in machines:
             raise ValueError(f"{where} is on machine {claim.machine_id!r}, which the plan has no ledger of")
         for job_id, task in claim.evicts:
             _check_victim(plan, job_id, task, where, claim.machine_id)
