@@ -23,12 +23,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
+from cellstate.fastbuild import builder
 from omega.attempts import Attempt, AttemptOutcome, PlacementResult, classify
 from omega.modes import CommitMode, ConflictMode, ConflictSplit, check_gang_size, fit_cumulatively
 from omega.protocols import (
     Claim, Clock, CommitOutcome, Committer, Decide, Decision, JobEntry, PlacementView, Plan, PlanTooLarge,
 )
 from omega.retry import RetryPolicy
+
+_ATTEMPT = builder(Attempt)  # one per attempt, every field given: without its dataclass __init__
 
 
 @dataclass(slots=True)
@@ -314,10 +317,10 @@ class OptimisticPlacer:
         self._write_reason(st, entry, _Tally())
 
     def _emit(self, st: _Placement, attempt: dict, tally: _Tally, outcome: AttemptOutcome) -> None:
-        record = Attempt(self.scheduler, st.job_id, attempt["decision_time_s"], attempt["claims"],
-                         tuple(tally.committed), tuple(tally.conflicting), len(st.attempts), outcome,
-                         tally.transactions, tally.failed, attempt["started_at"], tuple(tally.winners),
-                         tally.stale)
+        record = _ATTEMPT(self.scheduler, st.job_id, attempt["decision_time_s"], attempt["claims"],
+                          tuple(tally.committed), tuple(tally.conflicting), len(st.attempts), outcome,
+                          tally.transactions, tally.failed, attempt["started_at"], tuple(tally.winners),
+                          tally.stale)
         st.attempts.append(record)
         if self.on_attempt is not None:
             self.on_attempt(record)
