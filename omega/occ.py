@@ -31,7 +31,8 @@ from omega.protocols import (
 )
 from omega.retry import RetryPolicy
 
-_ATTEMPT = builder(Attempt)  # one per attempt, every field given: without its dataclass __init__
+# One per attempt and per placement, every field given: without their dataclass __init__.
+_ATTEMPT, _PLACEMENT_RESULT = builder(Attempt), builder(PlacementResult)
 
 
 @dataclass(slots=True)
@@ -329,8 +330,8 @@ class OptimisticPlacer:
         entry = st.view.job(st.job_id)
         pending = tuple(entry.record.pending_tasks()) if entry is not None else ()
         reason = entry.record.reason if entry is not None else ""
-        return PlacementResult(st.job_id, tuple(st.placed), pending, reason, tuple(st.attempts),
-                               gave_up, st.job_gone or entry is None)
+        return _PLACEMENT_RESULT(st.job_id, tuple(st.placed), pending, reason, tuple(st.attempts),
+                                 gave_up, st.job_gone or entry is None)
 
 
 def _drop_unfit(plan: Plan) -> tuple[Plan, list[int]]:
