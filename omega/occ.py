@@ -31,8 +31,8 @@ from omega.protocols import (
 )
 from omega.retry import RetryPolicy
 
-# One per attempt and per placement, every field given: without their dataclass __init__.
-_ATTEMPT, _PLACEMENT_RESULT = builder(Attempt), builder(PlacementResult)
+# One per attempt, placement or txn, every field given: without their dataclass __init__.
+_ATTEMPT, _PLACEMENT_RESULT, _PLAN = builder(Attempt), builder(PlacementResult), builder(Plan)
 
 
 @dataclass(slots=True)
@@ -269,25 +269,27 @@ class OptimisticPlacer:
         victims = {job_id: outcome.fresh_victims[job_id]
                    for c in resolution.retry for job_id, _ in c.evicts}
         victim_allocs = {task: outcome.fresh_victim_allocs[task] for c in resolution.retry for task in c.evicts}
-        return Plan(outcome.fresh_job, tuple(resolution.retry), machines, self.scheduler,
-                    dict(st.unplaced), self.clock.now(), victims, victim_allocs)
+        return _PLAN(outcome.fresh_job, tuple(resolution.retry), machines, self.scheduler,
+                     dict(st.unplaced), self.clock.now(), victims, victim_allocs)
 
     def _plan(self, st: _Placement, claims: list[Claim]) -> Plan | None:
         """A plan of the claims whose tasks are still pending in the view (None: job gone)."""
         entry = st.view.job(st.job_id)
         if entry is None:
             return None
-        live = [c for c in claims if entry.record.tasks[c.task_index] == "p" and not entry.record.killed]
+        tasks, killed, machine = entry.record.tasks, entry.record.killed, st.view.machine
+        live = [c for c in claims if tasks[c.task_index] == "p" and not killed]
         machines, victims, victim_allocs = {}, {}, {}
         for claim in live:
-            machines[claim.machine_id] = self._entry(st.view.machine(claim.machine_id), "machine",
-                                                     claim.machine_id, entry)
+            found = machine(claim.machine_id)
+            machines[claim.machine_id] = found if found is not None else \
+                self._entry(found, "machine", claim.machine_id, entry)
             for job_id, task in claim.evicts:
                 victims[job_id] = self._entry(st.view.job(job_id), "victim job", job_id, entry)
                 victim_allocs[(job_id, task)] = self._entry(
                     st.view.alloc_entry(job_id, task), "victim allocation", f"{job_id}/{task}", entry)
-        return Plan(entry, tuple(live), machines, self.scheduler, dict(st.unplaced), self.clock.now(),
-                    victims, victim_allocs)
+        return _PLAN(entry, tuple(live), machines, self.scheduler, dict(st.unplaced), self.clock.now(),
+                     victims, victim_allocs)
 
     def _entry(self, found, what: str, name: str, job: JobEntry):
         if found is None:
@@ -301,7 +303,7 @@ class OptimisticPlacer:
         """Store the reasons of the still-pending tasks in the job record (guarded by its
         revision; one more try on fresh state if the job changed meanwhile)."""
         for _ in range(2):
-            plan = Plan(entry, (), {}, self.scheduler, dict(st.unplaced), self.clock.now())
+            plan = _PLAN(entry, (), {}, self.scheduler, dict(st.unplaced), self.clock.now(), {}, {})
             outcome = self._commit(st, plan, tally)
             if outcome.committed or outcome.fresh_job is None:
                 return
