@@ -282,8 +282,8 @@ def _constraint(key: str, field: str, c) -> Constraint:
 # ------------------------------------------------------------------ job records
 
 
-def _record_map(r: JobRecord) -> dict:
-    d = {"v": SCHEMA_VERSION, "t": "job", "spec": _spec_map(r.job), "tasks": r.tasks}
+def _record_map(r: JobRecord, spec_map=_spec_map) -> dict:
+    d = {"v": SCHEMA_VERSION, "t": "job", "spec": spec_map(r.job), "tasks": r.tasks}
     if r.submitted_at:
         d["submitted_at"] = r.submitted_at
     if r.reason:
@@ -302,7 +302,7 @@ def encode_job_record(r: JobRecord) -> bytes:
     the common shape is packed without the decode-back check (``codec_job_fast``: same bytes)."""
     if record_shape_ok(r):
         try:
-            raw = msgpack.packb(_record_map(r))
+            raw = msgpack.packb(_record_map(r, _shaped_spec_map))
         except (OverflowError, ValueError, TypeError):
             pass  # the generic path names the problem
         else:
@@ -310,6 +310,24 @@ def encode_job_record(r: JobRecord) -> bytes:
             return raw
     job_id = getattr(getattr(r, "job", None), "id", "?")
     return _encode(f"job {job_id}", r, _record_map, _record_from_map)
+
+
+def _shaped_spec_map(job: Job) -> dict:
+    """``_spec_map`` of a spec ``record_shape_ok`` accepted, remembered by the spec's identity
+    (a frozen Job of plain fields: every record of a job shares it and maps it the same; the
+    map is only read, by the packer)."""
+    held = _SPEC_MAPS.get(id(job))
+    if held is not None and held[0] is job:
+        return held[1]
+    if len(_SPEC_MAPS) >= _SPEC_MAPS_MAX:
+        _SPEC_MAPS.clear()
+    d = _spec_map(job)
+    _SPEC_MAPS[id(job)] = (job, d)
+    return d
+
+
+_SPEC_MAPS: dict[int, tuple[Job, dict]] = {}  # each entry holds its Job: the id is not reused while here
+_SPEC_MAPS_MAX = 1 << 16
 
 
 def decode_job_record(key: str, raw: bytes) -> JobRecord:

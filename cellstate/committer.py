@@ -20,7 +20,7 @@ from cellstate.codec import decode_alloc, decode_job_record, decode_machine, enc
 from cellstate.codec_trusted import pack_alloc, pack_machine
 from cellstate.fastbuild import builder
 from cellstate.keys import CellKeys
-from cellstate.model import Alloc, JobRecord, Machine, TaskState
+from cellstate.model import Alloc, JobRecord, Machine, TaskState, pending_indices
 from cellstate.resources import Resources
 from cellstate.store import (
     Compare, CompareOp, CompareTarget, Delete, Get, KeyValue, Put, Store, TxnTooLarge,
@@ -48,7 +48,11 @@ def summarize_reasons(unplaced: dict[int, str]) -> str:
     """One line for a job record: the distinct reasons, most frequent first, with task counts."""
     if not unplaced:
         return ""
-    counts = Counter(unplaced.values()).most_common()
+    reasons = list(unplaced.values())
+    if reasons.count(reasons[0]) == len(reasons):  # one reason for all (C-level, by identity first)
+        counts = [(reasons[0], len(reasons))]
+    else:
+        counts = Counter(reasons).most_common()
     parts = [f"{n} task{'s' if n > 1 else ''}: {reason}" for reason, n in counts]
     text = "; ".join(parts)
     return text if len(text) <= MAX_REASON_CHARS else text[:MAX_REASON_CHARS - 1] + "…"
@@ -192,16 +196,22 @@ def check_plan(plan: Plan) -> None:
     record = plan.job.record
     seen: set[int] = set()
     evicted: set[tuple[str, int]] = set()
+    tasks, states, machines = record.job.tasks, record.tasks, plan.machines
     for claim in plan.claims:
-        where = f"plan of {plan.scheduler!r} for job {record.id!r}: task {claim.task_index}"
-        if not 0 <= claim.task_index < record.job.tasks:
-            raise ValueError(f"{where} is out of range (job has {record.job.tasks} tasks)")
-        if claim.task_index in seen:
+        index = claim.task_index
+        if 0 <= index < tasks and index not in seen and states[index] == "p" and claim.machine_id in machines \
+                and not claim.evicts:
+            seen.add(index)  # the usual claim: checked without naming it
+            continue
+        where = f"plan of {plan.scheduler!r} for job {record.id!r}: task {index}"
+        if not 0 <= index < tasks:
+            raise ValueError(f"{where} is out of range (job has {tasks} tasks)")
+        if index in seen:
             raise ValueError(f"{where} is claimed twice")
-        seen.add(claim.task_index)
-        if record.tasks[claim.task_index] != TaskState.PENDING.value:
-            raise ValueError(f"{where} is not pending (state {record.tasks[claim.task_index]!r})")
-        if claim.machine_id not in plan.machines:
+        seen.add(index)
+        if states[index] != TaskState.PENDING.value:
+            raise ValueError(f"{where} is not pending (state {states[index]!r})")
+        if claim.machine_id not in machines:
             raise ValueError(f"{where} is on machine {claim.machine_id!r}, which the plan has no ledger of")
         for job_id, task in claim.evicts:
             _check_victim(plan, job_id, task, where, claim.machine_id)
@@ -273,10 +283,12 @@ def _check_ledger(plan: Plan, seen: Machine, allocated, count: int) -> None:
 def updated_record(plan: Plan) -> JobRecord:
     """The plan's job with claimed tasks 'a', the reason for what stays pending, and times."""
     seen = plan.job.record
-    chars = list(seen.tasks)
-    for claim in plan.claims:
-        chars[claim.task_index] = "a"  # TaskState.PLACED
-    tasks = "".join(chars)
+    tasks = seen.tasks
+    if plan.claims:  # (a reason write keeps the task states)
+        chars = list(tasks)
+        for claim in plan.claims:
+            chars[claim.task_index] = "a"  # TaskState.PLACED
+        tasks = "".join(chars)
     first = seen.first_attempt_at if seen.first_attempt_at is not None else plan.now
     placed = seen.placed_at
     if placed is None and "p" not in tasks and not seen.killed:  # no pending task left
@@ -286,10 +298,13 @@ def updated_record(plan: Plan) -> JobRecord:
 
 
 def _still_pending(unplaced: dict[int, str], tasks: str) -> dict[int, str]:
-    """The entries of ``unplaced`` whose task is pending in ``tasks``: usually all of them
-    (a scheduler reports the pending tasks it could not place), found with C-level loops
-    (``itemgetter``, ``tuple.count``) before a filtering pass over thousands of tasks."""
+    """The entries of ``unplaced`` (by task index) whose task is pending in ``tasks``: usually
+    all of them (a scheduler reports the pending tasks it could not place, often every one),
+    found with C-level loops (the pending indices themselves, or ``itemgetter`` and
+    ``tuple.count``) before a filtering pass over thousands of tasks."""
     if len(unplaced) > 1:
+        if tasks.count("p") == len(unplaced) and list(unplaced) == pending_indices(tasks):
+            return unplaced
         states = itemgetter(*unplaced)(tasks)
         if states.count("p") == len(states):
             return unplaced

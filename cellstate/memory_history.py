@@ -49,13 +49,17 @@ def compact_log(log: list[tuple[Event, ...]], log_start: int, revision: int) -> 
 class LiveKeys:
     """The sorted key list of a store without history: every key put since the last prune
     (deleted ones stay until pruned; readers skip them). New keys go into a small sorted
-    tail, merged into the main list once it is long, so a put costs O(log n) comparisons
-    and a short move, and a prefix scan two bisections per list."""
+    tail; a full tail is merged into a middle list, and a full middle into the main list
+    (where deleted keys are dropped once they are half of it). A put costs O(log n)
+    comparisons, a short move and a share of the merges (each list is merged into one
+    ``MIDDLE_AT / MERGE_AT`` times longer); a prefix scan is two bisections per list."""
 
-    MERGE_AT = 4096
+    MERGE_AT = 512
+    MIDDLE_AT = 32768
 
     def __init__(self) -> None:
         self._sorted: list[str] = []
+        self._middle: list[str] = []  # sorted
         self._tail: list[str] = []  # sorted
         self._listed: set[str] = set()
 
@@ -70,15 +74,25 @@ class LiveKeys:
 
     def under(self, prefix: str) -> Iterator[str]:
         """Listed keys starting with ``prefix``, sorted."""
-        old, fresh = _under(self._sorted, prefix), _under(self._tail, prefix)
-        return heapq.merge(old, fresh) if fresh else iter(old)
+        found = [keys for keys in (_under(self._sorted, prefix), _under(self._middle, prefix),
+                                   _under(self._tail, prefix)) if keys]
+        if len(found) > 1:
+            return heapq.merge(*found)
+        return iter(found[0] if found else ())
 
     def _merge(self, live: dict) -> None:
-        """Sort the tail in; drop deleted keys once they are half the list."""
-        keys = self._sorted
-        keys.extend(self._tail)
+        """Sort the tail into the middle; a long middle into the main list, dropping deleted
+        keys once they are half of it."""
+        middle = self._middle
+        middle.extend(self._tail)
         self._tail.clear()
-        if len(keys) > 2 * len(live) + self.MERGE_AT:
+        middle.sort()
+        if len(middle) <= self.MIDDLE_AT:
+            return
+        keys = self._sorted
+        keys.extend(middle)
+        middle.clear()
+        if len(keys) > 2 * len(live) + self.MIDDLE_AT:
             keys[:] = [key for key in keys if key in live]
             self._listed = set(keys)
         keys.sort()

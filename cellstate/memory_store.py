@@ -83,6 +83,7 @@ class MemoryStore:
         self.history = history
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
+        self._waiting = 0  # watches waiting on _changed
         self._revision = 1
         self._compact_revision = 0
         self._kvs: dict[str, KeyValue] = {}
@@ -210,12 +211,27 @@ class MemoryStore:
         revision = self._revision + 1
         events: list[Event] = []
         reads = []
+        kvs = self._kvs
+        # Without history and leases (a replay), a put is written here, not by _write_put.
+        plain = not self.history and not self._leases
         for op in ops:
-            if type(op) is Get:
+            if type(op) is Put:
+                if plain:
+                    key, value = op.key, op.value
+                    old = kvs.get(key)
+                    if old is None:
+                        kvs[key] = _KEY_VALUE(key, value, revision, revision, 1, 0)
+                        self._live_keys.add(key, kvs)
+                        events.append(_EVENT(_PUT_EVENT, key, value, revision, revision, 1))
+                    else:
+                        version = old.version + 1
+                        kvs[key] = _KEY_VALUE(key, value, old.create_revision, revision, version, 0)
+                        events.append(_EVENT(_PUT_EVENT, key, value, revision, old.create_revision, version))
+                else:
+                    events.append(self._write_put(op, revision))
+            elif type(op) is Get:
                 keys = self._keys_under(op.key) if op.prefix else (op.key,)
-                reads.append(tuple(self._kvs[key] for key in keys if key in self._kvs))
-            elif type(op) is Put:
-                events.append(self._write_put(op, revision))
+                reads.append(tuple(kvs[key] for key in keys if key in kvs))
             else:
                 keys = list(self._keys_under(op.key)) if op.prefix else [op.key]
                 events.extend(self._write_delete(key, revision) for key in keys if key in self._kvs)
@@ -263,7 +279,8 @@ class MemoryStore:
             self._log.append(tuple(events))
         elif self._watches:
             fan_out(self._watches, revision, events)
-        self._changed.notify_all()
+        if self._waiting:  # (no Condition call per commit while no watch waits)
+            self._changed.notify_all()
 
     # -- compaction ----------------------------------------------------------------------
 
@@ -307,8 +324,9 @@ class MemoryStore:
             self._changed.notify_all()
 
     def next_batch(self, stream: MemoryWatchStream, timeout: float | None) -> WatchBatch | None:
-        """The stream's next batch (called by MemoryWatchStream.next)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        """The stream's next batch (called by MemoryWatchStream.next); a timeout of 0 only
+        takes what is there (a replica's pump, once per decision)."""
+        deadline = None if not timeout else time.monotonic() + timeout
         with self._lock:
             while True:
                 if self._closed:
@@ -318,14 +336,19 @@ class MemoryStore:
                                       f"{stream.next_revision}")
                 if stream.cancelled:
                     return None
-                self.expire_leases()
+                if self._leases:
+                    self.expire_leases()
                 batch = self._scan(stream)
-                if batch is not None:
+                if batch is not None or timeout == 0:
                     return batch
                 wait = None if deadline is None else deadline - time.monotonic()
                 if wait is not None and wait <= 0:
                     return None
-                self._changed.wait(self._wait_slice(wait))
+                self._waiting += 1
+                try:
+                    self._changed.wait(self._wait_slice(wait))
+                finally:
+                    self._waiting -= 1
 
     def forget_watch(self, stream: MemoryWatchStream) -> None:
         with self._lock:

@@ -76,17 +76,19 @@ def scan_log(stream: MemoryWatchStream, log: Sequence[tuple[Event, ...]], log_st
 def fan_out(streams: Iterable[MemoryWatchStream], revision: int, events: Sequence[Event]) -> None:
     """Queue the events of ``revision`` under each live stream's prefix on that stream
     (streams that start later than ``revision`` skip it). Streams with the same prefix share
-    one tuple of their events (batches are immutable; a replay's replicas all watch the cell)."""
-    mine_by_prefix: dict[str, tuple[Event, ...]] = {}
+    one batch (batches are immutable; a replay's replicas all watch the cell)."""
+    batch_by_prefix: dict[str, WatchBatch | None] = {}
     for stream in streams:
         if stream.cancelled or stream.broken or revision < stream.next_revision:
             continue
         prefix = stream.prefix
-        mine = mine_by_prefix.get(prefix)
-        if mine is None:
-            mine = mine_by_prefix[prefix] = tuple([ev for ev in events if ev.key.startswith(prefix)])
-        if mine:
-            stream.pending.append(_WATCH_BATCH(revision, mine))
+        if prefix in batch_by_prefix:
+            batch = batch_by_prefix[prefix]
+        else:
+            mine = tuple([ev for ev in events if ev.key.startswith(prefix)])
+            batch = batch_by_prefix[prefix] = _WATCH_BATCH(revision, mine) if mine else None
+        if batch is not None:
+            stream.pending.append(batch)
 
 
 def take_pending(stream: MemoryWatchStream) -> WatchBatch | None:

@@ -161,21 +161,7 @@ class JobRecord:
 
     def pending_tasks(self) -> list[int]:
         """Indices of tasks waiting to be placed, in order."""
-        if self.killed:
-            return []
-        tasks = self.tasks
-        count = tasks.count("p")  # the usual answers (all, none, a few) without a per-task loop
-        if count == len(tasks):
-            return list(range(count))
-        if count * 8 < len(tasks):
-            found, i = [], tasks.find("p")
-            while i >= 0:
-                found.append(i)
-                i = tasks.find("p", i + 1)
-            return found
-        if tasks.isascii():  # C loops: a byte 1 where a task is pending, 0 elsewhere
-            return list(compress(range(len(tasks)), tasks.encode().translate(_PENDING_BYTES)))
-        return [i for i, c in enumerate(tasks) if c == "p"]
+        return [] if self.killed else pending_indices(self.tasks)
 
     def count(self, state: TaskState) -> int:
         return self.tasks.count(state.value)
@@ -237,3 +223,19 @@ class Alloc:
     scheduler: str = ""
     placed_at: float = 0.0
     running: bool = False
+
+
+def pending_indices(tasks: str) -> list[int]:
+    """Indices of the ``"p"`` (pending) characters of a task-state string, in order."""
+    count = tasks.count("p")  # the usual answers (all, none, a few) without a per-task loop
+    if count == len(tasks):
+        return list(range(count))
+    if count * 8 < len(tasks):
+        found, i = [], tasks.find("p")
+        while i >= 0:
+            found.append(i)
+            i = tasks.find("p", i + 1)
+        return found
+    if tasks.isascii():  # C loops: a byte 1 where a task is pending, 0 elsewhere
+        return list(compress(range(len(tasks)), tasks.encode().translate(_PENDING_BYTES)))
+    return [i for i, c in enumerate(tasks) if c == "p"]

@@ -113,7 +113,7 @@ class Replica(ReplicaState):
             raise ValueError(f"pump timeout must be >= 0 seconds, got {timeout!r}")
         if self._stream is None and self.revision == 0:
             raise RuntimeError("Replica.pump() before sync(): list the cell first")
-        deadline = self.clock() + timeout
+        deadline = self.clock() + timeout if timeout else None  # (a zero wait needs no clock)
         applied = batches = 0
         wait = timeout
         while max_batches is None or batches < max_batches:
@@ -123,7 +123,7 @@ class Replica(ReplicaState):
                 batch = self._stream.next(wait)
             except Unavailable as exc:
                 self._resume(exc)
-                wait = max(0.0, deadline - self.clock()) if not batches else 0.0
+                wait = max(0.0, deadline - self.clock()) if deadline is not None and not batches else 0.0
                 continue
             except Compacted:
                 self._relist()
@@ -263,19 +263,35 @@ class Replica(ReplicaState):
         rules; returns how many keys changed. ValueError for a key outside the cell."""
         if type(revision) is not int or revision < 1:
             raise ValueError(f"apply_commit needs the commit's revision (a positive int), got {revision!r}")
-        keys, mods, quarantine = self.keys, self._mod, self.quarantine
-        changes = [(keys.machine(e.id), self._set_machine, e.id, e) for e in machines]
-        changes += [(keys.job(e.id), self._set_job, e.id, e) for e in jobs]
-        changes += [(key, self._set_alloc, key, alloc) for key, alloc in (allocs or {}).items()]
+        keys = self.keys
+        machines = [(keys.machine(e.id), e.id, e) for e in machines]
+        jobs = [(keys.job(e.id), e.id, e) for e in jobs]
+        applied = self._store_news(machines, self._set_machine, revision)
+        applied += self._store_news(jobs, self._set_job, revision)
+        if allocs:
+            applied += self._store_news([(key, key, alloc) for key, alloc in allocs.items()], self._set_alloc,
+                                        revision)
+        return applied + self._delete_news(deletes, revision)
+
+    def _store_news(self, changes: list[tuple[str, str, object]], store, revision: int) -> int:
+        """``store(ident, value)`` each (key, ident, value) this replica has not seen a later
+        change of, at ``revision``; how many."""
+        mods, quarantine, prefix = self._mod, self.quarantine, self._prefix
+        if revision <= self.revision:  # the watch is past it: nothing is news (keys still checked)
+            for key, _, _ in changes:
+                self._newer(key, revision)
+            return 0
         applied = 0
-        for key, store, ident, value in changes:
-            if self._newer(key, revision):
+        for key, ident, value in changes:
+            if not key.startswith(prefix):
+                self._newer(key, revision)  # raises, naming the key
+            if revision > mods.get(key, 0):
                 mods[key] = revision
                 store(ident, value)
                 if quarantine:
                     quarantine.pop(key, None)
                 applied += 1
-        return applied + self._delete_news(deletes, revision)
+        return applied
 
     def _delete_news(self, keys: Iterable[str], revision: int) -> int:
         """Delete each of ``keys`` this replica has not seen a later change of; how many."""

@@ -89,10 +89,11 @@ class ReplicaState:
             return [entry for by_id in self._pending.values() for entry in by_id.values()]
         return list(self._pending[kind].values())
 
-    def pending_job(self, job_id: str, kind: JobKind) -> JobEntry | None:
-        """The job's entry if it is of ``kind``, not killed and has a pending task (one
-        lookup in the pending index; ``pending_jobs`` lists them all)."""
-        return self._pending[kind].get(job_id)
+    def pending_lookup(self, kind: JobKind) -> Callable[[str], JobEntry | None]:
+        """job id → the job's entry if it is of ``kind``, not killed and has a pending task:
+        the pending index's own ``get`` (one lookup, no Python frame per call; the index lives
+        as long as the state; ``pending_jobs`` lists them all)."""
+        return self._pending[kind].get
 
     def allocs(self) -> Iterable[Alloc]:
         return self._allocs.values()

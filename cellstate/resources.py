@@ -72,6 +72,9 @@ class Resources:
 
     def shortfall(self, free: Resources) -> str | None:
         """Name of the first resource ``self`` needs more of than ``free`` has."""
+        if not self.extra:  # core names only (every fit check of a commit): no lookups by name
+            return ("cpu" if self.cpu > free.cpu else "memory" if self.memory > free.memory
+                    else "disk" if self.disk > free.disk else None)
         for name in self.names():
             if self.get(name) > free.get(name):
                 return name

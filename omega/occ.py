@@ -11,8 +11,10 @@ One *attempt* = one decision by the scheduler and the transactions it leads to:
      the same round trip; the commit mode says which to retry at once (rebased on the fresh
      revisions) and which tasks go back to the scheduler. The failed txn counts as a
      conflict, or as a stale retry when nothing really conflicted (``omega.modes``).
-Attempts repeat (tenacity) while tasks are sent back, up to ``retry.max_attempts`` attempts
-in a row without progress, with jittered exponential backoff slept on the injected clock.
+Attempts repeat while tasks are sent back, up to ``retry.max_attempts`` attempts in a row
+without progress, with jittered exponential backoff slept on the injected clock (a plain loop:
+between two attempts the backoff is drawn, then the stop is checked, then the backoff is slept,
+even when it is 0).
 Whatever stays pending keeps a reason in the job record: nothing is lost.
 """
 
@@ -21,14 +23,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from tenacity import Retrying, retry_if_result
-
+from cellstate.fastbuild import builder
 from omega.attempts import Attempt, AttemptOutcome, PlacementResult, classify
 from omega.modes import CommitMode, ConflictMode, ConflictSplit, check_gang_size, fit_cumulatively
 from omega.protocols import (
     Claim, Clock, CommitOutcome, Committer, Decide, Decision, JobEntry, PlacementView, Plan, PlanTooLarge,
 )
 from omega.retry import RetryPolicy
+
+# One per attempt, placement or txn, every field given: without their dataclass __init__.
+_ATTEMPT, _PLACEMENT_RESULT, _PLAN = builder(Attempt), builder(PlacementResult), builder(Plan)
 
 
 @dataclass(slots=True)
@@ -85,17 +89,14 @@ class OptimisticPlacer:
         """Place the pending tasks of ``job_id``; PlanTooLarge for a gang that cannot fit one txn
         (after recording the attempt and the reason), ValueError for an inconsistent decision."""
         st = _Placement(job_id, view, decide)
-        retrying = Retrying(
-            stop=lambda _: self.retry.exhausted(st.no_progress),
-            wait=lambda _: self.retry.backoff(st.no_progress),
-            sleep=self.clock.sleep,
-            retry=retry_if_result(lambda finished: not finished),
-            retry_error_callback=lambda _: False,
-        )
-        finished = retrying(self._attempt, st)
-        if not finished:
-            self._give_up(st)
-        return self._result(st, gave_up=not finished)
+        retry = self.retry
+        while not self._attempt(st):
+            wait = retry.backoff(st.no_progress)  # drawn before the stop check, which may end here
+            if retry.exhausted(st.no_progress):
+                self._give_up(st)
+                return self._result(st, gave_up=True)
+            self.clock.sleep(wait)
+        return self._result(st, gave_up=False)
 
     # -- one attempt ---------------------------------------------------------------------
 
@@ -147,8 +148,8 @@ class OptimisticPlacer:
                 raise ValueError(f"{where} claims task {claim.task_index}, which was not asked for "
                                  f"or is claimed twice (asked: {sorted(asked)})")
             seen.add(claim.task_index)
-        stray = set(decision.unplaced) - asked
-        if stray:
+        if not asked.issuperset(decision.unplaced):
+            stray = set(decision.unplaced) - asked
             raise ValueError(f"{where} gives reasons for tasks {sorted(stray)}, which were not asked for")
 
     def _refuse_oversized_gang(self, st: _Placement, entry: JobEntry, tasks: list[int], started: float):
@@ -268,25 +269,27 @@ class OptimisticPlacer:
         victims = {job_id: outcome.fresh_victims[job_id]
                    for c in resolution.retry for job_id, _ in c.evicts}
         victim_allocs = {task: outcome.fresh_victim_allocs[task] for c in resolution.retry for task in c.evicts}
-        return Plan(outcome.fresh_job, tuple(resolution.retry), machines, self.scheduler,
-                    dict(st.unplaced), self.clock.now(), victims, victim_allocs)
+        return _PLAN(outcome.fresh_job, tuple(resolution.retry), machines, self.scheduler,
+                     dict(st.unplaced), self.clock.now(), victims, victim_allocs)
 
     def _plan(self, st: _Placement, claims: list[Claim]) -> Plan | None:
         """A plan of the claims whose tasks are still pending in the view (None: job gone)."""
         entry = st.view.job(st.job_id)
         if entry is None:
             return None
-        live = [c for c in claims if entry.record.tasks[c.task_index] == "p" and not entry.record.killed]
+        tasks, killed, machine = entry.record.tasks, entry.record.killed, st.view.machine
+        live = [c for c in claims if tasks[c.task_index] == "p" and not killed]
         machines, victims, victim_allocs = {}, {}, {}
         for claim in live:
-            machines[claim.machine_id] = self._entry(st.view.machine(claim.machine_id), "machine",
-                                                     claim.machine_id, entry)
+            found = machine(claim.machine_id)
+            machines[claim.machine_id] = found if found is not None else \
+                self._entry(found, "machine", claim.machine_id, entry)
             for job_id, task in claim.evicts:
                 victims[job_id] = self._entry(st.view.job(job_id), "victim job", job_id, entry)
                 victim_allocs[(job_id, task)] = self._entry(
                     st.view.alloc_entry(job_id, task), "victim allocation", f"{job_id}/{task}", entry)
-        return Plan(entry, tuple(live), machines, self.scheduler, dict(st.unplaced), self.clock.now(),
-                    victims, victim_allocs)
+        return _PLAN(entry, tuple(live), machines, self.scheduler, dict(st.unplaced), self.clock.now(),
+                     victims, victim_allocs)
 
     def _entry(self, found, what: str, name: str, job: JobEntry):
         if found is None:
@@ -300,7 +303,7 @@ class OptimisticPlacer:
         """Store the reasons of the still-pending tasks in the job record (guarded by its
         revision; one more try on fresh state if the job changed meanwhile)."""
         for _ in range(2):
-            plan = Plan(entry, (), {}, self.scheduler, dict(st.unplaced), self.clock.now())
+            plan = _PLAN(entry, (), {}, self.scheduler, dict(st.unplaced), self.clock.now(), {}, {})
             outcome = self._commit(st, plan, tally)
             if outcome.committed or outcome.fresh_job is None:
                 return
@@ -317,10 +320,10 @@ class OptimisticPlacer:
         self._write_reason(st, entry, _Tally())
 
     def _emit(self, st: _Placement, attempt: dict, tally: _Tally, outcome: AttemptOutcome) -> None:
-        record = Attempt(self.scheduler, st.job_id, attempt["decision_time_s"], attempt["claims"],
-                         tuple(tally.committed), tuple(tally.conflicting), len(st.attempts), outcome,
-                         tally.transactions, tally.failed, attempt["started_at"], tuple(tally.winners),
-                         tally.stale)
+        record = _ATTEMPT(self.scheduler, st.job_id, attempt["decision_time_s"], attempt["claims"],
+                          tuple(tally.committed), tuple(tally.conflicting), len(st.attempts), outcome,
+                          tally.transactions, tally.failed, attempt["started_at"], tuple(tally.winners),
+                          tally.stale)
         st.attempts.append(record)
         if self.on_attempt is not None:
             self.on_attempt(record)
@@ -329,8 +332,8 @@ class OptimisticPlacer:
         entry = st.view.job(st.job_id)
         pending = tuple(entry.record.pending_tasks()) if entry is not None else ()
         reason = entry.record.reason if entry is not None else ""
-        return PlacementResult(st.job_id, tuple(st.placed), pending, reason, tuple(st.attempts),
-                               gave_up, st.job_gone or entry is None)
+        return _PLACEMENT_RESULT(st.job_id, tuple(st.placed), pending, reason, tuple(st.attempts),
+                                 gave_up, st.job_gone or entry is None)
 
 
 def _drop_unfit(plan: Plan) -> tuple[Plan, list[int]]:

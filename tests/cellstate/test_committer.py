@@ -228,3 +228,21 @@ def test_summarize_reasons_counts_distinct_reasons():
     assert summarize_reasons({0: "a", 1: "b", 2: "b"}) == "2 tasks: b; 1 task: a"
     assert summarize_reasons({}) == ""
     assert len(summarize_reasons({i: f"reason {i} " * 20 for i in range(50)})) == 400
+
+
+def test_summarize_reasons_of_one_reason_counts_every_task():
+    assert summarize_reasons({i: "no room" for i in range(5)}) == "5 tasks: no room"
+    assert summarize_reasons({3: "no room"}) == "1 task: no room"
+
+
+@pytest.mark.parametrize("tasks, unplaced, kept", [
+    ("pppp", {0: "x", 1: "x", 2: "y", 3: "x"}, [0, 1, 2, 3]),  # every pending task, in order
+    ("papp", {0: "x", 2: "x", 3: "y"}, [0, 2, 3]),
+    ("papp", {3: "x", 0: "x", 2: "y"}, [3, 0, 2]),  # another order: checked task by task
+    ("paap", {0: "x", 1: "x", 3: "y"}, [0, 3]),  # task 1 was placed meanwhile
+    ("ffpp", {2: "x", 3: "x"}, [2, 3]),
+    ("apfp", {0: "x", 2: "x"}, []),
+])
+def test_reasons_are_kept_for_the_still_pending_tasks(tasks, unplaced, kept):
+    from cellstate.committer import _still_pending
+    assert list(_still_pending(unplaced, tasks)) == kept

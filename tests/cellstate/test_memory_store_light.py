@@ -130,3 +130,26 @@ def test_a_replica_on_a_store_without_history_follows_it():
 def test_history_must_be_a_bool():
     with pytest.raises(ValueError, match="history must be a bool"):
         MemoryStore(history="no")
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_live_keys_list_every_live_key_in_order_across_merges_and_prunes(seed):
+    """Small merge sizes: keys move tail -> middle -> main list and deleted ones are pruned,
+    yet a prefix scan lists each live key under it once, sorted."""
+    import random
+
+    from cellstate.memory_history import LiveKeys
+    rng = random.Random(seed)
+    listed, live = LiveKeys(), {}
+    listed.MERGE_AT, listed.MIDDLE_AT = 4, 16
+    for step in range(3000):
+        key = f"k/{rng.randrange(8)}/{rng.randrange(1000)}"
+        if live and rng.random() < 0.5:
+            live.pop(rng.choice(list(live)))
+        else:
+            live[key] = step
+            listed.add(key, live)
+        if step % 37 == 0:
+            for prefix in ("k/", f"k/{rng.randrange(8)}/", "k/9", ""):
+                found = [key for key in listed.under(prefix) if key in live]
+                assert found == sorted(key for key in live if key.startswith(prefix))

@@ -63,3 +63,16 @@ def test_machine_free_and_ledger_changes_are_the_plain_arithmetic(capacity, allo
     request = Resources(10, 20)
     assert m.with_claim(request, 2) == replace(m, allocated=allocated + request, task_count=4)
     assert m.with_release(request) == replace(m, allocated=allocated - request, task_count=1)
+
+
+_AMOUNTS = st.integers(min_value=0, max_value=4)
+_VECTORS = st.builds(lambda c, m, d, g: Resources.of(c, m, d, **({"gpu": g} if g is not None else {})),
+                     _AMOUNTS, _AMOUNTS, _AMOUNTS, st.none() | _AMOUNTS)
+
+
+@given(_VECTORS, _VECTORS)
+def test_shortfall_names_the_first_short_resource(need, free):
+    """The core-only shortcut gives the by-name definition (first of cpu, memory, disk, extras)."""
+    expected = next((name for name in need.names() if need.get(name) > free.get(name)), None)
+    assert need.shortfall(free) == expected
+    assert (expected is None) == need.fits_in(free)

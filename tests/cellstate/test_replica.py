@@ -63,6 +63,9 @@ def test_sync_equals_the_store_content(store, cell_keys, replica, errors):
     assert replica.machine_count() == 4 and replica.machine("m2").mod_revision == revision - 2
     assert {e.id for e in replica.pending_jobs(JobKind.BATCH)} == {"pending"}
     assert {e.id for e in replica.pending_jobs(JobKind.SERVICE)} == {"svc"}
+    batch, service = replica.pending_lookup(JobKind.BATCH), replica.pending_lookup(JobKind.SERVICE)
+    assert batch("pending") is replica.job("pending") and service("svc") is replica.job("svc")
+    assert batch("placed") is batch("killed") is batch("svc") is service("pending") is None
     assert replica.stats() == {cell_keys.stats("batch-1"): b"\x81\xa1n\x01"}
     assert not errors and not replica.quarantine
 

@@ -3,6 +3,8 @@ ConflictMode x CommitMode, job-revision races, plan splitting, gang refusal, ret
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from cellstate.check import check_cell
@@ -175,6 +177,10 @@ def test_no_progress_gives_up_with_backoff_on_the_injected_clock():
         "j", view, least_loaded)
     assert [a.outcome for a in attempts] == [O.CONFLICT] * 3 and result.gave_up
     assert len(clock.sleeps) == 2 and 0 < clock.sleeps[0] <= 0.5 and 0 < clock.sleeps[1] <= 0.75
+    drawn = random.Random(7)  # each backoff is drawn before the stop check, the last one too
+    assert clock.sleeps == [drawn.uniform(0, 0.5), drawn.uniform(0, 0.75)]
+    drawn.uniform(0, 0.75)
+    assert policy.rng.random() == drawn.random()
     assert clock.now() == pytest.approx(100.0 + sum(clock.sleeps))
     assert result.pending == (0, 1, 2)
     assert "gave up after 3 conflicting attempts" in view.job("j").record.reason

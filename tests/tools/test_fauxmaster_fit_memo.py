@@ -93,7 +93,7 @@ def test_request_index_finds_the_requests_that_fit_like_fits_in(seed):
         else:
             index.add(request)
             held.add(request)
-        frees = [vector(rng.random() < 0.5) for _ in range(rng.randrange(0, 3))]
+        frees = [vector(rng.random() < 0.5) for _ in range(rng.randrange(0, 6))]
         expected = {r for r in held if any(r.fits_in(f) for f in frees)}
         assert set(index.fitting(frees)) == expected
         assert len(index) == len(held)

@@ -88,12 +88,13 @@ class RequestIndex:
             return []
         core = self._core[:len(requests)]
         room = np.array([(f.cpu, f.memory, f.disk) for f in frees], dtype=np.int64)
-        if len(room) == 1:
-            hit = (core <= room[0]).all(axis=1)
-        else:
-            hit = (core[:, None, :] <= room[None, :, :]).all(axis=2).any(axis=1)
+        # A request with room in some free vector fits their per-resource maximum: only the
+        # rows that do are compared with each free vector.
+        rows = np.flatnonzero((core <= (room[0] if len(room) == 1 else room.max(axis=0))).all(axis=1))
+        if len(room) > 1 and len(rows):
+            rows = rows[(core[rows][:, None, :] <= room[None, :, :]).all(axis=2).any(axis=1)]
         out = []
-        for row in np.flatnonzero(hit).tolist():
+        for row in rows.tolist():
             request = requests[row]
             if not request.extra or any(request.fits_in(free) for free in frees):
                 out.append(request)

@@ -141,7 +141,9 @@ class SimScheduler:
         self.queue = JobQueue(config.name, order=make_order(config.order, self.view, config.drf_weights))
         self.memo = NothingFitsMemo(self.view) if skip_nothing_fits and config.kind in NON_PREEMPTING_KINDS else None
         self.view.track_changed_jobs()
-        self._pending_of = [partial(self.view.replica.pending_job, kind=kind) for kind in self.kinds]
+        lookups = [self.view.replica.pending_lookup(kind) for kind in self.kinds]
+        self._pending_entry = lookups[0] if len(lookups) == 1 else partial(_first_pending, lookups)
+        """job id → its entry if it is pending (not killed) and of this scheduler's kinds."""
         self._started = False
         self.process = Process(core, config.name, self._run)
 
@@ -205,14 +207,6 @@ class SimScheduler:
                 else:
                     queue.track(entry, memo.group_of(job_id))
 
-    def _pending_entry(self, job_id: str) -> JobEntry | None:
-        """The job's entry if it is pending (not killed) and of this scheduler's kinds."""
-        for pending in self._pending_of:
-            entry = pending(job_id)
-            if entry is not None:
-                return entry
-        return None
-
     def _place(self, entry: JobEntry) -> None:
         self.tally.jobs_taken += 1
         if self.journal is not None:
@@ -247,10 +241,13 @@ class SimScheduler:
     def catch_up(self) -> None:
         """Bring the replica to the store's current revision (a memory store's watch is
         synchronous; an etcd watch may lag a little: wait for it, at most a second)."""
+        if self.synchronous_watch:
+            self.view.pump()
+            return
         target = self.store.revision()
         self.view.pump()
         deadline = time.monotonic() + 1.0
-        while not self.synchronous_watch and self.view.revision < target and time.monotonic() < deadline:
+        while self.view.revision < target and time.monotonic() < deadline:
             self.view.pump(0.02)
 
     # -- what the placer calls ------------------------------------------------------------------
@@ -267,6 +264,8 @@ class SimScheduler:
         else:
             spent = self.config.t_job + self.config.t_task * len(tasks)
         self.process.hold(spent, "decide")
+        if type(answer) is Decision:  # the scheduler's own, fresh for this call
+            return answer
         return Decision(list(answer.claims), dict(answer.unplaced))
 
     def _on_attempt(self, attempt: Attempt) -> None:
@@ -283,3 +282,12 @@ class SimScheduler:
         """Virtual seconds spent deciding and backing off until now (a hold still running
         counts up to now only)."""
         return self.process.held_until(self.core.now)
+
+
+def _first_pending(lookups, job_id: str) -> JobEntry | None:
+    """The entry the first of ``lookups`` finds for ``job_id`` (None: none)."""
+    for pending in lookups:
+        entry = pending(job_id)
+        if entry is not None:
+            return entry
+    return None
