@@ -11,10 +11,8 @@ One *attempt* = one decision by the scheduler and the transactions it leads to:
      the same round trip; the commit mode says which to retry at once (rebased on the fresh
      revisions) and which tasks go back to the scheduler. The failed txn counts as a
      conflict, or as a stale retry when nothing really conflicted (``omega.modes``).
-Attempts repeat while tasks are sent back, up to ``retry.max_attempts`` attempts in a row
-without progress, with jittered exponential backoff slept on the injected clock (a plain loop:
-between two attempts the backoff is drawn, then the stop is checked, then the backoff is slept,
-even when it is 0).
+Attempts repeat (tenacity) while tasks are sent back, up to ``retry.max_attempts`` attempts
+in a row without progress, with jittered exponential backoff slept on the injected clock.
 Whatever stays pending keeps a reason in the job record: nothing is lost.
 """
 
@@ -22,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from typing import Callable
+
+from tenacity import Retrying, retry_if_result
 
 from cellstate.fastbuild import builder
 from omega.attempts import Attempt, AttemptOutcome, PlacementResult, classify
@@ -84,19 +84,23 @@ class OptimisticPlacer:
         self.clock = clock
         self.on_attempt = on_attempt
         self.refresh = refresh
+        # one loop for every placement: its stop and wait read the placement it is called with
+        self._retrying = Retrying(
+            stop=lambda state: retry.exhausted(state.args[0].no_progress),
+            wait=lambda state: retry.backoff(state.args[0].no_progress),
+            sleep=clock.sleep,
+            retry=retry_if_result(lambda finished: not finished),
+            retry_error_callback=lambda _: False,
+        )
 
     def place(self, job_id: str, view: PlacementView, decide: Decide) -> PlacementResult:
         """Place the pending tasks of ``job_id``; PlanTooLarge for a gang that cannot fit one txn
         (after recording the attempt and the reason), ValueError for an inconsistent decision."""
         st = _Placement(job_id, view, decide)
-        retry = self.retry
-        while not self._attempt(st):
-            wait = retry.backoff(st.no_progress)  # drawn before the stop check, which may end here
-            if retry.exhausted(st.no_progress):
-                self._give_up(st)
-                return self._result(st, gave_up=True)
-            self.clock.sleep(wait)
-        return self._result(st, gave_up=False)
+        finished = self._retrying(self._attempt, st)
+        if not finished:
+            self._give_up(st)
+        return self._result(st, gave_up=not finished)
 
     # -- one attempt ---------------------------------------------------------------------
 

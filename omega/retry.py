@@ -1,9 +1,8 @@
 """Retry policy of the optimistic loop: bounded attempts without progress, jittered backoff.
 
-``OptimisticPlacer.place`` loops over attempts; ``RetryPolicy`` supplies its stop and wait.
-The attempt count resets whenever an attempt made progress (committed at least one claim),
-so a big job that keeps winning a little each round is never abandoned; the backoff restarts
-with it.
+The loop runs on tenacity; ``RetryPolicy`` supplies its stop and wait. The attempt count
+resets whenever an attempt made progress (committed at least one claim), so a big job
+that keeps winning a little each round is never abandoned; the backoff restarts with it.
 Waits are "full jitter" exponential (as tenacity's ``wait_random_exponential``) drawn
 from a seeded generator, so a replay is reproducible.
 """
