@@ -20,6 +20,7 @@ import numpy as np
 from cellstate.model import MachineState
 from cellstate.resources import Resources
 from schedulers.machine_changes import MachineChanges
+from schedulers.row_slots import sorted_distinct
 
 SAFE_BEFORE_FIT = frozenset(("machine_state", "different_machine", "max_per_machine"))
 _UNKNOWN = -1  # free amount of a machine that is gone: never a candidate
@@ -85,6 +86,21 @@ class FreeIndex:
             found = np.concatenate((found[split:], found[:split]))
         return found.tolist()
 
+    def worth_examining(self, request: Resources, start: int, count: int) -> list[int]:
+        """Offsets (0 … ``count`` - 1) from position ``start`` (wrapping around) of the machines
+        that are not up (or gone) or whose free resources hold ``request``: every other one is
+        short of a core resource."""
+        n = len(self.ids)
+        if start + count <= n:
+            return self._worth(request, start, start + count).tolist()
+        first = self._worth(request, start, n)
+        return np.concatenate((first, self._worth(request, 0, start + count - n) + (n - start))).tolist()
+
+    def _worth(self, request: Resources, lo: int, hi: int) -> np.ndarray:
+        room = (self.cpu[lo:hi] >= request.cpu) & (self.memory[lo:hi] >= request.memory)
+        room &= self.disk[lo:hi] >= request.disk
+        return np.flatnonzero(room | ~self.up[lo:hi])
+
     def not_up(self) -> list[int]:
         """Positions of machines that are not up (or gone)."""
         return np.flatnonzero(~self.up).tolist()
@@ -110,7 +126,7 @@ class FreeIndex:
         at, tasks = self.hosts(placed) if hosts is None else hosts
         without = self.up[at] & ~self._room(request)[at]
         at, tasks = at[without], tasks[without]
-        return [(here, at[tasks == here].tolist()) for here in np.unique(tasks).tolist()]
+        return [(here, at[tasks == here].tolist()) for here in sorted_distinct(tasks)]
 
     def first_short(self, request: Resources, skip: list[int]) -> dict[str, int]:
         """How many up machines, outside the candidates and the ``skip`` positions, lack each

@@ -36,6 +36,7 @@ from schedulers.row_slots import RowSlots, with_row
 
 SortKey = tuple  # (-load key, machine id, free of each least_loaded resource…): ascending = most free first
 _CORE = ("cpu", "memory", "disk")
+_HEAD = 64  # rows in id order ``smallest_id`` looks at before all of them
 
 
 class MachineIndex:
@@ -188,8 +189,8 @@ class MachineIndex:
             classes = self.zones[machine.zone] = {}
         listed = classes.get(caps)
         if listed is None:
-            listed = classes[caps] = ClassList(len(self.resources))
-        return machine.capacity, machine.zone, listed, weights
+            listed = classes[caps] = ClassList(len(self.resources), weights)
+        return machine.capacity, machine.zone, listed, listed.weights
 
     def _unlist(self, machine_id: str) -> None:
         slot = self._slots.pop(machine_id, None)
@@ -206,13 +207,20 @@ class MachineIndex:
 
 class ClassList(list):
     """The sort keys of one zone and capacity class, ascending, and ``free``: row i holds the
-    free amounts of key i (the least_loaded resources), kept in step by ``add`` and ``remove``."""
+    free amounts of key i (the least_loaded resources), kept in step by ``add`` and ``remove``.
+    ``weights``: the class's load weights (a key's load is Σ free_r · weight_r)."""
 
-    __slots__ = ("free",)
+    __slots__ = ("free", "weights")
 
-    def __init__(self, width: int) -> None:
+    def __init__(self, width: int, weights: tuple[int, ...] | None = None) -> None:
         super().__init__()
         self.free = np.zeros((16, width), dtype=np.int64)
+        self.weights = weights if weights is not None else (0,) * width
+
+    def end_of_room(self, need: tuple[int, ...]) -> int:
+        """A position past which no key has room for ``need`` (its free amounts, the weights
+        being non-negative, would give a load of at least Σ need_r · weight_r)."""
+        return bisect.bisect_left(self, (1 - sum(map(mul, need, self.weights)),))
 
     def add(self, key: SortKey, frees: tuple[int, ...]) -> None:
         """Insert ``key`` (not listed yet) in order, with its free amounts."""
@@ -259,7 +267,7 @@ class FreeColumns:
         self.free = np.zeros((64, width), dtype=np.int64)
         self.listed = np.zeros(64, dtype=bool)
         self.known = np.zeros(64, dtype=bool)
-        self._rank: np.ndarray | None = None  # rows' ranks by machine id (None: stale)
+        self._by_id: np.ndarray | None = None  # the known rows in machine id order (None: stale)
         self.layout = 0  # changes whenever a machine takes or gives up its row
 
     def add(self, machine_id: str) -> None:
@@ -270,13 +278,13 @@ class FreeColumns:
         self.listed = with_row(self.listed, row, False)
         self.known = with_row(self.known, row, False)
         self.known[row] = True
-        self._rank = None
+        self._by_id = None
         self.layout += 1
 
     def drop(self, machine_id: str) -> None:
         row = self._slots.release(machine_id)
         self.known[row] = self.listed[row] = False
-        self._rank = None
+        self._by_id = None
         self.layout += 1
 
     def list(self, machine_id: str, frees: tuple[int, ...]) -> None:
@@ -290,12 +298,14 @@ class FreeColumns:
             self.listed[row] = False
 
     def smallest_id(self, mask: np.ndarray) -> str:
-        """The smallest machine id among the rows set in ``mask`` (not empty)."""
-        if self._rank is None:
-            live = [(machine_id, row) for row, machine_id in enumerate(self.ids) if machine_id is not None]
-            rank = np.full(len(self.known), len(live), dtype=np.int64)
-            for order, (_, row) in enumerate(sorted(live)):
-                rank[row] = order
-            self._rank = rank
-        rows = np.flatnonzero(mask)
-        return self.ids[int(rows[np.argmin(self._rank[rows])])]
+        """The smallest machine id among the rows set in ``mask`` (not empty): the first row
+        set in id order (the first few rows looked at first: a short count is usually large)."""
+        if self._by_id is None:
+            live = sorted((machine_id, row) for row, machine_id in enumerate(self.ids) if machine_id is not None)
+            self._by_id = np.array([row for _, row in live], dtype=np.int64)
+        head = self._by_id[:_HEAD]
+        hit = mask[head]
+        if not hit.any():
+            head = self._by_id
+            hit = mask[head]
+        return self.ids[int(head[np.argmax(hit)])]

@@ -51,11 +51,13 @@ from schedulers.plugins.resources_fit import ResourcesFit
 from schedulers.plugins.zone_spread import ZoneSpread
 from schedulers.placement_cache import HostMemo
 from schedulers.reservation import Reservations
+from schedulers.row_slots import sorted_distinct
 from schedulers.service_index import ClassList, FreeColumns, MachineIndex
 
 _MONOTONE_FILTERS = (MachineStateFilter, DifferentMachine, MaxPerMachine, ResourcesFit, Constraints)
 _PASS_UNPLACED = (MachineStateFilter, DifferentMachine, MaxPerMachine)  # pass listed machines without the job
 _FIT_ORDER = ("cpu", "memory", "disk")  # the order resources_fit checks the core resources in
+_FIRST_HITS = 16  # a list's machines with room usually pass at once: the rest are listed only if not
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,8 +208,9 @@ class SpreadSearch:
 
     def _first_fit(self, listed: ClassList, spec: Job, placed: dict[str, int]) -> Machine | None:
         """The list's first machine past the job's cursor with room for the request (one vector
-        compare over the list's free amounts), holding none of the job's tasks (by_machine) and
-        passing the filters; the cursor moves to the key before it (the list's end: none)."""
+        compare over the list's free amounts, up to the keys whose load is too low to hold it),
+        holding none of the job's tasks (by_machine) and passing the filters; the cursor moves
+        to the key before it (the list's end: none)."""
         cursor_key = (spec.id, id(listed))
         cursor = self._cursors.get(cursor_key)
         i = 0 if cursor is None else bisect.bisect_right(listed, cursor)
@@ -215,14 +218,31 @@ class SpreadSearch:
         if i >= n:
             return None
         need = self.index.frees_of(spec.request)
-        free = listed.free
-        room = free[i:n, 0] >= need[0]
-        for column in range(1, len(need)):
-            room &= free[i:n, column] >= need[column]
+        found, end = None, n
+        stop = listed.end_of_room(need)
+        if stop > i:
+            free = listed.free
+            room = free[i:stop, 0] >= need[0]
+            for column in range(1, len(need)):
+                room &= free[i:stop, column] >= need[column]
+            hits = np.flatnonzero(room)
+            offset = self._first_passing(listed, i, hits[:_FIRST_HITS].tolist(), spec, placed)
+            if offset is None and len(hits) > _FIRST_HITS:
+                offset = self._first_passing(listed, i, hits[_FIRST_HITS:].tolist(), spec, placed)
+            if offset is not None:
+                end = i + offset
+                found = self.index.machines[listed[end][1]]
+        if end > i:
+            self._cursors[cursor_key] = listed[end - 1]
+        return found
+
+    def _first_passing(self, listed: ClassList, i: int, offsets: list[int], spec: Job,
+                       placed: dict[str, int]) -> int | None:
+        """The first of ``offsets`` (past ``i``) whose machine holds none of the job's tasks
+        (by_machine) and passes the filters."""
         machines, free_of, filters = self.index.machines, self.reservations.free, self.pipeline.filters
         skip_hosts = self.by_machine
-        found, end = None, n
-        for offset in np.flatnonzero(room).tolist():
+        for offset in offsets:
             machine_id = listed[i + offset][1]
             here = placed.get(machine_id, 0)
             if here and skip_hosts:
@@ -233,11 +253,8 @@ class SpreadSearch:
                 if not f.fits(spec, machine, free, here).ok:
                     break
             else:
-                found, end = machine, i + offset
-                break
-        if end > i:
-            self._cursors[cursor_key] = listed[end - 1]
-        return found
+                return offset
+        return None
 
     def _reason(self, spec: Job, placement: JobPlacement, hosts: _Hosts | None) -> str:
         """Why nothing fits: every machine's first failing filter, tallied (as the full scan).
@@ -272,7 +289,7 @@ class SpreadSearch:
         listed = columns.listed[hosts.rows]
         heres = hosts.tasks
         blocked = []
-        for here in np.unique(heres[listed]).tolist():
+        for here in sorted_distinct(heres[listed]):
             at = listed & (heres == here)
             machine = machines[columns.ids[int(hosts.rows[np.argmax(at)])]]
             free = free_of(machine)
