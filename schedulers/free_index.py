@@ -24,6 +24,7 @@ from schedulers.row_slots import sorted_distinct
 
 SAFE_BEFORE_FIT = frozenset(("machine_state", "different_machine", "max_per_machine"))
 _UNKNOWN = -1  # free amount of a machine that is gone: never a candidate
+_GONE = (_UNKNOWN, _UNKNOWN, _UNKNOWN, False)  # a gone machine's row
 
 
 def applies(filters, request: Resources) -> bool:
@@ -53,6 +54,7 @@ class FreeIndex:
         self.memory = np.full(n, _UNKNOWN, dtype=np.int64)
         self.disk = np.full(n, _UNKNOWN, dtype=np.int64)
         self.up = np.zeros(n, dtype=bool)
+        self.rows: list[tuple[int, int, int, bool]] = [_GONE] * n  # the same per position, for a few
         for i, machine_id in enumerate(ids):
             self._set(i, view.machine(machine_id))
 
@@ -60,11 +62,12 @@ class FreeIndex:
         if entry is None:
             self.cpu[i] = self.memory[i] = self.disk[i] = _UNKNOWN
             self.up[i] = False
+            self.rows[i] = _GONE
             return
         machine = entry.machine
         free = machine.free
-        self.cpu[i], self.memory[i], self.disk[i] = free.cpu, free.memory, free.disk
-        self.up[i] = machine.state is MachineState.UP
+        row = self.rows[i] = (free.cpu, free.memory, free.disk, machine.state is MachineState.UP)
+        self.cpu[i], self.memory[i], self.disk[i], self.up[i] = row
 
     def refresh(self) -> None:
         """Take in the machines that changed since the last refresh."""
@@ -89,17 +92,14 @@ class FreeIndex:
     def worth_examining(self, request: Resources, start: int, count: int) -> list[int]:
         """Offsets (0 … ``count`` - 1) from position ``start`` (wrapping around) of the machines
         that are not up (or gone) or whose free resources hold ``request``: every other one is
-        short of a core resource."""
-        n = len(self.ids)
-        if start + count <= n:
-            return self._worth(request, start, start + count).tolist()
-        first = self._worth(request, start, n)
-        return np.concatenate((first, self._worth(request, 0, start + count - n) + (n - start))).tolist()
-
-    def _worth(self, request: Resources, lo: int, hi: int) -> np.ndarray:
-        room = (self.cpu[lo:hi] >= request.cpu) & (self.memory[lo:hi] >= request.memory)
-        room &= self.disk[lo:hi] >= request.disk
-        return np.flatnonzero(room | ~self.up[lo:hi])
+        short of a core resource. (A few machines: a pass over ``rows``, not numpy.)"""
+        rows, n = self.rows, len(self.ids)
+        window = rows[start:start + count]
+        if start + count > n:
+            window += rows[:start + count - n]
+        cpu, memory, disk = request.cpu, request.memory, request.disk
+        return [offset for offset, (c, m, d, up) in enumerate(window)
+                if not up or (c >= cpu and m >= memory and d >= disk)]
 
     def not_up(self) -> list[int]:
         """Positions of machines that are not up (or gone)."""
@@ -124,7 +124,8 @@ class FreeIndex:
         (``placed``: tasks per machine id, or ``hosts``: their ``hosts``), grouped by that
         count: [(tasks, positions)]."""
         at, tasks = self.hosts(placed) if hosts is None else hosts
-        without = self.up[at] & ~self._room(request)[at]
+        room = (self.cpu[at] >= request.cpu) & (self.memory[at] >= request.memory) & (self.disk[at] >= request.disk)
+        without = self.up[at] & ~room
         at, tasks = at[without], tasks[without]
         return [(here, at[tasks == here].tolist()) for here in sorted_distinct(tasks)]
 
