@@ -37,6 +37,7 @@ from schedulers.row_slots import RowSlots, with_row
 SortKey = tuple  # (-load key, machine id, free of each least_loaded resource…): ascending = most free first
 _CORE = ("cpu", "memory", "disk")
 _HEAD = 64  # rows in id order ``smallest_id`` looks at before all of them
+_LOWEST, _HIGHEST = -(2 ** 62), 2 ** 62  # loads a ClassList's load row holds
 
 
 class MachineIndex:
@@ -189,7 +190,7 @@ class MachineIndex:
             classes = self.zones[machine.zone] = {}
         listed = classes.get(caps)
         if listed is None:
-            listed = classes[caps] = ClassList(len(self.resources), weights)
+            listed = classes[caps] = ClassList(len(self.resources), weights, by_load=True)
         return machine.capacity, machine.zone, listed, listed.weights
 
     def _unlist(self, machine_id: str) -> None:
@@ -206,54 +207,86 @@ class MachineIndex:
 
 
 class ClassList(list):
-    """The sort keys of one zone and capacity class, ascending, and ``free``: row i holds the
-    free amounts of key i (the least_loaded resources), kept in step by ``add`` and ``remove``.
-    ``weights``: the class's load weights (a key's load is Σ free_r · weight_r)."""
+    """The sort keys of one zone and capacity class, ascending, and ``table``: column i holds
+    key i's first item, its negated load (row 0), and its free amounts (rows 1…, the least_loaded
+    resources), kept in step with the keys. ``weights``: the class's load weights (a key's load
+    is Σ free_r · weight_r). While the loads fit int64 (``by_load``), a key's place is found in
+    the load row (no tuple compares but among keys of equal load)."""
 
-    __slots__ = ("free", "weights")
+    __slots__ = ("table", "weights", "by_load")
 
-    def __init__(self, width: int, weights: tuple[int, ...] | None = None) -> None:
+    def __init__(self, width: int, weights: tuple[int, ...] | None = None, by_load: bool = False) -> None:
         super().__init__()
-        self.free = np.zeros((16, width), dtype=np.int64)
+        self.table = np.zeros((width + 1, 16), dtype=np.int64)
         self.weights = weights if weights is not None else (0,) * width
+        self.by_load = by_load
+
+    @property
+    def free(self) -> np.ndarray:
+        """Row i: the free amounts of key i."""
+        return self.table[1:, :len(self)].T
+
+    def find(self, key: tuple, right: bool = False) -> int:
+        """Where ``key`` goes: ``bisect_left`` of the keys (``bisect_right`` if ``right``)."""
+        split = bisect.bisect_right if right else bisect.bisect_left
+        if not self.by_load:
+            return split(self, key)
+        first = key[0]
+        if not _LOWEST < first < _HIGHEST:
+            return 0 if first <= _LOWEST else len(self)
+        loads = self.table[0, :len(self)]
+        lo = int(loads.searchsorted(first))
+        if lo < len(self) and self[lo][0] == first:
+            return split(self, key, lo, int(loads.searchsorted(first, "right")))
+        return lo
 
     def end_of_room(self, need: tuple[int, ...]) -> int:
         """A position past which no key has room for ``need`` (its free amounts, the weights
         being non-negative, would give a load of at least Σ need_r · weight_r)."""
-        return bisect.bisect_left(self, (1 - sum(map(mul, need, self.weights)),))
+        return self.find((1 - sum(map(mul, need, self.weights)),))
 
     def add(self, key: SortKey, frees: tuple[int, ...]) -> None:
         """Insert ``key`` (not listed yet) in order, with its free amounts."""
-        j = bisect.bisect_left(self, key)
+        self._check_load(key)
+        j = self.find(key)
         n = len(self)
-        free = self.free
-        if n == len(free):
-            free = self.free = with_row(free, n, 0)
+        table = self.table
+        if n == table.shape[1]:
+            table = self.table = np.concatenate((table, np.zeros_like(table)), axis=1)
         if j < n:
-            free[j + 1:n + 1] = free[j:n]  # numpy copies overlapping slices safely
-        free[j] = frees
+            table[:, j + 1:n + 1] = table[:, j:n]  # numpy copies overlapping slices safely
+        table[:, j] = (key[0] if self.by_load else 0, *frees)
         self.insert(j, key)
 
     def move(self, old: SortKey, key: SortKey, frees: tuple[int, ...]) -> None:
-        """Replace listed ``old`` by ``key`` (shifting only the rows between their places)."""
-        j = bisect.bisect_left(self, old)
-        del self[j]
-        k = bisect.bisect_left(self, key)
-        self.insert(k, key)
-        free = self.free
+        """Replace listed ``old`` by ``key`` (shifting only the columns between their places)."""
+        self._check_load(key)
+        j = self.find(old)
+        k = self.find(key)
         if k > j:
-            free[j:k] = free[j + 1:k + 1]
+            k -= 1  # its place once ``old`` is out
+        del self[j]
+        self.insert(k, key)
+        table = self.table
+        if k > j:
+            table[:, j:k] = table[:, j + 1:k + 1]
         elif k < j:
-            free[k + 1:j + 1] = free[k:j]
-        free[k] = frees
+            table[:, k + 1:j + 1] = table[:, k:j]
+        table[:, k] = (key[0] if self.by_load else 0, *frees)
 
     def remove(self, key: SortKey) -> None:
         """Remove ``key`` (listed) and its free amounts."""
-        j = bisect.bisect_left(self, key)
+        j = self.find(key)
         del self[j]
         n = len(self)
         if j < n:
-            self.free[j:n] = self.free[j + 1:n + 1]
+            self.table[:, j:n] = self.table[:, j + 1:n + 1]
+
+    def _check_load(self, key: SortKey) -> None:
+        """Keys are found by bisect alone once a load does not fit the load row."""
+        if self.by_load and not _LOWEST < key[0] < _HIGHEST:
+            self.by_load = False
+            self.table[0] = 0
 
 
 class FreeColumns:

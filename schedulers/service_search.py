@@ -20,7 +20,7 @@ Used only for chains it is exact for (``fast_chain``): the known monotone filter
 ranking stages [zone_spread], [least_loaded]; anything else takes the full scan.
 
 Vectorized: a list's machines with room for the request past the cursor are found with one
-compare over the list's free amounts (``ClassList.free``), only those go through the filters
+compare over the list's free amounts (``ClassList.table``), only those go through the filters
 (none: the cursor moves to the list's end, as the walk would). The job's hosts are found with
 one lookup in C; those short of the request (by their keys) fail resources_fit unchecked. The
 failure reason counts the machines short of a resource with a few vector compares over the
@@ -31,7 +31,6 @@ the chain.
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass
 from itertools import groupby, repeat
 from typing import Iterable, NamedTuple
@@ -213,7 +212,7 @@ class SpreadSearch:
         to the key before it (the list's end: none)."""
         cursor_key = (spec.id, id(listed))
         cursor = self._cursors.get(cursor_key)
-        i = 0 if cursor is None else bisect.bisect_right(listed, cursor)
+        i = 0 if cursor is None else listed.find(cursor, right=True)
         n = len(listed)
         if i >= n:
             return None
@@ -221,10 +220,10 @@ class SpreadSearch:
         found, end = None, n
         stop = listed.end_of_room(need)
         if stop > i:
-            free = listed.free
-            room = free[i:stop, 0] >= need[0]
+            table = listed.table
+            room = table[1, i:stop] >= need[0]
             for column in range(1, len(need)):
-                room &= free[i:stop, column] >= need[column]
+                room &= table[1 + column, i:stop] >= need[column]
             hits = np.flatnonzero(room)
             offset = self._first_passing(listed, i, hits[:_FIRST_HITS].tolist(), spec, placed)
             if offset is None and len(hits) > _FIRST_HITS:
