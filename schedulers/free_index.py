@@ -50,24 +50,23 @@ class FreeIndex:
         self.ids = ids
         self.position = {machine_id: i for i, machine_id in enumerate(ids)}
         n = len(ids)
+        self.rows: list[tuple[int, int, int, bool]] = [_GONE] * n  # per position: free cpu, memory, disk, up
+        self._stale: set[int] = set(range(n))  # positions whose row the numpy columns do not hold yet
         self.cpu = np.full(n, _UNKNOWN, dtype=np.int64)
         self.memory = np.full(n, _UNKNOWN, dtype=np.int64)
         self.disk = np.full(n, _UNKNOWN, dtype=np.int64)
         self.up = np.zeros(n, dtype=bool)
-        self.rows: list[tuple[int, int, int, bool]] = [_GONE] * n  # the same per position, for a few
         for i, machine_id in enumerate(ids):
             self._set(i, view.machine(machine_id))
 
     def _set(self, i: int, entry) -> None:
         if entry is None:
-            self.cpu[i] = self.memory[i] = self.disk[i] = _UNKNOWN
-            self.up[i] = False
             self.rows[i] = _GONE
-            return
-        machine = entry.machine
-        free = machine.free
-        row = self.rows[i] = (free.cpu, free.memory, free.disk, machine.state is MachineState.UP)
-        self.cpu[i], self.memory[i], self.disk[i], self.up[i] = row
+        else:
+            machine = entry.machine
+            free = machine.free
+            self.rows[i] = (free.cpu, free.memory, free.disk, machine.state is MachineState.UP)
+        self._stale.add(i)
 
     def refresh(self) -> None:
         """Take in the machines that changed since the last refresh."""
@@ -77,7 +76,19 @@ class FreeIndex:
             if i is not None:
                 self._set(i, view.machine(machine_id))
 
+    def _columns(self) -> None:
+        """Bring the numpy columns to the rows (in one step: a refresh sets rows only)."""
+        if not self._stale:
+            return
+        at = np.fromiter(self._stale, dtype=np.int64, count=len(self._stale))
+        rows = self.rows
+        values = np.array([rows[i] for i in at.tolist()], dtype=np.int64).reshape(-1, 4)
+        self.cpu[at], self.memory[at], self.disk[at] = values[:, 0], values[:, 1], values[:, 2]
+        self.up[at] = values[:, 3] != 0
+        self._stale.clear()
+
     def _room(self, request: Resources) -> np.ndarray:
+        self._columns()
         return self.up & (self.cpu >= request.cpu) & (self.memory >= request.memory) & (self.disk >= request.disk)
 
     def candidates(self, request: Resources, cursor: int) -> list[int]:
@@ -103,6 +114,7 @@ class FreeIndex:
 
     def not_up(self) -> list[int]:
         """Positions of machines that are not up (or gone)."""
+        self._columns()
         return np.flatnonzero(~self.up).tolist()
 
     def hosts(self, placed: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
@@ -124,6 +136,7 @@ class FreeIndex:
         (``placed``: tasks per machine id, or ``hosts``: their ``hosts``), grouped by that
         count: [(tasks, positions)]."""
         at, tasks = self.hosts(placed) if hosts is None else hosts
+        self._columns()
         room = (self.cpu[at] >= request.cpu) & (self.memory[at] >= request.memory) & (self.disk[at] >= request.disk)
         without = self.up[at] & ~room
         at, tasks = at[without], tasks[without]
@@ -132,6 +145,7 @@ class FreeIndex:
     def first_short(self, request: Resources, skip: list[int]) -> dict[str, int]:
         """How many up machines, outside the candidates and the ``skip`` positions, lack each
         resource first (cpu, then memory, then disk: resources_fit's order)."""
+        self._columns()
         up = self.up.copy()
         if skip:
             up[skip] = False
