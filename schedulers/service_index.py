@@ -38,6 +38,7 @@ SortKey = tuple  # (-load key, machine id, free of each least_loaded resource…
 _CORE = ("cpu", "memory", "disk")
 _HEAD = 64  # rows in id order ``smallest_id`` looks at before all of them
 _LOWEST, _HIGHEST = -(2 ** 62), 2 ** 62  # loads a ClassList's load row holds
+_SPARE = 2 ** 63 - 1  # a ClassList's spare columns' load: above every key's
 
 
 class MachineIndex:
@@ -211,15 +212,23 @@ class ClassList(list):
     key i's first item, its negated load (row 0), and its free amounts (rows 1…, the least_loaded
     resources), kept in step with the keys. ``weights``: the class's load weights (a key's load
     is Σ free_r · weight_r). While the loads fit int64 (``by_load``), a key's place is found in
-    the load row (no tuple compares but among keys of equal load)."""
+    the load row (no tuple compares but among keys of equal load); its spare columns hold a
+    load above every key's."""
 
-    __slots__ = ("table", "weights", "by_load")
+    __slots__ = ("table", "weights", "by_load", "_loads")
 
     def __init__(self, width: int, weights: tuple[int, ...] | None = None, by_load: bool = False) -> None:
         super().__init__()
-        self.table = np.zeros((width + 1, 16), dtype=np.int64)
         self.weights = weights if weights is not None else (0,) * width
         self.by_load = by_load
+        self._grow(np.zeros((width + 1, 0), dtype=np.int64))
+
+    def _grow(self, table: np.ndarray) -> None:
+        """Take ``table`` with as many spare columns again as it has (16 at least)."""
+        grown = np.zeros((len(table), max(16, 2 * table.shape[1])), dtype=np.int64)
+        grown[:, :table.shape[1]] = table
+        grown[0, table.shape[1]:] = _SPARE if self.by_load else 0
+        self.table, self._loads = grown, grown[0]
 
     @property
     def free(self) -> np.ndarray:
@@ -234,10 +243,9 @@ class ClassList(list):
         first = key[0]
         if not _LOWEST < first < _HIGHEST:
             return 0 if first <= _LOWEST else len(self)
-        loads = self.table[0, :len(self)]
-        lo = int(loads.searchsorted(first))
+        lo = int(self._loads.searchsorted(first))
         if lo < len(self) and self[lo][0] == first:
-            return split(self, key, lo, int(loads.searchsorted(first, "right")))
+            return split(self, key, lo, int(self._loads.searchsorted(first, "right")))
         return lo
 
     def end_of_room(self, need: tuple[int, ...]) -> int:
@@ -250,9 +258,9 @@ class ClassList(list):
         self._check_load(key)
         j = self.find(key)
         n = len(self)
+        if n == self.table.shape[1]:
+            self._grow(self.table)
         table = self.table
-        if n == table.shape[1]:
-            table = self.table = np.concatenate((table, np.zeros_like(table)), axis=1)
         if j < n:
             table[:, j + 1:n + 1] = table[:, j:n]  # numpy copies overlapping slices safely
         table[:, j] = (key[0] if self.by_load else 0, *frees)
@@ -279,8 +287,11 @@ class ClassList(list):
         j = self.find(key)
         del self[j]
         n = len(self)
+        table = self.table
         if j < n:
-            self.table[:, j:n] = self.table[:, j + 1:n + 1]
+            table[:, j:n] = table[:, j + 1:n + 1]
+        if self.by_load:
+            table[0, n] = _SPARE
 
     def _check_load(self, key: SortKey) -> None:
         """Keys are found by bisect alone once a load does not fit the load row."""
