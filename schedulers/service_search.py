@@ -224,10 +224,7 @@ class SpreadSearch:
             room = table[1, i:stop] >= need[0]
             for column in range(1, len(need)):
                 room &= table[1 + column, i:stop] >= need[column]
-            hits = np.flatnonzero(room)
-            offset = self._first_passing(listed, i, hits[:_FIRST_HITS].tolist(), spec, placed)
-            if offset is None and len(hits) > _FIRST_HITS:
-                offset = self._first_passing(listed, i, hits[_FIRST_HITS:].tolist(), spec, placed)
+            offset = self._first_with_room(listed, i, room, spec, placed)
             if offset is not None:
                 end = i + offset
                 found = self.index.machines[listed[end][1]]
@@ -235,7 +232,22 @@ class SpreadSearch:
             self._cursors[cursor_key] = listed[end - 1]
         return found
 
-    def _first_passing(self, listed: ClassList, i: int, offsets: list[int], spec: Job,
+    def _first_with_room(self, listed: ClassList, i: int, room: np.ndarray, spec: Job,
+                         placed: dict[str, int]) -> int | None:
+        """``_first_passing`` of the offsets set in ``room``: the first alone (it usually
+        passes), then a few, then the rest."""
+        first = int(room.argmax())
+        if not room[first]:
+            return None
+        offset = self._first_passing(listed, i, (first,), spec, placed)
+        if offset is None:
+            hits = room.nonzero()[0]
+            offset = self._first_passing(listed, i, hits[1:_FIRST_HITS].tolist(), spec, placed)
+            if offset is None and len(hits) > _FIRST_HITS:
+                offset = self._first_passing(listed, i, hits[_FIRST_HITS:].tolist(), spec, placed)
+        return offset
+
+    def _first_passing(self, listed: ClassList, i: int, offsets: Iterable[int], spec: Job,
                        placed: dict[str, int]) -> int | None:
         """The first of ``offsets`` (past ``i``) whose machine holds none of the job's tasks
         (by_machine) and passes the filters."""
