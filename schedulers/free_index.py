@@ -89,7 +89,11 @@ class FreeIndex:
 
     def _room(self, request: Resources) -> np.ndarray:
         self._columns()
-        return self.up & (self.cpu >= request.cpu) & (self.memory >= request.memory) & (self.disk >= request.disk)
+        room = self.cpu >= request.cpu
+        room &= self.memory >= request.memory
+        room &= self.disk >= request.disk
+        room &= self.up
+        return room
 
     def candidates(self, request: Resources, cursor: int) -> list[int]:
         """Positions of up machines whose free resources hold ``request``, in walk order from

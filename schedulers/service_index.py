@@ -302,13 +302,14 @@ class ClassList(list):
 
 class FreeColumns:
     """Every known machine's row: listed or not and, when listed, the free amounts of its key
-    (numpy columns), so a tally over all machines is a few vector compares."""
+    (``free[r, row]``: of least_loaded resource r), so a tally over all machines is a few
+    vector compares."""
 
     def __init__(self, width: int) -> None:
         self._slots: RowSlots[str] = RowSlots()
         self._row = self.row_of = self._slots.row  # machine id -> its row
         self.ids = self._slots.keys  # machine id of each row (None: spare)
-        self.free = np.zeros((64, width), dtype=np.int64)
+        self.free = np.zeros((width, 64), dtype=np.int64)
         self.listed = np.zeros(64, dtype=bool)
         self.known = np.zeros(64, dtype=bool)
         self._by_id: np.ndarray | None = None  # the known rows in machine id order (None: stale)
@@ -318,7 +319,8 @@ class FreeColumns:
         if machine_id in self._slots:
             return
         row = self._slots.take(machine_id)
-        self.free = with_row(self.free, row, 0)
+        if row >= self.free.shape[1]:
+            self.free = np.concatenate((self.free, np.zeros_like(self.free)), axis=1)
         self.listed = with_row(self.listed, row, False)
         self.known = with_row(self.known, row, False)
         self.known[row] = True
@@ -333,7 +335,7 @@ class FreeColumns:
 
     def list(self, machine_id: str, frees: tuple[int, ...]) -> None:
         row = self._row[machine_id]
-        self.free[row] = frees
+        self.free[:, row] = frees
         self.listed[row] = True
 
     def unlist(self, machine_id: str) -> None:

@@ -191,7 +191,7 @@ class SpreadSearch:
         rows = hosts.rows
         room = columns.listed[rows]
         for column, amount in enumerate(self.index.frees_of(spec.request)):
-            room &= columns.free[rows, column] >= amount
+            room &= columns.free[column, rows] >= amount
         best = best_rank = None
         for row in rows[room].tolist():
             machine_id = columns.ids[row]
@@ -347,7 +347,7 @@ def _count_short(columns: FreeColumns, need: tuple[int, ...], blocked: np.ndarra
     least_loaded resource: ({index of the first short resource: (machines, the smallest id)},
     the ids of every other known machine but the blocked ones)."""
     n = len(columns.ids)
-    free = columns.free[:n]
+    free = columns.free[:, :n]
     remaining = columns.listed[:n].copy()
     counted = np.zeros(n, dtype=bool)
     if len(blocked):
@@ -355,7 +355,7 @@ def _count_short(columns: FreeColumns, need: tuple[int, ...], blocked: np.ndarra
         counted[blocked] = True
     short_of: dict[int, tuple[int, str]] = {}
     for first, amount in enumerate(need):
-        short = remaining & (free[:, first] < amount)
+        short = remaining & (free[first] < amount)
         count = int(np.count_nonzero(short))
         if count:
             short_of[first] = (count, columns.smallest_id(short))
