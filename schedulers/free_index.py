@@ -41,6 +41,16 @@ def applies(filters, request: Resources) -> bool:
     return False
 
 
+def _row_of(entry) -> tuple[int, int, int, bool]:
+    """A machine entry's free cpu, memory, disk and up-ness (``_GONE`` for None)."""
+    if entry is None:
+        return _GONE
+    machine = entry.machine
+    capacity, allocated = machine.capacity, machine.allocated  # Machine.free's core amounts
+    return (capacity.cpu - allocated.cpu, capacity.memory - allocated.memory, capacity.disk - allocated.disk,
+            machine.state is MachineState.UP)
+
+
 class FreeIndex:
     """Free cpu, memory, disk and up-ness per position of ``ids`` (the scheduler's order)."""
 
@@ -50,31 +60,21 @@ class FreeIndex:
         self.ids = ids
         self.position = {machine_id: i for i, machine_id in enumerate(ids)}
         n = len(ids)
-        self.rows: list[tuple[int, int, int, bool]] = [_GONE] * n  # per position: free cpu, memory, disk, up
+        self.rows = [_row_of(view.machine(machine_id)) for machine_id in ids]  # (cpu, memory, disk, up) per position
         self._stale: set[int] = set(range(n))  # positions whose row the numpy columns do not hold yet
         self.cpu = np.full(n, _UNKNOWN, dtype=np.int64)
         self.memory = np.full(n, _UNKNOWN, dtype=np.int64)
         self.disk = np.full(n, _UNKNOWN, dtype=np.int64)
         self.up = np.zeros(n, dtype=bool)
-        for i, machine_id in enumerate(ids):
-            self._set(i, view.machine(machine_id))
-
-    def _set(self, i: int, entry) -> None:
-        if entry is None:
-            self.rows[i] = _GONE
-        else:
-            machine = entry.machine
-            free = machine.free
-            self.rows[i] = (free.cpu, free.memory, free.disk, machine.state is MachineState.UP)
-        self._stale.add(i)
 
     def refresh(self) -> None:
         """Take in the machines that changed since the last refresh."""
-        view, position = self.view, self.position
+        view, position, rows, stale = self.view, self.position, self.rows, self._stale
         for machine_id in self._changes.take():
             i = position.get(machine_id)
             if i is not None:
-                self._set(i, view.machine(machine_id))
+                rows[i] = _row_of(view.machine(machine_id))
+                stale.add(i)
 
     def _columns(self) -> None:
         """Bring the numpy columns to the rows (in one step: a refresh sets rows only)."""
