@@ -215,7 +215,7 @@ class ClassList(list):
     the load row (no tuple compares but among keys of equal load); its spare columns hold a
     load above every key's."""
 
-    __slots__ = ("table", "weights", "by_load", "_loads")
+    __slots__ = ("table", "weights", "by_load", "_loads", "_rows")
 
     def __init__(self, width: int, weights: tuple[int, ...] | None = None, by_load: bool = False) -> None:
         super().__init__()
@@ -228,7 +228,7 @@ class ClassList(list):
         grown = np.zeros((len(table), max(16, 2 * table.shape[1])), dtype=np.int64)
         grown[:, :table.shape[1]] = table
         grown[0, table.shape[1]:] = _SPARE if self.by_load else 0
-        self.table, self._loads = grown, grown[0]
+        self.table, self._loads, self._rows = grown, grown[0], tuple(grown)
 
     @property
     def free(self) -> np.ndarray:
@@ -262,7 +262,7 @@ class ClassList(list):
             self._grow(self.table)
         table = self.table
         if j < n:
-            table[:, j + 1:n + 1] = table[:, j:n]  # numpy copies overlapping slices safely
+            self._shift(j + 1, j, n - j)
         table[:, j] = (key[0] if self.by_load else 0, *frees)
         self.insert(j, key)
 
@@ -277,9 +277,9 @@ class ClassList(list):
         self.insert(k, key)
         table = self.table
         if k > j:
-            table[:, j:k] = table[:, j + 1:k + 1]
+            self._shift(j, j + 1, k - j)
         elif k < j:
-            table[:, k + 1:j + 1] = table[:, k:j]
+            self._shift(k + 1, k, j - k)
         table[:, k] = (key[0] if self.by_load else 0, *frees)
 
     def remove(self, key: SortKey) -> None:
@@ -289,9 +289,15 @@ class ClassList(list):
         n = len(self)
         table = self.table
         if j < n:
-            table[:, j:n] = table[:, j + 1:n + 1]
+            self._shift(j, j + 1, n - j)
         if self.by_load:
             table[0, n] = _SPARE
+
+    def _shift(self, to: int, start: int, count: int) -> None:
+        """Copy ``count`` columns from ``start`` to ``to`` (row by row: faster than one 2-D
+        copy of overlapping slices; numpy copies those safely)."""
+        for row in self._rows:
+            row[to:to + count] = row[start:start + count]
 
     def _check_load(self, key: SortKey) -> None:
         """Keys are found by bisect alone once a load does not fit the load row."""
