@@ -4,9 +4,10 @@ Per task: walk the shuffled ids from a cursor, ``sample_size`` machines per roun
 ``k`` feasible machines are found, and take the best ranked. After ``sample_rounds``
 fruitless rounds, scan the whole shuffled list so an almost full cell still finds its
 last hole. On a view that reports its changed machines (``ReplicaView``) and a chain the
-index handles exactly, that scan walks only the machines whose free resources hold the
-request (``schedulers.free_index``): the same machines are found in the same order, the
-cursor ends in the same place and the rejection tally (the job's reason) is the same. Tasks of a job are identical and reservations only shrink what is free, so once
+index handles exactly, the rounds and that scan examine only the machines whose free
+resources hold the request (``schedulers.free_index``): the same machines are found in the
+same order, the cursor ends in the same place and the rejection tally (the job's reason) is
+the same. Tasks of a job are identical and reservations only shrink what is free, so once
 a full scan finds nothing, the job's remaining tasks are unplaced with the same reason.
 """
 
@@ -64,9 +65,10 @@ class BatchScheduler:
         reservations = Reservations(view, self._base_free, placements=self._placements)
         placement = reservations.placement(job.id)
         self._cursor = self.rng.randrange(len(ids))
+        index = self._index_for(view, spec.request)
         decision = Decision()
         for i, task in enumerate(tasks):
-            machine, reason = self._place_one(spec, view, reservations, placement)
+            machine, reason = self._place_one(spec, view, reservations, placement, index)
             if machine is None:
                 decision.unplaced.update(dict.fromkeys(tasks[i:], reason))
                 break
@@ -84,14 +86,17 @@ class BatchScheduler:
             self._base_free.clear()
         return self._ids
 
-    def _place_one(self, spec: Job, view: CellView, reservations: Reservations,
-                   placement: JobPlacement) -> tuple[Machine | None, str]:
+    def _place_one(self, spec: Job, view: CellView, reservations: Reservations, placement: JobPlacement,
+                   index: FreeIndex | None) -> tuple[Machine | None, str]:
+        """The machine for one task: sampling rounds, then the full scan (by ``index`` if given)."""
         for _ in range(self.sample_rounds):
-            machine = self._walk(spec, view, reservations, placement, self.sample_size, None)
+            if index is None:
+                machine = self._walk(spec, view, reservations, placement, self.sample_size, None)
+            else:
+                machine = self._sample(index, spec, view, reservations, placement)
             if machine is not None:
                 return machine, ""
         rejections = Rejections()
-        index = self._index_for(view, spec.request)
         if index is None:
             machine = self._walk(spec, view, reservations, placement, len(self._ids), rejections)
         else:
@@ -168,6 +173,31 @@ class BatchScheduler:
             rejections.add(verdict)
             return None, None
         return machine, free
+
+    def _sample(self, index: FreeIndex, spec: Job, view: CellView, reservations: Reservations,
+                placement: JobPlacement) -> Machine | None:
+        """``_walk`` of ``sample_size`` machines without a tally, examining only those the index
+        does not show short of the request (they fail resources_fit, or an earlier filter)."""
+        ids, n = self._ids, len(self._ids)
+        start, count = self._cursor, min(self.sample_size, n)
+        check, placed = self.pipeline.check, placement.machines
+        feasible: list[tuple[Machine, Resources]] = []
+        for offset in index.worth_examining(spec.request, start, count):
+            at = start + offset if start + offset < n else start + offset - n
+            entry = view.machine(ids[at])
+            if entry is None:
+                self._count = -1  # the cell changed under the cached ids: refresh next time
+                continue
+            machine = entry.machine
+            free = reservations.free(machine)
+            if not check(spec, machine, free, placed.get(machine.id, 0)).ok:
+                continue
+            feasible.append((machine, free))
+            if len(feasible) >= self.k:
+                self._cursor = at + 1 if at + 1 < n else 0
+                return self._best(spec, feasible, placement)
+        self._cursor = start + count if start + count < n else start + count - n
+        return self._best(spec, feasible, placement)
 
     def _walk(self, spec: Job, view: CellView, reservations: Reservations, placement: JobPlacement,
               limit: int, rejections: Rejections | None) -> Machine | None:

@@ -20,9 +20,11 @@ import numpy as np
 from cellstate.model import MachineState
 from cellstate.resources import Resources
 from schedulers.machine_changes import MachineChanges
+from schedulers.row_slots import sorted_distinct
 
 SAFE_BEFORE_FIT = frozenset(("machine_state", "different_machine", "max_per_machine"))
 _UNKNOWN = -1  # free amount of a machine that is gone: never a candidate
+_GONE = (_UNKNOWN, _UNKNOWN, _UNKNOWN, False)  # a gone machine's row
 
 
 def applies(filters, request: Resources) -> bool:
@@ -39,6 +41,16 @@ def applies(filters, request: Resources) -> bool:
     return False
 
 
+def _row_of(entry) -> tuple[int, int, int, bool]:
+    """A machine entry's free cpu, memory, disk and up-ness (``_GONE`` for None)."""
+    if entry is None:
+        return _GONE
+    machine = entry.machine
+    capacity, allocated = machine.capacity, machine.allocated  # Machine.free's core amounts
+    return (capacity.cpu - allocated.cpu, capacity.memory - allocated.memory, capacity.disk - allocated.disk,
+            machine.state is MachineState.UP)
+
+
 class FreeIndex:
     """Free cpu, memory, disk and up-ness per position of ``ids`` (the scheduler's order)."""
 
@@ -48,33 +60,40 @@ class FreeIndex:
         self.ids = ids
         self.position = {machine_id: i for i, machine_id in enumerate(ids)}
         n = len(ids)
+        self.rows = [_row_of(view.machine(machine_id)) for machine_id in ids]  # (cpu, memory, disk, up) per position
+        self._stale: set[int] = set(range(n))  # positions whose row the numpy columns do not hold yet
         self.cpu = np.full(n, _UNKNOWN, dtype=np.int64)
         self.memory = np.full(n, _UNKNOWN, dtype=np.int64)
         self.disk = np.full(n, _UNKNOWN, dtype=np.int64)
         self.up = np.zeros(n, dtype=bool)
-        for i, machine_id in enumerate(ids):
-            self._set(i, view.machine(machine_id))
-
-    def _set(self, i: int, entry) -> None:
-        if entry is None:
-            self.cpu[i] = self.memory[i] = self.disk[i] = _UNKNOWN
-            self.up[i] = False
-            return
-        machine = entry.machine
-        free = machine.free
-        self.cpu[i], self.memory[i], self.disk[i] = free.cpu, free.memory, free.disk
-        self.up[i] = machine.state is MachineState.UP
 
     def refresh(self) -> None:
         """Take in the machines that changed since the last refresh."""
-        view, position = self.view, self.position
+        view, position, rows, stale = self.view, self.position, self.rows, self._stale
         for machine_id in self._changes.take():
             i = position.get(machine_id)
             if i is not None:
-                self._set(i, view.machine(machine_id))
+                rows[i] = _row_of(view.machine(machine_id))
+                stale.add(i)
+
+    def _columns(self) -> None:
+        """Bring the numpy columns to the rows (in one step: a refresh sets rows only)."""
+        if not self._stale:
+            return
+        at = np.fromiter(self._stale, dtype=np.int64, count=len(self._stale))
+        rows = self.rows
+        values = np.array([rows[i] for i in at.tolist()], dtype=np.int64).reshape(-1, 4)
+        self.cpu[at], self.memory[at], self.disk[at] = values[:, 0], values[:, 1], values[:, 2]
+        self.up[at] = values[:, 3] != 0
+        self._stale.clear()
 
     def _room(self, request: Resources) -> np.ndarray:
-        return self.up & (self.cpu >= request.cpu) & (self.memory >= request.memory) & (self.disk >= request.disk)
+        self._columns()
+        room = self.cpu >= request.cpu
+        room &= self.memory >= request.memory
+        room &= self.disk >= request.disk
+        room &= self.up
+        return room
 
     def candidates(self, request: Resources, cursor: int) -> list[int]:
         """Positions of up machines whose free resources hold ``request``, in walk order from
@@ -85,8 +104,21 @@ class FreeIndex:
             found = np.concatenate((found[split:], found[:split]))
         return found.tolist()
 
+    def worth_examining(self, request: Resources, start: int, count: int) -> list[int]:
+        """Offsets (0 … ``count`` - 1) from position ``start`` (wrapping around) of the machines
+        that are not up (or gone) or whose free resources hold ``request``: every other one is
+        short of a core resource. (A few machines: a pass over ``rows``, not numpy.)"""
+        rows, n = self.rows, len(self.ids)
+        window = rows[start:start + count]
+        if start + count > n:
+            window += rows[:start + count - n]
+        cpu, memory, disk = request.cpu, request.memory, request.disk
+        return [offset for offset, (c, m, d, up) in enumerate(window)
+                if not up or (c >= cpu and m >= memory and d >= disk)]
+
     def not_up(self) -> list[int]:
         """Positions of machines that are not up (or gone)."""
+        self._columns()
         return np.flatnonzero(~self.up).tolist()
 
     def hosts(self, placed: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
@@ -108,13 +140,16 @@ class FreeIndex:
         (``placed``: tasks per machine id, or ``hosts``: their ``hosts``), grouped by that
         count: [(tasks, positions)]."""
         at, tasks = self.hosts(placed) if hosts is None else hosts
-        without = self.up[at] & ~self._room(request)[at]
+        self._columns()
+        room = (self.cpu[at] >= request.cpu) & (self.memory[at] >= request.memory) & (self.disk[at] >= request.disk)
+        without = self.up[at] & ~room
         at, tasks = at[without], tasks[without]
-        return [(here, at[tasks == here].tolist()) for here in np.unique(tasks).tolist()]
+        return [(here, at[tasks == here].tolist()) for here in sorted_distinct(tasks)]
 
     def first_short(self, request: Resources, skip: list[int]) -> dict[str, int]:
         """How many up machines, outside the candidates and the ``skip`` positions, lack each
         resource first (cpu, then memory, then disk: resources_fit's order)."""
+        self._columns()
         up = self.up.copy()
         if skip:
             up[skip] = False

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from operator import attrgetter
-from typing import Mapping
+from typing import Iterable, Mapping
 
 from cellstate.model import Alloc, Machine
 from cellstate.resources import Resources
@@ -84,7 +84,7 @@ def count_placement(allocs: list[Alloc], view: CellView, machines: Mapping[str, 
     per allocation gives, same dict orders): tasks are counted per machine first, so a machine's
     zone and rack are looked up once (in ``machines`` when given, else in ``view``); when every
     machine is known and holds one task (a big spread job), zones and racks are counted in C too."""
-    on_machine = dict(Counter(map(_MACHINE_ID, allocs)))
+    on_machine = _counted(map(_MACHINE_ID, allocs), len(allocs))
     total = sum(on_machine.values())
     if machines is not None:
         held = list(map(machines.get, on_machine))
@@ -92,9 +92,9 @@ def count_placement(allocs: list[Alloc], view: CellView, machines: Mapping[str, 
         entries = list(map(view.machine, on_machine))
         held = list(map(_MACHINE, entries)) if all(entries) else [e.machine if e else None for e in entries]
     if total == len(on_machine) and all(held):
-        racks = dict(Counter(map(_RACK, held)))
+        racks = _counted(map(_RACK, held), len(held))
         racks.pop("", None)  # racks are counted only when given
-        return JobPlacement(on_machine, dict(Counter(map(_ZONE, held))), total, racks)
+        return JobPlacement(on_machine, _counted(map(_ZONE, held), len(held)), total, racks)
     zones: dict[str, int] = {}
     racks = {}
     for machine, tasks in zip(held, on_machine.values()):
@@ -103,3 +103,16 @@ def count_placement(allocs: list[Alloc], view: CellView, machines: Mapping[str, 
         if rack:
             racks[rack] = racks.get(rack, 0) + tasks
     return JobPlacement(on_machine, zones, total, racks)
+
+
+_FEW = 32  # fewer items than this are counted by a loop: Counter's own cost is larger
+
+
+def _counted(items: Iterable[str], size: int) -> dict[str, int]:
+    """``dict(Counter(items))`` (``size`` of them): in C for many, by a loop for a few."""
+    if size >= _FEW:
+        return dict(Counter(items))
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[item] = counts.get(item, 0) + 1
+    return counts

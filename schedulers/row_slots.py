@@ -1,6 +1,7 @@
 """``RowSlots``: rows of numpy columns for a changing set of keys, and ``with_row`` to grow the
 columns. A held key keeps its row; the row of a released key goes to the next new key, so the
-columns never need more rows than keys were ever held at once."""
+columns never need more rows than keys were ever held at once. ``sorted_distinct`` lists a
+column's distinct values."""
 
 from __future__ import annotations
 
@@ -51,3 +52,14 @@ def with_row(column: np.ndarray, row: int, fill) -> np.ndarray:
     grown = np.full((2 * len(column),) + column.shape[1:], fill, dtype=column.dtype)
     grown[:len(column)] = column
     return grown
+
+
+def sorted_distinct(values: np.ndarray) -> list[int]:
+    """The distinct values of ``values``, ascending (``np.unique``, without its sort when they
+    are all equal: e.g. a spread job's one task per machine)."""
+    if not len(values):
+        return []
+    low = values.min()
+    if low == values.max():
+        return [int(low)]
+    return np.unique(values).tolist()

@@ -36,6 +36,9 @@ from schedulers.row_slots import RowSlots, with_row
 
 SortKey = tuple  # (-load key, machine id, free of each least_loaded resource…): ascending = most free first
 _CORE = ("cpu", "memory", "disk")
+_HEAD = 64  # rows in id order ``smallest_id`` looks at before all of them
+_LOWEST, _HIGHEST = -(2 ** 62), 2 ** 62  # loads a ClassList's load row holds
+_SPARE = 2 ** 63 - 1  # a ClassList's spare columns' load: above every key's
 
 
 class MachineIndex:
@@ -188,8 +191,8 @@ class MachineIndex:
             classes = self.zones[machine.zone] = {}
         listed = classes.get(caps)
         if listed is None:
-            listed = classes[caps] = ClassList(len(self.resources))
-        return machine.capacity, machine.zone, listed, weights
+            listed = classes[caps] = ClassList(len(self.resources), weights, by_load=True)
+        return machine.capacity, machine.zone, listed, listed.weights
 
     def _unlist(self, machine_id: str) -> None:
         slot = self._slots.pop(machine_id, None)
@@ -205,83 +208,140 @@ class MachineIndex:
 
 
 class ClassList(list):
-    """The sort keys of one zone and capacity class, ascending, and ``free``: row i holds the
-    free amounts of key i (the least_loaded resources), kept in step by ``add`` and ``remove``."""
+    """The sort keys of one zone and capacity class, ascending, and ``table``: column i holds
+    key i's first item, its negated load (row 0), and its free amounts (rows 1…, the least_loaded
+    resources), kept in step with the keys. ``weights``: the class's load weights (a key's load
+    is Σ free_r · weight_r). While the loads fit int64 (``by_load``), a key's place is found in
+    the load row (no tuple compares but among keys of equal load); its spare columns hold a
+    load above every key's."""
 
-    __slots__ = ("free",)
+    __slots__ = ("table", "weights", "by_load", "_loads", "_rows")
 
-    def __init__(self, width: int) -> None:
+    def __init__(self, width: int, weights: tuple[int, ...] | None = None, by_load: bool = False) -> None:
         super().__init__()
-        self.free = np.zeros((16, width), dtype=np.int64)
+        self.weights = weights if weights is not None else (0,) * width
+        self.by_load = by_load
+        self._grow(np.zeros((width + 1, 0), dtype=np.int64))
+
+    def _grow(self, table: np.ndarray) -> None:
+        """Take ``table`` with as many spare columns again as it has (16 at least)."""
+        grown = np.zeros((len(table), max(16, 2 * table.shape[1])), dtype=np.int64)
+        grown[:, :table.shape[1]] = table
+        grown[0, table.shape[1]:] = _SPARE if self.by_load else 0
+        self.table, self._loads, self._rows = grown, grown[0], tuple(grown)
+
+    @property
+    def free(self) -> np.ndarray:
+        """Row i: the free amounts of key i."""
+        return self.table[1:, :len(self)].T
+
+    def find(self, key: tuple, right: bool = False) -> int:
+        """Where ``key`` goes: ``bisect_left`` of the keys (``bisect_right`` if ``right``)."""
+        split = bisect.bisect_right if right else bisect.bisect_left
+        if not self.by_load:
+            return split(self, key)
+        first = key[0]
+        if not _LOWEST < first < _HIGHEST:
+            return 0 if first <= _LOWEST else len(self)
+        lo = int(self._loads.searchsorted(first))
+        if lo < len(self) and self[lo][0] == first:
+            return split(self, key, lo, int(self._loads.searchsorted(first, "right")))
+        return lo
+
+    def end_of_room(self, need: tuple[int, ...]) -> int:
+        """A position past which no key has room for ``need`` (its free amounts, the weights
+        being non-negative, would give a load of at least Σ need_r · weight_r)."""
+        return self.find((1 - sum(map(mul, need, self.weights)),))
 
     def add(self, key: SortKey, frees: tuple[int, ...]) -> None:
         """Insert ``key`` (not listed yet) in order, with its free amounts."""
-        j = bisect.bisect_left(self, key)
+        self._check_load(key)
+        j = self.find(key)
         n = len(self)
-        free = self.free
-        if n == len(free):
-            free = self.free = with_row(free, n, 0)
+        if n == self.table.shape[1]:
+            self._grow(self.table)
+        table = self.table
         if j < n:
-            free[j + 1:n + 1] = free[j:n]  # numpy copies overlapping slices safely
-        free[j] = frees
+            self._shift(j + 1, j, n - j)
+        table[:, j] = (key[0] if self.by_load else 0, *frees)
         self.insert(j, key)
 
     def move(self, old: SortKey, key: SortKey, frees: tuple[int, ...]) -> None:
-        """Replace listed ``old`` by ``key`` (shifting only the rows between their places)."""
-        j = bisect.bisect_left(self, old)
-        del self[j]
-        k = bisect.bisect_left(self, key)
-        self.insert(k, key)
-        free = self.free
+        """Replace listed ``old`` by ``key`` (shifting only the columns between their places)."""
+        self._check_load(key)
+        j = self.find(old)
+        k = self.find(key)
         if k > j:
-            free[j:k] = free[j + 1:k + 1]
+            k -= 1  # its place once ``old`` is out
+        del self[j]
+        self.insert(k, key)
+        table = self.table
+        if k > j:
+            self._shift(j, j + 1, k - j)
         elif k < j:
-            free[k + 1:j + 1] = free[k:j]
-        free[k] = frees
+            self._shift(k + 1, k, j - k)
+        table[:, k] = (key[0] if self.by_load else 0, *frees)
 
     def remove(self, key: SortKey) -> None:
         """Remove ``key`` (listed) and its free amounts."""
-        j = bisect.bisect_left(self, key)
+        j = self.find(key)
         del self[j]
         n = len(self)
+        table = self.table
         if j < n:
-            self.free[j:n] = self.free[j + 1:n + 1]
+            self._shift(j, j + 1, n - j)
+        if self.by_load:
+            table[0, n] = _SPARE
+
+    def _shift(self, to: int, start: int, count: int) -> None:
+        """Copy ``count`` columns from ``start`` to ``to`` (row by row: faster than one 2-D
+        copy of overlapping slices; numpy copies those safely)."""
+        for row in self._rows:
+            row[to:to + count] = row[start:start + count]
+
+    def _check_load(self, key: SortKey) -> None:
+        """Keys are found by bisect alone once a load does not fit the load row."""
+        if self.by_load and not _LOWEST < key[0] < _HIGHEST:
+            self.by_load = False
+            self.table[0] = 0
 
 
 class FreeColumns:
     """Every known machine's row: listed or not and, when listed, the free amounts of its key
-    (numpy columns), so a tally over all machines is a few vector compares."""
+    (``free[r, row]``: of least_loaded resource r), so a tally over all machines is a few
+    vector compares."""
 
     def __init__(self, width: int) -> None:
         self._slots: RowSlots[str] = RowSlots()
         self._row = self.row_of = self._slots.row  # machine id -> its row
         self.ids = self._slots.keys  # machine id of each row (None: spare)
-        self.free = np.zeros((64, width), dtype=np.int64)
+        self.free = np.zeros((width, 64), dtype=np.int64)
         self.listed = np.zeros(64, dtype=bool)
         self.known = np.zeros(64, dtype=bool)
-        self._rank: np.ndarray | None = None  # rows' ranks by machine id (None: stale)
+        self._by_id: np.ndarray | None = None  # the known rows in machine id order (None: stale)
         self.layout = 0  # changes whenever a machine takes or gives up its row
 
     def add(self, machine_id: str) -> None:
         if machine_id in self._slots:
             return
         row = self._slots.take(machine_id)
-        self.free = with_row(self.free, row, 0)
+        if row >= self.free.shape[1]:
+            self.free = np.concatenate((self.free, np.zeros_like(self.free)), axis=1)
         self.listed = with_row(self.listed, row, False)
         self.known = with_row(self.known, row, False)
         self.known[row] = True
-        self._rank = None
+        self._by_id = None
         self.layout += 1
 
     def drop(self, machine_id: str) -> None:
         row = self._slots.release(machine_id)
         self.known[row] = self.listed[row] = False
-        self._rank = None
+        self._by_id = None
         self.layout += 1
 
     def list(self, machine_id: str, frees: tuple[int, ...]) -> None:
         row = self._row[machine_id]
-        self.free[row] = frees
+        self.free[:, row] = frees
         self.listed[row] = True
 
     def unlist(self, machine_id: str) -> None:
@@ -290,12 +350,14 @@ class FreeColumns:
             self.listed[row] = False
 
     def smallest_id(self, mask: np.ndarray) -> str:
-        """The smallest machine id among the rows set in ``mask`` (not empty)."""
-        if self._rank is None:
-            live = [(machine_id, row) for row, machine_id in enumerate(self.ids) if machine_id is not None]
-            rank = np.full(len(self.known), len(live), dtype=np.int64)
-            for order, (_, row) in enumerate(sorted(live)):
-                rank[row] = order
-            self._rank = rank
-        rows = np.flatnonzero(mask)
-        return self.ids[int(rows[np.argmin(self._rank[rows])])]
+        """The smallest machine id among the rows set in ``mask`` (not empty): the first row
+        set in id order (the first few rows looked at first: a short count is usually large)."""
+        if self._by_id is None:
+            live = sorted((machine_id, row) for row, machine_id in enumerate(self.ids) if machine_id is not None)
+            self._by_id = np.array([row for _, row in live], dtype=np.int64)
+        head = self._by_id[:_HEAD]
+        hit = mask[head]
+        if not hit.any():
+            head = self._by_id
+            hit = mask[head]
+        return self.ids[int(head[np.argmax(hit)])]

@@ -20,7 +20,7 @@ Used only for chains it is exact for (``fast_chain``): the known monotone filter
 ranking stages [zone_spread], [least_loaded]; anything else takes the full scan.
 
 Vectorized: a list's machines with room for the request past the cursor are found with one
-compare over the list's free amounts (``ClassList.free``), only those go through the filters
+compare over the list's free amounts (``ClassList.table``), only those go through the filters
 (none: the cursor moves to the list's end, as the walk would). The job's hosts are found with
 one lookup in C; those short of the request (by their keys) fail resources_fit unchecked. The
 failure reason counts the machines short of a resource with a few vector compares over the
@@ -31,7 +31,6 @@ the chain.
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass
 from itertools import groupby, repeat
 from typing import Iterable, NamedTuple
@@ -51,11 +50,13 @@ from schedulers.plugins.resources_fit import ResourcesFit
 from schedulers.plugins.zone_spread import ZoneSpread
 from schedulers.placement_cache import HostMemo
 from schedulers.reservation import Reservations
+from schedulers.row_slots import sorted_distinct
 from schedulers.service_index import ClassList, FreeColumns, MachineIndex
 
 _MONOTONE_FILTERS = (MachineStateFilter, DifferentMachine, MaxPerMachine, ResourcesFit, Constraints)
 _PASS_UNPLACED = (MachineStateFilter, DifferentMachine, MaxPerMachine)  # pass listed machines without the job
 _FIT_ORDER = ("cpu", "memory", "disk")  # the order resources_fit checks the core resources in
+_FIRST_HITS = 16  # a list's machines with room usually pass at once: the rest are listed only if not
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +191,7 @@ class SpreadSearch:
         rows = hosts.rows
         room = columns.listed[rows]
         for column, amount in enumerate(self.index.frees_of(spec.request)):
-            room &= columns.free[rows, column] >= amount
+            room &= columns.free[column, rows] >= amount
         best = best_rank = None
         for row in rows[room].tolist():
             machine_id = columns.ids[row]
@@ -206,23 +207,53 @@ class SpreadSearch:
 
     def _first_fit(self, listed: ClassList, spec: Job, placed: dict[str, int]) -> Machine | None:
         """The list's first machine past the job's cursor with room for the request (one vector
-        compare over the list's free amounts), holding none of the job's tasks (by_machine) and
-        passing the filters; the cursor moves to the key before it (the list's end: none)."""
+        compare over the list's free amounts, up to the keys whose load is too low to hold it),
+        holding none of the job's tasks (by_machine) and passing the filters; the cursor moves
+        to the key before it (the list's end: none)."""
         cursor_key = (spec.id, id(listed))
         cursor = self._cursors.get(cursor_key)
-        i = 0 if cursor is None else bisect.bisect_right(listed, cursor)
+        i = 0 if cursor is None else listed.find(cursor, right=True)
         n = len(listed)
         if i >= n:
             return None
         need = self.index.frees_of(spec.request)
-        free = listed.free
-        room = free[i:n, 0] >= need[0]
-        for column in range(1, len(need)):
-            room &= free[i:n, column] >= need[column]
+        found, end = None, n
+        stop = listed.end_of_room(need)
+        if stop > i:
+            table = listed.table
+            room = table[1, i:stop] >= need[0]
+            for column in range(1, len(need)):
+                room &= table[1 + column, i:stop] >= need[column]
+            offset = self._first_with_room(listed, i, room, spec, placed)
+            if offset is not None:
+                end = i + offset
+                found = self.index.machines[listed[end][1]]
+        if end > i:
+            self._cursors[cursor_key] = listed[end - 1]
+        return found
+
+    def _first_with_room(self, listed: ClassList, i: int, room: np.ndarray, spec: Job,
+                         placed: dict[str, int]) -> int | None:
+        """``_first_passing`` of the offsets set in ``room``: the first alone (it usually
+        passes), then a few, then the rest."""
+        first = int(room.argmax())
+        if not room[first]:
+            return None
+        offset = self._first_passing(listed, i, (first,), spec, placed)
+        if offset is None:
+            hits = room.nonzero()[0]
+            offset = self._first_passing(listed, i, hits[1:_FIRST_HITS].tolist(), spec, placed)
+            if offset is None and len(hits) > _FIRST_HITS:
+                offset = self._first_passing(listed, i, hits[_FIRST_HITS:].tolist(), spec, placed)
+        return offset
+
+    def _first_passing(self, listed: ClassList, i: int, offsets: Iterable[int], spec: Job,
+                       placed: dict[str, int]) -> int | None:
+        """The first of ``offsets`` (past ``i``) whose machine holds none of the job's tasks
+        (by_machine) and passes the filters."""
         machines, free_of, filters = self.index.machines, self.reservations.free, self.pipeline.filters
         skip_hosts = self.by_machine
-        found, end = None, n
-        for offset in np.flatnonzero(room).tolist():
+        for offset in offsets:
             machine_id = listed[i + offset][1]
             here = placed.get(machine_id, 0)
             if here and skip_hosts:
@@ -233,11 +264,8 @@ class SpreadSearch:
                 if not f.fits(spec, machine, free, here).ok:
                     break
             else:
-                found, end = machine, i + offset
-                break
-        if end > i:
-            self._cursors[cursor_key] = listed[end - 1]
-        return found
+                return offset
+        return None
 
     def _reason(self, spec: Job, placement: JobPlacement, hosts: _Hosts | None) -> str:
         """Why nothing fits: every machine's first failing filter, tallied (as the full scan).
@@ -272,7 +300,7 @@ class SpreadSearch:
         listed = columns.listed[hosts.rows]
         heres = hosts.tasks
         blocked = []
-        for here in np.unique(heres[listed]).tolist():
+        for here in sorted_distinct(heres[listed]):
             at = listed & (heres == here)
             machine = machines[columns.ids[int(hosts.rows[np.argmax(at)])]]
             free = free_of(machine)
@@ -319,7 +347,7 @@ def _count_short(columns: FreeColumns, need: tuple[int, ...], blocked: np.ndarra
     least_loaded resource: ({index of the first short resource: (machines, the smallest id)},
     the ids of every other known machine but the blocked ones)."""
     n = len(columns.ids)
-    free = columns.free[:n]
+    free = columns.free[:, :n]
     remaining = columns.listed[:n].copy()
     counted = np.zeros(n, dtype=bool)
     if len(blocked):
@@ -327,7 +355,7 @@ def _count_short(columns: FreeColumns, need: tuple[int, ...], blocked: np.ndarra
         counted[blocked] = True
     short_of: dict[int, tuple[int, str]] = {}
     for first, amount in enumerate(need):
-        short = remaining & (free[:, first] < amount)
+        short = remaining & (free[first] < amount)
         count = int(np.count_nonzero(short))
         if count:
             short_of[first] = (count, columns.smallest_id(short))

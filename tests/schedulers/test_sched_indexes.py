@@ -7,6 +7,7 @@ exactly when they or the machines' zones and racks change)."""
 
 from __future__ import annotations
 
+import bisect
 import random
 
 import numpy as np
@@ -70,26 +71,31 @@ def test_every_reader_of_a_view_sees_every_change():
     assert second.take() == set() and first.take() == set()
 
 
-def test_class_list_keeps_free_amounts_in_step_with_its_keys():
+@pytest.mark.parametrize("by_load", [False, True], ids=["bisect", "by-load"])
+@pytest.mark.parametrize("loads", [10**6, 50, 2**70], ids=["spread", "many-ties", "too-large"])
+def test_class_list_keeps_free_amounts_in_step_with_its_keys(by_load, loads):
     rng = random.Random(3)
-    listed, keys = ClassList(2), []
+    listed, keys = ClassList(2, by_load=by_load), []
     for step in range(3000):
         roll = rng.random()
         if roll < 0.5 or not keys:
-            key = (-rng.randrange(10**6), f"m{step}", rng.randrange(100), rng.randrange(100))
+            key = (-rng.randrange(loads), f"m{step}", rng.randrange(100), rng.randrange(100))
             listed.add(key, key[2:])
             keys.append(key)
         elif roll < 0.7:
             listed.remove(keys.pop(rng.randrange(len(keys))))
         else:
             i = rng.randrange(len(keys))
-            new = (-rng.randrange(10**6), keys[i][1], rng.randrange(100), rng.randrange(100))
+            new = (-rng.randrange(loads), keys[i][1], rng.randrange(100), rng.randrange(100))
             listed.move(keys[i], new, new[2:])
             keys[i] = new
         if step % 250 == 0 or step == 2999:
             keys.sort()
             assert list(listed) == keys
             assert np.array_equal(listed.free[:len(keys)], np.array([k[2:] for k in keys]).reshape(-1, 2))
+            for probe in (rng.choice(keys), (-rng.randrange(loads),), (-rng.randrange(loads), "m5")):
+                assert listed.find(probe) == bisect.bisect_left(keys, probe)
+                assert listed.find(probe, right=True) == bisect.bisect_right(keys, probe)
 
 
 def service_job(view, name: str, rng: random.Random, **rules):
@@ -232,3 +238,44 @@ def test_the_placement_cache_counts_anew_on_a_view_without_changes():
     for _ in range(2):
         cache.placement(view, "j", None, lambda allocs, v, m: counted.append(1) or count_placement(allocs, v, m))
     assert len(counted) == 2
+
+
+def test_no_key_past_the_end_of_room_has_room():
+    rng = random.Random(5)
+    weights = (3, 7)
+    listed = ClassList(2, weights, by_load=True)
+    for i in range(400):
+        frees = (rng.randrange(50), rng.randrange(50))
+        listed.add((-sum(f * w for f, w in zip(frees, weights)), f"m{i}", *frees), frees)
+    for _ in range(300):
+        need = (rng.randrange(60), rng.randrange(60))
+        end = listed.end_of_room(need)
+        assert not any(k[2] >= need[0] and k[3] >= need[1] for k in listed[end:])
+        assert end == len(listed) or not any(k[0] == listed[end][0] for k in listed[:end])  # a whole load
+
+
+def test_sorted_distinct_is_np_unique():
+    from schedulers.row_slots import sorted_distinct
+    rng = np.random.default_rng(2)
+    for values in ([], [4], [1, 1, 1], rng.integers(0, 5, 50), rng.integers(0, 2, 7)):
+        values = np.asarray(values, dtype=np.int64)
+        assert sorted_distinct(values) == np.unique(values).tolist()
+
+
+def test_free_index_worth_examining_wraps_and_skips_only_short_up_machines():
+    rng = random.Random(4)
+    view = TrackingView([machine(f"m{i}", cpu=rng.choice([100, 400, 1000]), memory=rng.choice([100, 900]),
+                                 state=rng.choice([MachineState.UP, MachineState.UP, MachineState.DRAINING]))
+                         for i in range(30)])
+    ids = [f"m{i}" for i in rng.sample(range(32), 32)]  # m30, m31: gone
+    index = batch_module.FreeIndex(view, ids)
+    for _ in range(200):
+        request = Resources(rng.choice([50, 300, 900]), rng.choice([50, 500]), 0)
+        start, count = rng.randrange(len(ids)), rng.randint(1, len(ids))
+        want = []
+        for offset in range(count):
+            entry = view.machine(ids[(start + offset) % len(ids)])
+            m = entry.machine if entry else None
+            if m is None or m.state is not MachineState.UP or request.fits_in(m.free):
+                want.append(offset)
+        assert index.worth_examining(request, start, count) == want
