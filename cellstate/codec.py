@@ -36,7 +36,7 @@ from cellstate import codec_fields as fc
 from cellstate.codec_fields import CodecError
 from cellstate.codec_job_fast import (  # noqa: F401 (MAX_TASKS: API)
     CONSTRAINT_FIELDS, MAX_TASKS, NOT_A_TASK_STATE, RECORD_FIELDS, SPEC_FIELDS, TASK_CHARS, fast_record,
-    fast_spec, record_shape_ok,
+    fast_bare_spec, record_shape_ok,
 )
 from cellstate.codec_memo import codec_memo
 from cellstate.codec_resources import core_resources, encode_resources, resources_from_map  # noqa: F401 (API)
@@ -227,7 +227,7 @@ def validate_job(job: Job) -> None:
 def _bare_spec_from_map(key: str, d: dict) -> Job:
     d = dict(d)
     del d["v"], d["t"]
-    return fast_spec(d) or _spec_from_map(key, d)  # a trace's every submission: the common shape first
+    return fast_bare_spec(d) or _spec_from_map(key, d)  # a trace's every submission: the common shape first
 
 
 def _spec_from_map(key: str, d, prefix: str = "") -> Job:

@@ -10,7 +10,8 @@ gives the value or raises its precise ``CodecError``. So:
 - ``fast_record(d)`` returns exactly what ``codec._record_from_map`` returns (an equal
   ``JobRecord``, built without ``__init__``) for every map it accepts, and accepts only
   maps that the generic decoder accepts; ``fast_spec(d)`` likewise for a spec map
-  (``codec._spec_from_map``: job records' specs and a trace's bare specs);
+  (``codec._spec_from_map``: job records' specs and a trace's bare specs, the latter through
+  ``fast_bare_spec``, which also marks the spec as passing ``record_shape_ok``'s spec check);
 - ``record_shape_ok(r)`` is True only for records whose map form decodes back equal
   (exact types: ``str``, ``int``, ``float`` times, ``bool`` flags, enum members, tuples of
   ``Constraint``; core-only resources of non-negative ints; no ``-0.0``), so encoding them needs no
@@ -128,6 +129,17 @@ def fast_spec(d: dict) -> Job | None:
                 duration, gang, package, different, most)
 
 
+def fast_bare_spec(d: dict) -> Job | None:
+    """``fast_spec(d)``, with the Job it builds remembered as shape-checked when it passes
+    ``_spec_shape_ok`` (every field but a ``-0.0`` duration was checked while building it):
+    a trace's submission is encoded into its first record right after, and that encoding
+    then skips the spec's check."""
+    job = fast_spec(d)
+    if job is not None and _time_ok(job.duration_s):
+        _remember_checked(job)
+    return job
+
+
 def _fast_constraints(x) -> tuple[Constraint, ...] | None:
     if type(x) is not list:
         return None
@@ -166,9 +178,7 @@ def record_shape_ok(r) -> bool:
     if _CHECKED_SPECS.get(id(job)) is not job:
         if not _spec_shape_ok(job):
             return False
-        if len(_CHECKED_SPECS) >= _CHECKED_MAX:
-            _CHECKED_SPECS.clear()
-        _CHECKED_SPECS[id(job)] = job
+        _remember_checked(job)
     states = r.tasks
     if type(states) is not str or len(states) != r.job.tasks or states.translate(NOT_A_TASK_STATE):
         return False
@@ -184,6 +194,12 @@ def record_shape_ok(r) -> bool:
 # end or kill encodes a record of a spec encoded before. Cleared when full.
 _CHECKED_SPECS: dict[int, Job] = {}
 _CHECKED_MAX = 1 << 16
+
+
+def _remember_checked(job: Job) -> None:
+    if len(_CHECKED_SPECS) >= _CHECKED_MAX:
+        _CHECKED_SPECS.clear()
+    _CHECKED_SPECS[id(job)] = job
 
 
 def _time_ok(x) -> bool:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from strategies import job_records
 
-from cellstate import codec
+from cellstate import codec, codec_job_fast
 from cellstate.codec import CodecError, decode_job_record, encode_job_record
 from cellstate.codec_job_fast import fast_record, record_shape_ok
 from cellstate.model import Constraint, ConstraintOp, Job, JobKind, JobRecord
@@ -148,3 +148,15 @@ def test_a_bare_spec_decodes_as_the_generic_decoder(name):
     generic = outcome(lambda d: codec._spec_from_map("job", {k: v for k, v in d.items() if k not in "vt"}), spec)
     assert outcome(lambda d: codec.job_from_map("job", d), spec) == generic
     assert outcome(lambda r: codec.decode_job("job", r), msgpack.packb(spec)) == generic
+
+
+@pytest.mark.parametrize("duration", [None, 0, 5, 0.0, -0.0, 30.5])
+@pytest.mark.parametrize("name", [n for n, d in MAPS.items() if isinstance(d.get("spec"), dict)])
+def test_a_bare_spec_is_marked_checked_only_when_its_shape_passes(name, duration):
+    """``fast_bare_spec`` marks the Job it builds as shape-checked exactly when
+    ``_spec_shape_ok`` accepts it (so ``record_shape_ok`` answers as without the mark)."""
+    d = {**MAPS[name]["spec"], "duration_s": duration}
+    codec_job_fast._CHECKED_SPECS.clear()
+    job = codec_job_fast.fast_bare_spec(d)
+    marked = job is not None and codec_job_fast._CHECKED_SPECS.get(id(job)) is job
+    assert marked == (job is not None and codec_job_fast._spec_shape_ok(job))
