@@ -35,8 +35,8 @@ import msgpack
 from cellstate import codec_fields as fc
 from cellstate.codec_fields import CodecError
 from cellstate.codec_job_fast import (  # noqa: F401 (MAX_TASKS: API)
-    CONSTRAINT_FIELDS, MAX_TASKS, NOT_A_TASK_STATE, RECORD_FIELDS, SPEC_FIELDS, TASK_CHARS, fast_record,
-    fast_bare_spec, record_shape_ok,
+    CONSTRAINT_FIELDS, MAX_TASKS, NOT_A_TASK_STATE, RECORD_FIELDS, SPEC_FIELDS, TASK_CHARS, fast_bare_spec,
+    fast_record, record_shape_ok,
 )
 from cellstate.codec_memo import codec_memo
 from cellstate.codec_resources import core_resources, encode_resources, resources_from_map  # noqa: F401 (API)
