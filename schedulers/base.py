@@ -27,23 +27,25 @@ class Scheduler(Protocol):
 
 def checked_tasks(job: JobEntry, tasks: Sequence[int]) -> list[int]:
     """``tasks`` as a list after checking each is a distinct pending task of ``job``.
-    The usual answer (plain ints, distinct, all pending) is checked with set operations in C
-    (a big job lists thousands); anything else is checked task by task for the exact error."""
+    The usual answer (plain ints, distinct, in range, all pending) is checked with set
+    operations in C, the listed tasks' states read in C too (a big job lists thousands);
+    anything else is checked task by task for the exact error."""
     listed = list(tasks)
     record = job.record
     if not record.killed and _TYPES_INT >= set(map(type, listed)):
         distinct = set(listed)
         if len(distinct) == len(listed):
             states = record.tasks
-            if states.count("p") == len(states):
-                if not distinct or (min(distinct) >= 0 and max(distinct) < len(states)):
-                    return listed
-            elif distinct <= set(record.pending_tasks()):
+            if not distinct:
                 return listed
+            if min(distinct) >= 0 and max(distinct) < len(states):
+                if states.count("p") == len(states) or _PENDING >= set(map(states.__getitem__, distinct)):
+                    return listed
     return _checked_one_by_one(job, listed)
 
 
 _TYPES_INT = frozenset((int,))
+_PENDING = frozenset("p")
 
 
 def _checked_one_by_one(job: JobEntry, tasks: list[int]) -> list[int]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import repeat
-from operator import itemgetter
 from typing import Sequence
 
 from cellstate.model import Job, JobKind, Machine
@@ -140,8 +139,9 @@ class ServiceScheduler:
         reservations = Reservations(view, self._base_free, machines=self.index.machines, placements=self._placements)
         search = SpreadSearch(self.index, self.pipeline, self.chain, reservations, self._hosts)
         decisions = {job.id: Decision() for job, _ in checked}
+        alone = sorted(checked[0][1]) if len(checked) == 1 else None  # one job: its tasks in order
         try:
-            order = order_batch(checked)
+            order = zip(repeat(checked[0][0]), alone) if alone is not None else order_batch(checked)
             for at, (job, task) in enumerate(order):
                 decision = decisions[job.id]
                 spec = job.record.job
@@ -158,8 +158,8 @@ class ServiceScheduler:
                     for claim in decision.claims:
                         search.release(job.id, self.index.machines[claim.machine_id], claim.request)
                     decision.claims.clear()
-                if machine is None and len(checked) == 1:
-                    decision.unplaced.update(dict.fromkeys(map(itemgetter(1), order[at + 1:]), why))
+                if machine is None and alone is not None:
+                    decision.unplaced.update(dict.fromkeys(alone[at + 1:], why))
                     break
         finally:
             search.restore()

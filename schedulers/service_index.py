@@ -154,7 +154,8 @@ class MachineIndex:
             self._unlist(machine.id)
             return 0
         known = self._class.get(machine.id)
-        if known is None or known[0] != machine.capacity or known[1] != machine.zone:
+        if known is None or (known[0] is not machine.capacity and known[0] != machine.capacity) \
+                or known[1] != machine.zone:
             known = self._class[machine.id] = self._class_of(machine)
         _, _, listed, weights = known
         frees = self.frees_of(free)
@@ -251,7 +252,10 @@ class ClassList(list):
     def end_of_room(self, need: tuple[int, ...]) -> int:
         """A position past which no key has room for ``need`` (its free amounts, the weights
         being non-negative, would give a load of at least Σ need_r · weight_r)."""
-        return self.find((1 - sum(map(mul, need, self.weights)),))
+        first = 1 - sum(map(mul, need, self.weights))
+        if self.by_load and _LOWEST < first < _HIGHEST:  # a 1-tuple sorts before keys of its load
+            return int(self._loads.searchsorted(first))
+        return self.find((first,))
 
     def add(self, key: SortKey, frees: tuple[int, ...]) -> None:
         """Insert ``key`` (not listed yet) in order, with its free amounts."""

@@ -37,6 +37,8 @@ def test_checked_tasks_accepts_distinct_pending_tasks_in_their_order():
     ([True], "task index True out of range"),
     ([0.0], "task index 0.0 out of range"),
     ([0, 1], r"task 1 is not pending \(state 'a'\)"),
+    ([1], r"task 1 is not pending \(state 'a'\)"),
+    ([3, 1, 2], r"task 1 is not pending \(state 'a'\)"),
     ([2, 0, 2], "task 2 listed twice"),
 ])
 def test_checked_tasks_names_the_first_bad_task(tasks, message):
