@@ -126,24 +126,25 @@ def _job_id(key, d):
     return fc.ident(key, "job", d["job"])
 
 
-def _task_end(k: str, d: dict, t: float) -> TaskEnd:
-    job, task, status = d["job"], d["task"], d["status"]
-    # straight-line checks (the validators only to raise, in the order they ran): most
-    # events are task ends
+def _check_task(k: str, job, task) -> None:
+    """Straight-line checks of a task event's job id and task index (the validators only to
+    raise, in the order they ran): most events are task ends."""
     if type(job) is not str or not job or "/" in job:
         fc.ident(k, "job", job)
     if type(task) is not int or task < 0:
         fc.integer(k, "task", task)
+
+
+def _task_end(k: str, d: dict, t: float) -> TaskEnd:
+    job, task, status = d["job"], d["task"], d["status"]
+    _check_task(k, job, task)
     member = _STATUSES.get(status) if type(status) is str else None
     return _TASK_END(t, job, task, fc.member(k, "status", status, _STATUSES) if member is None else member)
 
 
 def _task_placed(k: str, d: dict, t: float) -> TaskPlaced:
     job, task, machine = d["job"], d["task"], d["machine"]
-    if type(job) is not str or not job or "/" in job:
-        fc.ident(k, "job", job)
-    if type(task) is not int or task < 0:
-        fc.integer(k, "task", task)
+    _check_task(k, job, task)
     if type(machine) is not str or not machine or "/" in machine:
         fc.ident(k, "machine", machine)
     return _TASK_PLACED(t, job, task, machine)
@@ -168,8 +169,7 @@ _DECODERS = {
     "task_placed": (("job", "task", "machine"), _task_placed),
     "job_kill": (("job",), lambda k, d, t: JobKill(t, _job_id(k, d))),
 }
-# type tag -> (payload fields, builder, every field of the record)
-_DECODERS = {kind: (payload, build, frozenset(("type", "t") + payload)) for kind, (payload, build) in _DECODERS.items()}
+_FIELDS = {kind: frozenset(("type", "t") + payload) for kind, (payload, _) in _DECODERS.items()}
 
 
 def event_from_record(key: str, d, version: int = FORMAT_VERSION) -> TraceEvent:
@@ -181,7 +181,8 @@ def event_from_record(key: str, d, version: int = FORMAT_VERSION) -> TraceEvent:
     entry = _DECODERS.get(kind) if type(kind) is str and (version > 1 or kind in _V1_TYPES) else None
     if entry is None:
         raise fc.expected(key, "type", "an event type (" + ", ".join(_DECODERS) + ")", kind)
-    payload, build, fields = entry
+    payload, build = entry
+    fields = _FIELDS[kind]
     if len(d) != len(fields) or not fields.issuperset(d):  # else exactly the fields: nothing to report
         fc.require(key, "", d, ("t",) + payload)
         fc.no_unknown(key, "", d, fields)
@@ -310,13 +311,7 @@ class TraceReader:
         return self
 
     def __next__(self) -> TraceEvent:
-        """The next event (``_next_record`` inline: one pass per event of a replay)."""
-        if self._file is None:
-            raise StopIteration
-        record = next(self._records, _EOF)
-        if record is _EOF:
-            self._truncated()
-        self.index += 1
+        record = self._next_record()
         if type(record) is dict and record.get("type") == "end":
             self._check_end(record)
             self.close()
@@ -344,13 +339,10 @@ class TraceReader:
             raise StopIteration
         record = next(self._records, _EOF)
         if record is _EOF:
-            self._truncated()
+            self.close()
+            raise TraceError(f"trace {self.name}: truncated after record {self.index} (no end record)")
         self.index += 1
         return record
-
-    def _truncated(self):
-        self.close()
-        raise TraceError(f"trace {self.name}: truncated after record {self.index} (no end record)")
 
     def _unpacked(self):
         """Records as msgpack objects; TraceError for bytes that are not msgpack."""
