@@ -32,7 +32,6 @@ from tools.fauxmaster.clock import EventCore
 AGENT = "fauxmaster"
 # entries of the cell's own reads (one of each per task end), built without __init__
 _JOB_ENTRY, _MACHINE_ENTRY = builder(JobEntry), builder(MachineEntry)
-_MACHINE = builder(Machine)
 
 
 @dataclass(slots=True)
@@ -95,14 +94,6 @@ class CellCounters:
         self.skipped[why] = self.skipped.get(why, 0) + 1
 
 
-def _with_writer(m: Machine, writer: str) -> Machine:
-    """``replace(m, writer=writer)`` (without ``__init__`` for a plain ``Machine``)."""
-    if type(m) is not Machine:
-        return replace(m, writer=writer)
-    return _MACHINE(m.id, m.capacity, m.zone, m.rack, m.platform, m.packages, m.labels, m.state, m.allocated,
-                    m.task_count, writer)
-
-
 class ObservedCommitter(StoreCommitter):
     """A ``StoreCommitter`` that tells the cell about every committed claim."""
 
@@ -130,9 +121,6 @@ class SimCell:
         self.submitted_at: dict[str, float] = {}
         # the schedulers' replicas decode each value once (a memory store shares the bytes);
         # the cell's own reads of a task's alloc, job and machine share those decodes too
-        # key prefixes of the hot reads (``CellKeys.alloc`` etc. build the prefix per call)
-        self._alloc_prefix, self._job_prefix, self._machine_prefix = (
-            keys.kind_prefix("allocs"), keys.kind_prefix("jobs"), keys.kind_prefix("machines"))
         self.decodes = SharedDecodes() if isinstance(store, MemoryStore) else None
         share = self.decodes.decoder if self.decodes is not None else (lambda decode: decode)
         self._decode_alloc, self._decode_job, self._decode_machine = (
@@ -151,7 +139,7 @@ class SimCell:
             if machine.id in self.usage.machines:
                 self.counters.skip("machine_add of a machine already up")
             else:
-                fresh.append(_with_writer(machine, AGENT))
+                fresh.append(replace(machine, writer=AGENT))
         step = max(1, self.store.max_txn_ops)
         for i in range(0, len(fresh), step):
             chunk = fresh[i:i + step]
@@ -254,11 +242,11 @@ class SimCell:
         per_txn = finish_batch_limit(self.store.max_txn_ops)
         ended = 0
         for _ in range(3 + len(left) // per_txn):
-            job = self._job(job_id)
-            if job is None:
-                return ended
             allocs, machines = self._live_allocs(job_id, left, per_txn)
             if not allocs:
+                return ended
+            job = self._job(job_id)
+            if job is None:
                 return ended
             if self.store.txn(*finish_task_ops(self.keys, job, allocs, machines, AGENT)).succeeded:
                 for alloc in allocs:
@@ -276,7 +264,7 @@ class SimCell:
         """Up to ``limit`` allocs of the tasks in ``left`` still placed as wanted, and their
         machines' entries; the tasks found without (such) an alloc are dropped from ``left``."""
         get, decode_alloc = self.store.get, self._decode_alloc
-        alloc_prefix, machine_prefix = f"{self._alloc_prefix}{job_id}/", self._machine_prefix
+        alloc_prefix, machine_key = self.keys.job_allocs(job_id), self.keys.machine
         allocs: list[Alloc] = []
         machines: dict[str, MachineEntry] = {}
         gone = []
@@ -288,7 +276,7 @@ class SimCell:
                 continue
             machine_id = alloc.machine_id
             if machine_id not in machines:
-                machine_kv = get(machine_prefix + machine_id)
+                machine_kv = get(machine_key(machine_id))
                 if machine_kv is None:
                     gone.append(task)
                     continue
@@ -307,10 +295,10 @@ class SimCell:
 
     def trace_task_end(self, job_id: str, task: int) -> None:
         """A recorded task end: end the task if the replay has it placed (most recorded ends
-        are of tasks the replay has not placed: those cost one read)."""
-        if self.store.get(f"{self._alloc_prefix}{job_id}/{task}") is None or not self.end_task(job_id, task):
+        are of tasks the replay has not placed: those cost one read, of the alloc)."""
+        if not self.end_task(job_id, task):
             self.counters.trace_ends_of_unplaced_tasks += 1
 
     def _job(self, job_id: str) -> JobEntry | None:
-        kv = self.store.get(self._job_prefix + job_id)
+        kv = self.store.get(self.keys.job(job_id))
         return None if kv is None else _JOB_ENTRY(self._decode_job(kv.key, kv.value), kv.mod_revision)
