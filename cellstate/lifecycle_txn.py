@@ -31,7 +31,7 @@ from omega.protocols import JobEntry, MachineEntry
 
 _LIVE = (TaskState.PLACED.value, TaskState.RUNNING.value)
 # built without __init__ (cellstate.fastbuild)
-_MACHINE, _RECORD, _RESOURCES = builder(Machine), builder(JobRecord), builder(Resources)
+_RECORD, _RESOURCES = builder(JobRecord), builder(Resources)
 # The ops of a task end, built without __init__ as well (one txn per task end in a replay).
 _PUT, _DELETE, _GET, _COMPARE = builder(Put), builder(Delete), builder(Get), builder(Compare)
 _MOD, _EQ = CompareTarget.MOD, CompareOp.EQ
@@ -118,19 +118,12 @@ def finish_task_ops(keys: CellKeys, job: JobEntry, allocs: Sequence[Alloc],
         key = keys.machine(machine_id)
         compares.append(_COMPARE(key, _MOD, _EQ, machines[machine_id].mod_revision))  # mod_revision_is
         failure.append(_GET(key, False))
-        success.append(_PUT(key, pack_machine(_ledger_of(machines[machine_id].machine, allocated, count, writer)), 0))
+        success.append(_PUT(key, pack_machine(machines[machine_id].machine.with_ledger(allocated, count, writer)), 0))
     job_key = keys.job(job.id)
     compares.append(_COMPARE(job_key, _MOD, _EQ, job.mod_revision))
     failure.append(_GET(job_key, False))
     success.append(_PUT(job_key, encode_job_record(_with_states(record, tasks, TaskState.FINISHED.value)), 0))
     return TxnOps(compares, success, failure)
-
-
-def _ledger_of(m: Machine, allocated: Resources, task_count: int, writer: str) -> Machine:
-    """``m`` with this ledger and ``writer``, built without dataclass ``replace`` (a task end's
-    txn builds one per end)."""
-    return _MACHINE(m.id, m.capacity, m.zone, m.rack, m.platform, m.packages, m.labels, m.state, allocated,
-                    task_count, writer)
 
 
 def _with_states(record: JobRecord, indices: Sequence[int], char: str) -> JobRecord:

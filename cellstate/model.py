@@ -109,12 +109,14 @@ class Machine:
         """This machine with ``tasks`` tasks removed from its ledger."""
         return self.with_ledger(self.allocated - request, self.task_count - tasks)
 
-    def with_ledger(self, allocated: Resources, task_count: int) -> Machine:
-        """``replace(self, allocated=…, task_count=…)``, built without ``__init__``."""
+    def with_ledger(self, allocated: Resources, task_count: int, writer: str | None = None) -> Machine:
+        """``replace(self, allocated=…, task_count=…[, writer=…])`` (the writer kept when None),
+        built without ``__init__``."""
+        writer = self.writer if writer is None else writer
         if type(self) is not Machine:
-            return replace(self, allocated=allocated, task_count=task_count)
+            return replace(self, allocated=allocated, task_count=task_count, writer=writer)
         return _MACHINE(self.id, self.capacity, self.zone, self.rack, self.platform, self.packages, self.labels,
-                        self.state, allocated, task_count, self.writer)
+                        self.state, allocated, task_count, writer)
 
 
 @dataclass(frozen=True, slots=True)

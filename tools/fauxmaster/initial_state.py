@@ -48,7 +48,7 @@ def place_recorded(cell, placements: list[TaskPlaced]) -> None:
 
 
 _PLACED, _PENDING = ord("a"), ord("p")
-_ALLOC, _RESOURCES, _MACHINE = builder(Alloc), builder(Resources), builder(Machine)  # without __init__
+_ALLOC, _RESOURCES = builder(Alloc), builder(Resources)  # without __init__
 _JOB_ID = attrgetter("job_id")
 _UNREAD = object()
 
@@ -144,10 +144,7 @@ class _Placer:
         for machine_id, count in Counter(map(_MACHINE_ID, self.allocs)).items():
             m = self.machines[machine_id]
             allocated, tasks = m.capacity - self.room[machine_id], m.task_count + count
-            ledgers[machine_id] = (
-                _MACHINE(m.id, m.capacity, m.zone, m.rack, m.platform, m.packages, m.labels, m.state, allocated,
-                         tasks, RECORDED_BY) if type(m) is Machine
-                else replace(m, allocated=allocated, task_count=tasks, writer=RECORDED_BY))
+            ledgers[machine_id] = m.with_ledger(allocated, tasks, RECORDED_BY)
         return ledgers
 
 
@@ -170,8 +167,7 @@ def _write(cell, ledgers: dict[str, Machine], jobs: dict[str, JobRecord | None],
     placed_jobs = {a.job_id for a in allocs}
     keys = cell.keys
     ops = [_PUT(keys.machine(m), pack_machine(ledgers[m]), 0) for m in sorted(ledgers)]
-    prefix = keys.kind_prefix("allocs")  # + job/task: ``keys.alloc``
-    ops += [_PUT(f"{prefix}{a.job_id}/{a.task_index}", raw, 0) for a, raw in zip(allocs, _packed_allocs(allocs))]
+    ops += [_PUT(keys.alloc(a.job_id, a.task_index), raw, 0) for a, raw in zip(allocs, _packed_allocs(allocs))]
     for job_id in sorted(placed_jobs):
         record = jobs[job_id]
         if "p" not in record.tasks:
@@ -215,9 +211,7 @@ def _packed_allocs(allocs: list[Alloc]) -> list[bytes]:
         if template is None or entry is None or type(task) is not int or task < 0:
             out.append(pack_alloc(a))
             continue
-        first = template[0]  # the other fields must be the very objects of the job's first alloc
-        if not (a.resources is first.resources and a.priority is first.priority and a.scheduler is first.scheduler
-                and a.placed_at is first.placed_at and a.running is first.running):
+        if not _same_rest(a, template[0]):
             out.append(pack_alloc(a))
             continue
         packed = packed_tasks.get(task)
@@ -236,6 +230,12 @@ def _template(raw: bytes, a: Alloc) -> tuple[Alloc, bytes, bytes] | None:
     if at < 0 or raw.find(pair, at + 1) >= 0:
         return None
     return a, raw[:at] + _TASK_KEY, raw[at + len(pair):]
+
+
+def _same_rest(a: Alloc, first: Alloc) -> bool:
+    """``a``'s fields other than task and machine are the very objects of ``first``'s."""
+    return (a.resources is first.resources and a.priority is first.priority and a.scheduler is first.scheduler
+            and a.placed_at is first.placed_at and a.running is first.running)
 
 
 def _follow(cell, jobs: dict[str, JobRecord | None], allocs: list[Alloc], machines: dict[str, Machine | None],
