@@ -1,4 +1,4 @@
-"""Straight-line fast paths of the job-record codec (``cellstate.codec``), for the common shape.
+"""Straight-line fast paths of the job-record codec (``cellstate.codec_job``), for the common shape.
 
 Every write of a job record (a commit, a task end, a submission) encodes one, and every
 replica decodes it: the generic path validates field by field through ``codec_fields``,
@@ -7,18 +7,19 @@ and compares. Here one pass of exact type and range checks accepts the common sh
 returns ``None`` for anything else, and the codec then takes its generic path, which
 gives the value or raises its precise ``CodecError``. So:
 
-- ``fast_record(d)`` returns exactly what ``codec._record_from_map`` returns (an equal
+- ``fast_record(d)`` returns exactly what ``codec_job._record_from_map`` returns (an equal
   ``JobRecord``, built without ``__init__``) for every map it accepts, and accepts only
   maps that the generic decoder accepts; ``fast_spec(d)`` likewise for a spec map
-  (``codec._spec_from_map``: job records' specs and a trace's bare specs, the latter through
-  ``fast_bare_spec``, which also marks the spec as passing ``record_shape_ok``'s spec check);
-- ``record_shape_ok(r)`` is True only for records whose map form decodes back equal
+  (``codec_job._spec_from_map``: job records' specs and a trace's bare specs, the latter through
+  ``fast_bare_spec``, which also marks the spec as of the common shape);
+- ``shaped_spec_map(job, …)`` and ``record_fields_ok(r)`` accept only records whose map form
+  decodes back equal
   (exact types: ``str``, ``int``, ``float`` times, ``bool`` flags, enum members, tuples of
   ``Constraint``; core-only resources of non-negative ints; no ``-0.0``), so encoding them needs no
   decode-back to be as safe as the generic encoder. The bytes are the same either way
   (``_record_map`` builds the map in both).
 
-Nothing here imports ``cellstate.codec`` (it imports this module).
+Nothing here imports ``cellstate.codec_job`` (it imports this module).
 """
 
 from __future__ import annotations
@@ -133,10 +134,10 @@ def fast_bare_spec(d: dict) -> Job | None:
     """``fast_spec(d)``, with the Job it builds remembered as shape-checked when it passes
     ``_spec_shape_ok`` (every field but a ``-0.0`` duration was checked while building it):
     a trace's submission is encoded into its first record right after, and that encoding
-    then skips the spec's check."""
+    then skips the spec's check (``shaped_spec_map``)."""
     job = fast_spec(d)
     if job is not None and _time_ok(job.duration_s):
-        _remember_checked(job)
+        _remember_shaped(job, None)
     return job
 
 
@@ -169,16 +170,25 @@ def _values_fit(op: ConstraintOp, values) -> bool:
 # ------------------------------------------------------------------------------ encode
 
 
-def record_shape_ok(r) -> bool:
-    """True when ``r`` is a JobRecord whose map form provably decodes back equal (see the
-    module docstring); False says nothing (the generic encoder decides)."""
-    if type(r) is not JobRecord:
-        return False
-    job = r.job
-    if _CHECKED_SPECS.get(id(job)) is not job:
-        if not _spec_shape_ok(job):
-            return False
-        _remember_checked(job)
+def shaped_spec_map(job, to_map) -> dict | None:
+    """``to_map(job)`` when ``job`` is a spec of the common shape (``_spec_shape_ok``: its map
+    form provably decodes back equal), remembered by the spec's identity; None otherwise (the
+    generic encoder decides). The records of one job share its spec, and a task end or kill
+    encodes a record of a spec encoded before; the map is only read, by the packer."""
+    held = _SHAPED_SPECS.get(id(job))
+    if held is not None and held[0] is job:
+        if held[1] is not None:
+            return held[1]
+    elif not _spec_shape_ok(job):
+        return None
+    d = to_map(job)
+    _remember_shaped(job, d)
+    return d
+
+
+def record_fields_ok(r: JobRecord) -> bool:
+    """True when the fields of ``r`` beside its spec are of the common shape (see the module
+    docstring); False says nothing (the generic encoder decides)."""
     states = r.tasks
     if type(states) is not str or len(states) != r.job.tasks or states.translate(NOT_A_TASK_STATE):
         return False
@@ -189,17 +199,17 @@ def record_shape_ok(r) -> bool:
     return _time_ok(r.first_attempt_at) and _time_ok(r.placed_at)
 
 
-# Specs that passed ``_spec_shape_ok``, by identity (each entry holds its Job, so its id is not
-# reused while it is here; a Job is frozen): the records of one job share its spec, and a task
-# end or kill encodes a record of a spec encoded before. Cleared when full.
-_CHECKED_SPECS: dict[int, Job] = {}
-_CHECKED_MAX = 1 << 16
+# Specs that passed ``_spec_shape_ok`` by identity, with their map form once an encode asked
+# for it (each entry holds its Job, so its id is not reused while it is here; a Job is frozen).
+# Cleared when full.
+_SHAPED_SPECS: dict[int, tuple[Job, dict | None]] = {}
+_SHAPED_MAX = 1 << 16
 
 
-def _remember_checked(job: Job) -> None:
-    if len(_CHECKED_SPECS) >= _CHECKED_MAX:
-        _CHECKED_SPECS.clear()
-    _CHECKED_SPECS[id(job)] = job
+def _remember_shaped(job: Job, spec_map: dict | None) -> None:
+    if len(_SHAPED_SPECS) >= _SHAPED_MAX:
+        _SHAPED_SPECS.clear()
+    _SHAPED_SPECS[id(job)] = (job, spec_map)
 
 
 def _time_ok(x) -> bool:

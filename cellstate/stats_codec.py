@@ -19,7 +19,7 @@ equal, so whatever is written decodes.
 from __future__ import annotations
 
 from cellstate import codec_fields as fc
-from cellstate.codec import SCHEMA_VERSION, _encode, _unpack
+from cellstate.codec_envelope import SCHEMA_VERSION, encode, unpack
 from cellstate.codec_fields import CodecError
 from omega.stats import (
     HOT_MACHINES_MAX, RECENT_CONFLICTS_MAX, STATS_KINDS, ConflictNote, HotMachine, SchedulerStats,
@@ -43,12 +43,12 @@ _KINDS = {k: k for k in STATS_KINDS}
 
 def encode_stats(stats: SchedulerStats) -> bytes:
     """Msgpack bytes of a scheduler's stats; CodecError if they would not decode back equal."""
-    return _encode(f"stats {getattr(stats, 'name', '?')}", stats, _stats_map, _stats_from_map)
+    return encode(f"stats {getattr(stats, 'name', '?')}", stats, _stats_map, _stats_from_map)
 
 
 def decode_stats(key: str, raw: bytes) -> SchedulerStats:
     """The SchedulerStats stored under ``key``; CodecError naming key and field otherwise."""
-    return _stats_from_map(key, _unpack(key, raw, "stats"))
+    return _stats_from_map(key, unpack(key, raw, "stats"))
 
 
 # ---------------------------------------------------------------------- encoding

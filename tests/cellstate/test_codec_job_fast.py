@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from strategies import job_records
 
-from cellstate import codec, codec_job_fast
+from cellstate import codec, codec_envelope, codec_job, codec_job_fast
 from cellstate.codec import CodecError, decode_job_record, encode_job_record
-from cellstate.codec_job_fast import fast_record, record_shape_ok
+from cellstate.codec_job_fast import fast_record
 from cellstate.model import Constraint, ConstraintOp, Job, JobKind, JobRecord
 from cellstate.resources import Resources
 
@@ -22,9 +22,13 @@ REC = JobRecord(SPEC, "paf", 1.5, "1 task: nothing fits", False, 2.0, None)
 
 
 def generic_encode(r) -> bytes:
-    return codec._encode("job " + getattr(getattr(r, "job", None), "id", "?"), r, codec._record_map,
-                         codec._record_from_map)
+    return codec_envelope.encode("job " + getattr(getattr(r, "job", None), "id", "?"), r, codec_job._record_map,
+                         codec_job._record_from_map)
 
+
+def shape_ok(r) -> bool:
+    """Whether ``encode_job_record`` packs ``r`` without the decode-back (the common shape)."""
+    return codec_job._common_spec_map(r) is not None
 
 def outcome(fn, value):
     """The result with its repr (types show: 5 vs 5.0), or the error message."""
@@ -72,12 +76,12 @@ def test_generated_records_encode_and_decode_as_the_generic_paths(record):
     raw = encode_job_record(record)
     assert raw == generic_encode(record)
     d = msgpack.unpackb(raw)
-    assert outcome(lambda m: decode_job_record("k", raw), d) == outcome(lambda m: codec._record_from_map("k", m), d)
+    assert outcome(lambda m: decode_job_record("k", raw), d) == outcome(lambda m: codec_job._record_from_map("k", m), d)
 
 
 def test_the_common_shapes_take_the_fast_paths():
-    assert record_shape_ok(REC) and record_shape_ok(RECORDS["bare"])
-    assert not record_shape_ok(RECORDS["int-submitted"])  # the generic encoder decides
+    assert shape_ok(REC) and shape_ok(RECORDS["bare"])
+    assert not shape_ok(RECORDS["int-submitted"])  # the generic encoder decides
     assert fast_record(msgpack.unpackb(encode_job_record(REC))) == REC
 
 
@@ -135,7 +139,7 @@ MAPS = {
 @pytest.mark.parametrize("name", list(MAPS), ids=list(MAPS))
 def test_decode_job_record_is_the_generic_decoder(name):
     raw = msgpack.packb(MAPS[name])
-    generic = outcome(lambda d: codec._record_from_map("jobs/j1", d), MAPS[name])
+    generic = outcome(lambda d: codec_job._record_from_map("jobs/j1", d), MAPS[name])
     assert outcome(lambda r: decode_job_record("jobs/j1", r), raw) == generic
     if isinstance(generic, str):
         assert fast_record(MAPS[name]) is None  # only the generic path reports errors
@@ -145,7 +149,7 @@ def test_decode_job_record_is_the_generic_decoder(name):
 def test_a_bare_spec_decodes_as_the_generic_decoder(name):
     """``job_from_map`` (a trace's submissions) tries ``fast_spec`` first: same Job, same errors."""
     spec = {"v": codec.SCHEMA_VERSION, "t": "spec", **MAPS[name]["spec"]}
-    generic = outcome(lambda d: codec._spec_from_map("job", {k: v for k, v in d.items() if k not in "vt"}), spec)
+    generic = outcome(lambda d: codec_job._spec_from_map("job", {k: v for k, v in d.items() if k not in "vt"}), spec)
     assert outcome(lambda d: codec.job_from_map("job", d), spec) == generic
     assert outcome(lambda r: codec.decode_job("job", r), msgpack.packb(spec)) == generic
 
@@ -154,9 +158,9 @@ def test_a_bare_spec_decodes_as_the_generic_decoder(name):
 @pytest.mark.parametrize("name", [n for n, d in MAPS.items() if isinstance(d.get("spec"), dict)])
 def test_a_bare_spec_is_marked_checked_only_when_its_shape_passes(name, duration):
     """``fast_bare_spec`` marks the Job it builds as shape-checked exactly when
-    ``_spec_shape_ok`` accepts it (so ``record_shape_ok`` answers as without the mark)."""
+    ``_spec_shape_ok`` accepts it (so ``shape_ok`` answers as without the mark)."""
     d = {**MAPS[name]["spec"], "duration_s": duration}
-    codec_job_fast._CHECKED_SPECS.clear()
+    codec_job_fast._SHAPED_SPECS.clear()
     job = codec_job_fast.fast_bare_spec(d)
-    marked = job is not None and codec_job_fast._CHECKED_SPECS.get(id(job)) is job
+    marked = job is not None and codec_job_fast._SHAPED_SPECS.get(id(job), (None,))[0] is job
     assert marked == (job is not None and codec_job_fast._spec_shape_ok(job))

@@ -1,4 +1,4 @@
-"""``encode_job_record``'s common-shape path (``codec_job_fast.record_shape_ok``: field checks
+"""``encode_job_record``'s common-shape path (``codec_job._common_spec_map``: field checks
 instead of the decode-back): the same bytes as the generic path for every valid record, and the
 same CodecError for every invalid one (it falls back to the generic path when unsure)."""
 
@@ -10,9 +10,8 @@ import pytest
 from hypothesis import given
 from strategies import job_records
 
-from cellstate import codec, codec_job_fast
+from cellstate import codec_envelope, codec_job, codec_job_fast
 from cellstate.codec import RECORD_MEMO, CodecError, decode_job_record, encode_job_record
-from cellstate.codec_job_fast import record_shape_ok
 from cellstate.codec_memo import wake_codec_memos
 from cellstate.model import Constraint, ConstraintOp, Job, JobKind, JobRecord
 from cellstate.resources import Resources
@@ -70,8 +69,12 @@ RECORDS = {
 def generic(record) -> bytes:
     """The generic path: the map, packed, decoded back and compared."""
     job_id = getattr(getattr(record, "job", None), "id", "?")
-    return codec._encode(f"job {job_id}", record, codec._record_map, codec._record_from_map)
+    return codec_envelope.encode(f"job {job_id}", record, codec_job._record_map, codec_job._record_from_map)
 
+
+def shape_ok(r) -> bool:
+    """Whether ``encode_job_record`` packs ``r`` without the decode-back (the common shape)."""
+    return codec_job._common_spec_map(r) is not None
 
 def outcome(encode, value):
     """The bytes, or the error message."""
@@ -97,7 +100,7 @@ def test_generated_records_encode_as_the_generic_path(record):
     ("kind-as-text", False),
 ], ids=lambda x: str(x))
 def test_the_common_shapes_skip_the_decode_back(name, trusted):
-    assert record_shape_ok(RECORDS[name]) is trusted
+    assert shape_ok(RECORDS[name]) is trusted
 
 
 def test_a_packed_record_decodes_to_itself_from_its_bytes():
@@ -115,8 +118,8 @@ def test_a_negative_zero_time_is_not_remembered():
 
 def test_a_checked_spec_is_remembered_only_when_it_passed():
     good, bad = RECORDS["service"], RECORDS["slash-id"]
-    assert [record_shape_ok(good) for _ in range(2)] == [True, True]
-    assert codec_job_fast._CHECKED_SPECS.get(id(good.job)) is good.job
-    assert [record_shape_ok(bad) for _ in range(2)] == [False, False]
-    assert id(bad.job) not in codec_job_fast._CHECKED_SPECS
-    assert record_shape_ok(replace(good, tasks="z" * good.job.tasks)) is False  # the rest still checked
+    assert [shape_ok(good) for _ in range(2)] == [True, True]
+    assert codec_job_fast._SHAPED_SPECS[id(good.job)][0] is good.job
+    assert [shape_ok(bad) for _ in range(2)] == [False, False]
+    assert id(bad.job) not in codec_job_fast._SHAPED_SPECS
+    assert shape_ok(replace(good, tasks="z" * good.job.tasks)) is False  # the rest still checked
