@@ -91,11 +91,13 @@ def finish_task_ops(keys: CellKeys, job: JobEntry, allocs: Sequence[Alloc],
     record = job.record
     ledgers: dict[str, tuple[Resources, int]] = {}  # machine → (allocated, tasks) after the releases
     tasks: list[int] = []
+    seen: set[int] = set()
     deletes: list[Op] = []
     for alloc in allocs:
         _check_alloc_of(record, alloc, "finish", _LIVE)
-        if alloc.task_index in tasks:
+        if alloc.task_index in seen:
             raise ValueError(f"finish of job {job.id!r}: task {alloc.task_index} given twice")
+        seen.add(alloc.task_index)
         entry = machines.get(alloc.machine_id)
         if entry is None:
             raise ValueError(f"finish of {alloc.job_id}/{alloc.task_index}: no ledger of machine "

@@ -181,6 +181,7 @@ def _bad_calls():
         ("start-twice", lambda: start_task_ops(keys, job, [alloc, alloc]), "given twice"),
         ("start-nothing", lambda: start_task_ops(keys, job, []), "no allocs"),
         ("finish-no-machine", lambda: finish_task_ops(keys, job, [alloc], {}, WRITER), "no ledger of machine"),
+        ("finish-twice", lambda: finish_task_ops(keys, job, [alloc, alloc], {"m1": machine}, WRITER), "given twice"),
         ("finish-out-of-range", lambda: finish_task_ops(keys, job, [replace(alloc, task_index=5)],
                                                         {"m1": machine}, WRITER), "has 2 tasks"),
         ("evict-other-machine", lambda: fail_machine_ops(keys, machine, [replace(alloc, machine_id="m2")],

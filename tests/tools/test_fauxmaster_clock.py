@@ -39,6 +39,57 @@ def test_scheduling_in_the_past_is_refused():
         core.at(1.0, lambda: None)
 
 
+def _stepper(core: EventCore, times: list[float], log: list, use_advance: bool, schedules: dict) -> None:
+    """An action run at each of ``times`` in turn (at ``t`` in ``schedules`` it also schedules
+    another action at ``schedules[t]``): it goes on with ``advance`` when it may, else it
+    schedules itself at its next time."""
+    pending = list(times)
+
+    def step() -> None:
+        while True:
+            log.append(("step", core.now))
+            if core.now in schedules:
+                core.at(schedules[core.now], lambda: log.append(("scheduled", core.now)))
+            pending.pop(0)
+            if not pending:
+                return
+            if not (use_advance and core.advance(pending[0])):
+                break
+        core.at(pending[0], step)
+    core.at(pending[0], step)
+
+
+@pytest.mark.parametrize("until", [None, 4.5, 7.0])
+def test_an_action_that_advances_runs_as_if_it_had_rescheduled_itself(until):
+    runs = []
+    for use_advance in (False, True):
+        core, log = EventCore(), []
+        for t in (3.0, 4.0, 6.0):
+            core.at(t, lambda: log.append(("other", core.now)))
+        _stepper(core, [1.0, 2.0, 3.0, 3.5, 5.0, 7.0, 8.0], log, use_advance, {1.0: 2.0, 3.5: 5.0})
+        core.run(until)
+        runs.append((log, core.now, core.next_time()))
+    assert runs[0] == runs[1]
+    assert ("step", 3.5) in runs[1][0]
+
+
+def test_advance_refuses_beyond_until_when_stopping_or_backwards():
+    core = EventCore()
+    seen = []
+
+    def act() -> None:
+        seen.append(core.advance(6.0))  # beyond until
+        seen.append(core.advance(4.0))  # nothing due by then: the clock moves
+        seen.append(core.now)
+        core.stop()
+        seen.append(core.advance(4.5))
+        with pytest.raises(SimulationError, match="clock is at 4.0"):
+            core.advance(3.0)
+    core.at(1.0, act)
+    core.run(until=5.0)
+    assert seen == [False, True, 4.0, False]
+
+
 def test_processes_interleave_on_virtual_time_and_book_their_holds():
     core = EventCore()
     clock = VirtualClock(core)

@@ -295,8 +295,9 @@ class SimCell:
 
     def trace_task_end(self, job_id: str, task: int) -> None:
         """A recorded task end: end the task if the replay has it placed (most recorded ends
-        are of tasks the replay has not placed: those cost one read, of the alloc)."""
-        if not self.end_task(job_id, task):
+        are of tasks the replay has not placed: those cost one read, of the alloc, before any of
+        ``end_tasks``' bookkeeping)."""
+        if self.store.get(self.keys.alloc(job_id, task)) is None or not self.end_task(job_id, task):
             self.counters.trace_ends_of_unplaced_tasks += 1
 
     def _job(self, job_id: str) -> JobEntry | None:

@@ -31,6 +31,7 @@ class EventCore:
         self._seq = itertools.count()
         self._current: Process | None = None
         self._stopped = False
+        self._limit = math.inf  # the running ``run``'s ``until``
         self.events_run = 0
 
     def at(self, t: float, action: Callable[[], None]) -> None:
@@ -49,6 +50,20 @@ class EventCore:
         """Time of the next due action, None when nothing is scheduled."""
         return self._heap[0][0] if self._heap else None
 
+    def advance(self, t: float) -> bool:
+        """Move the clock to ``t`` (>= now) for the running action, when an action scheduled
+        now at ``t`` would be the next to run: nothing is due at or before ``t``, which is
+        within ``run``'s ``until``, and the core is not stopping. The action then goes on at
+        ``t`` itself, as that action would have (without the heap's round trip or an
+        ``on_step``). False, and the clock unchanged, otherwise."""
+        if t < self.now:
+            raise SimulationError(f"cannot advance to t={t!r}: the clock is at {self.now!r}")
+        heap = self._heap
+        if (heap and heap[0][0] <= t) or t > self._limit or self._stopped:
+            return False
+        self.now = t
+        return True
+
     def run(self, until: float | None = None, on_step: Callable[[float], None] | None = None) -> float:
         """Run actions until none is left or the next is later than ``until`` (the clock then
         stops at ``until``); ``on_step(now)`` after each action. Returns the clock.
@@ -57,7 +72,7 @@ class EventCore:
         locally and added when the loop ends (also by an exception)."""
         heap = self._heap
         pop = heapq.heappop
-        limit = math.inf if until is None else until
+        limit = self._limit = math.inf if until is None else until
         self._stopped = False
         ran = 0
         try:
@@ -73,6 +88,7 @@ class EventCore:
                     on_step(t)
         finally:
             self.events_run += ran
+            self._limit = math.inf
         if until is not None and until > self.now and not self._stopped:
             self.now = until
         return self.now

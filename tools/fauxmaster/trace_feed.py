@@ -5,8 +5,10 @@ schedulers start, so their replicas list them. Afterwards the feed runs as one a
 distinct event time: the events of that time in file order, consecutive job submissions in
 one ``submit`` call (as one client would), consecutive ``task_placed`` events in one bulk
 write (``initial_state="recorded"`` and t = 0 only: see ``tools.fauxmaster.initial_state``;
-otherwise they are counted as skipped). When the trace ends the replay stops there, unless
-an ``until`` time was given.
+otherwise they are counted as skipped). An action that would be the next to run at the
+following event time goes on there itself (``EventCore.advance``: the same order as
+scheduling it, without the heap's round trip). When the trace ends the replay stops there,
+unless an ``until`` time was given.
 """
 
 from __future__ import annotations
@@ -67,7 +69,18 @@ class TraceFeed:
         self.core.at(event.t, self._feed)
 
     def _feed(self) -> None:
-        """Apply every event of the current time, then schedule the next time.
+        """Apply every event of the current time; then go on at the next time while this action
+        would be the next to run there (``EventCore.advance``), else schedule it."""
+        until, advance = self.until, self.core.advance
+        while True:
+            self._feed_now()
+            event = self._next
+            if event is None or (until is not None and event.t > until) or not advance(event.t):
+                break
+        self._schedule_next()
+
+    def _feed_now(self) -> None:
+        """Apply every event of the current time.
 
         A hot loop (one pass per trace event): the reader is called directly, not via ``_read``."""
         now = self.core.now
@@ -88,7 +101,6 @@ class TraceFeed:
                 self.last_t = event.t
         if run:
             self._apply_run(run)
-        self._schedule_next()
 
     def _apply_run(self, run: list) -> None:
         if isinstance(run[0], JobSubmit):
