@@ -353,6 +353,14 @@ class FreeColumns:
         if row is not None:
             self.listed[row] = False
 
+    def any_room(self, need: tuple[int, ...]) -> bool:
+        """True when some listed machine's key has room for ``need``."""
+        n = len(self.ids)
+        room = self.listed[:n] & (self.free[0, :n] >= need[0])
+        for column in range(1, len(need)):
+            room &= self.free[column, :n] >= need[column]
+        return bool(room.any())
+
     def smallest_id(self, mask: np.ndarray) -> str:
         """The smallest machine id among the rows set in ``mask`` (not empty): the first row
         set in id order (the first few rows looked at first: a short count is usually large)."""

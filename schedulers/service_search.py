@@ -19,9 +19,12 @@ room again: cursors are dropped.
 Used only for chains it is exact for (``fast_chain``): the known monotone filters and the
 ranking stages [zone_spread], [least_loaded]; anything else takes the full scan.
 
-Vectorized: a list's machines with room for the request past the cursor are found with one
-compare over the list's free amounts (``ClassList.table``), only those go through the filters
-(none: the cursor moves to the list's end, as the walk would). The job's hosts are found with
+Vectorized: a job's first search of a decision checks that some listed machine has room
+for its request at all (one compare over the index's columns, ``FreeColumns.any_room``; none:
+no list offers a machine and no host fits, so it goes straight to the reason). A list's
+machines with room for the request past the cursor are found with one compare over the
+list's free amounts (``ClassList.table``), only those go through the filters (none: the
+cursor moves to the list's end, as the walk would). The job's hosts are found with
 one lookup in C; those short of the request (by their keys) fail resources_fit unchecked. The
 failure reason counts the machines short of a resource with a few vector compares over the
 index's columns (``FreeColumns``; the smallest id of each group gives the verdict's text),
@@ -124,12 +127,18 @@ class SpreadSearch:
         self._offers: dict[int, dict[str, tuple[float, Machine] | None]] = {}  # id(list) -> job -> offer
         self._moved: set[str] = set()
         self._failed: dict[str, str] = {}
+        self._with_room: set[str] = set()  # jobs some listed machine had room for in this search
 
     def best(self, spec: Job, placement: JobPlacement) -> tuple[Machine | None, str]:
         """The best-ranked feasible machine for one more task of ``spec``, or (None, why)."""
         why = self._failed.get(spec.id)
         if why is not None:
             return None, why
+        if spec.id not in self._with_room:
+            if not self.index.columns.any_room(self.index.frees_of(spec.request)):
+                why = self._failed[spec.id] = self._reason(spec, placement, None)
+                return None, why
+            self._with_room.add(spec.id)
         ctx = ScoreContext(placement)
         zones = sorted(self.index.zones, key=placement.in_zone)
         hosts = None

@@ -24,7 +24,7 @@ from schedulers.placement_cache import PlacementCache
 from schedulers.plugin import JobPlacement
 from schedulers.reservation import Reservations, count_placement
 from schedulers.service import ServiceScheduler
-from schedulers.service_index import ClassList
+from schedulers.service_index import ClassList, FreeColumns
 
 
 class TrackingView(DictView):
@@ -252,6 +252,26 @@ def test_no_key_past_the_end_of_room_has_room():
         end = listed.end_of_room(need)
         assert not any(k[2] >= need[0] and k[3] >= need[1] for k in listed[end:])
         assert end == len(listed) or not any(k[0] == listed[end][0] for k in listed[:end])  # a whole load
+
+
+def test_any_room_reads_the_keys_of_listed_machines_only():
+    rng = random.Random(6)
+    columns, listed = FreeColumns(2), {}
+    for _ in range(800):
+        machine_id = f"m{rng.randrange(90)}"
+        roll = rng.random()
+        if roll < 0.6:
+            columns.add(machine_id)
+            listed[machine_id] = (rng.randrange(50), rng.randrange(50))
+            columns.list(machine_id, listed[machine_id])
+        elif roll < 0.8:
+            columns.unlist(machine_id)
+            listed.pop(machine_id, None)
+        elif machine_id in columns.row_of:
+            columns.drop(machine_id)
+            listed.pop(machine_id, None)
+        need = (rng.randrange(55), rng.randrange(55))
+        assert columns.any_room(need) == any(f[0] >= need[0] and f[1] >= need[1] for f in listed.values())
 
 
 def test_sorted_distinct_is_np_unique():
