@@ -42,6 +42,7 @@ import numpy as np
 
 from cellstate.model import Job, Machine, MachineState
 from cellstate.resources import Resources
+from schedulers.class_list import ClassList
 from schedulers.pipeline import Pipeline, Rejections
 from schedulers.plugin import JobPlacement, ScoreContext, Verdict
 from schedulers.plugins.constraints import Constraints
@@ -54,7 +55,7 @@ from schedulers.plugins.zone_spread import ZoneSpread
 from schedulers.placement_cache import HostMemo
 from schedulers.reservation import Reservations
 from schedulers.row_slots import sorted_distinct
-from schedulers.service_index import ClassList, FreeColumns, MachineIndex
+from schedulers.service_index import FreeColumns, MachineIndex
 
 _MONOTONE_FILTERS = (MachineStateFilter, DifferentMachine, MaxPerMachine, ResourcesFit, Constraints)
 _PASS_UNPLACED = (MachineStateFilter, DifferentMachine, MaxPerMachine)  # pass listed machines without the job

@@ -19,12 +19,13 @@ from cellstate.resources import Resources
 from omega.protocols import MachineEntry
 from schedulers import batch as batch_module
 from schedulers.batch import BatchScheduler
+from schedulers.class_list import ClassList
 from schedulers.machine_changes import MachineChanges
 from schedulers.placement_cache import PlacementCache
 from schedulers.plugin import JobPlacement
 from schedulers.reservation import Reservations, count_placement
 from schedulers.service import ServiceScheduler
-from schedulers.service_index import ClassList, FreeColumns
+from schedulers.service_index import FreeColumns
 
 
 class TrackingView(DictView):
@@ -96,6 +97,27 @@ def test_class_list_keeps_free_amounts_in_step_with_its_keys(by_load, loads):
             for probe in (rng.choice(keys), (-rng.randrange(loads),), (-rng.randrange(loads), "m5")):
                 assert listed.find(probe) == bisect.bisect_left(keys, probe)
                 assert listed.find(probe, right=True) == bisect.bisect_right(keys, probe)
+
+
+@pytest.mark.parametrize("loads", [10**6, 50, 2**70], ids=["spread", "many-ties", "too-large"])
+def test_class_list_applies_staged_changes_one_by_one_or_by_a_rebuild(loads):
+    rng = random.Random(8)
+    listed, keys = ClassList(2, by_load=True), {}
+    for batch in range(60):
+        changes = []
+        for machine_id in rng.sample(range(400), rng.choice([1, 5, 40, 300])):
+            old = keys.pop(machine_id, None)
+            key = None if rng.random() < 0.2 else (-rng.randrange(loads), f"m{machine_id:03d}", rng.randrange(99), 7)
+            if key is not None:
+                keys[machine_id] = key
+            if old != key:
+                changes.append((old, key))
+        listed.apply(changes)
+        want = sorted(keys.values())
+        assert list(listed) == want, f"batch {batch}"
+        assert listed.free.tolist() == [list(k[2:]) for k in want]
+        for probe in want[:3] + [(-rng.randrange(loads),)]:
+            assert listed.find(probe) == bisect.bisect_left(want, probe)
 
 
 def service_job(view, name: str, rng: random.Random, **rules):
