@@ -353,23 +353,24 @@ def _join_hosts(first: _Hosts, second: _Hosts) -> _Hosts:
 
 
 def _count_short(columns: FreeColumns, need: tuple[int, ...], blocked: np.ndarray):
-    """Over the listed machines' keys (``columns``) but the ``blocked`` rows, those short of a
+    """Over the listed machines' keys (``columns``) but the ``blocked`` (listed) rows, those short of a
     least_loaded resource: ({index of the first short resource: (machines, the smallest id)},
     the ids of every other known machine but the blocked ones)."""
     n = len(columns.ids)
     free = columns.free[:, :n]
-    remaining = columns.listed[:n].copy()
-    counted = np.zeros(n, dtype=bool)
+    listed = columns.listed[:n]
+    remaining = listed.copy()
     if len(blocked):
         remaining[blocked] = False
-        counted[blocked] = True
     short_of: dict[int, tuple[int, str]] = {}
     for first, amount in enumerate(need):
-        short = remaining & (free[first] < amount)
+        short = free[first] < amount
+        short &= remaining
         count = int(np.count_nonzero(short))
         if count:
             short_of[first] = (count, columns.smallest_id(short))
-            remaining &= ~short
-            counted |= short
+            remaining ^= short  # short ⊆ remaining: counted once
+    others = columns.known[:n] & ~listed  # known but not listed, and the listed ones neither short nor blocked
+    others |= remaining
     ids = columns.ids
-    return short_of, [ids[row] for row in np.flatnonzero(columns.known[:n] & ~counted).tolist()]
+    return short_of, [ids[row] for row in np.flatnonzero(others).tolist()]
