@@ -153,8 +153,13 @@ class FreeIndex:
         up = self.up.copy()
         if skip:
             up[skip] = False
-        cpu = up & (self.cpu < request.cpu)
-        memory = up & ~cpu & (self.memory < request.memory)
-        disk = up & ~cpu & ~memory & (self.disk < request.disk)
-        counts = {"cpu": int(cpu.sum()), "memory": int(memory.sum()), "disk": int(disk.sum())}
-        return {name: n for name, n in counts.items() if n}
+        counts = {}
+        for name, column, amount in (("cpu", self.cpu, request.cpu), ("memory", self.memory, request.memory),
+                                     ("disk", self.disk, request.disk)):
+            short = column < amount
+            short &= up
+            count = int(np.count_nonzero(short))
+            if count:
+                counts[name] = count
+                up ^= short  # short ⊆ up: they are counted once
+        return counts

@@ -13,14 +13,16 @@ tasks; the best of a zone is the best of its classes' firsts (ranked by the chai
 Each list (``ClassList``) also holds its keys' free amounts as a numpy array in list order,
 so the search finds the machines of a list with room for a request in one vector compare.
 
-The index follows the view across decisions: ``sync`` moves only the entries that changed,
-as the view reports them (``MachineChanges``) or else found by identity in one pass. Machines in a state the chain never accepts are
+The index follows the view across decisions: ``sync`` takes in only the entries that changed,
+as the view reports them (``MachineChanges``) or else found by identity in one pass. Their
+free columns (``FreeColumns``) change at once; their lists' moves are staged until the list
+is read (``lists_of``), so a decision that finds no room at all moves none, and a list read
+after many changes is rebuilt in one sort. Machines in a state the chain never accepts are
 not listed.
 """
 
 from __future__ import annotations
 
-import bisect
 from itertools import compress
 from math import prod
 from operator import attrgetter, is_not, mul
@@ -31,14 +33,12 @@ import numpy as np
 from cellstate.model import Machine, MachineState
 from cellstate.resources import Resources
 from omega.protocols import CellView, MachineEntry
+from schedulers.class_list import ClassList, SortKey
 from schedulers.machine_changes import MachineChanges, tracks_changes
 from schedulers.row_slots import RowSlots, with_row
 
-SortKey = tuple  # (-load key, machine id, free of each least_loaded resource…): ascending = most free first
 _CORE = ("cpu", "memory", "disk")
 _HEAD = 64  # rows in id order ``smallest_id`` looks at before all of them
-_LOWEST, _HIGHEST = -(2 ** 62), 2 ** 62  # loads a ClassList's load row holds
-_SPARE = 2 ** 63 - 1  # a ClassList's spare columns' load: above every key's
 
 
 class MachineIndex:
@@ -162,13 +162,14 @@ class MachineIndex:
         load = sum(map(mul, frees, weights))
         key = (-load, machine.id, *frees)
         slot = self._slots.get(machine.id)
-        if slot is not None and slot[0] is listed:
-            if slot[1] == key:  # e.g. a reserved machine whose claim the view now holds
-                return id(listed)
-            listed.move(slot[1], key, frees)
+        if slot is None:
+            listed.staged.setdefault(machine.id, None)
         else:
-            self._unlist(machine.id)
-            listed.add(key, frees)
+            if slot[0] is listed and slot[1] == key:  # e.g. a reserved machine whose claim the view now holds
+                return id(listed)
+            slot[0].staged.setdefault(machine.id, slot[1])
+            if slot[0] is not listed:
+                listed.staged.setdefault(machine.id, None)
         self._slots[machine.id] = (listed, key)
         self.keys[machine.id] = key
         self.columns.list(machine.id, frees)
@@ -200,114 +201,29 @@ class MachineIndex:
         if slot is not None:
             del self.keys[machine_id]
             listed, key = slot
-            listed.remove(key)
+            listed.staged.setdefault(machine_id, key)
             self.columns.unlist(machine_id)
 
     def lists_of(self, zone: str) -> Iterable[ClassList]:
+        """The zone's lists, each with its staged changes applied."""
         classes = self.zones.get(zone)
-        return classes.values() if classes else ()
+        if not classes:
+            return ()
+        for listed in classes.values():
+            if listed.staged:
+                self._settle(listed)
+        return classes.values()
 
-
-class ClassList(list):
-    """The sort keys of one zone and capacity class, ascending, and ``table``: column i holds
-    key i's first item, its negated load (row 0), and its free amounts (rows 1…, the least_loaded
-    resources), kept in step with the keys. ``weights``: the class's load weights (a key's load
-    is Σ free_r · weight_r). While the loads fit int64 (``by_load``), a key's place is found in
-    the load row (no tuple compares but among keys of equal load); its spare columns hold a
-    load above every key's."""
-
-    __slots__ = ("table", "weights", "by_load", "_loads", "_rows")
-
-    def __init__(self, width: int, weights: tuple[int, ...] | None = None, by_load: bool = False) -> None:
-        super().__init__()
-        self.weights = weights if weights is not None else (0,) * width
-        self.by_load = by_load
-        self._grow(np.zeros((width + 1, 0), dtype=np.int64))
-
-    def _grow(self, table: np.ndarray) -> None:
-        """Take ``table`` with as many spare columns again as it has (16 at least)."""
-        grown = np.zeros((len(table), max(16, 2 * table.shape[1])), dtype=np.int64)
-        grown[:, :table.shape[1]] = table
-        grown[0, table.shape[1]:] = _SPARE if self.by_load else 0
-        self.table, self._loads, self._rows = grown, grown[0], tuple(grown)
-
-    @property
-    def free(self) -> np.ndarray:
-        """Row i: the free amounts of key i."""
-        return self.table[1:, :len(self)].T
-
-    def find(self, key: tuple, right: bool = False) -> int:
-        """Where ``key`` goes: ``bisect_left`` of the keys (``bisect_right`` if ``right``)."""
-        split = bisect.bisect_right if right else bisect.bisect_left
-        if not self.by_load:
-            return split(self, key)
-        first = key[0]
-        if not _LOWEST < first < _HIGHEST:
-            return 0 if first <= _LOWEST else len(self)
-        lo = int(self._loads.searchsorted(first))
-        if lo < len(self) and self[lo][0] == first:
-            return split(self, key, lo, int(self._loads.searchsorted(first, "right")))
-        return lo
-
-    def end_of_room(self, need: tuple[int, ...]) -> int:
-        """A position past which no key has room for ``need`` (its free amounts, the weights
-        being non-negative, would give a load of at least Σ need_r · weight_r)."""
-        first = 1 - sum(map(mul, need, self.weights))
-        if self.by_load and _LOWEST < first < _HIGHEST:  # a 1-tuple sorts before keys of its load
-            return int(self._loads.searchsorted(first))
-        return self.find((first,))
-
-    def add(self, key: SortKey, frees: tuple[int, ...]) -> None:
-        """Insert ``key`` (not listed yet) in order, with its free amounts."""
-        self._check_load(key)
-        j = self.find(key)
-        n = len(self)
-        if n == self.table.shape[1]:
-            self._grow(self.table)
-        table = self.table
-        if j < n:
-            self._shift(j + 1, j, n - j)
-        table[:, j] = (key[0] if self.by_load else 0, *frees)
-        self.insert(j, key)
-
-    def move(self, old: SortKey, key: SortKey, frees: tuple[int, ...]) -> None:
-        """Replace listed ``old`` by ``key`` (shifting only the columns between their places)."""
-        self._check_load(key)
-        j = self.find(old)
-        k = self.find(key)
-        if k > j:
-            k -= 1  # its place once ``old`` is out
-        del self[j]
-        self.insert(k, key)
-        table = self.table
-        if k > j:
-            self._shift(j, j + 1, k - j)
-        elif k < j:
-            self._shift(k + 1, k, j - k)
-        table[:, k] = (key[0] if self.by_load else 0, *frees)
-
-    def remove(self, key: SortKey) -> None:
-        """Remove ``key`` (listed) and its free amounts."""
-        j = self.find(key)
-        del self[j]
-        n = len(self)
-        table = self.table
-        if j < n:
-            self._shift(j, j + 1, n - j)
-        if self.by_load:
-            table[0, n] = _SPARE
-
-    def _shift(self, to: int, start: int, count: int) -> None:
-        """Copy ``count`` columns from ``start`` to ``to`` (row by row: faster than one 2-D
-        copy of overlapping slices; numpy copies those safely)."""
-        for row in self._rows:
-            row[to:to + count] = row[start:start + count]
-
-    def _check_load(self, key: SortKey) -> None:
-        """Keys are found by bisect alone once a load does not fit the load row."""
-        if self.by_load and not _LOWEST < key[0] < _HIGHEST:
-            self.by_load = False
-            self.table[0] = 0
+    def _settle(self, listed: ClassList) -> None:
+        """Apply the changes staged in ``listed``: its machines' keys become their slots' keys."""
+        slots, changes = self._slots, []
+        for machine_id, old in listed.staged.items():
+            slot = slots.get(machine_id)
+            key = slot[1] if slot is not None and slot[0] is listed else None
+            if key != old:
+                changes.append((old, key))
+        listed.staged = {}
+        listed.apply(changes)
 
 
 class FreeColumns:
@@ -352,6 +268,14 @@ class FreeColumns:
         row = self._row.get(machine_id)
         if row is not None:
             self.listed[row] = False
+
+    def any_room(self, need: tuple[int, ...]) -> bool:
+        """True when some listed machine's key has room for ``need``."""
+        n = len(self.ids)
+        room = self.listed[:n] & (self.free[0, :n] >= need[0])
+        for column in range(1, len(need)):
+            room &= self.free[column, :n] >= need[column]
+        return bool(room.any())
 
     def smallest_id(self, mask: np.ndarray) -> str:
         """The smallest machine id among the rows set in ``mask`` (not empty): the first row

@@ -19,9 +19,12 @@ room again: cursors are dropped.
 Used only for chains it is exact for (``fast_chain``): the known monotone filters and the
 ranking stages [zone_spread], [least_loaded]; anything else takes the full scan.
 
-Vectorized: a list's machines with room for the request past the cursor are found with one
-compare over the list's free amounts (``ClassList.table``), only those go through the filters
-(none: the cursor moves to the list's end, as the walk would). The job's hosts are found with
+Vectorized: a job's first search of a decision checks that some listed machine has room
+for its request at all (one compare over the index's columns, ``FreeColumns.any_room``; none:
+no list offers a machine and no host fits, so it goes straight to the reason). A list's
+machines with room for the request past the cursor are found with one compare over the
+list's free amounts (``ClassList.table``), only those go through the filters (none: the
+cursor moves to the list's end, as the walk would). The job's hosts are found with
 one lookup in C; those short of the request (by their keys) fail resources_fit unchecked. The
 failure reason counts the machines short of a resource with a few vector compares over the
 index's columns (``FreeColumns``; the smallest id of each group gives the verdict's text),
@@ -39,6 +42,7 @@ import numpy as np
 
 from cellstate.model import Job, Machine, MachineState
 from cellstate.resources import Resources
+from schedulers.class_list import ClassList
 from schedulers.pipeline import Pipeline, Rejections
 from schedulers.plugin import JobPlacement, ScoreContext, Verdict
 from schedulers.plugins.constraints import Constraints
@@ -51,7 +55,7 @@ from schedulers.plugins.zone_spread import ZoneSpread
 from schedulers.placement_cache import HostMemo
 from schedulers.reservation import Reservations
 from schedulers.row_slots import sorted_distinct
-from schedulers.service_index import ClassList, FreeColumns, MachineIndex
+from schedulers.service_index import FreeColumns, MachineIndex
 
 _MONOTONE_FILTERS = (MachineStateFilter, DifferentMachine, MaxPerMachine, ResourcesFit, Constraints)
 _PASS_UNPLACED = (MachineStateFilter, DifferentMachine, MaxPerMachine)  # pass listed machines without the job
@@ -124,12 +128,18 @@ class SpreadSearch:
         self._offers: dict[int, dict[str, tuple[float, Machine] | None]] = {}  # id(list) -> job -> offer
         self._moved: set[str] = set()
         self._failed: dict[str, str] = {}
+        self._with_room: set[str] = set()  # jobs some listed machine had room for in this search
 
     def best(self, spec: Job, placement: JobPlacement) -> tuple[Machine | None, str]:
         """The best-ranked feasible machine for one more task of ``spec``, or (None, why)."""
         why = self._failed.get(spec.id)
         if why is not None:
             return None, why
+        if spec.id not in self._with_room:
+            if not self.index.columns.any_room(self.index.frees_of(spec.request)):
+                why = self._failed[spec.id] = self._reason(spec, placement, None)
+                return None, why
+            self._with_room.add(spec.id)
         ctx = ScoreContext(placement)
         zones = sorted(self.index.zones, key=placement.in_zone)
         hosts = None
@@ -343,23 +353,24 @@ def _join_hosts(first: _Hosts, second: _Hosts) -> _Hosts:
 
 
 def _count_short(columns: FreeColumns, need: tuple[int, ...], blocked: np.ndarray):
-    """Over the listed machines' keys (``columns``) but the ``blocked`` rows, those short of a
+    """Over the listed machines' keys (``columns``) but the ``blocked`` (listed) rows, those short of a
     least_loaded resource: ({index of the first short resource: (machines, the smallest id)},
     the ids of every other known machine but the blocked ones)."""
     n = len(columns.ids)
     free = columns.free[:, :n]
-    remaining = columns.listed[:n].copy()
-    counted = np.zeros(n, dtype=bool)
+    listed = columns.listed[:n]
+    remaining = listed.copy()
     if len(blocked):
         remaining[blocked] = False
-        counted[blocked] = True
     short_of: dict[int, tuple[int, str]] = {}
     for first, amount in enumerate(need):
-        short = remaining & (free[first] < amount)
+        short = free[first] < amount
+        short &= remaining
         count = int(np.count_nonzero(short))
         if count:
             short_of[first] = (count, columns.smallest_id(short))
-            remaining &= ~short
-            counted |= short
+            remaining ^= short  # short ⊆ remaining: counted once
+    others = columns.known[:n] & ~listed  # known but not listed, and the listed ones neither short nor blocked
+    others |= remaining
     ids = columns.ids
-    return short_of, [ids[row] for row in np.flatnonzero(columns.known[:n] & ~counted).tolist()]
+    return short_of, [ids[row] for row in np.flatnonzero(others).tolist()]

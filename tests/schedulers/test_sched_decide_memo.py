@@ -111,7 +111,7 @@ def test_free_index_hosts_without_room_from_a_kept_lookup():
 
 def _lists(index):
     return {(zone, caps): (list(listed), listed.free[:len(listed)].tolist())
-            for zone, classes in index.zones.items() for caps, listed in classes.items()}
+            for zone in index.zones for caps, listed in zip(index.zones[zone], index.lists_of(zone))}
 
 
 @pytest.mark.parametrize("commit", [False, True])

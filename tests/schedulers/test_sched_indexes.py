@@ -19,12 +19,13 @@ from cellstate.resources import Resources
 from omega.protocols import MachineEntry
 from schedulers import batch as batch_module
 from schedulers.batch import BatchScheduler
+from schedulers.class_list import ClassList
 from schedulers.machine_changes import MachineChanges
 from schedulers.placement_cache import PlacementCache
 from schedulers.plugin import JobPlacement
 from schedulers.reservation import Reservations, count_placement
 from schedulers.service import ServiceScheduler
-from schedulers.service_index import ClassList
+from schedulers.service_index import FreeColumns
 
 
 class TrackingView(DictView):
@@ -96,6 +97,27 @@ def test_class_list_keeps_free_amounts_in_step_with_its_keys(by_load, loads):
             for probe in (rng.choice(keys), (-rng.randrange(loads),), (-rng.randrange(loads), "m5")):
                 assert listed.find(probe) == bisect.bisect_left(keys, probe)
                 assert listed.find(probe, right=True) == bisect.bisect_right(keys, probe)
+
+
+@pytest.mark.parametrize("loads", [10**6, 50, 2**70], ids=["spread", "many-ties", "too-large"])
+def test_class_list_applies_staged_changes_one_by_one_or_by_a_rebuild(loads):
+    rng = random.Random(8)
+    listed, keys = ClassList(2, by_load=True), {}
+    for batch in range(60):
+        changes = []
+        for machine_id in rng.sample(range(400), rng.choice([1, 5, 40, 300])):
+            old = keys.pop(machine_id, None)
+            key = None if rng.random() < 0.2 else (-rng.randrange(loads), f"m{machine_id:03d}", rng.randrange(99), 7)
+            if key is not None:
+                keys[machine_id] = key
+            if old != key:
+                changes.append((old, key))
+        listed.apply(changes)
+        want = sorted(keys.values())
+        assert list(listed) == want, f"batch {batch}"
+        assert listed.free.tolist() == [list(k[2:]) for k in want]
+        for probe in want[:3] + [(-rng.randrange(loads),)]:
+            assert listed.find(probe) == bisect.bisect_left(want, probe)
 
 
 def service_job(view, name: str, rng: random.Random, **rules):
@@ -252,6 +274,26 @@ def test_no_key_past_the_end_of_room_has_room():
         end = listed.end_of_room(need)
         assert not any(k[2] >= need[0] and k[3] >= need[1] for k in listed[end:])
         assert end == len(listed) or not any(k[0] == listed[end][0] for k in listed[:end])  # a whole load
+
+
+def test_any_room_reads_the_keys_of_listed_machines_only():
+    rng = random.Random(6)
+    columns, listed = FreeColumns(2), {}
+    for _ in range(800):
+        machine_id = f"m{rng.randrange(90)}"
+        roll = rng.random()
+        if roll < 0.6:
+            columns.add(machine_id)
+            listed[machine_id] = (rng.randrange(50), rng.randrange(50))
+            columns.list(machine_id, listed[machine_id])
+        elif roll < 0.8:
+            columns.unlist(machine_id)
+            listed.pop(machine_id, None)
+        elif machine_id in columns.row_of:
+            columns.drop(machine_id)
+            listed.pop(machine_id, None)
+        need = (rng.randrange(55), rng.randrange(55))
+        assert columns.any_room(need) == any(f[0] >= need[0] and f[1] >= need[1] for f in listed.values())
 
 
 def test_sorted_distinct_is_np_unique():
