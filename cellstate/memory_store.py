@@ -22,12 +22,12 @@ import bisect
 import itertools
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from cellstate.codec_memo import wake_codec_memos
 from cellstate.fastbuild import builder
 from cellstate.memory_history import LiveKeys, compact_log, compact_versions, version_at
+from cellstate.memory_lease import LEASE_NOT_FOUND, Lease, MemoryLeases
 from cellstate.memory_watch import MemoryWatchStream, fan_out, scan_log, take_pending
 from cellstate.store import (
     Compacted, Compare, CompareOp, CompareTarget, Delete, Event, EventKind, Get, KeyValue, Op,
@@ -37,7 +37,6 @@ from cellstate.txn_rules import check_txn
 
 DEFAULT_MAX_TXN_OPS = 128
 DEFAULT_MAX_REQUEST_BYTES = 1572864
-LEASE_NOT_FOUND = "requested lease not found"
 FUTURE_REVISION = "required revision is a future revision"
 
 _COMPARE = {
@@ -58,14 +57,7 @@ _FIELD = {
 }
 
 
-@dataclass(slots=True)
-class _Lease:
-    ttl: int
-    deadline: float
-    keys: set[str] = field(default_factory=set)
-
-
-class MemoryStore:
+class MemoryStore(MemoryLeases):
     """A thread-safe, versioned key-value store in memory (see the module docstring)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic,
@@ -92,7 +84,7 @@ class MemoryStore:
         self._history: dict[str, list[tuple[int, KeyValue | None]]] = {}  # (revision, kv or tombstone)
         self._log: list[tuple[Event, ...]] = []  # events of revision _log_start + i
         self._log_start = 2
-        self._leases: dict[int, _Lease] = {}
+        self._leases: dict[int, Lease] = {}
         self._lease_ids = itertools.count(1)
         self._watches: set[MemoryWatchStream] = set()
         self._closed = False
@@ -365,61 +357,6 @@ class MemoryStore:
         if stream.start_gone:
             raise Compacted(self._revision, stream.next_revision)
         return take_pending(stream)
-
-    def _wait_slice(self, wait: float | None) -> float | None:
-        """How long a waiting watch may sleep: until its timeout or the next lease deadline."""
-        if not self._leases:
-            return wait
-        until_expiry = max(0.01, min(lease.deadline for lease in self._leases.values()) - self.clock())
-        return until_expiry if wait is None else min(wait, until_expiry)
-
-    # -- leases --------------------------------------------------------------------------
-
-    def grant_lease(self, ttl: int) -> int:
-        if type(ttl) is not int or ttl < 1:
-            raise ValueError(f"lease ttl must be a positive int of seconds, got {ttl!r}")
-        with self._lock:
-            self._start_op()
-            lease = next(self._lease_ids)
-            self._leases[lease] = _Lease(ttl, self.clock() + ttl)
-            return lease
-
-    def refresh_lease(self, lease: int) -> None:
-        with self._lock:
-            self._start_op()
-            entry = self._lease(lease)
-            entry.deadline = self.clock() + entry.ttl
-
-    def revoke_lease(self, lease: int) -> None:
-        """Delete the lease and, in one revision, every key attached to it."""
-        with self._lock:
-            self._start_op()
-            self._lease(lease)
-            self._drop_lease(lease)
-
-    def expire_leases(self) -> list[int]:
-        """Revoke every lease whose deadline has passed; returns their ids, oldest first."""
-        if not self._leases:
-            return []
-        with self._lock:
-            now = self.clock()
-            due = sorted((entry.deadline, lease) for lease, entry in self._leases.items() if entry.deadline <= now)
-            for _, lease in due:
-                self._drop_lease(lease)
-            return [lease for _, lease in due]
-
-    def _lease(self, lease: int) -> _Lease:
-        entry = self._leases.get(lease)
-        if entry is None:
-            raise StoreError(f"{LEASE_NOT_FOUND}: lease {lease}")
-        return entry
-
-    def _drop_lease(self, lease: int) -> None:
-        keys = sorted(self._leases.pop(lease).keys)
-        revision = self._revision + 1
-        events = [self._write_delete(key, revision) for key in keys if key in self._kvs]
-        if events:
-            self._commit(revision, events)
 
     # -- lifecycle -----------------------------------------------------------------------
 
