@@ -93,7 +93,8 @@ class MemoryStore(MemoryLeases):
 
     def get(self, key: str) -> KeyValue | None:
         with self._lock:
-            self._start_op()
+            if self._closed or self._leases:  # (_start_op's work; no call on a replay's reads)
+                self._start_op()
             return self._kvs.get(key)
 
     def get_many(self, keys: Sequence[str]) -> tuple[int, dict[str, KeyValue]]:
@@ -156,7 +157,8 @@ class MemoryStore(MemoryLeases):
         """Run ``success`` if every compare holds, else ``failure``, atomically."""
         leased = check_txn(compares, success, failure, self.max_txn_ops, self.max_request_bytes)
         with self._lock:
-            self._start_op()
+            if self._closed or self._leases:
+                self._start_op()
             succeeded = self._all_hold(compares)
             branch = success if succeeded else failure
             for op in branch if leased else ():
@@ -202,31 +204,40 @@ class MemoryStore(MemoryLeases):
         """Apply a validated branch at revision + 1; commit the revision if anything changed."""
         revision = self._revision + 1
         events: list[Event] = []
+        append = events.append
         reads = []
         kvs = self._kvs
-        # Without history and leases (a replay), a put is written here, not by _write_put.
+        # Without history and leases (a replay), puts and single-key deletes are written here,
+        # not by _write_put and _write_delete.
         plain = not self.history and not self._leases
         for op in ops:
-            if type(op) is Put:
+            t = type(op)
+            if t is Put:
                 if plain:
                     key, value = op.key, op.value
                     old = kvs.get(key)
                     if old is None:
                         kvs[key] = _KEY_VALUE(key, value, revision, revision, 1, 0)
                         self._live_keys.add(key, kvs)
-                        events.append(_EVENT(_PUT_EVENT, key, value, revision, revision, 1))
+                        append(_EVENT(_PUT_EVENT, key, value, revision, revision, 1))
                     else:
                         version = old.version + 1
                         kvs[key] = _KEY_VALUE(key, value, old.create_revision, revision, version, 0)
-                        events.append(_EVENT(_PUT_EVENT, key, value, revision, old.create_revision, version))
+                        append(_EVENT(_PUT_EVENT, key, value, revision, old.create_revision, version))
                 else:
-                    events.append(self._write_put(op, revision))
-            elif type(op) is Get:
-                keys = self._keys_under(op.key) if op.prefix else (op.key,)
-                reads.append(tuple(kvs[key] for key in keys if key in kvs))
+                    append(self._write_put(op, revision))
+            elif t is Get:
+                if op.prefix:
+                    reads.append(tuple([kvs[key] for key in self._keys_under(op.key) if key in kvs]))
+                else:
+                    kv = kvs.get(op.key)
+                    reads.append(() if kv is None else (kv,))
+            elif plain and not op.prefix:
+                if kvs.pop(op.key, None) is not None:
+                    append(_EVENT(_DELETE_EVENT, op.key, b"", revision, 0, 0))
             else:
                 keys = list(self._keys_under(op.key)) if op.prefix else [op.key]
-                events.extend(self._write_delete(key, revision) for key in keys if key in self._kvs)
+                events.extend([self._write_delete(key, revision) for key in keys if key in kvs])
         if events:
             self._commit(revision, events)
         return tuple(reads)
