@@ -136,14 +136,15 @@ class ReplicaState:
             self._forget(kind, key, ident)
             self._reject(key, exc)
             return
-        if key in self.quarantine:
+        if self.quarantine and key in self.quarantine:  # (usually empty: no lookup)
             del self.quarantine[key]
 
     def _delete(self, key: str) -> None:
         """Forget ``key`` (its mod record is the caller's business)."""
         kind, _, ident = key[self._plen:].partition("/")
         self._forget(kind, key, ident)
-        self.quarantine.pop(key, None)
+        if self.quarantine:
+            self.quarantine.pop(key, None)
 
     def _reject(self, key: str, error: Exception) -> None:
         self.quarantine[key] = str(error)
