@@ -220,8 +220,8 @@ class MemoryStore(MemoryLeases):
                         kvs[key] = _KEY_VALUE(key, value, revision, revision, 1, 0)
                         self._live_keys.add(key, kvs)
                         append(_EVENT(_PUT_EVENT, key, value, revision, revision, 1))
-                    else:
-                        version = old.version + 1
+                    else:  # the key object stored first: every event of the key carries that one str
+                        key, version = old.key, old.version + 1
                         kvs[key] = _KEY_VALUE(key, value, old.create_revision, revision, version, 0)
                         append(_EVENT(_PUT_EVENT, key, value, revision, old.create_revision, version))
                 else:
