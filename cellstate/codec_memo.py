@@ -1,4 +1,4 @@
-"""``ValueMemo``: values the codec recently encoded or decoded, by the identity of their bytes.
+"""``ValueMemo``: values the codec recently encoded or decoded, by their bytes.
 
 Decoding is a function of the bytes alone, and a ``MemoryStore`` hands every reader the very
 ``bytes`` object a writer put. So in one process (a replay) the bytes a committer or an agent
@@ -11,15 +11,17 @@ of remembered bytes with the remembered value (immutable, so it can be shared):
   which admits only values that decode back equal with the same types (no ``int`` time that
   would come back a ``float``, no ``-0.0``).
 
-Entries are keyed by ``id(raw)`` and hold ``raw``, so an id cannot be reused while remembered;
-only exact ``bytes`` are remembered (a ``bytearray`` may change). Two generations, swapped when
+Entries are keyed by ``raw`` itself: a bytes object caches its hash, so the readers of the
+object a writer put find it by identity without hashing it again (equal bytes from elsewhere
+find the same value, which is what they decode to). Only exact ``bytes`` are remembered and
+looked up (a ``bytearray`` may change and has no hash). Two generations, swapped when
 the young one reaches ``max_entries`` values or ``max_bytes`` of bytes (no per-entry eviction).
 Dict operations are atomic, so threads sharing a memo at worst lose an entry (a miss).
 
-The codec's memos (``codec_memos``) start dormant: they remember nothing, so a lookup is two
-misses in empty dicts. Bytes read from etcd are new objects each time and could never hit,
-so a scheduler on etcd pays neither the memory (up to ``max_bytes`` of bytes plus their
-values, twice, per type) nor the puts. Creating a ``MemoryStore`` wakes them
+The codec's memos (``codec_memos``) start dormant: they remember nothing, and a lookup in an
+empty memo hashes nothing. Bytes read from etcd are read once per reader, so a scheduler on
+etcd pays neither the memory (up to ``max_bytes`` of bytes plus their values, twice, per
+type) nor the puts and hashes. Creating a ``MemoryStore`` wakes them
 (``wake_codec_memos``): from then on the process may hand the same bytes object to several
 readers, and the memos stay awake for the rest of the process.
 """
@@ -38,22 +40,23 @@ class ValueMemo:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self.awake = awake  # dormant: ``put`` remembers nothing
-        self._young: dict[int, tuple[bytes, object]] = {}
-        self._old: dict[int, tuple[bytes, object]] = {}
+        self._young: dict[bytes, object] = {}
+        self._old: dict[bytes, object] = {}
         self._young_bytes = 0
 
     def get(self, raw) -> object | None:
-        """The value remembered for this very bytes object, or None."""
-        ident = id(raw)
-        held = self._young.get(ident) or self._old.get(ident)
-        return held[1] if held is not None and held[0] is raw else None
+        """The value remembered for these bytes, or None."""
+        if type(raw) is not bytes or not (self._young or self._old):
+            return None
+        value = self._young.get(raw)
+        return value if value is not None else self._old.get(raw)
 
     def put(self, raw, value: object) -> None:
         """Remember ``value`` as what ``raw`` decodes to (exact ``bytes`` only; nothing while dormant)."""
         if type(raw) is not bytes or not self.awake:
             return
         young = self._young
-        young[id(raw)] = (raw, value)
+        young[raw] = value
         self._young_bytes += len(raw)
         if len(young) >= self.max_entries or self._young_bytes >= self.max_bytes:
             self._old, self._young, self._young_bytes = young, {}, 0

@@ -20,7 +20,7 @@ from cellstate.codec import decode_alloc, decode_job_record, decode_machine, enc
 from cellstate.codec_trusted import pack_alloc, pack_machine
 from cellstate.fastbuild import builder
 from cellstate.keys import CellKeys
-from cellstate.model import Alloc, JobRecord, Machine, TaskState, pending_indices
+from cellstate.model import Alloc, JobRecord, Machine, TaskState
 from cellstate.resources import Resources
 from cellstate.store import (
     Compare, CompareOp, CompareTarget, Delete, Get, KeyValue, Put, Store, TxnTooLarge,
@@ -285,10 +285,7 @@ def updated_record(plan: Plan) -> JobRecord:
     seen = plan.job.record
     tasks = seen.tasks
     if plan.claims:  # (a reason write keeps the task states)
-        chars = list(tasks)
-        for claim in plan.claims:
-            chars[claim.task_index] = "a"  # TaskState.PLACED
-        tasks = "".join(chars)
+        tasks = _placed(tasks, [claim.task_index for claim in plan.claims])
     first = seen.first_attempt_at if seen.first_attempt_at is not None else plan.now
     placed = seen.placed_at
     if placed is None and "p" not in tasks and not seen.killed:  # no pending task left
@@ -297,14 +294,24 @@ def updated_record(plan: Plan) -> JobRecord:
     return seen.with_progress(tasks, reason, first, placed)
 
 
+def _placed(tasks: str, indices: list[int]) -> str:
+    """``tasks`` with the states at ``indices`` set to 'a' (TaskState.PLACED); one index by
+    slicing (no per-task list of a job of thousands of tasks)."""
+    if len(indices) == 1 and 0 <= indices[0] < len(tasks):
+        i = indices[0]
+        return tasks[:i] + "a" + tasks[i + 1:]
+    chars = list(tasks)
+    for i in indices:
+        chars[i] = "a"
+    return "".join(chars)
+
+
 def _still_pending(unplaced: dict[int, str], tasks: str) -> dict[int, str]:
     """The entries of ``unplaced`` (by task index) whose task is pending in ``tasks``: usually
     all of them (a scheduler reports the pending tasks it could not place, often every one),
-    found with C-level loops (the pending indices themselves, or ``itemgetter`` and
-    ``tuple.count``) before a filtering pass over thousands of tasks."""
+    found with C-level loops (``itemgetter`` and ``tuple.count``) before a filtering pass
+    over thousands of tasks."""
     if len(unplaced) > 1:
-        if tasks.count("p") == len(unplaced) and list(unplaced) == pending_indices(tasks):
-            return unplaced
         states = itemgetter(*unplaced)(tasks)
         if states.count("p") == len(states):
             return unplaced

@@ -22,12 +22,12 @@ import bisect
 import itertools
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from cellstate.codec_memo import wake_codec_memos
 from cellstate.fastbuild import builder
 from cellstate.memory_history import LiveKeys, compact_log, compact_versions, version_at
+from cellstate.memory_lease import LEASE_NOT_FOUND, Lease, MemoryLeases
 from cellstate.memory_watch import MemoryWatchStream, fan_out, scan_log, take_pending
 from cellstate.store import (
     Compacted, Compare, CompareOp, CompareTarget, Delete, Event, EventKind, Get, KeyValue, Op,
@@ -37,7 +37,6 @@ from cellstate.txn_rules import check_txn
 
 DEFAULT_MAX_TXN_OPS = 128
 DEFAULT_MAX_REQUEST_BYTES = 1572864
-LEASE_NOT_FOUND = "requested lease not found"
 FUTURE_REVISION = "required revision is a future revision"
 
 _COMPARE = {
@@ -58,14 +57,7 @@ _FIELD = {
 }
 
 
-@dataclass(slots=True)
-class _Lease:
-    ttl: int
-    deadline: float
-    keys: set[str] = field(default_factory=set)
-
-
-class MemoryStore:
+class MemoryStore(MemoryLeases):
     """A thread-safe, versioned key-value store in memory (see the module docstring)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic,
@@ -92,7 +84,7 @@ class MemoryStore:
         self._history: dict[str, list[tuple[int, KeyValue | None]]] = {}  # (revision, kv or tombstone)
         self._log: list[tuple[Event, ...]] = []  # events of revision _log_start + i
         self._log_start = 2
-        self._leases: dict[int, _Lease] = {}
+        self._leases: dict[int, Lease] = {}
         self._lease_ids = itertools.count(1)
         self._watches: set[MemoryWatchStream] = set()
         self._closed = False
@@ -101,7 +93,8 @@ class MemoryStore:
 
     def get(self, key: str) -> KeyValue | None:
         with self._lock:
-            self._start_op()
+            if self._closed or self._leases:  # (_start_op's work; no call on a replay's reads)
+                self._start_op()
             return self._kvs.get(key)
 
     def get_many(self, keys: Sequence[str]) -> tuple[int, dict[str, KeyValue]]:
@@ -164,7 +157,8 @@ class MemoryStore:
         """Run ``success`` if every compare holds, else ``failure``, atomically."""
         leased = check_txn(compares, success, failure, self.max_txn_ops, self.max_request_bytes)
         with self._lock:
-            self._start_op()
+            if self._closed or self._leases:
+                self._start_op()
             succeeded = self._all_hold(compares)
             branch = success if succeeded else failure
             for op in branch if leased else ():
@@ -210,31 +204,40 @@ class MemoryStore:
         """Apply a validated branch at revision + 1; commit the revision if anything changed."""
         revision = self._revision + 1
         events: list[Event] = []
+        append = events.append
         reads = []
         kvs = self._kvs
-        # Without history and leases (a replay), a put is written here, not by _write_put.
+        # Without history and leases (a replay), puts and single-key deletes are written here,
+        # not by _write_put and _write_delete.
         plain = not self.history and not self._leases
         for op in ops:
-            if type(op) is Put:
+            t = type(op)
+            if t is Put:
                 if plain:
                     key, value = op.key, op.value
                     old = kvs.get(key)
                     if old is None:
                         kvs[key] = _KEY_VALUE(key, value, revision, revision, 1, 0)
                         self._live_keys.add(key, kvs)
-                        events.append(_EVENT(_PUT_EVENT, key, value, revision, revision, 1))
-                    else:
-                        version = old.version + 1
+                        append(_EVENT(_PUT_EVENT, key, value, revision, revision, 1))
+                    else:  # the key object stored first: every event of the key carries that one str
+                        key, version = old.key, old.version + 1
                         kvs[key] = _KEY_VALUE(key, value, old.create_revision, revision, version, 0)
-                        events.append(_EVENT(_PUT_EVENT, key, value, revision, old.create_revision, version))
+                        append(_EVENT(_PUT_EVENT, key, value, revision, old.create_revision, version))
                 else:
-                    events.append(self._write_put(op, revision))
-            elif type(op) is Get:
-                keys = self._keys_under(op.key) if op.prefix else (op.key,)
-                reads.append(tuple(kvs[key] for key in keys if key in kvs))
+                    append(self._write_put(op, revision))
+            elif t is Get:
+                if op.prefix:
+                    reads.append(tuple([kvs[key] for key in self._keys_under(op.key) if key in kvs]))
+                else:
+                    kv = kvs.get(op.key)
+                    reads.append(() if kv is None else (kv,))
+            elif plain and not op.prefix:
+                if kvs.pop(op.key, None) is not None:
+                    append(_EVENT(_DELETE_EVENT, op.key, b"", revision, 0, 0))
             else:
                 keys = list(self._keys_under(op.key)) if op.prefix else [op.key]
-                events.extend(self._write_delete(key, revision) for key in keys if key in self._kvs)
+                events.extend([self._write_delete(key, revision) for key in keys if key in kvs])
         if events:
             self._commit(revision, events)
         return tuple(reads)
@@ -365,61 +368,6 @@ class MemoryStore:
         if stream.start_gone:
             raise Compacted(self._revision, stream.next_revision)
         return take_pending(stream)
-
-    def _wait_slice(self, wait: float | None) -> float | None:
-        """How long a waiting watch may sleep: until its timeout or the next lease deadline."""
-        if not self._leases:
-            return wait
-        until_expiry = max(0.01, min(lease.deadline for lease in self._leases.values()) - self.clock())
-        return until_expiry if wait is None else min(wait, until_expiry)
-
-    # -- leases --------------------------------------------------------------------------
-
-    def grant_lease(self, ttl: int) -> int:
-        if type(ttl) is not int or ttl < 1:
-            raise ValueError(f"lease ttl must be a positive int of seconds, got {ttl!r}")
-        with self._lock:
-            self._start_op()
-            lease = next(self._lease_ids)
-            self._leases[lease] = _Lease(ttl, self.clock() + ttl)
-            return lease
-
-    def refresh_lease(self, lease: int) -> None:
-        with self._lock:
-            self._start_op()
-            entry = self._lease(lease)
-            entry.deadline = self.clock() + entry.ttl
-
-    def revoke_lease(self, lease: int) -> None:
-        """Delete the lease and, in one revision, every key attached to it."""
-        with self._lock:
-            self._start_op()
-            self._lease(lease)
-            self._drop_lease(lease)
-
-    def expire_leases(self) -> list[int]:
-        """Revoke every lease whose deadline has passed; returns their ids, oldest first."""
-        if not self._leases:
-            return []
-        with self._lock:
-            now = self.clock()
-            due = sorted((entry.deadline, lease) for lease, entry in self._leases.items() if entry.deadline <= now)
-            for _, lease in due:
-                self._drop_lease(lease)
-            return [lease for _, lease in due]
-
-    def _lease(self, lease: int) -> _Lease:
-        entry = self._leases.get(lease)
-        if entry is None:
-            raise StoreError(f"{LEASE_NOT_FOUND}: lease {lease}")
-        return entry
-
-    def _drop_lease(self, lease: int) -> None:
-        keys = sorted(self._leases.pop(lease).keys)
-        revision = self._revision + 1
-        events = [self._write_delete(key, revision) for key in keys if key in self._kvs]
-        if events:
-            self._commit(revision, events)
 
     # -- lifecycle -----------------------------------------------------------------------
 

@@ -40,7 +40,11 @@ class MemoryWatchStream:
     def next(self, timeout: float | None = None) -> WatchBatch | None:
         if timeout is not None and timeout < 0:
             raise ValueError(f"watch timeout must be >= 0 seconds, got {timeout!r}")
-        return self._store.next_batch(self, timeout)
+        store = self._store
+        if timeout == 0 and not self.pending and not (self.broken or self.start_gone or store.history
+                                                      or store._closed or store._leases):
+            return None  # what next_batch answers then (a replica's pump asks once more per pump)
+        return store.next_batch(self, timeout)
 
     def cancel(self) -> None:
         self.cancelled = True

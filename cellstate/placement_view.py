@@ -68,7 +68,7 @@ class _WatchedReplica(Replica):
             self.changed_jobs.add(ident)
 
     def _forget(self, kind: str, key: str, ident: str) -> None:
-        super()._forget(kind, key, ident)
+        ReplicaState._forget(self, kind, key, ident)  # not super(): once per delete
         if kind == "machines" and self.changed_ids is not None:
             self.changed_ids.add(ident)
         elif kind == "jobs" and self.changed_jobs is not None:

@@ -136,14 +136,15 @@ class ReplicaState:
             self._forget(kind, key, ident)
             self._reject(key, exc)
             return
-        if key in self.quarantine:
+        if self.quarantine and key in self.quarantine:  # (usually empty: no lookup)
             del self.quarantine[key]
 
     def _delete(self, key: str) -> None:
         """Forget ``key`` (its mod record is the caller's business)."""
         kind, _, ident = key[self._plen:].partition("/")
         self._forget(kind, key, ident)
-        self.quarantine.pop(key, None)
+        if self.quarantine:
+            self.quarantine.pop(key, None)
 
     def _reject(self, key: str, error: Exception) -> None:
         self.quarantine[key] = str(error)
@@ -174,7 +175,7 @@ class ReplicaState:
         machine = self._decode_machine(key, raw)
         if machine.id != ident:
             raise CodecError(key, "id", f"machine id {machine.id!r} does not match its key")
-        self._set_machine(ident, _MACHINE_ENTRY(machine, mod))
+        self._set_machine(machine.id, _MACHINE_ENTRY(machine, mod))  # (see _put_job)
 
     def _set_machine(self, ident: str, entry: MachineEntry) -> None:
         """Hold ``entry`` for machine ``ident`` (subclasses watch ledgers change here)."""
@@ -184,7 +185,9 @@ class ReplicaState:
         record = self._decode_job(key, raw)
         if record.job.id != ident:
             raise CodecError(key, "spec.id", f"job id {record.job.id!r} does not match its key")
-        self._set_job(ident, _JOB_ENTRY(record, mod))
+        # The id the record carries (equal to ident): one str object across the job's versions,
+        # so the index lookups below compare by identity with a cached hash.
+        self._set_job(record.job.id, _JOB_ENTRY(record, mod))
 
     def _set_job(self, ident: str, entry: JobEntry) -> None:
         record = entry.record

@@ -16,6 +16,7 @@ TOO_LARGE_MESSAGE = "request is too large"
 # Protobuf framing of one op or compare (tags, lengths, wrapper) and of the request itself.
 _OP_OVERHEAD = 12
 _REQUEST_OVERHEAD = 32
+_VALUE_TARGET = CompareTarget.VALUE
 
 
 def check_txn(compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op],
@@ -54,22 +55,24 @@ def _plain_size(compares: Sequence[Compare], success: Sequence[Op], failure: Seq
     for compare in compares:
         if type(compare) is not Compare:
             return None
-        key, value = compare.key, compare.value
-        if type(key) is not str or type(value) is not int or compare.target is CompareTarget.VALUE:
+        key = compare.key
+        if type(key) is not str or type(compare.value) is not int or compare.target is _VALUE_TARGET:
             return None
-        size += (len(key) if key.isascii() else len(key.encode())) + 8 + _OP_OVERHEAD
+        size += (len(key) if key.isascii() else len(key.encode())) + (8 + _OP_OVERHEAD)
     unique, leased = True, False
     for branch in (success, failure):
+        if not branch:
+            continue  # (a txn without a failure branch: no set, no loop)
         puts: set[str] = set()
         put_count = 0
         deleted: list[str] = []
         for op in branch:
             t = type(op)
             if t is Put:
-                key, lease = op.key, op.lease
-                if type(key) is not str or type(op.value) is not bytes or type(lease) is not int or lease < 0:
+                key, value, lease = op.key, op.value, op.lease
+                if type(key) is not str or type(value) is not bytes or type(lease) is not int or lease < 0:
                     return None
-                size += (len(key) if key.isascii() else len(key.encode())) + len(op.value) + _OP_OVERHEAD
+                size += (len(key) if key.isascii() else len(key.encode())) + len(value) + _OP_OVERHEAD
                 if lease:
                     size += 8
                     leased = True
@@ -82,7 +85,7 @@ def _plain_size(compares: Sequence[Compare], success: Sequence[Op], failure: Seq
                     deleted.append(key)
             else:
                 return None
-        if len(puts) != put_count or not puts.isdisjoint(deleted):
+        if len(puts) != put_count or deleted and not puts.isdisjoint(deleted):
             unique = False  # check_duplicates names the key
     return size, unique, leased
 

@@ -1,4 +1,4 @@
-"""The codec's memo of recent values by the identity of their bytes (``cellstate.codec_memo``)."""
+"""The codec's memo of recent values by their bytes (``cellstate.codec_memo``)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,14 @@ from cellstate.resources import Resources
 M = Machine("m1", Resources(4000, 1024))
 
 
-def test_the_very_bytes_object_is_answered_equal_bytes_are_not():
+def test_the_bytes_object_and_equal_bytes_are_answered_other_bytes_and_buffers_are_not():
     memo = ValueMemo()
     raw = b"x" * 8
     memo.put(raw, "value")
     assert memo.get(raw) == "value"
-    assert memo.get(bytes(bytearray(raw))) is None  # equal content, another object
+    assert memo.get(bytes(bytearray(raw))) == "value"  # equal content, another object: decodes the same
+    assert memo.get(b"y" * 8) is None
+    assert memo.get(bytearray(raw)) is None  # a buffer is not looked up (no hash)
 
 
 @pytest.mark.parametrize("raw", [bytearray(b"abc"), memoryview(b"abc")], ids=["bytearray", "memoryview"])
@@ -48,10 +50,12 @@ def test_decodes_of_encoded_and_decoded_bytes_share_the_value():
     wake_codec_memos()  # as a MemoryStore does
     raw = pack_machine(M)
     assert decode_machine("machines/m1", raw) is M  # trusted encode: remembered
-    other = encode_machine(M)  # the generic encoder remembers nothing
-    first = decode_machine("machines/m1", other)
-    assert first == M and first is not M
-    assert decode_machine("machines/m1", other) is first
+    assert decode_machine("machines/m1", encode_machine(M)) is M  # equal bytes: the same value
+    m2 = Machine("m2", Resources(2000, 512))
+    other = encode_machine(m2)  # the generic encoder remembers nothing
+    first = decode_machine("machines/m2", other)
+    assert first == m2 and first is not m2
+    assert decode_machine("machines/m2", other) is first
 
 
 def test_a_value_that_fails_to_decode_fails_every_time():

@@ -246,3 +246,21 @@ def test_summarize_reasons_of_one_reason_counts_every_task():
 def test_reasons_are_kept_for_the_still_pending_tasks(tasks, unplaced, kept):
     from cellstate.committer import _still_pending
     assert list(_still_pending(unplaced, tasks)) == kept
+
+
+@pytest.mark.parametrize("tasks, indices", [
+    ("pppp", [0]), ("pppp", [3]), ("pppp", [2, 0]), ("p", [0]), ("ppap", [1, 3]),
+    ("pppp", [-1]), ("pppp", [1, 1]),  # what indexing a list of the states gives (check_plan refuses these)
+])
+def test_claimed_tasks_become_placed_and_nothing_else_changes(tasks, indices):
+    from cellstate.committer import _placed
+    chars = list(tasks)
+    for i in indices:
+        chars[i] = "a"
+    assert _placed(tasks, indices) == "".join(chars)
+
+
+def test_a_claim_beyond_the_task_string_fails_as_list_indexing_does():
+    from cellstate.committer import _placed
+    with pytest.raises(IndexError):
+        _placed("pp", [2])

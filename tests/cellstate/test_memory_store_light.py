@@ -8,7 +8,7 @@ import pytest
 from cellstate.keys import CellKeys
 from cellstate.memory_store import MemoryStore
 from cellstate.replica import Replica
-from cellstate.store import Compacted, Delete, EventKind, Put
+from cellstate.store import Compacted, Delete, EventKind, Put, Unavailable
 from replica_helpers import alloc, assert_matches_store, job, machine, write
 
 
@@ -97,6 +97,23 @@ def test_expired_lease_deletes_reach_the_watch(light):
     light.clock.now += 6
     assert light.expire_leases() == [lease]
     assert [(kind, key) for kind, key, _, _ in events_of(stream)] == [(EventKind.DELETE, "/l/a")]
+
+
+def test_a_zero_wait_on_an_empty_stream_still_reports_expiry_breaks_and_close(light):
+    lease = light.grant_lease(5)
+    light.put("/l/a", b"1", lease)
+    stream = light.watch("/l/", light.revision() + 1)
+    assert stream.next(timeout=0) is None
+    light.clock.now += 6  # nothing queued, but a lease is due: its deletes come out of this very call
+    assert [ev.kind for ev in stream.next(timeout=0).events] == [EventKind.DELETE]
+    assert stream.next(timeout=0) is None
+    light.disconnect_watches()
+    with pytest.raises(Unavailable):
+        stream.next(timeout=0)
+    other = light.watch("/", light.revision() + 1)
+    light.close()
+    with pytest.raises(Unavailable):
+        other.next(timeout=0)
 
 
 def test_a_cancelled_watch_gets_nothing(light):
