@@ -67,6 +67,17 @@ class _WatchedReplica(Replica):
         if self.changed_jobs is not None:
             self.changed_jobs.add(ident)
 
+    def sync(self) -> int:
+        """``Replica.sync``, with the machines and jobs the listing no longer holds noted as
+        changed: after a compaction their deletes never reached the watch."""
+        machines, jobs = list(self._machines), list(self._jobs)
+        revision = super().sync()
+        if self.changed_ids is not None:
+            self.changed_ids.update(ident for ident in machines if ident not in self._machines)
+        if self.changed_jobs is not None:
+            self.changed_jobs.update(ident for ident in jobs if ident not in self._jobs)
+        return revision
+
     def _forget(self, kind: str, key: str, ident: str) -> None:
         ReplicaState._forget(self, kind, key, ident)  # not super(): once per delete
         if kind == "machines" and self.changed_ids is not None:
