@@ -44,6 +44,31 @@ def _spec_map(job: Job) -> dict:
     return d
 
 
+def _shaped_spec_map(job: Job) -> dict:
+    """``_spec_map(job)`` for a spec of the common shape (``codec_job_fast._spec_shape_ok``:
+    a JobKind, core resources only, each field of its exact type), field by field."""
+    request = job.request
+    d = {"id": job.id, "kind": job.kind._value_, "tasks": job.tasks,
+         "request": {"cpu": request.cpu, "memory": request.memory, "disk": request.disk}}
+    if job.priority:
+        d["priority"] = job.priority
+    if job.owner:
+        d["owner"] = job.owner
+    if job.duration_s is not None:
+        d["duration_s"] = job.duration_s
+    if job.gang:
+        d["gang"] = True
+    if job.package:
+        d["package"] = job.package
+    if job.different_machine:
+        d["different_machine"] = True
+    if job.max_per_machine:
+        d["max_per_machine"] = job.max_per_machine
+    if job.constraints:
+        d["constraints"] = [_constraint_map(c) for c in job.constraints]
+    return d
+
+
 def _constraint_map(c: Constraint) -> dict:
     d = {"attribute": c.attribute, "op": str(c.op)}
     if c.values:
@@ -176,7 +201,7 @@ def _common_spec_map(r) -> dict | None:
     (``codec_job_fast``: its map form provably decodes back equal); None says nothing."""
     if type(r) is not JobRecord:
         return None
-    spec = shaped_spec_map(r.job, _spec_map)
+    spec = shaped_spec_map(r.job, _shaped_spec_map)
     return spec if spec is not None and record_fields_ok(r) else None
 
 
