@@ -54,7 +54,7 @@ class LiveKeys:
     comparisons, a short move and a share of the merges (each list is merged into one
     ``MIDDLE_AT / MERGE_AT`` times longer); a prefix scan is two bisections per list."""
 
-    MERGE_AT = 512
+    MERGE_AT = 2048
     MIDDLE_AT = 32768
 
     def __init__(self) -> None:
