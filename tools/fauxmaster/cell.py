@@ -255,6 +255,8 @@ class SimCell:
                 ended += len(allocs)
                 self.counters.tasks_ended += len(allocs)
                 self.wake()
+                if not left:
+                    return ended
         if left:
             raise RuntimeError(f"end of tasks of {job_id}: txns lost races in a single-threaded replay")
         return ended
