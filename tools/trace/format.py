@@ -172,6 +172,12 @@ _DECODERS = {
 _FIELDS = {kind: frozenset(("type", "t") + payload) for kind, (payload, _) in _DECODERS.items()}
 
 
+def _decoders(version: int) -> dict[str, tuple[int, frozenset, object]]:
+    """type tag → (number of fields, the fields, builder) of the event types of a ``version`` file."""
+    return {kind: (len(_FIELDS[kind]), _FIELDS[kind], build) for kind, (_, build) in _DECODERS.items()
+            if version > 1 or kind in _V1_TYPES}
+
+
 def event_from_record(key: str, d, version: int = FORMAT_VERSION) -> TraceEvent:
     """The event a record map of a ``version`` file describes; CodecError naming the field if
     it is invalid (or of a type that version does not have)."""
@@ -293,9 +299,11 @@ class TraceReader:
         self._file = gzip.GzipFile(fileobj=raw) if raw.read(2) == _GZIP_MAGIC else raw
         self._raw = raw
         raw.seek(0)
-        self._records = self._unpacked()
+        self._unpacker = msgpack.Unpacker(raw=False)
+        self._fed = self._consumed = 0  # unpacker.tell() also counts a partly read record: track whole ones
         self.index = -1  # index of the last record read
         self._version = FORMAT_VERSION
+        self._decoders = _decoders(FORMAT_VERSION)
         self._last_t = 0.0
 
     def read_header(self) -> TraceHeader:
@@ -305,6 +313,7 @@ class TraceReader:
         except CodecError as exc:
             raise _error(self.name, 0, exc) from None
         self._version = header.version
+        self._decoders = _decoders(header.version)
         return header
 
     def __iter__(self):
@@ -312,12 +321,20 @@ class TraceReader:
 
     def __next__(self) -> TraceEvent:
         record = self._next_record()
-        if type(record) is dict and record.get("type") == "end":
+        kind = record.get("type") if type(record) is dict else None
+        if kind == "end":
             self._check_end(record)
             self.close()
             raise StopIteration
+        # A record of a known type with exactly its fields and a valid time is built here
+        # (``event_from_record``'s checks, without its frame); any other by ``event_from_record``.
+        entry = self._decoders.get(kind) if type(kind) is str else None
         try:
-            event = event_from_record(_RECORD_KEY, record, self._version)  # errors name self.index
+            if (entry is not None and len(record) == entry[0] and entry[1].issuperset(record)
+                    and type(t := record["t"]) is float and 0.0 <= t < math.inf):
+                event = entry[2](_RECORD_KEY, record, t)
+            else:
+                event = event_from_record(_RECORD_KEY, record, self._version)  # errors name self.index
         except CodecError as exc:
             raise _error(self.name, self.index, exc) from None
         if event.t < self._last_t:
@@ -331,39 +348,42 @@ class TraceReader:
         if set(record) != {"type", "events"} or events != self.index - 1 or type(events) is not int:
             raise TraceError(f"trace {self.name}: record {self.index}: end record says "
                              f"{events!r} events, read {self.index - 1}")
-        if next(self._records, _EOF) is not _EOF:
+        if self._unpack_next() is not _EOF:
             raise TraceError(f"trace {self.name}: record {self.index + 1}: data after the end record")
 
     def _next_record(self):
         if self._file is None:
             raise StopIteration
-        record = next(self._records, _EOF)
+        record = self._unpack_next()
         if record is _EOF:
             self.close()
             raise TraceError(f"trace {self.name}: truncated after record {self.index} (no end record)")
         self.index += 1
         return record
 
-    def _unpacked(self):
-        """Records as msgpack objects; TraceError for bytes that are not msgpack."""
-        unpacker = msgpack.Unpacker(raw=False)
-        fed = consumed = 0  # unpacker.tell() also counts a partly read record: track whole ones
-        while chunk := self._read_chunk():
-            unpacker.feed(chunk)
-            fed += len(chunk)
-            while True:
-                try:
-                    record = unpacker.unpack()
-                except msgpack.OutOfData:
+    def _unpack_next(self):
+        """The next record as a msgpack object, or _EOF after the last; TraceError for bytes
+        that are not msgpack or a record the file cuts short."""
+        unpacker = self._unpacker
+        while True:
+            try:
+                record = unpacker.unpack()
+            except msgpack.OutOfData:
+                chunk = self._read_chunk()
+                if not chunk:
                     break
-                except Exception as exc:  # msgpack raises many types (FormatError, StackError, ValueError…)
-                    raise TraceError(f"trace {self.name}: record {self.index + 1}: not msgpack "
-                                     f"({type(exc).__name__}: {exc})") from None
-                consumed = unpacker.tell()
-                yield record
-        if consumed < fed:
+                unpacker.feed(chunk)
+                self._fed += len(chunk)
+                continue
+            except Exception as exc:  # msgpack raises many types (FormatError, StackError, ValueError…)
+                raise TraceError(f"trace {self.name}: record {self.index + 1}: not msgpack "
+                                 f"({type(exc).__name__}: {exc})") from None
+            self._consumed = unpacker.tell()
+            return record
+        if self._consumed < self._fed:
             raise TraceError(f"trace {self.name}: truncated after record {self.index} "
                              f"(record {self.index + 1} is incomplete)")
+        return _EOF
 
     def _read_chunk(self) -> bytes:
         try:
