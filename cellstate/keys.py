@@ -11,7 +11,7 @@ Ids may not contain "/" (validated by the codec and the job-spec loader).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 DEFAULT_ROOT = "/omega"
 KINDS = ("machines", "jobs", "allocs", "stats", "conflicts")
@@ -23,10 +23,11 @@ class CellKeys:
 
     cell: str = "default"
     root: str = DEFAULT_ROOT
+    prefix: str = field(init=False, repr=False, compare=False)
+    """``{root}/cells/{cell}/``: formatted once (every key of a replay is built from it)."""
 
-    @property
-    def prefix(self) -> str:
-        return f"{self.root}/cells/{self.cell}/"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "prefix", f"{self.root}/cells/{self.cell}/")
 
     def kind_prefix(self, kind: str) -> str:
         return f"{self.prefix}{kind}/"
