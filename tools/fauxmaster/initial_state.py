@@ -167,8 +167,7 @@ def _write(cell, ledgers: dict[str, Machine], jobs: dict[str, JobRecord | None],
     placed_jobs = {a.job_id for a in allocs}
     keys = cell.keys
     ops = [_PUT(keys.machine(m), pack_machine(ledgers[m]), 0) for m in sorted(ledgers)]
-    prefix = keys.kind_prefix("allocs")  # keys.alloc(job, task) is prefix + "job/task"
-    ops += [_PUT(f"{prefix}{a.job_id}/{a.task_index}", raw, 0) for a, raw in zip(allocs, _packed_allocs(allocs))]
+    ops += [_PUT(keys.alloc(a.job_id, a.task_index), raw, 0) for a, raw in zip(allocs, _packed_allocs(allocs))]
     for job_id in sorted(placed_jobs):
         record = jobs[job_id]
         if "p" not in record.tasks:
