@@ -28,9 +28,8 @@ from tools.trace.events import (  # noqa: E402
     TaskEndStatus,
     TaskPlaced,
 )
-from tools.trace.format import (  # noqa: E402
-    TraceError, TraceHeader, TraceWriter, _nested, event_from_record, read_trace,
-)
+from tools.trace.format import TraceError, TraceHeader, TraceWriter, read_trace  # noqa: E402
+from tools.trace.records import _nested, event_from_record  # noqa: E402
 
 HEADER = TraceHeader(source="test", created_at="2024-01-01T00:00:00+00:00", capacity_model="none",
                      cell="c1", notes="n")
