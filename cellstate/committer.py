@@ -20,7 +20,7 @@ from cellstate.codec import decode_alloc, decode_job_record, decode_machine, enc
 from cellstate.codec_trusted import pack_alloc, pack_machine
 from cellstate.fastbuild import builder
 from cellstate.keys import CellKeys
-from cellstate.model import Alloc, JobRecord, Machine, TaskState
+from cellstate.model import Alloc, JobRecord, Machine, TaskState, with_states
 from cellstate.resources import Resources
 from cellstate.store import (
     Compare, CompareOp, CompareTarget, Delete, Get, KeyValue, Put, Store, TxnTooLarge,
@@ -285,25 +285,13 @@ def updated_record(plan: Plan) -> JobRecord:
     seen = plan.job.record
     tasks = seen.tasks
     if plan.claims:  # (a reason write keeps the task states)
-        tasks = _placed(tasks, [claim.task_index for claim in plan.claims])
+        tasks = with_states(tasks, [claim.task_index for claim in plan.claims], "a")  # TaskState.PLACED
     first = seen.first_attempt_at if seen.first_attempt_at is not None else plan.now
     placed = seen.placed_at
     if placed is None and "p" not in tasks and not seen.killed:  # no pending task left
         placed = plan.now
     reason = summarize_reasons(_still_pending(plan.unplaced, tasks))
     return seen.with_progress(tasks, reason, first, placed)
-
-
-def _placed(tasks: str, indices: list[int]) -> str:
-    """``tasks`` with the states at ``indices`` set to 'a' (TaskState.PLACED); one index by
-    slicing (no per-task list of a job of thousands of tasks)."""
-    if len(indices) == 1 and 0 <= indices[0] < len(tasks):
-        i = indices[0]
-        return tasks[:i] + "a" + tasks[i + 1:]
-    chars = list(tasks)
-    for i in indices:
-        chars[i] = "a"
-    return "".join(chars)
 
 
 def _still_pending(unplaced: dict[int, str], tasks: str) -> dict[int, str]:

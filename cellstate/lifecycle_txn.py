@@ -31,7 +31,7 @@ from omega.protocols import JobEntry, MachineEntry
 
 _LIVE = (TaskState.PLACED.value, TaskState.RUNNING.value)
 # built without __init__ (cellstate.fastbuild)
-_RECORD, _RESOURCES = builder(JobRecord), builder(Resources)
+_RESOURCES = builder(Resources)
 # The ops of a task end, built without __init__ as well (one txn per task end in a replay).
 _PUT, _DELETE, _GET, _COMPARE = builder(Put), builder(Delete), builder(Get), builder(Compare)
 _MOD, _EQ = CompareTarget.MOD, CompareOp.EQ
@@ -124,23 +124,8 @@ def finish_task_ops(keys: CellKeys, job: JobEntry, allocs: Sequence[Alloc],
     job_key = keys.job(job.id)
     compares.append(_COMPARE(job_key, _MOD, _EQ, job.mod_revision))
     failure.append(_GET(job_key, False))
-    success.append(_PUT(job_key, encode_job_record(_with_states(record, tasks, TaskState.FINISHED.value)), 0))
+    success.append(_PUT(job_key, encode_job_record(record.with_tasks(tasks, TaskState.FINISHED)), 0))
     return TxnOps(compares, success, failure)
-
-
-def _with_states(record: JobRecord, indices: Sequence[int], char: str) -> JobRecord:
-    """``record.with_tasks(indices, state)`` for valid indices, without dataclass ``replace``."""
-    tasks = record.tasks
-    if len(indices) == 1:
-        i = indices[0]
-        tasks = tasks[:i] + char + tasks[i + 1:]
-    else:
-        chars = list(tasks)
-        for i in indices:
-            chars[i] = char
-        tasks = "".join(chars)
-    r = record
-    return _RECORD(r.job, tasks, r.submitted_at, r.reason, r.killed, r.first_attempt_at, r.placed_at)
 
 
 # ------------------------------------------------------------------------------- evict

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from itertools import compress
+from typing import Sequence
 
 from cellstate.fastbuild import builder
 from cellstate.resources import ZERO, Resources
@@ -175,11 +176,8 @@ class JobRecord:
 
     def with_tasks(self, indices, state: TaskState) -> JobRecord:
         """This record with the given tasks set to ``state``."""
-        chars = list(self.tasks)
-        value = state.value
-        for i in indices:
-            chars[i] = value
-        return self.with_progress("".join(chars), self.reason, self.first_attempt_at, self.placed_at)
+        return self.with_progress(with_states(self.tasks, indices, state.value), self.reason,
+                                  self.first_attempt_at, self.placed_at)
 
     def with_progress(self, tasks: str, reason: str, first_attempt_at: float | None,
                       placed_at: float | None) -> JobRecord:
@@ -225,6 +223,18 @@ class Alloc:
     scheduler: str = ""
     placed_at: float = 0.0
     running: bool = False
+
+
+def with_states(tasks: str, indices: Sequence[int], char: str) -> str:
+    """``tasks`` with the states at ``indices`` set to ``char``; one index by slicing (no
+    per-task list of a job of thousands of tasks). IndexError for an index out of range."""
+    if len(indices) == 1 and 0 <= indices[0] < len(tasks):
+        i = indices[0]
+        return tasks[:i] + char + tasks[i + 1:]
+    chars = list(tasks)
+    for i in indices:
+        chars[i] = char
+    return "".join(chars)
 
 
 def pending_indices(tasks: str) -> list[int]:

@@ -253,14 +253,14 @@ def test_reasons_are_kept_for_the_still_pending_tasks(tasks, unplaced, kept):
     ("pppp", [-1]), ("pppp", [1, 1]),  # what indexing a list of the states gives (check_plan refuses these)
 ])
 def test_claimed_tasks_become_placed_and_nothing_else_changes(tasks, indices):
-    from cellstate.committer import _placed
+    from cellstate.model import with_states  # what updated_record sets the claimed tasks with
     chars = list(tasks)
     for i in indices:
         chars[i] = "a"
-    assert _placed(tasks, indices) == "".join(chars)
+    assert with_states(tasks, indices, "a") == "".join(chars)
 
 
 def test_a_claim_beyond_the_task_string_fails_as_list_indexing_does():
-    from cellstate.committer import _placed
+    from cellstate.model import with_states
     with pytest.raises(IndexError):
-        _placed("pp", [2])
+        with_states("pp", [2], "a")
