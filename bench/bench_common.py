@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import platform
 import statistics
+import sys
 import time
 from contextlib import contextmanager
 from typing import Iterator
@@ -33,6 +36,13 @@ def timed(fn) -> float:
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
+
+
+def interpreter() -> str:
+    """The running interpreter: path, implementation and version (a CPU-bound benchmark's
+    result depends on how the interpreter was built, not only on the code)."""
+    return (f"{os.path.realpath(sys.executable)} ({platform.python_implementation()} "
+            f"{platform.python_version()})")
 
 
 def median(values) -> float:

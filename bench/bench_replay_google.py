@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_common import verdict  # noqa: E402
+from bench.bench_common import interpreter, verdict  # noqa: E402
 from tools.fauxmaster.replay import ReplayConfig, replay  # noqa: E402
 from tools.trace.format import FORMAT_VERSION  # noqa: E402
 from tools.trace.google2011 import CapacityModel, import_google2011  # noqa: E402
@@ -60,6 +60,7 @@ def main() -> int:
                         "OUT ends with .txt)")
     args = parser.parse_args()
     trace = imported_trace()
+    print(f"interpreter {interpreter()}")
     schedulers = [dict(name=f"batch{i}", kind="batch", seed=i) for i in range(args.batch)]
     schedulers.append(dict(name="service", kind=args.service_scheduler, jobs="service"))
     until = args.until if args.until is not None else args.hours * 3600

@@ -4,9 +4,7 @@
 # Flags pass through, e.g. `bash tools/demo.sh --duration 30` ends with a summary and a check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ ! -x .venv/bin/python ]; then
-  python3 -m venv .venv
-  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-fi
+source tools/venv.sh
+ensure_venv
 .venv/bin/python -m pip install -q -e .
 exec .venv/bin/omega demo "$@"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Install the project with its test extras into .venv (created if missing) and run the test suite.
+# Install the project with its test extras into .venv (created if missing, see tools/venv.sh) and
+# run the test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+source tools/venv.sh
+ensure_venv
 .venv/bin/python -m pip install -q -e '.[test]'
 exec .venv/bin/python -m pytest -q "$@"
