@@ -20,9 +20,6 @@ from tools.trace.events import JobKill, JobSubmit, MachineAdd, MachineFail, Mach
 from tools.trace.format import read_trace
 
 
-_BULK = (JobSubmit, TaskPlaced)  # applied as runs of consecutive events of one type
-
-
 class TraceFeed:
     """Feeds the trace at ``path`` to ``cell`` on ``core`` (a context manager closing the file)."""
 
@@ -82,29 +79,41 @@ class TraceFeed:
     def _feed_now(self) -> None:
         """Apply every event of the current time.
 
-        A hot loop (one pass per trace event): the reader is called directly, not via ``_read``."""
+        A hot loop (one pass per trace event): the reader is called directly, not via ``_read``,
+        and a run of ``task_placed`` records is read as (job, task, machine) triples."""
         now = self.core.now
         reader = self._reader
-        run: list = []  # consecutive events of one bulk type (JobSubmit or TaskPlaced)
+        run: list = []  # the jobs of consecutive JobSubmit events, or the triples of TaskPlaced ones
+        run_type = None
         event = self._next
         while event is not None and event.t == now:
-            if run and type(event) is not type(run[0]):
-                self._apply_run(run)
+            kind = type(event)
+            if run and kind is not run_type:
+                self._apply_run(run_type, run)
                 run = []
-            if isinstance(event, _BULK):
-                run.append(event)
+            if kind is JobSubmit:
+                run_type = kind
+                run.append(event.job)
+                event = next(reader, None)
+            elif kind is TaskPlaced:
+                run_type = kind
+                run.append((event.job_id, event.task, event.machine_id))
+                read = len(run)
+                event = reader.read_placements(run)
+                self.events += len(run) - read
             else:
                 self._apply(event)
-            event = self._next = next(reader, None)  # as _read
-            if event is not None:
+                event = next(reader, None)
+            self._next = event
+            if event is not None:  # as _read
                 self.events += 1
                 self.last_t = event.t
         if run:
-            self._apply_run(run)
+            self._apply_run(run_type, run)
 
-    def _apply_run(self, run: list) -> None:
-        if isinstance(run[0], JobSubmit):
-            self.cell.submit([event.job for event in run])
+    def _apply_run(self, run_type: type, run: list) -> None:
+        if run_type is JobSubmit:
+            self.cell.submit(run)
         elif self.initial_state == "recorded" and self.core.now == 0:
             place_recorded(self.cell, run)
         else:
