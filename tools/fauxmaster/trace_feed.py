@@ -124,14 +124,14 @@ class TraceFeed:
 
     def _apply(self, event) -> None:
         cell = self.cell
-        if isinstance(event, MachineAdd):
-            cell.add_machines([event.machine])
-        elif isinstance(event, (MachineFail, MachineRemove)):
-            cell.fail_machine(event.machine_id)
-        elif isinstance(event, TaskEnd):
+        if isinstance(event, TaskEnd):  # the most frequent first
             cell.trace_task_end(event.job_id, event.task)
         elif isinstance(event, JobKill):
             cell.kill(event.job_id)
+        elif isinstance(event, MachineAdd):
+            cell.add_machines([event.machine])
+        elif isinstance(event, (MachineFail, MachineRemove)):
+            cell.fail_machine(event.machine_id)
         else:
             raise TypeError(f"unknown trace event {event!r}")
 
