@@ -144,3 +144,17 @@ def test_recorded_ledgers_with_extra_resources_and_interleaved_jobs(tmp_path):
     assert ledgers["g0"].allocated == Resources.of(3000, 1536, 0, gpu=1) and ledgers["g0"].task_count == 3
     assert ledgers["m0"].allocated == Resources.of(1000, 512, 0) and ledgers["m0"].task_count == 1
     assert ledgers["g0"].writer == ledgers["m0"].writer == "trace"
+
+
+def test_recorded_max_per_machine_refuses_beyond_the_limit(tmp_path):
+    """A job's ``max_per_machine`` holds across its runs of placements: the third task on m0 stays
+    pending, one on another machine is written."""
+    capped = replace(batch("capped", 4), max_per_machine=2)
+    events = [MachineAdd(0.0, machine(i)) for i in range(2)] + [JobSubmit(0.0, capped), JobSubmit(0.0, batch("x", 1))]
+    events += [TaskPlaced(0.0, "capped", 0, "m0"), TaskPlaced(0.0, "capped", 1, "m0"), TaskPlaced(0.0, "x", 0, "m1"),
+               TaskPlaced(0.0, "capped", 2, "m0"), TaskPlaced(0.0, "capped", 3, "m1")]
+    result = replay(write(tmp_path / "c.omt", events), ReplayConfig(schedulers=ONE, until=0.05))
+    assert result.cell["initial_placed"] == 4
+    assert result.cell["initial_not_placed"] == {"job's per-machine rule": 1}
+    placed = allocs(result)
+    assert [placed[("capped", i)] for i in (0, 1, 3)] == ["m0", "m0", "m1"] and placed[("x", 0)] == "m1"

@@ -68,7 +68,7 @@ class _Placer:
         self.packed_tasks: dict[int, bytes] = {}  # task index → packed (the packers')
         self.machines: dict[str, Machine | None] = {}  # as read
         self.room: dict[str, list | Resources | None] = {}  # up machine → its free amount so far; else None
-        self.per_machine: Counter[tuple[str, str]] = Counter()  # (job with a per-machine rule, machine) → tasks
+        self.per_machine: dict[str, dict[str, int]] = {}  # job with a per-machine rule → machine → its tasks
         self.allocs: list[Alloc] = []
         self.puts: list[Put] = []  # of the allocs, in order
         self.ends: dict[str, dict[int, tuple[str, float]]] = {}  # batch job with a duration → its placements
@@ -82,7 +82,8 @@ class _Placer:
             skipped["job unknown or killed"] += sum(1 for _ in run)
             return
         job, states, room, now = record.job, self.tasks[job_id], self.room, self.now
-        request, priority, ruled = job.request, job.priority, job.different_machine or job.max_per_machine
+        request, priority = job.request, job.priority
+        here = self.per_machine.setdefault(job_id, {}) if job.different_machine or job.max_per_machine else None
         cpu, memory, disk, core = request.cpu, request.memory, request.disk, not request.extra
         allocs, puts, pack = self.allocs, self.puts, self.packers[job_id].pack
         ends, key_prefix = self._ends(job_id, job), self.cell.keys.job_allocs(job_id)
@@ -96,7 +97,7 @@ class _Placer:
             if left is None:
                 skipped["machine unknown or not up"] += 1
                 continue
-            if ruled and self._rule_refuses(job, job_id, machine_id):
+            if here is not None and machine_id in here and _rule_refuses(job, here[machine_id]):
                 skipped["job's per-machine rule"] += 1
                 continue
             if core and type(left) is list:
@@ -110,8 +111,8 @@ class _Placer:
                 skipped["does not fit the machine's capacity"] += 1
                 continue
             states[task] = _PLACED
-            if ruled:
-                self.per_machine[job_id, machine_id] += 1
+            if here is not None:
+                here[machine_id] = here.get(machine_id, 0) + 1
             alloc = _ALLOC(job_id, task, machine_id, request, priority, RECORDED_BY, now, False)
             allocs.append(alloc)
             puts.append(_PUT(f"{key_prefix}{task}", pack(alloc), 0))
@@ -152,11 +153,6 @@ class _Placer:
         ends = self.ends.get(job_id)
         return {} if ends is None else ends
 
-    def _rule_refuses(self, job, job_id: str, machine_id: str) -> bool:
-        """``job``'s ``different_machine`` / ``max_per_machine`` refuse one more task on the machine."""
-        here = self.per_machine[job_id, machine_id]
-        return bool(here) and bool(job.different_machine or (job.max_per_machine and here >= job.max_per_machine))
-
     def write(self) -> None:
         """Write what was placed, follow it in the cell, and count what was not."""
         cell, jobs, allocs = self.cell, self.jobs, self.allocs
@@ -190,6 +186,12 @@ class _Placer:
 
 
 _UP = MachineState.UP
+
+
+def _rule_refuses(job, here: int) -> bool:
+    """``job``'s ``different_machine`` / ``max_per_machine`` refuse one more task on a machine
+    with ``here`` (>= 1) of its tasks."""
+    return bool(job.different_machine or (job.max_per_machine and here >= job.max_per_machine))
 _MACHINE_ID = attrgetter("machine_id")
 
 
