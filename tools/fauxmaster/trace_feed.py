@@ -3,8 +3,9 @@
 The machines that open the trace (``machine_add`` at t = 0) are written before the
 schedulers start, so their replicas list them. Afterwards the feed runs as one action per
 distinct event time: the events of that time in file order, consecutive job submissions in
-one ``submit`` call (as one client would), consecutive ``task_placed`` events in one bulk
-write (``initial_state="recorded"`` and t = 0 only: see ``tools.fauxmaster.initial_state``;
+one ``submit`` call (as one client would), consecutive ``task_placed`` events (read as
+(job, task, machine) triples, ``TraceReader.read_placements``) in one bulk write
+(``initial_state="recorded"`` and t = 0 only: see ``tools.fauxmaster.initial_state``;
 otherwise they are counted as skipped). An action that would be the next to run at the
 following event time goes on there itself (``EventCore.advance``: the same order as
 scheduling it, without the heap's round trip). When the trace ends the replay stops there,
