@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from cellstate.codec import decode_alloc
+from cellstate.codec import CodecError, decode_alloc
 from tools.fauxmaster.replay import ReplayConfig, replay
 from tools.fauxmaster.trace_feed import TraceFeed
 from tools.trace.events import JobSubmit, MachineAdd, TaskEnd, TaskEndStatus, TaskPlaced
@@ -83,35 +83,41 @@ def test_bad_initial_state_is_refused(config, message):
         TraceFeed("unused.omt", None, None, **config)
 
 
+def _pack_per_job(allocs) -> list[bytes]:
+    """The allocs packed as the placer packs them: one packer per job, shared caches."""
+    from tools.fauxmaster.initial_state import _AllocPacker
+
+    entries, tasks, packers = {}, {}, {}
+    return [packers.setdefault(a.job_id, _AllocPacker(entries, tasks)).pack(a) for a in allocs]
+
+
 def test_allocs_packed_from_a_template_are_pack_alloc_bytes():
     from cellstate.codec_trusted import pack_alloc
     from cellstate.model import Alloc
     from cellstate.resources import Resources
-    from tools.fauxmaster.initial_state import _packed_allocs
 
     small, big, now = Resources(250, 512), Resources(4000, 1 << 20, 7), 0.0
     machines = ["m0", "m" * 40, "máquina-ü", "m" * 300]
     allocs = [Alloc(job, task, machines[task % 4], request, priority, "trace", now, False)
               for task in (0, 1, 127, 128, 255, 256, 65535, 65536, 1 << 33)
               for job, request, priority in (("j", small, 0), ("other", big, 300))]
-    allocs.append(Alloc("j", 9, "m0", Resources(250, 512), 0, "trace", now, False))  # equal, not the same object
-    allocs.append(Alloc("j", 10, "m0", small, 0, "trace", 2.5, True))  # other fields differ
-    packed = _packed_allocs(allocs)
-    assert packed == [pack_alloc(a) for a in allocs]
+    allocs.append(Alloc("j", 2, "m/1", small, 0, "trace", now, False))  # not an id: pack_alloc raises
+    with pytest.raises(CodecError):
+        _pack_per_job(allocs)
+    packed = _pack_per_job(allocs[:-1])
+    assert packed == [pack_alloc(a) for a in allocs[:-1]]
     assert all(decode_alloc("k", raw) is a for raw, a in zip(packed, allocs))
 
 
 def test_an_invalid_alloc_raises_as_pack_alloc_does():
-    from cellstate.codec import CodecError
     from cellstate.model import Alloc
     from cellstate.resources import Resources
-    from tools.fauxmaster.initial_state import _packed_allocs
 
     request = Resources(1, 1)
     for bad in (Alloc("j", -1, "m0", request, 0, "trace", 0.0, False),
                 Alloc("j", 1, "m/0", request, 0, "trace", 0.0, False)):
         with pytest.raises(CodecError):
-            _packed_allocs([Alloc("j", 0, "m0", request, 0, "trace", 0.0, False), bad])
+            _pack_per_job([Alloc("j", 0, "m0", request, 0, "trace", 0.0, False), bad])
 
 
 def test_recorded_ledgers_with_extra_resources_and_interleaved_jobs(tmp_path):
@@ -138,3 +144,17 @@ def test_recorded_ledgers_with_extra_resources_and_interleaved_jobs(tmp_path):
     assert ledgers["g0"].allocated == Resources.of(3000, 1536, 0, gpu=1) and ledgers["g0"].task_count == 3
     assert ledgers["m0"].allocated == Resources.of(1000, 512, 0) and ledgers["m0"].task_count == 1
     assert ledgers["g0"].writer == ledgers["m0"].writer == "trace"
+
+
+def test_recorded_max_per_machine_refuses_beyond_the_limit(tmp_path):
+    """A job's ``max_per_machine`` holds across its runs of placements: the third task on m0 stays
+    pending, one on another machine is written."""
+    capped = replace(batch("capped", 4), max_per_machine=2)
+    events = [MachineAdd(0.0, machine(i)) for i in range(2)] + [JobSubmit(0.0, capped), JobSubmit(0.0, batch("x", 1))]
+    events += [TaskPlaced(0.0, "capped", 0, "m0"), TaskPlaced(0.0, "capped", 1, "m0"), TaskPlaced(0.0, "x", 0, "m1"),
+               TaskPlaced(0.0, "capped", 2, "m0"), TaskPlaced(0.0, "capped", 3, "m1")]
+    result = replay(write(tmp_path / "c.omt", events), ReplayConfig(schedulers=ONE, until=0.05))
+    assert result.cell["initial_placed"] == 4
+    assert result.cell["initial_not_placed"] == {"job's per-machine rule": 1}
+    placed = allocs(result)
+    assert [placed[("capped", i)] for i in (0, 1, 3)] == ["m0", "m0", "m1"] and placed[("x", 0)] == "m1"

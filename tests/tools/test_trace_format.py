@@ -233,3 +233,38 @@ def test_job_submit_records_decode_as_job_from_map(job, int_duration, extra_fiel
 
     from_record = outcome(lambda: event_from_record("k", submit(1.0, job_map)).job)
     assert from_record == outcome(lambda: _nested("k", "job", job_from_map, job_map))
+
+
+def placed(t, job="j", task=0, machine="m"):
+    return {"type": "task_placed", "t": t, "job": job, "task": task, "machine": machine}
+
+
+def test_read_placements_takes_the_task_placed_records_of_the_time_read(tmp_path):
+    """The triples of the task_placed records at the last event's time, the next event returned
+    (read as ``__next__`` reads it: here a placement at a later time), None at the end."""
+    path = tmp_path / "p.omt"
+    records = [submit(0.0)] + [placed(0.0, task=i, machine=f"m{i % 3}") for i in range(300)] + [placed(2.0)]
+    path.write_bytes(packed(header_map(version=2), *records, placed(2.0, task=1), end(len(records) + 1)))
+    _, reader = read_trace(path)
+    with reader:
+        assert next(reader) == JobSubmit(0.0, JOB)
+        run = []
+        assert reader.read_placements(run) == TaskPlaced(2.0, "j", 0, "m")
+        assert run == [("j", i, f"m{i % 3}") for i in range(300)]
+        again = []
+        assert reader.read_placements(again) is None and again == [("j", 1, "m")]
+
+
+@pytest.mark.parametrize("record, message", [
+    (placed(0.0, task=-1), "record 3: field 'task'"),
+    (placed(0.0, machine="a/b"), "record 3: field 'machine'"),
+    (dict(placed(0.0), extra=1), "record 3: field 'extra': unknown field"),
+    (placed(float("nan")), "record 3: field 't'"),
+], ids=["negative-task", "machine-not-an-id", "extra-field", "nan-time"])
+def test_read_placements_raises_as_next_does(tmp_path, record, message):
+    path = tmp_path / "p.omt"
+    path.write_bytes(packed(header_map(version=2), submit(0.0), placed(0.0), record, placed(0.0), end(4)))
+    _, reader = read_trace(path)
+    with reader, pytest.raises(TraceError, match=message):
+        next(reader)
+        reader.read_placements([])

@@ -11,7 +11,7 @@ allocation per machine from the same changes, so utilization needs no store scan
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable, Mapping
 
@@ -139,7 +139,7 @@ class SimCell:
             if machine.id in self.usage.machines:
                 self.counters.skip("machine_add of a machine already up")
             else:
-                fresh.append(replace(machine, writer=AGENT))
+                fresh.append(machine.with_ledger(machine.allocated, machine.task_count, AGENT))
         step = max(1, self.store.max_txn_ops)
         for i in range(0, len(fresh), step):
             chunk = fresh[i:i + step]

@@ -21,9 +21,8 @@ scheduler's commit writes. Batch tasks end ``duration_s`` later as if placed at 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import replace
 from itertools import groupby
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 
 import msgpack
 
@@ -33,14 +32,14 @@ from cellstate.fastbuild import builder
 from cellstate.model import Alloc, JobKind, JobRecord, Machine, MachineState
 from cellstate.resources import Resources
 from cellstate.store import Put
-from tools.trace.events import TaskPlaced
 
 INITIAL_STATES = ("recorded", "scheduled")
 RECORDED_BY = "trace"
 
 
-def place_recorded(cell, placements: list[TaskPlaced]) -> None:
-    """Write ``placements`` (see the module docstring) into ``cell`` (a ``SimCell``) now."""
+def place_recorded(cell, placements: list[tuple[str, int, str]]) -> None:
+    """Write ``placements`` (the (job, task, machine) of the t = 0 ``task_placed`` events, in
+    trace order; see the module docstring) into ``cell`` (a ``SimCell``) now."""
     placer = _Placer(cell)
     for job_id, run in groupby(placements, _JOB_ID):
         placer.place_run(job_id, run)
@@ -48,25 +47,31 @@ def place_recorded(cell, placements: list[TaskPlaced]) -> None:
 
 
 _PLACED, _PENDING = ord("a"), ord("p")
-_ALLOC, _RESOURCES = builder(Alloc), builder(Resources)  # without __init__
-_JOB_ID = attrgetter("job_id")
+_ALLOC, _RESOURCES, _PUT = builder(Alloc), builder(Resources), builder(Put)  # without __init__
+_JOB_ID = itemgetter(0)
 _UNREAD = object()
 
 
 class _Placer:
     """The recorded placements checked so far (a hot loop: ~130,000 at the start of a
-    Google-2011 replay): each job and machine is read once, each machine's free amount is
-    followed as one ``Resources`` (its ledger is capacity minus that at the end: ints, so
-    the same as the requests summed), and the tasks of one job are checked in one pass."""
+    Google-2011 replay): each job and machine is read once, each up machine's free amount is
+    followed as a ``[cpu, memory, disk]`` list while it is core-only (else as ``Resources``;
+    its ledger is capacity minus that at the end: ints, so the same as the requests summed),
+    and the tasks of one job are checked, built and packed in one pass."""
 
     def __init__(self, cell):
         self.cell, self.now = cell, cell.core.now
-        self.jobs: dict[str, JobRecord | None] = {}  # as read; then with the tasks written
+        self.jobs: dict[str, JobRecord | None] = {}  # as read
         self.tasks: dict[str, bytearray] = {}  # job → its task states as written so far
+        self.packers: dict[str, _AllocPacker] = {}  # job → the packer of its allocs
+        self.entries: dict[str, bytes] = {}  # machine id → its packed alloc map entry (the packers')
+        self.packed_tasks: dict[int, bytes] = {}  # task index → packed (the packers')
         self.machines: dict[str, Machine | None] = {}  # as read
-        self.room: dict[str, Resources | None] = {}  # up machine → its free amount so far; else None
-        self.per_machine: Counter[tuple[str, str]] = Counter()  # (job with a per-machine rule, machine) → tasks
+        self.room: dict[str, list | Resources | None] = {}  # up machine → its free amount so far; else None
+        self.per_machine: dict[str, dict[str, int]] = {}  # job with a per-machine rule → machine → its tasks
         self.allocs: list[Alloc] = []
+        self.puts: list[Put] = []  # of the allocs, in order
+        self.ends: dict[str, dict[int, tuple[str, float]]] = {}  # batch job with a duration → its placements
         self.skipped: Counter[str] = Counter()
 
     def place_run(self, job_id: str, run) -> None:
@@ -76,11 +81,13 @@ class _Placer:
         if record is None or record.killed:
             skipped["job unknown or killed"] += sum(1 for _ in run)
             return
-        job, states, room, allocs, now = record.job, self.tasks[job_id], self.room, self.allocs, self.now
-        request, priority, ruled = job.request, job.priority, job.different_machine or job.max_per_machine
+        job, states, room, now = record.job, self.tasks[job_id], self.room, self.now
+        request, priority = job.request, job.priority
+        here = self.per_machine.setdefault(job_id, {}) if job.different_machine or job.max_per_machine else None
         cpu, memory, disk, core = request.cpu, request.memory, request.disk, not request.extra
-        for p in run:
-            task, machine_id = p.task, p.machine_id
+        allocs, puts, pack = self.allocs, self.puts, self.packers[job_id].pack
+        ends, key_prefix = self._ends(job_id, job), self.cell.keys.job_allocs(job_id)
+        for _, task, machine_id in run:
             if task >= len(states) or states[task] != _PENDING:
                 skipped["task not pending"] += 1
                 continue
@@ -90,52 +97,82 @@ class _Placer:
             if left is None:
                 skipped["machine unknown or not up"] += 1
                 continue
-            if ruled and self._rule_refuses(job, job_id, machine_id):
+            if here is not None and machine_id in here and _rule_refuses(job, here[machine_id]):
                 skipped["job's per-machine rule"] += 1
                 continue
-            if core and not left.extra:
-                if cpu > left.cpu or memory > left.memory or disk > left.disk:
+            if core and type(left) is list:
+                if cpu > left[0] or memory > left[1] or disk > left[2]:
                     skipped["does not fit the machine's capacity"] += 1
                     continue
-                room[machine_id] = _RESOURCES(left.cpu - cpu, left.memory - memory, left.disk - disk, ())
-            elif request.fits_in(left):
-                room[machine_id] = left - request
-            else:
+                left[0] -= cpu
+                left[1] -= memory
+                left[2] -= disk
+            elif not self._take(machine_id, left, request):
                 skipped["does not fit the machine's capacity"] += 1
                 continue
             states[task] = _PLACED
-            if ruled:
-                self.per_machine[job_id, machine_id] += 1
-            allocs.append(_ALLOC(job_id, task, machine_id, request, priority, RECORDED_BY, now, False))
+            if here is not None:
+                here[machine_id] = here.get(machine_id, 0) + 1
+            alloc = _ALLOC(job_id, task, machine_id, request, priority, RECORDED_BY, now, False)
+            allocs.append(alloc)
+            puts.append(_PUT(f"{key_prefix}{task}", pack(alloc), 0))
+            if ends is not None:
+                ends[task] = (machine_id, now)
+        if ends and job_id not in self.ends:
+            self.ends[job_id] = ends  # in the order of the jobs' first placements
 
     def _read_job(self, job_id: str) -> JobRecord | None:
         record = self.jobs[job_id] = _job_record(self.cell, job_id)
         self.tasks[job_id] = bytearray(record.tasks.encode() if record else b"")
+        self.packers[job_id] = _AllocPacker(self.entries, self.packed_tasks)
         return record
 
-    def _read_machine(self, machine_id: str) -> Resources | None:
-        """Read the machine: its free amount if it is up, else None."""
+    def _read_machine(self, machine_id: str) -> list | Resources | None:
+        """Read the machine: its free amount if it is up (a list while core-only), else None."""
         machine = self.machines[machine_id] = _machine(self.cell, machine_id)
-        left = self.room[machine_id] = machine.free if machine is not None and machine.state is _UP else None
+        if machine is None or machine.state is not _UP:
+            left = None
+        else:
+            free = machine.free
+            left = free if free.extra else [free.cpu, free.memory, free.disk]
+        self.room[machine_id] = left
         return left
 
-    def _rule_refuses(self, job, job_id: str, machine_id: str) -> bool:
-        """``job``'s ``different_machine`` / ``max_per_machine`` refuse one more task on the machine."""
-        here = self.per_machine[job_id, machine_id]
-        return bool(here) and bool(job.different_machine or (job.max_per_machine and here >= job.max_per_machine))
+    def _take(self, machine_id: str, left: list | Resources, request: Resources) -> bool:
+        """Take ``request`` from the machine's free amount ``left`` if it fits (``fits_in``)."""
+        free = _resources(left)
+        if not request.fits_in(free):
+            return False
+        self.room[machine_id] = free - request
+        return True
+
+    def _ends(self, job_id: str, job) -> dict[int, tuple[str, float]] | None:
+        """The placements of a batch job with a duration (whose tasks end), else None."""
+        if job.kind is not JobKind.BATCH or job.duration_s is None:
+            return None
+        ends = self.ends.get(job_id)
+        return {} if ends is None else ends
 
     def write(self) -> None:
         """Write what was placed, follow it in the cell, and count what was not."""
         cell, jobs, allocs = self.cell, self.jobs, self.allocs
-        for job_id in {a.job_id for a in allocs}:
-            jobs[job_id] = replace(jobs[job_id], tasks=self.tasks[job_id].decode())
         ledgers = self._ledgers()
-        _write(cell, ledgers, jobs, allocs, self.now)
-        _follow(cell, jobs, allocs, self.machines, ledgers)
+        _write(cell, ledgers, self._placed_jobs(), self.puts, self.now)
+        _follow(cell, ledgers, self.machines, {job_id: jobs[job_id].job.duration_s for job_id in self.ends},
+                self.ends)
+        if allocs:
+            cell.wake()
         counters = cell.counters
         counters.initial_placed += len(allocs)
         for why, n in self.skipped.items():
             counters.initial_not_placed[why] = counters.initial_not_placed.get(why, 0) + n
+
+    def _placed_jobs(self) -> dict[str, JobRecord]:
+        """The record of every job with a task placed, with its tasks as placed."""
+        jobs, tasks = self.jobs, self.tasks
+        return {job_id: jobs[job_id].with_progress(tasks[job_id].decode(), jobs[job_id].reason,
+                                                   jobs[job_id].first_attempt_at, jobs[job_id].placed_at)
+                for job_id in {a.job_id for a in self.allocs}}
 
     def _ledgers(self) -> dict[str, Machine]:
         """The ledger of every machine with an alloc written, by ``RECORDED_BY``: allocated
@@ -143,13 +180,24 @@ class _Placer:
         ledgers = {}
         for machine_id, count in Counter(map(_MACHINE_ID, self.allocs)).items():
             m = self.machines[machine_id]
-            allocated, tasks = m.capacity - self.room[machine_id], m.task_count + count
+            allocated, tasks = m.capacity - _resources(self.room[machine_id]), m.task_count + count
             ledgers[machine_id] = m.with_ledger(allocated, tasks, RECORDED_BY)
         return ledgers
 
 
 _UP = MachineState.UP
+
+
+def _rule_refuses(job, here: int) -> bool:
+    """``job``'s ``different_machine`` / ``max_per_machine`` refuse one more task on a machine
+    with ``here`` (>= 1) of its tasks."""
+    return bool(job.different_machine or (job.max_per_machine and here >= job.max_per_machine))
 _MACHINE_ID = attrgetter("machine_id")
+
+
+def _resources(left: list | Resources) -> Resources:
+    """A free amount followed as a list, as ``Resources``."""
+    return _RESOURCES(left[0], left[1], left[2], ()) if type(left) is list else left
 
 
 def _job_record(cell, job_id: str) -> JobRecord | None:
@@ -162,16 +210,17 @@ def _machine(cell, machine_id: str) -> Machine | None:
     return None if kv is None else decode_machine(kv.key, kv.value)
 
 
-def _write(cell, ledgers: dict[str, Machine], jobs: dict[str, JobRecord | None],
-           allocs: list[Alloc], now: float) -> None:
-    placed_jobs = {a.job_id for a in allocs}
+def _write(cell, ledgers: dict[str, Machine], jobs: dict[str, JobRecord], alloc_puts: list[Put],
+           now: float) -> None:
+    """The ledgers, the allocs' puts and the job records (placed at ``now`` when no task is
+    left pending), in txns of at most the store's op limit."""
     keys = cell.keys
     ops = [_PUT(keys.machine(m), pack_machine(ledgers[m]), 0) for m in sorted(ledgers)]
-    ops += [_PUT(keys.alloc(a.job_id, a.task_index), raw, 0) for a, raw in zip(allocs, _packed_allocs(allocs))]
-    for job_id in sorted(placed_jobs):
+    ops += alloc_puts
+    for job_id in sorted(jobs):
         record = jobs[job_id]
         if "p" not in record.tasks:
-            record = replace(record, placed_at=now, reason="")
+            record = record.with_progress(record.tasks, "", record.first_attempt_at, now)
         ops.append(Put(keys.job(job_id), encode_job_record(record)))
     step = cell.store.max_txn_ops
     for i in range(0, len(ops), step):
@@ -180,77 +229,61 @@ def _write(cell, ledgers: dict[str, Machine], jobs: dict[str, JobRecord | None],
             raise RuntimeError("recorded initial state: an unconditional txn failed")
 
 
-_PUT = builder(Put)
 _TASK_KEY, _MACHINE_KEY = msgpack.packb("task"), msgpack.packb("machine")
 
 
-def _packed_allocs(allocs: list[Alloc]) -> list[bytes]:
-    """``pack_alloc(a)`` of every alloc (the same bytes, remembered in ``ALLOC_MEMO`` as what they
-    decode to), from one template per job: the allocs of a job written here differ only in their
-    task index and machine id, which ``codec`` packs as consecutive map entries. The template is
-    the job's first alloc packed by ``pack_alloc``, split around that pair of entries (when found
-    exactly once). Another alloc of the job is the template with its own pair when its other
-    fields are the very objects of the first one (already checked by ``pack_alloc``), its task an
-    int >= 0 and its machine id an id (``pack_alloc``'s checks of these two); else ``pack_alloc``."""
-    templates: dict[str, tuple[Alloc, bytes, bytes] | None] = {}  # job → (first alloc, bytes before, after)
-    entries: dict[str, bytes] = {}  # machine id → its packed map entry
-    packed_tasks: dict[int, bytes] = {}  # task index → packed
-    packb, remember = msgpack.packb, ALLOC_MEMO.put
-    out = []
-    for a in allocs:
-        job_id, task, machine_id = a.job_id, a.task_index, a.machine_id
-        if job_id not in templates:
-            raw = pack_alloc(a)
-            templates[job_id] = _template(raw, a)
-            out.append(raw)
-            continue
-        template = templates[job_id]
-        entry = entries.get(machine_id)
+class _AllocPacker:
+    """``pack_alloc(a)`` of the allocs of one job (the same bytes, remembered in ``ALLOC_MEMO``
+    as what they decode to), from one template: allocs that differ only in their task index and
+    machine id, which ``codec`` packs as consecutive map entries. The template is the first
+    alloc packed by ``pack_alloc``, split around that pair of entries (when found exactly once).
+    The caller promises that every alloc's other fields are the very objects of the first one's;
+    an alloc whose task is not an int >= 0 or whose machine is not an id (``pack_alloc``'s
+    checks of these two) is packed by ``pack_alloc``. ``entries`` (machine id → its packed map
+    entry) and ``tasks`` (task index → packed) may be shared by the packers of several jobs."""
+
+    __slots__ = ("entries", "tasks", "template")
+
+    def __init__(self, entries: dict[str, bytes], tasks: dict[int, bytes]):
+        self.template: tuple[bytes, bytes] | None | bool = None  # False: none found
+        self.entries, self.tasks = entries, tasks
+
+    def pack(self, a: Alloc) -> bytes:
+        template, task, machine_id = self.template, a.task_index, a.machine_id
+        entry = self.entries.get(machine_id)
         if entry is None and type(machine_id) is str and machine_id and "/" not in machine_id:
-            entry = entries[machine_id] = _MACHINE_KEY + packb(machine_id)
-        if template is None or entry is None or type(task) is not int or task < 0:
-            out.append(pack_alloc(a))
-            continue
-        if not _same_rest(a, template[0]):
-            out.append(pack_alloc(a))
-            continue
-        packed = packed_tasks.get(task)
+            entry = self.entries[machine_id] = _MACHINE_KEY + msgpack.packb(machine_id)
+        if not template or entry is None or type(task) is not int or task < 0:
+            raw = pack_alloc(a)
+            if template is None:
+                self.template = _template(raw, a) or False
+            return raw
+        packed = self.tasks.get(task)
         if packed is None:
-            packed = packed_tasks[task] = packb(task)
-        raw = b"".join((template[1], packed, entry, template[2]))
-        remember(raw, a)
-        out.append(raw)
-    return out
+            packed = self.tasks[task] = msgpack.packb(task)
+        raw = b"".join((template[0], packed, entry, template[1]))
+        _REMEMBER(raw, a)
+        return raw
 
 
-def _template(raw: bytes, a: Alloc) -> tuple[Alloc, bytes, bytes] | None:
-    """``a`` and ``raw`` (``a`` packed) split around its task and machine entries, or None."""
+_REMEMBER = ALLOC_MEMO.put
+
+
+def _template(raw: bytes, a: Alloc) -> tuple[bytes, bytes] | None:
+    """``raw`` (``a`` packed) split around its task and machine entries, or None."""
     pair = _TASK_KEY + msgpack.packb(a.task_index) + _MACHINE_KEY + msgpack.packb(a.machine_id)
     at = raw.find(pair)
     if at < 0 or raw.find(pair, at + 1) >= 0:
         return None
-    return a, raw[:at] + _TASK_KEY, raw[at + len(pair):]
+    return raw[:at] + _TASK_KEY, raw[at + len(pair):]
 
 
-def _same_rest(a: Alloc, first: Alloc) -> bool:
-    """``a``'s fields other than task and machine are the very objects of ``first``'s."""
-    return (a.resources is first.resources and a.priority is first.priority and a.scheduler is first.scheduler
-            and a.placed_at is first.placed_at and a.running is first.running)
-
-
-def _follow(cell, jobs: dict[str, JobRecord | None], allocs: list[Alloc], machines: dict[str, Machine | None],
-            ledgers: dict[str, Machine]) -> None:
-    """Charge the usage ledger (what each ledger gained) and schedule the ends of batch
-    tasks, as for a commit."""
+def _follow(cell, ledgers: dict[str, Machine], machines: dict[str, Machine | None],
+            durations: dict[str, float], ends: dict[str, dict[int, tuple[str, float]]]) -> None:
+    """Charge the usage ledger (what each ledger gained) and schedule the ends of batch tasks
+    (a job's tasks end together, ``durations[job]`` later, as one action), as for a commit."""
     for machine_id, ledger in ledgers.items():
         before = machines[machine_id].allocated
         cell.usage.charge(machine_id, ledger.allocated.cpu - before.cpu, ledger.allocated.memory - before.memory)
-    ends: dict[str, dict[int, tuple[str, float]]] = {}  # batch job → its tasks' placements
-    for a in allocs:
-        spec = jobs[a.job_id].job
-        if spec.kind is JobKind.BATCH and spec.duration_s is not None:
-            ends.setdefault(a.job_id, {})[a.task_index] = (a.machine_id, a.placed_at)
-    for job_id, placed in ends.items():  # a job's tasks end together, as one action
-        cell.core.after(jobs[job_id].job.duration_s, cell._ender(job_id, placed))
-    if allocs:
-        cell.wake()
+    for job_id, placed in ends.items():
+        cell.core.after(durations[job_id], cell._ender(job_id, placed))

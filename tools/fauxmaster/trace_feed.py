@@ -3,8 +3,9 @@
 The machines that open the trace (``machine_add`` at t = 0) are written before the
 schedulers start, so their replicas list them. Afterwards the feed runs as one action per
 distinct event time: the events of that time in file order, consecutive job submissions in
-one ``submit`` call (as one client would), consecutive ``task_placed`` events in one bulk
-write (``initial_state="recorded"`` and t = 0 only: see ``tools.fauxmaster.initial_state``;
+one ``submit`` call (as one client would), consecutive ``task_placed`` events (read as
+(job, task, machine) triples, ``TraceReader.read_placements``) in one bulk write
+(``initial_state="recorded"`` and t = 0 only: see ``tools.fauxmaster.initial_state``;
 otherwise they are counted as skipped). An action that would be the next to run at the
 following event time goes on there itself (``EventCore.advance``: the same order as
 scheduling it, without the heap's round trip). When the trace ends the replay stops there,
@@ -18,9 +19,6 @@ from tools.fauxmaster.clock import EventCore
 from tools.fauxmaster.initial_state import INITIAL_STATES, place_recorded
 from tools.trace.events import JobKill, JobSubmit, MachineAdd, MachineFail, MachineRemove, TaskEnd, TaskPlaced
 from tools.trace.format import read_trace
-
-
-_BULK = (JobSubmit, TaskPlaced)  # applied as runs of consecutive events of one type
 
 
 class TraceFeed:
@@ -82,29 +80,41 @@ class TraceFeed:
     def _feed_now(self) -> None:
         """Apply every event of the current time.
 
-        A hot loop (one pass per trace event): the reader is called directly, not via ``_read``."""
+        A hot loop (one pass per trace event): the reader is called directly, not via ``_read``,
+        and a run of ``task_placed`` records is read as (job, task, machine) triples."""
         now = self.core.now
         reader = self._reader
-        run: list = []  # consecutive events of one bulk type (JobSubmit or TaskPlaced)
+        run: list = []  # the jobs of consecutive JobSubmit events, or the triples of TaskPlaced ones
+        run_type = None
         event = self._next
         while event is not None and event.t == now:
-            if run and type(event) is not type(run[0]):
-                self._apply_run(run)
+            kind = type(event)
+            if run and kind is not run_type:
+                self._apply_run(run_type, run)
                 run = []
-            if isinstance(event, _BULK):
-                run.append(event)
+            if kind is JobSubmit:
+                run_type = kind
+                run.append(event.job)
+                event = next(reader, None)
+            elif kind is TaskPlaced:
+                run_type = kind
+                run.append((event.job_id, event.task, event.machine_id))
+                read = len(run)
+                event = reader.read_placements(run)
+                self.events += len(run) - read
             else:
                 self._apply(event)
-            event = self._next = next(reader, None)  # as _read
-            if event is not None:
+                event = next(reader, None)
+            self._next = event
+            if event is not None:  # as _read
                 self.events += 1
                 self.last_t = event.t
         if run:
-            self._apply_run(run)
+            self._apply_run(run_type, run)
 
-    def _apply_run(self, run: list) -> None:
-        if isinstance(run[0], JobSubmit):
-            self.cell.submit([event.job for event in run])
+    def _apply_run(self, run_type: type, run: list) -> None:
+        if run_type is JobSubmit:
+            self.cell.submit(run)
         elif self.initial_state == "recorded" and self.core.now == 0:
             place_recorded(self.cell, run)
         else:
@@ -115,14 +125,14 @@ class TraceFeed:
 
     def _apply(self, event) -> None:
         cell = self.cell
-        if isinstance(event, MachineAdd):
-            cell.add_machines([event.machine])
-        elif isinstance(event, (MachineFail, MachineRemove)):
-            cell.fail_machine(event.machine_id)
-        elif isinstance(event, TaskEnd):
+        if isinstance(event, TaskEnd):  # the most frequent first
             cell.trace_task_end(event.job_id, event.task)
         elif isinstance(event, JobKill):
             cell.kill(event.job_id)
+        elif isinstance(event, MachineAdd):
+            cell.add_machines([event.machine])
+        elif isinstance(event, (MachineFail, MachineRemove)):
+            cell.fail_machine(event.machine_id)
         else:
             raise TypeError(f"unknown trace event {event!r}")
 

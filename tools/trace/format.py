@@ -195,7 +195,30 @@ class TraceReader:
         return self
 
     def __next__(self) -> TraceEvent:
-        record = self._next_record()
+        return self._event(self._next_record())
+
+    def read_placements(self, into: list) -> TraceEvent | None:
+        """Append ``(job, task, machine)`` of each ``task_placed`` record that comes next at the
+        time of the last event read to ``into`` (checked as ``__next__`` checks them, without
+        building their events); return the event after them, or None at the end of the trace."""
+        t, fields, append, next_record = self._last_t, _PLACED_FIELDS, into.append, self._next_record
+        placed = "task_placed" in self._decoders
+        try:
+            while True:
+                record = next_record()
+                if (placed and type(record) is dict and record.keys() == fields and record["type"] == "task_placed"
+                        and type(rt := record["t"]) is float and rt == t):
+                    job, task, machine = record["job"], record["task"], record["machine"]
+                    if (type(job) is str and job and "/" not in job and type(task) is int and task >= 0
+                            and type(machine) is str and machine and "/" not in machine):
+                        append((job, task, machine))
+                        continue
+                return self._event(record)
+        except StopIteration:
+            return None
+
+    def _event(self, record) -> TraceEvent:
+        """The event of ``record`` (StopIteration after the end record)."""
         kind = record.get("type") if type(record) is dict else None
         if kind == "end":
             self._check_end(record)
@@ -229,7 +252,15 @@ class TraceReader:
     def _next_record(self):
         if self._file is None:
             raise StopIteration
-        record = self._unpack_next()
+        unpacker = self._unpacker
+        try:  # a record already fed whole (most), else ``_unpack_next`` feeds on
+            record = unpacker.unpack()
+        except msgpack.OutOfData:
+            record = self._unpack_next()
+        except Exception as exc:
+            raise self._not_msgpack(exc) from None
+        else:
+            self._consumed = unpacker.tell()
         if record is _EOF:
             self.close()
             raise TraceError(f"trace {self.name}: truncated after record {self.index} (no end record)")
@@ -250,15 +281,20 @@ class TraceReader:
                 unpacker.feed(chunk)
                 self._fed += len(chunk)
                 continue
-            except Exception as exc:  # msgpack raises many types (FormatError, StackError, ValueError…)
-                raise TraceError(f"trace {self.name}: record {self.index + 1}: not msgpack "
-                                 f"({type(exc).__name__}: {exc})") from None
+            except Exception as exc:
+                raise self._not_msgpack(exc) from None
             self._consumed = unpacker.tell()
             return record
         if self._consumed < self._fed:
             raise TraceError(f"trace {self.name}: truncated after record {self.index} "
                              f"(record {self.index + 1} is incomplete)")
         return _EOF
+
+    def _not_msgpack(self, exc: Exception) -> TraceError:
+        """The error for the next record's bytes (msgpack raises many types: FormatError,
+        StackError, ValueError…)."""
+        return TraceError(f"trace {self.name}: record {self.index + 1}: not msgpack "
+                          f"({type(exc).__name__}: {exc})")
 
     def _read_chunk(self) -> bytes:
         try:
@@ -284,4 +320,5 @@ class TraceReader:
 
 
 _EOF = object()
+_PLACED_FIELDS = frozenset(("type", "t", "job", "task", "machine"))
 _RECORD_KEY = "record"  # the key of a record's CodecError (its message, built by ``_error``, names the index)

@@ -101,16 +101,18 @@ def _job_submit(k: str, d: dict, t: float) -> JobSubmit:
 
 # Events are built without their dataclass __init__ (cellstate.fastbuild): a trace holds millions.
 _TASK_END, _TASK_PLACED, _JOB_SUBMIT = builder(TaskEnd), builder(TaskPlaced), builder(JobSubmit)
+_MACHINE_ADD, _MACHINE_REMOVE, _MACHINE_FAIL = builder(MachineAdd), builder(MachineRemove), builder(MachineFail)
+_JOB_KILL = builder(JobKill)
 # type tag -> (payload fields, builder(key, d, t))
 _DECODERS = {
-    "machine_add": (("machine",), lambda k, d, t: MachineAdd(t, _nested(k, "machine", machine_from_map,
-                                                                         d["machine"]))),
-    "machine_remove": (("machine",), lambda k, d, t: MachineRemove(t, _machine_id(k, d))),
-    "machine_fail": (("machine",), lambda k, d, t: MachineFail(t, _machine_id(k, d))),
+    "machine_add": (("machine",), lambda k, d, t: _MACHINE_ADD(t, _nested(k, "machine", machine_from_map,
+                                                                           d["machine"]))),
+    "machine_remove": (("machine",), lambda k, d, t: _MACHINE_REMOVE(t, _machine_id(k, d))),
+    "machine_fail": (("machine",), lambda k, d, t: _MACHINE_FAIL(t, _machine_id(k, d))),
     "job_submit": (("job",), _job_submit),
     "task_end": (("job", "task", "status"), _task_end),
     "task_placed": (("job", "task", "machine"), _task_placed),
-    "job_kill": (("job",), lambda k, d, t: JobKill(t, _job_id(k, d))),
+    "job_kill": (("job",), lambda k, d, t: _JOB_KILL(t, _job_id(k, d))),
 }
 _FIELDS = {kind: frozenset(("type", "t") + payload) for kind, (payload, _) in _DECODERS.items()}
 
