@@ -146,19 +146,34 @@ class Replica(ReplicaState):
         self._stream = self.store.watch(self._prefix, self.revision + 1)
 
     def _apply_batch(self, batch: WatchBatch) -> int:
-        mods = self._mod
-        put, delete = self._put, self._delete
+        """Apply the batch's news in order. A run of allocation puts is stored by one
+        ``_put_allocs`` call, before the next other change (each key's mod record at once)."""
+        mods, alloc_prefix = self._mod, self._alloc_prefix
+        store, delete, put_allocs = self._store_value, self._delete, self._put_allocs
+        run: list = []
         applied = 0
         for ev in batch.events:
             key, mod = ev.key, ev.mod_revision
             if mod <= mods.get(key, 0):
                 continue  # the owner applied this change (or a newer one) already
+            applied += 1
             if ev.kind is _PUT:
-                put(key, ev.value, mod)
+                mods[key] = mod
+                if key.startswith(alloc_prefix):
+                    run.append(ev)
+                    continue
+                if run:
+                    put_allocs(run)
+                    run = []
+                store(key, ev.value, mod)
             else:
+                if run:
+                    put_allocs(run)
+                    run = []
                 del mods[key]
                 delete(key)
-            applied += 1
+        if run:
+            put_allocs(run)
         if batch.revision > self.revision:
             self.revision = batch.revision
             if self._tombstones:

@@ -46,6 +46,7 @@ class ReplicaState:
             share(decode_machine), share(decode_job_record), share(decode_alloc))
         self._prefix = keys.prefix
         self._plen = len(self._prefix)
+        self._alloc_prefix = keys.kind_prefix("allocs")
         self._put_kind = {
             "machines": self._put_machine, "jobs": self._put_job, "allocs": self._put_alloc,
             "stats": self._put_stats, "conflicts": self._put_conflict,
@@ -123,6 +124,10 @@ class ReplicaState:
     def _put(self, key: str, raw: bytes, mod: int) -> None:
         """Store the value of ``key`` at ``mod``; a bad value is quarantined, never fatal."""
         self._mod[key] = mod
+        self._store_value(key, raw, mod)
+
+    def _store_value(self, key: str, raw: bytes, mod: int) -> None:
+        """``_put`` but for the mod record (the caller's business)."""
         kind, _, ident = key[self._plen:].partition("/")
         try:
             handler = self._put_kind[kind]
@@ -207,6 +212,36 @@ class ReplicaState:
         if ident != f"{job_id}/{task}":  # ids never contain "/": the same as comparing both parts
             raise CodecError(key, "job", f"alloc {job_id}/{task} does not match its key")
         self._set_alloc(key, alloc)
+
+    def _put_allocs(self, puts: list) -> None:
+        """``_put`` of each allocation put in ``puts`` (objects with ``key`` under ``allocs/``,
+        ``value`` and ``mod_revision``, whose mod record the caller set), in order; a put whose
+        value does not decode or match its key takes ``_store_value``'s path."""
+        allocs, allocs_on, allocs_of, quarantine = self._allocs, self._allocs_on, self._allocs_of, self.quarantine
+        decode, start = self._decode_alloc, len(self._alloc_prefix)
+        for ev in puts:
+            key, raw = ev.key, ev.value
+            try:
+                alloc = decode(key, raw)
+            except CodecError:
+                alloc = None
+            if alloc is None or key[start:] != f"{alloc.job_id}/{alloc.task_index}":
+                self._store_value(key, raw, ev.mod_revision)
+                continue
+            old = allocs.get(key)  # _set_alloc, inlined
+            if old is not None:
+                self._unindex_alloc(key, old)
+            allocs[key] = alloc
+            on = allocs_on.get(alloc.machine_id)
+            if on is None:
+                allocs_on[alloc.machine_id] = on = {}
+            on[key] = alloc
+            of = allocs_of.get(alloc.job_id)
+            if of is None:
+                allocs_of[alloc.job_id] = of = {}
+            of[alloc.task_index] = alloc
+            if quarantine and key in quarantine:
+                del quarantine[key]
 
     def _set_alloc(self, key: str, alloc: Alloc) -> None:
         """Hold ``alloc`` under ``key`` and index it by machine (by key) and by job (by task)."""

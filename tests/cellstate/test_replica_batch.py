@@ -1,0 +1,69 @@
+"""A watch batch applied at once leaves a replica exactly as its events applied one by one:
+the same content, indexes and mod records (in the same order), the same quarantine and the
+same decode errors reported in the same order (runs of allocation puts take a path of their own)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from cellstate.keys import CellKeys
+from cellstate.memory_store import MemoryStore
+from cellstate.replica import Replica
+from cellstate.store import Event, EventKind, WatchBatch
+from replica_helpers import alloc, job, machine, raw
+
+KEYS = CellKeys("batch")
+
+
+def _events(rng: random.Random, count: int) -> list[Event]:
+    """Puts and deletes of machines, jobs and allocations (some values bad), one per revision."""
+    events, held = [], set()
+    for revision in range(2, count + 2):
+        roll = rng.random()
+        if roll < 0.15 and held:
+            key = rng.choice(sorted(held))
+            held.discard(key)
+            events.append(Event(EventKind.DELETE, key, b"", revision))
+            continue
+        j, t, m = f"j{rng.randrange(4)}", rng.randrange(6), f"m{rng.randrange(5)}"
+        value = (machine(m, tasks=rng.randrange(3)) if roll < 0.3 else job(j, rng.choice(["pp", "rp", "rr"]))
+                 if roll < 0.4 else alloc(j, t, m))
+        key, data = raw(KEYS, value)
+        if roll > 0.9:
+            data = b"\xc1bad"
+        elif roll > 0.85 and not key.startswith(KEYS.kind_prefix("machines")):
+            key = KEYS.alloc(j, t + 1)  # an allocation that does not match its key
+        held.add(key)
+        events.append(Event(EventKind.PUT, key, data, revision))
+    return events
+
+
+def _replica(errors: list) -> Replica:
+    return Replica(MemoryStore(), KEYS, on_decode_error=lambda key, error: errors.append((key, str(error))))
+
+
+def _state(replica: Replica) -> list:
+    return [list(replica._mod.items()), list(replica._machines.items()), list(replica._jobs.items()),
+            list(replica._allocs.items()), [list(d.items()) for d in replica._pending.values()],
+            [(k, list(d.items())) for k, d in replica._allocs_on.items()],
+            [(k, list(d.items())) for k, d in replica._allocs_of.items()], list(replica.quarantine.items())]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_batch_applies_as_its_events_one_by_one(seed):
+    rng = random.Random(seed)
+    events = _events(rng, 300)
+    local = rng.sample(events[:200], 20)  # changes the owner applied first: the watch skips them
+    whole_errors: list = []
+    single_errors: list = []
+    whole, single = _replica(whole_errors), _replica(single_errors)
+    for replica in (whole, single):
+        for ev in local:
+            if ev.kind is EventKind.PUT:
+                replica.apply_local(ev.mod_revision, [(ev.key, ev.value)])
+    assert whole._apply_batch(WatchBatch(events[-1].mod_revision, tuple(events))) == \
+        sum(single._apply_batch(WatchBatch(ev.mod_revision, (ev,))) for ev in events)
+    assert _state(whole) == _state(single)
+    assert whole_errors == single_errors and whole_errors
