@@ -60,6 +60,13 @@ MACHINE_MEMO, ALLOC_MEMO = codec_memo(), codec_memo()
 
 def _machine_map(m: Machine) -> dict:
     # Field by field, no getattr loop (every ledger a commit or a task end writes comes here).
+    d = _machine_fixed_map(m)
+    d.update(_machine_ledger_map(m))
+    return d
+
+
+def _machine_fixed_map(m: Machine) -> dict:
+    """The leading entries of a machine's map: what a ledger write keeps (id to labels)."""
     d = {"v": SCHEMA_VERSION, "t": "machine", "id": m.id, "capacity": encode_resources(m.capacity)}
     if m.zone:
         d["zone"] = m.zone
@@ -71,6 +78,13 @@ def _machine_map(m: Machine) -> dict:
         d["packages"] = sorted(m.packages)
     if m.labels:
         d["labels"] = dict(m.labels)
+    return d
+
+
+def _machine_ledger_map(m: Machine) -> dict:
+    """The trailing entries of a machine's map: state, allocated, tasks, writer (each only
+    when not its default)."""
+    d = {}
     if m.state != MachineState.UP:
         d["state"] = str(m.state)
     allocated = m.allocated
@@ -156,8 +170,15 @@ def _labels(key: str, x) -> tuple[tuple[str, str], ...]:
 
 
 def _alloc_map(a: Alloc) -> dict:
-    d = {"v": SCHEMA_VERSION, "t": "alloc", "job": a.job_id, "task": a.task_index,
-         "machine": a.machine_id, "resources": encode_resources(a.resources)}
+    d = {"v": SCHEMA_VERSION, "t": "alloc", "job": a.job_id, "task": a.task_index, "machine": a.machine_id}
+    d.update(_alloc_tail_map(a))
+    return d
+
+
+def _alloc_tail_map(a: Alloc) -> dict:
+    """The entries of an alloc's map after its task and machine (the ones the claims of one
+    commit share): resources, then priority, scheduler, placed_at, running unless default."""
+    d = {"resources": encode_resources(a.resources)}
     if a.priority:
         d["priority"] = a.priority
     if a.scheduler:

@@ -4,6 +4,7 @@ value decodes back equal before packing it."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import fields
 
 import msgpack
@@ -12,6 +13,7 @@ from cellstate import codec_fields as fc
 from cellstate.codec_fields import CodecError
 
 SCHEMA_VERSION = 1
+_PACKERS = threading.local()  # one reused msgpack.Packer per thread (``pack_plain``)
 
 
 def unpack(key: str, raw: bytes, tag: str) -> dict:
@@ -57,3 +59,15 @@ def encode(label: str, value, to_map, from_map) -> bytes:
         return msgpack.packb(d)
     except (OverflowError, ValueError, TypeError) as exc:
         raise CodecError(label, "", f"cannot pack: {exc}") from None
+
+
+def pack_plain(d) -> bytes:
+    """``msgpack.packb(d)`` (same bytes, same errors) with this thread's reused packer, for
+    maps of plain values only (exact dicts, lists, str, int, float, bool, None: packing them
+    runs no Python code, so it never re-enters the packer). ``packb`` builds a packer and
+    its buffer per call."""
+    try:
+        packer = _PACKERS.packer
+    except AttributeError:
+        packer = _PACKERS.packer = msgpack.Packer()
+    return packer.pack(d)

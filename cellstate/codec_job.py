@@ -8,10 +8,8 @@ the value or raises the precise ``CodecError``.
 
 from __future__ import annotations
 
-import msgpack
-
 from cellstate import codec_fields as fc
-from cellstate.codec_envelope import SCHEMA_VERSION, encode, encode_map, envelope, unpack
+from cellstate.codec_envelope import SCHEMA_VERSION, encode, encode_map, envelope, pack_plain, unpack
 from cellstate.codec_fields import CodecError
 from cellstate.codec_job_fast import (
     CONSTRAINT_FIELDS, MAX_TASKS, NOT_A_TASK_STATE, RECORD_FIELDS, SPEC_FIELDS, TASK_CHARS, fast_bare_spec,
@@ -186,7 +184,7 @@ def encode_job_record(r: JobRecord) -> bytes:
     spec = _common_spec_map(r)
     if spec is not None:
         try:
-            raw = msgpack.packb(_record_map(r, spec))
+            raw = pack_plain(_record_map(r, spec))
         except (OverflowError, ValueError, TypeError):
             pass  # the generic path names the problem
         else:

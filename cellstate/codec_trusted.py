@@ -12,17 +12,22 @@ sufficient for the value to survive the round trip, so accepted values encode ex
 ``codec`` encodes them. Anything else (extra resources, a str subclass, an int time, any
 invalid field) goes through the ``codec`` encoder, which encodes it or raises its precise
 ``CodecError``. So these encoders are as safe as the public ones, just faster.
+
+msgpack packs a map entry by entry, so a map's bytes are its header and its entries' bytes
+in order. Fields that repeat between writes are checked and packed once, and found again by
+the identity of their (immutable) objects: a machine's fields beside its ledger (per machine
+id), and the fields the claims of one commit share (those of the last alloc packed).
 """
 
 from __future__ import annotations
 
 import math
 
-import msgpack
-
 from cellstate.codec import (
-    _ATTRIBUTES, ALLOC_MEMO, MACHINE_MEMO, _alloc_map, _machine_map, encode_alloc, encode_machine,
+    _ATTRIBUTES, ALLOC_MEMO, MACHINE_MEMO, SCHEMA_VERSION, _alloc_map, _alloc_tail_map, _machine_fixed_map,
+    _machine_ledger_map, encode_alloc, encode_machine,
 )
+from cellstate.codec_envelope import pack_plain
 from cellstate.model import Alloc, Machine, MachineState
 from cellstate.resources import Resources
 
@@ -34,29 +39,95 @@ _PACK_ERRORS = (OverflowError, ValueError, TypeError)  # e.g. an int beyond 64 b
 def pack_machine(m: Machine) -> bytes:
     """``codec.encode_machine(m)`` (same bytes, same errors), checking fields instead of
     decoding back when ``m`` has the common shape."""
-    if _machine_ok(m):
-        try:
-            raw = msgpack.packb(_machine_map(m))
-        except _PACK_ERRORS:
-            pass  # the codec's encoder names the problem
-        else:
-            MACHINE_MEMO.put(raw, m)  # decodes back equal, same types: decoders may answer with m
-            return raw
+    if type(m) is Machine and type(m.id) is str:
+        fixed = _FIXED.get(m.id)
+        if fixed is None or not (fixed[0] is m.capacity and fixed[1] is m.zone and fixed[2] is m.rack
+                                 and fixed[3] is m.platform and fixed[4] is m.packages and fixed[5] is m.labels):
+            fixed = _fixed_part(m)
+        if fixed is not None and _ledger_ok(m):
+            try:
+                tail = pack_plain(_machine_ledger_map(m))
+            except _PACK_ERRORS:
+                pass  # the codec's encoder names the problem
+            else:
+                raw = fixed[6][tail[0] & 0x0F] + tail[1:]
+                MACHINE_MEMO.put(raw, m)  # decodes back equal, same types: decoders may answer with m
+                return raw
     return encode_machine(m)
+
+
+# The fixed part of each machine's map (id to labels) that passed its checks, by machine id:
+# (capacity, zone, rack, platform, packages, labels, heads) with ``heads[n]`` the map's header
+# for n trailing entries followed by the packed fixed entries. A ledger write keeps those field
+# objects, so its bytes are the head and its packed trailing entries (msgpack packs a map entry
+# by entry). Cleared when full.
+_FIXED: dict[str, tuple] = {}
+_FIXED_MAX = 1 << 16
+
+
+def _fixed_part(m: Machine) -> tuple | None:
+    """Check and pack the fixed fields of ``m`` and remember them; None if they are not of
+    the common shape or cannot be packed."""
+    if not _fixed_ok(m):
+        return None
+    try:
+        packed = pack_plain(_machine_fixed_map(m))
+    except _PACK_ERRORS:
+        return None
+    count = packed[0] & 0x0F  # a fixmap: at most 9 fixed entries, 13 in all
+    heads = tuple(bytes((0x80 | (count + n),)) + packed[1:] for n in range(5))
+    if len(_FIXED) >= _FIXED_MAX:
+        _FIXED.clear()
+    fixed = _FIXED[m.id] = (m.capacity, m.zone, m.rack, m.platform, m.packages, m.labels, heads)
+    return fixed
 
 
 def pack_alloc(a: Alloc) -> bytes:
     """``codec.encode_alloc(a)`` (same bytes, same errors), checking fields instead of
     decoding back when ``a`` has the common shape."""
-    if _alloc_ok(a):
-        try:
-            raw = msgpack.packb(_alloc_map(a))
-        except _PACK_ERRORS:
-            pass
-        else:
-            ALLOC_MEMO.put(raw, a)
-            return raw
+    if type(a) is Alloc and type(a.task_index) is int and a.task_index >= 0 and _ident_ok(a.machine_id):
+        shared = _shared_part(a)
+        if shared is not None:
+            try:
+                if shared[6] is None:  # the first alloc of these shared fields: its map packed whole
+                    raw = pack_plain(_alloc_map(a))
+                else:
+                    raw = shared[6] + pack_plain(("task", a.task_index, "machine", a.machine_id))[1:] + shared[7]
+            except _PACK_ERRORS:
+                pass  # the codec's encoder names the problem
+            else:
+                ALLOC_MEMO.put(raw, a)
+                return raw
     return encode_alloc(a)
+
+
+# The fields the claims of one commit share (job id, resources, priority, scheduler, placed_at,
+# running) of the last alloc packed, after their checks; from the second alloc sharing them on,
+# with the packed map before the task and machine entries (header, v, t, job) and after them.
+_LAST_SHARED: tuple = (object(),) * 6 + (None, None)  # (no alloc's fields)
+
+
+def _shared_part(a: Alloc) -> tuple | None:
+    """The checked shared fields of ``a``, packed when the last alloc had the same objects;
+    None if they are not of the common shape or cannot be packed."""
+    global _LAST_SHARED
+    last = _LAST_SHARED
+    if (last[0] is a.job_id and last[1] is a.resources and last[2] is a.priority and last[3] is a.scheduler
+            and last[4] is a.placed_at and last[5] is a.running):
+        if last[6] is None:
+            try:
+                head = pack_plain({"v": SCHEMA_VERSION, "t": "alloc", "job": a.job_id})
+                tail = pack_plain(_alloc_tail_map(a))
+            except _PACK_ERRORS:
+                return None
+            count = 3 + 2 + (tail[0] & 0x0F)  # a fixmap: at most 10 entries
+            last = _LAST_SHARED = last[:6] + (bytes((0x80 | count,)) + head[1:], tail[1:])
+        return last
+    if not (_ident_ok(a.job_id) and _resources_ok(a.resources) and type(a.priority) is int
+            and type(a.scheduler) is str and _placed_at_ok(a.placed_at) and (a.running is True or a.running is False)):
+        return None
+    last = _LAST_SHARED = (a.job_id, a.resources, a.priority, a.scheduler, a.placed_at, a.running, None, None)
+    return last
 
 
 def _ident_ok(x) -> bool:
@@ -69,21 +140,24 @@ def _resources_ok(r) -> bool:
             and type(r.memory) is int and r.memory >= 0 and type(r.disk) is int and r.disk >= 0)
 
 
-def _machine_ok(m) -> bool:
-    if type(m) is not Machine or not _ident_ok(m.id):
-        return False
-    if not (_resources_ok(m.capacity) and _resources_ok(m.allocated)):
+def _fixed_ok(m: Machine) -> bool:
+    """The fields a ledger write keeps (id to labels) are of the common shape."""
+    if not _ident_ok(m.id) or not _resources_ok(m.capacity):
         return False
     if type(m.zone) is not str or type(m.rack) is not str or type(m.platform) is not str:
         return False
-    if type(m.state) is not MachineState or type(m.task_count) is not int or m.task_count < 0:
-        return False
-    if type(m.writer) is not str or type(m.packages) is not frozenset or type(m.labels) is not tuple:
+    if type(m.packages) is not frozenset or type(m.labels) is not tuple:
         return False
     for name in m.packages:
         if type(name) is not str or not name:
             return False
     return _labels_ok(m.labels)
+
+
+def _ledger_ok(m: Machine) -> bool:
+    """The fields a ledger write changes (state, allocated, task count, writer) are of the common shape."""
+    return (type(m.state) is MachineState and _resources_ok(m.allocated) and type(m.task_count) is int
+            and m.task_count >= 0 and type(m.writer) is str)
 
 
 def _labels_ok(labels: tuple) -> bool:
@@ -99,15 +173,7 @@ def _labels_ok(labels: tuple) -> bool:
     return True
 
 
-def _alloc_ok(a) -> bool:
-    if type(a) is not Alloc or not _ident_ok(a.job_id) or not _ident_ok(a.machine_id):
-        return False
-    if type(a.task_index) is not int or a.task_index < 0 or not _resources_ok(a.resources):
-        return False
-    if type(a.priority) is not int or type(a.scheduler) is not str:
-        return False
-    placed_at = a.placed_at
-    if type(placed_at) is not float or not (0.0 < placed_at < math.inf or (placed_at == 0.0 and
-                                                                           math.copysign(1.0, placed_at) > 0)):
-        return False  # -0.0 would decode as 0.0
-    return a.running is True or a.running is False
+def _placed_at_ok(placed_at) -> bool:
+    """A float time >= 0 that decodes back the same (not -0.0, which would decode as 0.0)."""
+    return type(placed_at) is float and (0.0 < placed_at < math.inf or (placed_at == 0.0 and
+                                                                         math.copysign(1.0, placed_at) > 0))

@@ -93,38 +93,52 @@ def finish_task_ops(keys: CellKeys, job: JobEntry, allocs: Sequence[Alloc],
     tasks: list[int] = []
     seen: set[int] = set()
     deletes: list[Op] = []
+    job_id, states, alloc_key = record.job.id, record.tasks, keys.alloc
     for alloc in allocs:
-        _check_alloc_of(record, alloc, "finish", _LIVE)
-        if alloc.task_index in seen:
-            raise ValueError(f"finish of job {job.id!r}: task {alloc.task_index} given twice")
-        seen.add(alloc.task_index)
-        entry = machines.get(alloc.machine_id)
-        if entry is None:
-            raise ValueError(f"finish of {alloc.job_id}/{alloc.task_index}: no ledger of machine "
-                             f"{alloc.machine_id!r} given")
-        ledger = entry.machine
-        allocated, count = ledgers.get(alloc.machine_id) or (ledger.allocated, ledger.task_count)
-        request = alloc.resources
+        index = alloc.task_index
+        if not (alloc.job_id == job_id and 0 <= index < len(states) and states[index] in _LIVE):
+            _check_alloc_of(record, alloc, "finish", _LIVE)
+        if index in seen:
+            raise ValueError(f"finish of job {job.id!r}: task {index} given twice")
+        seen.add(index)
+        machine_id = alloc.machine_id
+        held = ledgers.get(machine_id)
+        if held is None:
+            entry = machines.get(machine_id)
+            if entry is None:
+                raise ValueError(f"finish of {alloc.job_id}/{index}: no ledger of machine {machine_id!r} given")
+            held = entry.machine.allocated, entry.machine.task_count
+        allocated, request = held[0], alloc.resources
         allocated, count = (  # released(ledger, [alloc]); a core-only vector without __init__
             _RESOURCES(allocated.cpu - request.cpu, allocated.memory - request.memory,
                        allocated.disk - request.disk, ()) if not (allocated.extra or request.extra)
-            else allocated - request), count - 1
-        if allocated.is_negative() or count < 0:
-            _negative_ledger(ledger.id, 1, allocated, count)
-        ledgers[alloc.machine_id] = (allocated, count)
-        tasks.append(alloc.task_index)
-        deletes.append(_DELETE(keys.alloc(alloc.job_id, alloc.task_index), False))
+            else allocated - request), held[1] - 1
+        if count < 0 or allocated.cpu < 0 or allocated.memory < 0 or allocated.disk < 0 or allocated.extra \
+                and allocated.is_negative():
+            _negative_ledger(machines[machine_id].machine.id, 1, allocated, count)
+        ledgers[machine_id] = (allocated, count)
+        tasks.append(index)
+        deletes.append(_DELETE(alloc_key(alloc.job_id, index), False))
+    return _finish_txn(keys, job, tasks, deletes, ledgers, machines, writer)
+
+
+def _finish_txn(keys: CellKeys, job: JobEntry, tasks: list[int], deletes: list[Op],
+                ledgers: dict[str, tuple[Resources, int]], machines: Mapping[str, MachineEntry],
+                writer: str) -> TxnOps:
+    """The finish txn: compare each released machine and the job, delete the allocs, put the
+    released ledgers and the record with ``tasks`` 'f'."""
     compares, failure = [], []
-    success: list[Op] = list(deletes)
+    success: list[Op] = deletes
     for machine_id, (allocated, count) in ledgers.items():
         key = keys.machine(machine_id)
-        compares.append(_COMPARE(key, _MOD, _EQ, machines[machine_id].mod_revision))  # mod_revision_is
+        entry = machines[machine_id]
+        compares.append(_COMPARE(key, _MOD, _EQ, entry.mod_revision))  # mod_revision_is
         failure.append(_GET(key, False))
-        success.append(_PUT(key, pack_machine(machines[machine_id].machine.with_ledger(allocated, count, writer)), 0))
+        success.append(_PUT(key, pack_machine(entry.machine.with_ledger(allocated, count, writer)), 0))
     job_key = keys.job(job.id)
     compares.append(_COMPARE(job_key, _MOD, _EQ, job.mod_revision))
     failure.append(_GET(job_key, False))
-    success.append(_PUT(job_key, encode_job_record(record.with_tasks(tasks, TaskState.FINISHED)), 0))
+    success.append(_PUT(job_key, encode_job_record(job.record.with_tasks(tasks, TaskState.FINISHED)), 0))
     return TxnOps(compares, success, failure)
 
 

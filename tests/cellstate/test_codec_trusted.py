@@ -99,6 +99,41 @@ def test_generated_allocs_pack_as_they_encode(alloc):
 def test_the_common_shapes_skip_the_decode_back():
     from cellstate import codec_trusted
 
-    assert codec_trusted._machine_ok(MACHINES["common"]) and codec_trusted._machine_ok(MACHINES["draining"])
-    assert codec_trusted._alloc_ok(ALLOCS["common"]) and codec_trusted._alloc_ok(ALLOCS["defaults"])
-    assert not codec_trusted._machine_ok(MACHINES["extra-resources"])  # falls back to the codec
+    for name in ("common", "draining"):
+        assert codec_trusted._fixed_ok(MACHINES[name]) and codec_trusted._ledger_ok(MACHINES[name])
+    assert codec_trusted._shared_part(ALLOCS["common"]) and codec_trusted._shared_part(ALLOCS["defaults"])
+    assert not codec_trusted._fixed_ok(MACHINES["extra-resources"])  # falls back to the codec
+
+
+@pytest.mark.parametrize("name", list(MACHINES), ids=list(MACHINES))
+def test_a_ledger_write_after_its_machine_packs_as_it_encodes(name):
+    """With the fixed part of machine m1 remembered, a value sharing (or not) its field
+    objects gives the codec's bytes or error, and m1 itself still packs as it encodes."""
+    pack_machine(M)
+    assert outcome(pack_machine, MACHINES[name]) == outcome(encode_machine, MACHINES[name])
+    assert pack_machine(M) == encode_machine(M)
+
+
+def test_a_changed_fixed_field_is_packed_anew():
+    pack_machine(M)
+    for changed in (replace(M, zone="y"), replace(M, labels=()), replace(M, packages=frozenset({"c"})),
+                    replace(M, capacity=Resources(4000, 16384, 101)), M.with_ledger(Resources(1, 2, 3), 7, "w"),
+                    replace(M, state=MachineState.DOWN, allocated=Resources(0, 0, 0), task_count=0, writer="")):
+        assert pack_machine(changed) == encode_machine(changed)
+
+
+@pytest.mark.parametrize("name", list(ALLOCS), ids=list(ALLOCS))
+def test_an_alloc_after_another_packs_as_it_encodes(name):
+    """With the shared fields of A remembered, a value sharing (or not) its field objects
+    gives the codec's bytes or error, and so does A itself after it."""
+    pack_alloc(A)
+    assert outcome(pack_alloc, ALLOCS[name]) == outcome(encode_alloc, ALLOCS[name])
+    assert pack_alloc(A) == encode_alloc(A)
+
+
+def test_the_claims_of_one_commit_pack_as_they_encode():
+    claims = [replace(A, task_index=i, machine_id=f"m{i % 3}") for i in range(5)]
+    claims += [replace(A, task_index=-1), replace(A, machine_id="a/b"), replace(A, task_index=1 << 70),
+               replace(A, task_index=True), replace(A, machine_id="")]
+    for alloc in claims:
+        assert outcome(pack_alloc, alloc) == outcome(encode_alloc, alloc)
