@@ -5,13 +5,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from fauxmaster_traces import batch, machine, write
 
 from cellstate.codec import CodecError, decode_alloc
 from tools.fauxmaster.replay import ReplayConfig, replay
 from tools.fauxmaster.trace_feed import TraceFeed
 from tools.trace.events import JobSubmit, MachineAdd, TaskEnd, TaskEndStatus, TaskPlaced
-
-from fauxmaster_traces import batch, machine, write
 
 ONE = [dict(name="b", kind="batch", seed=1)]
 
@@ -83,15 +82,10 @@ def test_bad_initial_state_is_refused(config, message):
         TraceFeed("unused.omt", None, None, **config)
 
 
-def _pack_per_job(allocs) -> list[bytes]:
-    """The allocs packed as the placer packs them: one packer per job, shared caches."""
-    from tools.fauxmaster.initial_state import _AllocPacker
-
-    entries, tasks, packers = {}, {}, {}
-    return [packers.setdefault(a.job_id, _AllocPacker(entries, tasks)).pack(a) for a in allocs]
-
-
-def test_allocs_packed_from_a_template_are_pack_alloc_bytes():
+def test_allocs_of_the_recorded_shape_pack_as_they_encode():
+    """The t = 0 placer's allocs share every field object but task and machine within a job
+    (pack_alloc then packs only those two): the codec's bytes, or its error, each time."""
+    from cellstate.codec import encode_alloc
     from cellstate.codec_trusted import pack_alloc
     from cellstate.model import Alloc
     from cellstate.resources import Resources
@@ -99,25 +93,17 @@ def test_allocs_packed_from_a_template_are_pack_alloc_bytes():
     small, big, now = Resources(250, 512), Resources(4000, 1 << 20, 7), 0.0
     machines = ["m0", "m" * 40, "máquina-ü", "m" * 300]
     allocs = [Alloc(job, task, machines[task % 4], request, priority, "trace", now, False)
-              for task in (0, 1, 127, 128, 255, 256, 65535, 65536, 1 << 33)
-              for job, request, priority in (("j", small, 0), ("other", big, 300))]
-    allocs.append(Alloc("j", 2, "m/1", small, 0, "trace", now, False))  # not an id: pack_alloc raises
-    with pytest.raises(CodecError):
-        _pack_per_job(allocs)
-    packed = _pack_per_job(allocs[:-1])
-    assert packed == [pack_alloc(a) for a in allocs[:-1]]
-    assert all(decode_alloc("k", raw) is a for raw, a in zip(packed, allocs))
-
-
-def test_an_invalid_alloc_raises_as_pack_alloc_does():
-    from cellstate.model import Alloc
-    from cellstate.resources import Resources
-
-    request = Resources(1, 1)
-    for bad in (Alloc("j", -1, "m0", request, 0, "trace", 0.0, False),
-                Alloc("j", 1, "m/0", request, 0, "trace", 0.0, False)):
+              for job, request, priority in (("j", small, 0), ("other", big, 300))
+              for task in (0, 1, 127, 128, 255, 256, 65535, 65536, 1 << 33)]
+    for alloc in allocs:
+        raw = pack_alloc(alloc)
+        assert raw == encode_alloc(alloc)
+        assert decode_alloc("k", raw) is alloc
+    for bad in (Alloc("j", -1, "m0", small, 0, "trace", now, False),
+                Alloc("j", 2, "m/1", small, 0, "trace", now, False)):
+        pack_alloc(allocs[0])
         with pytest.raises(CodecError):
-            _pack_per_job([Alloc("j", 0, "m0", request, 0, "trace", 0.0, False), bad])
+            pack_alloc(bad)
 
 
 def test_recorded_ledgers_with_extra_resources_and_interleaved_jobs(tmp_path):

@@ -24,9 +24,7 @@ from collections import Counter
 from itertools import groupby
 from operator import attrgetter, itemgetter
 
-import msgpack
-
-from cellstate.codec import ALLOC_MEMO, decode_job_record, decode_machine, encode_job_record
+from cellstate.codec import decode_job_record, decode_machine, encode_job_record
 from cellstate.codec_trusted import pack_alloc, pack_machine
 from cellstate.fastbuild import builder
 from cellstate.model import Alloc, JobKind, JobRecord, Machine, MachineState
@@ -63,9 +61,6 @@ class _Placer:
         self.cell, self.now = cell, cell.core.now
         self.jobs: dict[str, JobRecord | None] = {}  # as read
         self.tasks: dict[str, bytearray] = {}  # job → its task states as written so far
-        self.packers: dict[str, _AllocPacker] = {}  # job → the packer of its allocs
-        self.entries: dict[str, bytes] = {}  # machine id → its packed alloc map entry (the packers')
-        self.packed_tasks: dict[int, bytes] = {}  # task index → packed (the packers')
         self.machines: dict[str, Machine | None] = {}  # as read
         self.room: dict[str, list | Resources | None] = {}  # up machine → its free amount so far; else None
         self.per_machine: dict[str, dict[str, int]] = {}  # job with a per-machine rule → machine → its tasks
@@ -85,7 +80,7 @@ class _Placer:
         request, priority = job.request, job.priority
         here = self.per_machine.setdefault(job_id, {}) if job.different_machine or job.max_per_machine else None
         cpu, memory, disk, core = request.cpu, request.memory, request.disk, not request.extra
-        allocs, puts, pack = self.allocs, self.puts, self.packers[job_id].pack
+        allocs, puts, pack = self.allocs, self.puts, pack_alloc
         ends, key_prefix = self._ends(job_id, job), self.cell.keys.job_allocs(job_id)
         for _, task, machine_id in run:
             if task >= len(states) or states[task] != _PENDING:
@@ -124,7 +119,6 @@ class _Placer:
     def _read_job(self, job_id: str) -> JobRecord | None:
         record = self.jobs[job_id] = _job_record(self.cell, job_id)
         self.tasks[job_id] = bytearray(record.tasks.encode() if record else b"")
-        self.packers[job_id] = _AllocPacker(self.entries, self.packed_tasks)
         return record
 
     def _read_machine(self, machine_id: str) -> list | Resources | None:
@@ -227,55 +221,6 @@ def _write(cell, ledgers: dict[str, Machine], jobs: dict[str, JobRecord], alloc_
         result = cell.store.txn([], ops[i:i + step], [])
         if not result.succeeded:
             raise RuntimeError("recorded initial state: an unconditional txn failed")
-
-
-_TASK_KEY, _MACHINE_KEY = msgpack.packb("task"), msgpack.packb("machine")
-
-
-class _AllocPacker:
-    """``pack_alloc(a)`` of the allocs of one job (the same bytes, remembered in ``ALLOC_MEMO``
-    as what they decode to), from one template: allocs that differ only in their task index and
-    machine id, which ``codec`` packs as consecutive map entries. The template is the first
-    alloc packed by ``pack_alloc``, split around that pair of entries (when found exactly once).
-    The caller promises that every alloc's other fields are the very objects of the first one's;
-    an alloc whose task is not an int >= 0 or whose machine is not an id (``pack_alloc``'s
-    checks of these two) is packed by ``pack_alloc``. ``entries`` (machine id → its packed map
-    entry) and ``tasks`` (task index → packed) may be shared by the packers of several jobs."""
-
-    __slots__ = ("entries", "tasks", "template")
-
-    def __init__(self, entries: dict[str, bytes], tasks: dict[int, bytes]):
-        self.template: tuple[bytes, bytes] | None | bool = None  # False: none found
-        self.entries, self.tasks = entries, tasks
-
-    def pack(self, a: Alloc) -> bytes:
-        template, task, machine_id = self.template, a.task_index, a.machine_id
-        entry = self.entries.get(machine_id)
-        if entry is None and type(machine_id) is str and machine_id and "/" not in machine_id:
-            entry = self.entries[machine_id] = _MACHINE_KEY + msgpack.packb(machine_id)
-        if not template or entry is None or type(task) is not int or task < 0:
-            raw = pack_alloc(a)
-            if template is None:
-                self.template = _template(raw, a) or False
-            return raw
-        packed = self.tasks.get(task)
-        if packed is None:
-            packed = self.tasks[task] = msgpack.packb(task)
-        raw = b"".join((template[0], packed, entry, template[1]))
-        _REMEMBER(raw, a)
-        return raw
-
-
-_REMEMBER = ALLOC_MEMO.put
-
-
-def _template(raw: bytes, a: Alloc) -> tuple[bytes, bytes] | None:
-    """``raw`` (``a`` packed) split around its task and machine entries, or None."""
-    pair = _TASK_KEY + msgpack.packb(a.task_index) + _MACHINE_KEY + msgpack.packb(a.machine_id)
-    at = raw.find(pair)
-    if at < 0 or raw.find(pair, at + 1) >= 0:
-        return None
-    return raw[:at] + _TASK_KEY, raw[at + len(pair):]
 
 
 def _follow(cell, ledgers: dict[str, Machine], machines: dict[str, Machine | None],
