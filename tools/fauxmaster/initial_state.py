@@ -186,6 +186,8 @@ def _rule_refuses(job, here: int) -> bool:
     """``job``'s ``different_machine`` / ``max_per_machine`` refuse one more task on a machine
     with ``here`` (>= 1) of its tasks."""
     return bool(job.different_machine or (job.max_per_machine and here >= job.max_per_machine))
+
+
 _MACHINE_ID = attrgetter("machine_id")
 
 
