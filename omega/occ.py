@@ -13,6 +13,8 @@ One *attempt* = one decision by the scheduler and the transactions it leads to:
      conflict, or as a stale retry when nothing really conflicted (``omega.modes``).
 Attempts repeat (tenacity) while tasks are sent back, up to ``retry.max_attempts`` attempts
 in a row without progress, with jittered exponential backoff slept on the injected clock.
+The first attempt is made before tenacity's loop (most placements end there), which then
+starts from its outcome, as if it had made it.
 Whatever stays pending keeps a reason in the job record: nothing is lost.
 """
 
@@ -49,6 +51,7 @@ class _Placement:
     attempts: list[Attempt] = field(default_factory=list)
     no_progress: int = 0
     job_gone: bool = False
+    retrying: bool = False  # tenacity's loop has taken over from the first attempt
 
 
 @dataclass(slots=True)
@@ -97,10 +100,18 @@ class OptimisticPlacer:
         """Place the pending tasks of ``job_id``; PlanTooLarge for a gang that cannot fit one txn
         (after recording the attempt and the reason), ValueError for an inconsistent decision."""
         st = _Placement(job_id, view, decide)
-        finished = self._retrying(self._attempt, st)
+        finished = self._attempt(st) or self._retrying(self._attempt_again, st)
         if not finished:
             self._give_up(st)
         return self._result(st, gave_up=not finished)
+
+    def _attempt_again(self, st: _Placement) -> bool:
+        """What tenacity's loop calls once the first attempt left tasks to retry: its first
+        call hands over that attempt's outcome (False), later calls attempt again."""
+        if st.retrying:
+            return self._attempt(st)
+        st.retrying = True
+        return False
 
     # -- one attempt ---------------------------------------------------------------------
 
