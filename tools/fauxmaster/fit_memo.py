@@ -81,17 +81,18 @@ class RequestIndex:
     def remove(self, request: Resources) -> None:
         self._core[self._slots.release(request)] = _NEVER
 
-    def fitting(self, frees: list[Resources]) -> list[Resources]:
-        """The held requests that fit in at least one of ``frees``."""
+    def fitting(self, frees: list[Resources], most: tuple[int, int, int] | None = None) -> list[Resources]:
+        """The held requests that fit in at least one of ``frees`` (``most``: their
+        ``core_maximum``, if known)."""
         requests = self._slots.keys
         if not self._slots or not frees:
             return []
         core = self._core[:len(requests)]
-        room = np.array([(f.cpu, f.memory, f.disk) for f in frees], dtype=np.int64)
         # A request with room in some free vector fits their per-resource maximum: only the
         # rows that do are compared with each free vector.
-        rows = np.flatnonzero((core <= (room[0] if len(room) == 1 else room.max(axis=0))).all(axis=1))
-        if len(room) > 1 and len(rows):
+        rows = np.flatnonzero((core <= (most or core_maximum(frees))).all(axis=1))
+        if len(frees) > 1 and len(rows):
+            room = np.array([(f.cpu, f.memory, f.disk) for f in frees], dtype=np.int64)
             rows = rows[(core[rows][:, None, :] <= room[None, :, :]).all(axis=2).any(axis=1)]
         out = []
         for row in rows.tolist():
@@ -280,10 +281,11 @@ class NothingFitsMemo:
                  if held is not None and held.machine.state is up]
         if not frees:
             return
+        most = core_maximum(frees)
         if self._shapes or self._new_shapes:
-            self._shapes = _without_room_in(self._shapes, frees)
-            self._new_shapes = _without_room_in(self._new_shapes, frees)
-        for request in self._requests.fitting(frees):
+            self._shapes = _without_room_in(self._shapes, frees, most)
+            self._new_shapes = _without_room_in(self._new_shapes, frees, most)
+        for request in self._requests.fitting(frees, most):
             group = self._groups[request]
             self.released += len(group.members) if group.asleep else len(group.solo)
             if group.asleep:
@@ -303,13 +305,20 @@ class NothingFitsMemo:
         self._shapes += new
 
 
-def _without_room_in(shapes: list[Resources], frees: list[Resources]) -> list[Resources]:
+def core_maximum(frees: list[Resources]) -> tuple[int, int, int]:
+    """The largest cpu, memory and disk of ``frees`` (not empty)."""
+    if len(frees) == 1:
+        free = frees[0]
+        return free.cpu, free.memory, free.disk
+    return max(f.cpu for f in frees), max(f.memory for f in frees), max(f.disk for f in frees)
+
+
+def _without_room_in(shapes: list[Resources], frees: list[Resources],
+                     most: tuple[int, int, int]) -> list[Resources]:
     """The shapes that fit in none of ``frees`` (a shape larger than their largest cpu,
-    memory or disk is kept without a look at each)."""
+    memory or disk, ``most``, is kept without a look at each)."""
     if not shapes:
         return shapes
-    cpu = max(f.cpu for f in frees)
-    memory = max(f.memory for f in frees)
-    disk = max(f.disk for f in frees)
+    cpu, memory, disk = most
     return [s for s in shapes if s.cpu > cpu or s.memory > memory or s.disk > disk
             or not any(s.fits_in(f) for f in frees)]
