@@ -53,11 +53,11 @@ class _Cursor:
     """One owner's awake jobs in (submitted_at, id) order during a walk: a merge of its awake
     lists that drops the hidden jobs it meets (through ``drop``)."""
 
-    __slots__ = ("runs", "groups", "at")
+    __slots__ = ("runs", "at")
 
     def __init__(self, lists: dict[Hashable, list[_Item]], asleep: set):
-        self.groups = [g for g in lists if g not in asleep] if asleep else list(lists)
-        self.runs = [lists[g] for g in self.groups]
+        self.runs = [items for group, items in lists.items() if group not in asleep] if asleep \
+            else list(lists.values())
         self.at = [0] * len(self.runs)
 
     def next(self, hidden: set, drop) -> _Item | None:
@@ -78,14 +78,17 @@ class _Cursor:
             item = run[at[best]]
             if item[1] in hidden:
                 del run[at[best]]
-                drop(item[1], self.groups[best], not run)
+                drop(item[1], not run)
                 continue
             at[best] += 1
             return item
 
     def more(self) -> bool:
         """True if some awake job (maybe hidden) is left after those handed out."""
-        return any(i < len(run) for i, run in zip(self.at, self.runs))
+        at = self.at
+        if len(at) == 1:
+            return at[0] < len(self.runs[0])
+        return any(i < len(run) for i, run in zip(at, self.runs))
 
 
 class FairIndex:
@@ -159,7 +162,14 @@ class FairIndex:
         else:
             self._asleep.discard(group)
         for priority, owner in self._group_owners.get(group, ()):
-            self._refresh_head(self._bands[priority], owner)
+            band = self._bands[priority]
+            first = band.queues[owner][group][0][0]
+            oldest = band.oldest.get(owner)
+            if asleep:
+                if first == oldest:  # its list may have held the owner's oldest awake job
+                    self._refresh_head(band, owner)
+            elif oldest is None or first < oldest:
+                self._move_head(band, owner, first)
 
     def submitted_after(self, group: Hashable, t: float) -> Iterator[str]:
         """Ids of the group's jobs (hidden ones not yet dropped included) submitted after ``t``."""
@@ -230,6 +240,11 @@ class FairIndex:
             for group, items in lists.items():
                 if group not in asleep and (new is None or items[0][0] < new):
                     new = items[0][0]
+        self._move_head(band, owner, new)
+
+    @staticmethod
+    def _move_head(band: _Band, owner: str, new: float | None) -> None:
+        """Put the owner in ``heads`` at ``new`` (out if None)."""
         old = band.oldest.get(owner)
         if old == new:
             return
@@ -245,10 +260,11 @@ class FairIndex:
 
     def __iter__(self) -> Iterator[JobEntry]:
         """The visible jobs in fair order, lazily (hidden jobs met on the way are dropped)."""
-        for priority in list(self._priorities):
+        for priority in self._priorities:  # replaced, never changed in place, when bands come and go
             band = self._bands.get(priority)
             if band is not None:
-                yield from self._walk(priority, band)
+                if band.heads:
+                    yield from self._walk(priority, band)
                 if not band.queues and self._bands.get(priority) is band:
                     del self._bands[priority]
                     self._priorities = sorted(self._bands, reverse=True)
@@ -257,8 +273,8 @@ class FairIndex:
         """One band's round-robin (module docstring), dropping the hidden jobs it meets."""
         heads, queues, hidden, entries, asleep = band.heads, band.queues, self._hidden, self._entries, self._asleep
 
-        def drop(job_id: str, group: Hashable, emptied: bool) -> None:
-            owner = self._keys.pop(job_id)[1]
+        def drop(job_id: str, emptied: bool) -> None:
+            _, owner, _, group = self._keys.pop(job_id)
             hidden.discard(job_id)
             del entries[job_id]
             if emptied:
