@@ -52,6 +52,7 @@ class _Placement:
     no_progress: int = 0
     job_gone: bool = False
     retrying: bool = False  # tenacity's loop has taken over from the first attempt
+    pending: tuple[str, list[int]] | None = None  # the task states the last attempt read, their pending tasks
 
 
 @dataclass(slots=True)
@@ -123,6 +124,7 @@ class OptimisticPlacer:
             return True
         mode = CommitMode.ALL_OR_NOTHING if entry.record.job.gang else self.commit_mode
         pending = entry.record.pending_tasks()
+        st.pending = (entry.record.tasks, pending) if not entry.record.killed else None
         tasks = pending if st.todo is None or mode is CommitMode.ALL_OR_NOTHING else \
             sorted(set(st.todo) & set(pending))
         if not tasks:
@@ -345,10 +347,19 @@ class OptimisticPlacer:
 
     def _result(self, st: _Placement, gave_up: bool) -> PlacementResult:
         entry = st.view.job(st.job_id)
-        pending = tuple(entry.record.pending_tasks()) if entry is not None else ()
+        pending = () if entry is None else tuple(_pending_tasks(entry, st.pending))
         reason = entry.record.reason if entry is not None else ""
         return _PLACEMENT_RESULT(st.job_id, tuple(st.placed), pending, reason, tuple(st.attempts),
                                  gave_up, st.job_gone or entry is None)
+
+
+def _pending_tasks(entry: JobEntry, seen: tuple[str, list[int]] | None) -> list[int]:
+    """The job's pending tasks; ``seen``'s when its task states are still those (a decision
+    that placed nothing leaves them as they were, in a job of maybe thousands of tasks)."""
+    record = entry.record
+    if seen is not None and not record.killed and record.tasks == seen[0]:
+        return seen[1]
+    return record.pending_tasks()
 
 
 def _drop_unfit(plan: Plan) -> tuple[Plan, list[int]]:
