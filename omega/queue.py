@@ -226,9 +226,9 @@ class JobQueue:
     def untrack(self, job_id: str, coming_back: bool = False) -> None:
         """Stop holding a job: no longer pending, or (``coming_back``) not a candidate for now
         (the order may then keep its place cheaply until it is tracked again)."""
-        tracked = self._tracking()
-        tracked.jobs.pop(job_id, None)
-        tracked.groups.pop(job_id, None)
+        tracked = self._tracked or self._tracking()
+        if tracked.jobs.pop(job_id, None) is not None:
+            tracked.groups.pop(job_id, None)
         if coming_back:
             tracked.ready.hide(job_id)
         else:  # also a job hidden earlier: nothing of it stays in the order

@@ -203,8 +203,11 @@ class NothingFitsMemo:
         changes = self._changes = MemoChanges(touched=self._noted)
         self._noted = set()
         self._wake_by_freed_room()
+        filed = self._request
         for job_id in changed:
-            self._file(job_id, pending(job_id))
+            entry = pending(job_id)
+            if entry is not None or job_id in filed:
+                self._file(job_id, entry)
         self._sleep_by_new_shapes()
         return changes
 

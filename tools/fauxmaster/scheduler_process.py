@@ -197,15 +197,15 @@ class SimScheduler:
         changes = memo.refresh(changed, self._pending_entry)
         for request, asleep in changes.groups.items():
             queue.set_group_asleep(request, asleep)
-        for ids in (changed, changes.touched):
-            for job_id in ids:
-                entry = self._pending_entry(job_id)
-                if entry is None:
-                    queue.untrack(job_id)
-                elif memo.solo(job_id):
-                    queue.untrack(job_id, coming_back=True)
-                else:
-                    queue.track(entry, memo.group_of(job_id))
+        pending, ids = self._pending_entry, (changed | changes.touched) if changes.touched else changed
+        for job_id in ids:  # a job changed and touched is looked at once
+            entry = pending(job_id)
+            if entry is None:
+                queue.untrack(job_id)
+            elif memo.solo(job_id):
+                queue.untrack(job_id, coming_back=True)
+            else:
+                queue.track(entry, memo.group_of(job_id))
 
     def _place(self, entry: JobEntry) -> None:
         self.tally.jobs_taken += 1
