@@ -30,6 +30,7 @@ import hashlib
 import heapq
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Hashable, Iterable, Iterator, Mapping, Protocol
 
 from omega.drf import DrfOrder, parse_weights
@@ -114,6 +115,10 @@ def make_order(name: str = "fair", view: CellView | None = None,
     return DrfOrder(view, parsed)
 
 
+def _minus_priority(entry: JobEntry) -> int:
+    return -entry.record.job.priority
+
+
 def _weight(peer: str, job_id: str) -> bytes:
     return hashlib.blake2b(f"{peer}\0{job_id}".encode(), digest_size=8).digest()
 
@@ -164,10 +169,12 @@ class JobQueue:
     def _choose(self, ordered: Iterable[JobEntry], peers: list[str], now: float, limit: int) -> list[JobEntry]:
         """Own share first, then stealable jobs by rendezvous rank, from ``ordered``."""
         crew = sorted(set(peers) | {self.me})
+        if len(crew) == 1:  # every job is its own: the first ``limit``, by priority (stable)
+            return sorted(islice(ordered, max(limit, 0)), key=_minus_priority)
         candidates: list[tuple[int, int, int, JobEntry]] = []  # (-priority, rank, position, job)
         own = 0
         for position, entry in enumerate(ordered):
-            rank = 0 if len(crew) == 1 else rendezvous_rank(entry.id, crew, self.me)
+            rank = rendezvous_rank(entry.id, crew, self.me)
             if rank == 0:
                 candidates.append((-entry.record.job.priority, 0, position, entry))
                 own += 1
