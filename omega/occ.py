@@ -155,19 +155,24 @@ class OptimisticPlacer:
         return decision, elapsed
 
     def _check_decision(self, entry: JobEntry, tasks: list[int], decision: Decision) -> None:
-        where = f"decision of scheduler {self.scheduler!r} for job {entry.id!r}"
         if not isinstance(decision, Decision):
-            raise TypeError(f"{where} is {type(decision).__name__}, expected a Decision")
+            raise TypeError(f"{self._where(entry)} is {type(decision).__name__}, expected a Decision")
         asked = set(tasks)
-        seen: set[int] = set()
-        for claim in decision.claims:
-            if claim.task_index not in asked or claim.task_index in seen:
-                raise ValueError(f"{where} claims task {claim.task_index}, which was not asked for "
-                                 f"or is claimed twice (asked: {sorted(asked)})")
-            seen.add(claim.task_index)
+        claimed = [claim.task_index for claim in decision.claims]
+        distinct = set(claimed)
+        if len(distinct) < len(claimed) or not distinct <= asked:
+            seen: set[int] = set()
+            for task in claimed:  # the first claim refused
+                if task not in asked or task in seen:
+                    raise ValueError(f"{self._where(entry)} claims task {task}, which was not asked for "
+                                     f"or is claimed twice (asked: {sorted(asked)})")
+                seen.add(task)
         if not asked.issuperset(decision.unplaced):
             stray = set(decision.unplaced) - asked
-            raise ValueError(f"{where} gives reasons for tasks {sorted(stray)}, which were not asked for")
+            raise ValueError(f"{self._where(entry)} gives reasons for tasks {sorted(stray)}, which were not asked for")
+
+    def _where(self, entry: JobEntry) -> str:
+        return f"decision of scheduler {self.scheduler!r} for job {entry.id!r}"
 
     def _refuse_oversized_gang(self, st: _Placement, entry: JobEntry, tasks: list[int], started: float):
         limit = self.committer.max_claims_per_txn

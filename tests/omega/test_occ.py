@@ -202,7 +202,8 @@ def test_resource_fit_rebases_on_the_fresh_ledger_without_re_deciding():
 @pytest.mark.parametrize("decision, message", [
     (Decision([], {7: "x"}), "reasons for tasks \\[7\\]"),
     (Decision([Claim(5, "m1", None)]), "claims task 5"),
-], ids=["stray-reason", "unasked-task"])
+    (Decision([Claim(1, "m1", None), Claim(0, "m1", None), Claim(1, "m1", None)]), "claims task 1, .* twice"),
+], ids=["stray-reason", "unasked-task", "task-twice"])
 def test_inconsistent_decisions_are_refused(decision, message):
     store, keys = MemoryStore(), CellKeys("bad")
     seed(store, keys, [machine("m1")], [batch_job("j", 2)])
