@@ -107,6 +107,7 @@ class _Group:
     """The pending jobs of one request: asleep or not, and its solo remembered jobs
     (job id → the record's revision when remembered)."""
 
+    request: Resources
     members: set[str] = field(default_factory=set)
     asleep: bool = False
     solo: dict[str, int] = field(default_factory=dict)
@@ -129,7 +130,7 @@ class NothingFitsMemo:
         self.view = view
         view.track_freed_machines()
         self._groups: dict[Resources, _Group] = {}
-        self._request: dict[str, Resources] = {}  # job id → its group's request
+        self._filed: dict[str, _Group] = {}  # job id → its group
         self._requests = RequestIndex()  # the requests of indexed groups
         self._shapes: list[Resources] = []  # requests no up machine has room for
         self._new_shapes: list[Resources] = []  # shapes noted since the last refresh
@@ -142,20 +143,18 @@ class NothingFitsMemo:
 
     def remembers(self, job_id: str) -> bool:
         """True while ``job_id`` is left out of the candidates."""
-        request = self._request.get(job_id)
-        if request is None:
-            return False
-        group = self._groups[request]
-        return group.asleep or job_id in group.solo
+        group = self._filed.get(job_id)
+        return group is not None and (group.asleep or job_id in group.solo)
 
     def solo(self, job_id: str) -> bool:
         """True while ``job_id`` is remembered on its own (its group is awake)."""
-        request = self._request.get(job_id)
-        return request is not None and job_id in self._groups[request].solo
+        group = self._filed.get(job_id)
+        return group is not None and job_id in group.solo
 
     def group_of(self, job_id: str) -> Resources | None:
         """The request group the job is filed in (None: not a pending job of the memo)."""
-        return self._request.get(job_id)
+        group = self._filed.get(job_id)
+        return None if group is None else group.request
 
     def remembered(self) -> Iterator[str]:
         """The ids of the jobs left out."""
@@ -167,21 +166,20 @@ class NothingFitsMemo:
         (and it is still pending in the view), making its request a shape when it can; forget
         it otherwise."""
         self._noted.add(job_id)
-        request = self._request.get(job_id)
-        if request is not None:
-            self._unsolo(job_id, self._groups[request])
+        group = self._filed.get(job_id)
+        if group is not None:
+            self._unsolo(job_id, group)
         attempts = result.attempts
         if result.job_gone or result.gave_up or not result.pending or not attempts:
             return
         if attempts[-1].outcome not in _FOUND_NO_MORE:
             return
         entry = self.view.job(job_id)
-        if entry is None or request is None:
+        if entry is None or group is None:
             return
-        group = self._groups[request]
         if not group.asleep:
             group.solo[job_id] = entry.mod_revision
-            self._index(request, group)
+            self._index(group)
         spec = entry.record.job
         if attempts[-1].outcome is AttemptOutcome.NOTHING_FITS and not spec.constraints and \
                 "a" not in entry.record.tasks and "r" not in entry.record.tasks:
@@ -203,7 +201,7 @@ class NothingFitsMemo:
         changes = self._changes = MemoChanges(touched=self._noted)
         self._noted = set()
         self._wake_by_freed_room()
-        filed = self._request
+        filed = self._filed
         for job_id in changed:
             entry = pending(job_id)
             if entry is not None or job_id in filed:
@@ -213,17 +211,16 @@ class NothingFitsMemo:
 
     def _file(self, job_id: str, entry: JobEntry | None) -> None:
         """File a changed job in its request's group (or out, if not pending)."""
-        held = self._request.get(job_id)
+        group = self._filed.get(job_id)
         request = None if entry is None else entry.record.job.request
-        if held is not None and held != request:
-            self._leave(job_id, held)
-            held = None
+        if group is not None and group.request is not request and group.request != request:
+            self._leave(job_id, group)
+            group = None
         if request is None:
             return
-        if held is None:
+        if group is None:
             self._join(job_id, request)
             return
-        group = self._groups[request]
         seen = group.solo.get(job_id)
         if seen is not None and seen != entry.mod_revision:
             self._unsolo(job_id, group)
@@ -233,47 +230,46 @@ class NothingFitsMemo:
     def _join(self, job_id: str, request: Resources) -> None:
         group = self._groups.get(request)
         if group is None:
-            self._groups[request] = group = _Group()
+            self._groups[request] = group = _Group(request)
             if any(s.fits_in(request) for s in self._shapes):
-                self._set_asleep(request, group, True)
+                self._set_asleep(group, True)
         group.members.add(job_id)
-        self._request[job_id] = request
+        self._filed[job_id] = group
 
-    def _leave(self, job_id: str, request: Resources) -> None:
-        del self._request[job_id]
-        group = self._groups[request]
+    def _leave(self, job_id: str, group: _Group) -> None:
+        del self._filed[job_id]
         group.members.discard(job_id)
         self._unsolo(job_id, group)
         if not group.members:
             if group.asleep:
-                self._set_asleep(request, group, False)  # the queue forgets it too
-            self._unindex(request, group)
-            del self._groups[request]
+                self._set_asleep(group, False)  # the queue forgets it too
+            self._unindex(group)
+            del self._groups[group.request]
 
     def _unsolo(self, job_id: str, group: _Group) -> None:
         if group.solo.pop(job_id, None) is not None and not group.solo and not group.asleep:
-            self._unindex(self._request[job_id], group)
+            self._unindex(group)
 
-    def _set_asleep(self, request: Resources, group: _Group, asleep: bool) -> None:
+    def _set_asleep(self, group: _Group, asleep: bool) -> None:
         group.asleep = asleep
-        self._changes.groups[request] = asleep
+        self._changes.groups[group.request] = asleep
         if group.solo:  # solo jobs now follow the group
             self._changes.touched.update(group.solo)
             group.solo.clear()
         if asleep:
-            self._index(request, group)
+            self._index(group)
         else:
-            self._unindex(request, group)
+            self._unindex(group)
 
-    def _index(self, request: Resources, group: _Group) -> None:
+    def _index(self, group: _Group) -> None:
         if not group.indexed:
             group.indexed = True
-            self._requests.add(request)
+            self._requests.add(group.request)
 
-    def _unindex(self, request: Resources, group: _Group) -> None:
+    def _unindex(self, group: _Group) -> None:
         if group.indexed:
             group.indexed = False
-            self._requests.remove(request)
+            self._requests.remove(group.request)
 
     def _wake_by_freed_room(self) -> None:
         freed = self.view.take_freed_machines()
@@ -292,11 +288,11 @@ class NothingFitsMemo:
             group = self._groups[request]
             self.released += len(group.members) if group.asleep else len(group.solo)
             if group.asleep:
-                self._set_asleep(request, group, False)
+                self._set_asleep(group, False)
             else:
                 self._changes.touched.update(group.solo)
                 group.solo.clear()
-                self._unindex(request, group)
+                self._unindex(group)
 
     def _sleep_by_new_shapes(self) -> None:
         new, self._new_shapes = self._new_shapes, []
@@ -304,7 +300,7 @@ class NothingFitsMemo:
             return
         for request, group in self._groups.items():
             if not group.asleep and any(s.fits_in(request) for s in new):
-                self._set_asleep(request, group, True)
+                self._set_asleep(group, True)
         self._shapes += new
 
 
