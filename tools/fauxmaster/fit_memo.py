@@ -59,6 +59,15 @@ _NEVER = np.iinfo(np.int64).max  # a removed request's row: fits in nothing
 PendingLookup = Callable[[str], JobEntry | None]
 """job id → its entry if it is pending for this scheduler (its kinds, not killed), else None."""
 
+GroupKey = tuple[int, int, int, tuple[tuple[str, int], ...]]
+"""A request group's key: its request's fields, equal exactly when the requests are, hashed
+without a Python call (the queue hashes a job's group at every change of it)."""
+
+
+def group_key(request: Resources) -> GroupKey:
+    """The key of ``request``'s group."""
+    return request.cpu, request.memory, request.disk, request.extra
+
 
 class RequestIndex:
     """A set of distinct requests; ``fitting(frees)`` finds those with room in some free
@@ -90,7 +99,11 @@ class RequestIndex:
         core = self._core[:len(requests)]
         # A request with room in some free vector fits their per-resource maximum: only the
         # rows that do are compared with each free vector.
-        rows = np.flatnonzero((core <= (most or core_maximum(frees))).all(axis=1))
+        cpu, memory, disk = most or core_maximum(frees)
+        room = core[:, 0] <= cpu  # column by column: cheaper than a row-wise all() of 3
+        room &= core[:, 1] <= memory
+        room &= core[:, 2] <= disk
+        rows = np.flatnonzero(room)
         if len(frees) > 1 and len(rows):
             room = np.array([(f.cpu, f.memory, f.disk) for f in frees], dtype=np.int64)
             rows = rows[(core[rows][:, None, :] <= room[None, :, :]).all(axis=2).any(axis=1)]
@@ -108,6 +121,7 @@ class _Group:
     (job id → the record's revision when remembered)."""
 
     request: Resources
+    key: GroupKey  # the queue's name for it
     members: set[str] = field(default_factory=set)
     asleep: bool = False
     solo: dict[str, int] = field(default_factory=dict)
@@ -116,10 +130,10 @@ class _Group:
 
 @dataclass(slots=True)
 class MemoChanges:
-    """What a ``refresh`` changed: groups (by request) that fell asleep (True) or woke (False),
+    """What a ``refresh`` changed: groups (by key) that fell asleep (True) or woke (False),
     and jobs whose candidacy may have changed one by one (noted, released, remembered solo)."""
 
-    groups: dict[Resources, bool] = field(default_factory=dict)
+    groups: dict[GroupKey, bool] = field(default_factory=dict)
     touched: set[str] = field(default_factory=set)
 
 
@@ -151,10 +165,10 @@ class NothingFitsMemo:
         group = self._filed.get(job_id)
         return group is not None and job_id in group.solo
 
-    def group_of(self, job_id: str) -> Resources | None:
-        """The request group the job is filed in (None: not a pending job of the memo)."""
+    def group_of(self, job_id: str) -> GroupKey | None:
+        """The key of the request group the job is filed in (None: not a pending job of the memo)."""
         group = self._filed.get(job_id)
-        return None if group is None else group.request
+        return None if group is None else group.key
 
     def remembered(self) -> Iterator[str]:
         """The ids of the jobs left out."""
@@ -230,7 +244,7 @@ class NothingFitsMemo:
     def _join(self, job_id: str, request: Resources) -> None:
         group = self._groups.get(request)
         if group is None:
-            self._groups[request] = group = _Group(request)
+            self._groups[request] = group = _Group(request, group_key(request))
             if any(s.fits_in(request) for s in self._shapes):
                 self._set_asleep(group, True)
         group.members.add(job_id)
@@ -252,7 +266,7 @@ class NothingFitsMemo:
 
     def _set_asleep(self, group: _Group, asleep: bool) -> None:
         group.asleep = asleep
-        self._changes.groups[group.request] = asleep
+        self._changes.groups[group.key] = asleep
         if group.solo:  # solo jobs now follow the group
             self._changes.touched.update(group.solo)
             group.solo.clear()
@@ -298,8 +312,11 @@ class NothingFitsMemo:
         new, self._new_shapes = self._new_shapes, []
         if not new:
             return
+        cpu, memory, disk = (min(s.cpu for s in new), min(s.memory for s in new), min(s.disk for s in new))
         for request, group in self._groups.items():
-            if not group.asleep and any(s.fits_in(request) for s in new):
+            if group.asleep or request.cpu < cpu or request.memory < memory or request.disk < disk:
+                continue  # smaller than every new shape in some resource
+            if any(s.fits_in(request) for s in new):
                 self._set_asleep(group, True)
         self._shapes += new
 
