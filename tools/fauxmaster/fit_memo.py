@@ -105,8 +105,12 @@ class RequestIndex:
         room &= core[:, 2] <= disk
         rows = np.flatnonzero(room)
         if len(frees) > 1 and len(rows):
-            room = np.array([(f.cpu, f.memory, f.disk) for f in frees], dtype=np.int64)
-            rows = rows[(core[rows][:, None, :] <= room[None, :, :]).all(axis=2).any(axis=1)]
+            free = np.array([(f.cpu, f.memory, f.disk) for f in frees], dtype=np.int64)
+            held = core[rows]
+            fits = held[:, 0:1] <= free[:, 0]  # row x free, resource by resource
+            fits &= held[:, 1:2] <= free[:, 1]
+            fits &= held[:, 2:3] <= free[:, 2]
+            rows = rows[fits.any(axis=1)]
         out = []
         for row in rows.tolist():
             request = requests[row]
