@@ -103,7 +103,7 @@ class RequestIndex:
         room = core[:, 0] <= cpu  # column by column: cheaper than a row-wise all() of 3
         room &= core[:, 1] <= memory
         room &= core[:, 2] <= disk
-        rows = np.flatnonzero(room)
+        rows = room.nonzero()[0]
         if len(frees) > 1 and len(rows):
             free = np.array([(f.cpu, f.memory, f.disk) for f in frees], dtype=np.int64)
             held = core[rows]
