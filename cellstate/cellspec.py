@@ -12,7 +12,7 @@ import json
 import random
 import string
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from cellstate.codec import encode_machine

@@ -48,11 +48,12 @@ def compact_log(log: list[tuple[Event, ...]], log_start: int, revision: int) -> 
 
 class LiveKeys:
     """The sorted key list of a store without history: every key put since the last prune
-    (deleted ones stay until pruned; readers skip them). New keys go into a small sorted
-    tail; a full tail is merged into a middle list, and a full middle into the main list
-    (where deleted keys are dropped once they are half of it). A put costs O(log n)
-    comparisons, a short move and a share of the merges (each list is merged into one
-    ``MIDDLE_AT / MERGE_AT`` times longer); a prefix scan is two bisections per list."""
+    (deleted ones stay until pruned; readers skip them). New keys are appended to a small
+    tail, sorted when a scan needs it (puts outnumber scans by far); a full tail is merged
+    into a middle list, and a full middle into the main list (where deleted keys are dropped
+    once they are half of it). A put costs an append and a share of the sorts and merges
+    (each list is merged into one ``MIDDLE_AT / MERGE_AT`` times longer); a prefix scan is
+    two bisections per list."""
 
     MERGE_AT = 2048
     MIDDLE_AT = 32768
@@ -60,7 +61,8 @@ class LiveKeys:
     def __init__(self) -> None:
         self._sorted: list[str] = []
         self._middle: list[str] = []  # sorted
-        self._tail: list[str] = []  # sorted
+        self._tail: list[str] = []  # sorted unless _tail_unsorted
+        self._tail_unsorted = False
         self._listed: set[str] = set()
 
     def add(self, key: str, live: dict) -> None:
@@ -68,12 +70,16 @@ class LiveKeys:
         if key in self._listed:
             return
         self._listed.add(key)
-        bisect.insort(self._tail, key)
+        self._tail.append(key)
+        self._tail_unsorted = True
         if len(self._tail) > self.MERGE_AT:
             self._merge(live)
 
     def under(self, prefix: str) -> Iterator[str]:
         """Listed keys starting with ``prefix``, sorted."""
+        if self._tail_unsorted:
+            self._tail.sort()
+            self._tail_unsorted = False
         found = [keys for keys in (_under(self._sorted, prefix), _under(self._middle, prefix),
                                    _under(self._tail, prefix)) if keys]
         if len(found) > 1:
@@ -86,6 +92,7 @@ class LiveKeys:
         middle = self._middle
         middle.extend(self._tail)
         self._tail.clear()
+        self._tail_unsorted = False
         middle.sort()
         if len(middle) <= self.MIDDLE_AT:
             return

@@ -11,7 +11,7 @@ from cellstate.keys import CellKeys
 from cellstate.model import Alloc, Job, JobRecord, Machine, TaskState
 from cellstate.fastbuild import builder
 from cellstate.store import (
-    Compare, CompareOp, CompareTarget, Delete, KeyValue, Op, Put, Store, StoreError, missing, mod_revision_is,
+    Compare, CompareOp, CompareTarget, Delete, KeyValue, Op, Put, Store, StoreError, mod_revision_is,
 )
 
 # Per-op framing allowance when packing a txn below the store's request-size limit.

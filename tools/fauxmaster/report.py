@@ -5,7 +5,6 @@ Also ``rich_progress``, a progress bar over virtual time for the command line.""
 from __future__ import annotations
 
 import html
-import json
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
