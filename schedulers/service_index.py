@@ -38,7 +38,6 @@ from schedulers.machine_changes import MachineChanges, tracks_changes
 from schedulers.row_slots import RowSlots, with_row
 
 _CORE = ("cpu", "memory", "disk")
-_HEAD = 64  # rows in id order ``smallest_id`` looks at before all of them
 
 
 class MachineIndex:
@@ -238,7 +237,6 @@ class FreeColumns:
         self.free = np.zeros((width, 64), dtype=np.int64)
         self.listed = np.zeros(64, dtype=bool)
         self.known = np.zeros(64, dtype=bool)
-        self._by_id: np.ndarray | None = None  # the known rows in machine id order (None: stale)
         self.layout = 0  # changes whenever a machine takes or gives up its row
 
     def add(self, machine_id: str) -> None:
@@ -250,13 +248,11 @@ class FreeColumns:
         self.listed = with_row(self.listed, row, False)
         self.known = with_row(self.known, row, False)
         self.known[row] = True
-        self._by_id = None
         self.layout += 1
 
     def drop(self, machine_id: str) -> None:
         row = self._slots.release(machine_id)
         self.known[row] = self.listed[row] = False
-        self._by_id = None
         self.layout += 1
 
     def list(self, machine_id: str, frees: tuple[int, ...]) -> None:
@@ -269,23 +265,20 @@ class FreeColumns:
         if row is not None:
             self.listed[row] = False
 
-    def any_room(self, need: tuple[int, ...]) -> bool:
-        """True when some listed machine's key has room for ``need``."""
+    def short(self, need: tuple[int, ...]) -> list[np.ndarray]:
+        """Per least_loaded resource r, which rows' keys hold less of r than ``need[r]``."""
         n = len(self.ids)
-        room = self.listed[:n] & (self.free[0, :n] >= need[0])
-        for column in range(1, len(need)):
-            room &= self.free[column, :n] >= need[column]
-        return bool(room.any())
+        free = self.free
+        return [free[column, :n] < amount for column, amount in enumerate(need)]
 
-    def smallest_id(self, mask: np.ndarray) -> str:
-        """The smallest machine id among the rows set in ``mask`` (not empty): the first row
-        set in id order (the first few rows looked at first: a short count is usually large)."""
-        if self._by_id is None:
-            live = sorted((machine_id, row) for row, machine_id in enumerate(self.ids) if machine_id is not None)
-            self._by_id = np.array([row for _, row in live], dtype=np.int64)
-        head = self._by_id[:_HEAD]
-        hit = mask[head]
-        if not hit.any():
-            head = self._by_id
-            hit = mask[head]
-        return self.ids[int(head[np.argmax(hit)])]
+    def any_room(self, short: list[np.ndarray]) -> bool:
+        """True when some listed machine's key is short of no resource (``short``: ``short``)."""
+        lacking = short[0]
+        for more in short[1:]:
+            lacking = lacking | more
+        return bool((self.listed[:len(lacking)] > lacking).any())
+
+    def some_listed(self) -> str | None:
+        """The id of some listed machine (None: none is)."""
+        row = int(self.listed.argmax())
+        return self.ids[row] if self.listed[row] else None
