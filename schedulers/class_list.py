@@ -59,8 +59,12 @@ class ClassList(list):
         if not _LOWEST < first < _HIGHEST:
             return 0 if first <= _LOWEST else len(self)
         lo = int(self._loads.searchsorted(first))
-        if lo < len(self) and self[lo][0] == first:
-            return split(self, key, lo, int(self._loads.searchsorted(first, "right")))
+        n = len(self)
+        if lo < n and self[lo][0] == first:
+            hi = lo + 1
+            if hi < n and self[hi][0] == first:  # more keys of this load: rare
+                hi = int(self._loads.searchsorted(first, "right"))
+            return split(self, key, lo, hi)
         return lo
 
     def end_of_room(self, need: tuple[int, ...]) -> int:

@@ -121,6 +121,12 @@ class FreeIndex:
         self._columns()
         return np.flatnonzero(~self.up).tolist()
 
+    def some_up(self) -> int | None:
+        """The position of some up machine (None: none is)."""
+        self._columns()
+        i = int(self.up.argmax())
+        return i if self.up[i] else None
+
     def hosts(self, placed: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
         """The positions of the machines holding some of the job's tasks (``placed``: tasks
         per machine id) and the count on each (looked up in C: a big job has thousands)."""
