@@ -236,6 +236,7 @@ class FreeColumns:
         self.listed = np.zeros(64, dtype=bool)
         self.known = np.zeros(64, dtype=bool)
         self.layout = 0  # changes whenever a machine takes or gives up its row
+        self._unlisted: list[str] | None = None  # ``unlisted`` (None: not known yet)
 
     def add(self, machine_id: str) -> None:
         if machine_id in self._slots:
@@ -248,22 +249,36 @@ class FreeColumns:
         self.known = with_row(self.known, row, False)
         self.known[row] = True
         self.layout += 1
+        self._unlisted = None
 
     def drop(self, machine_id: str) -> None:
         row = self._slots.release(machine_id)
         self.known[row] = self.listed[row] = False
         self.layout += 1
+        self._unlisted = None
 
     def list(self, machine_id: str, frees: tuple[int, ...]) -> None:
         row = self._row[machine_id]
         for column, amount in zip(self._free_rows, frees):  # scalar writes: cheaper than a column's
             column[row] = amount
-        self.listed[row] = True
+        if not self.listed[row]:
+            self.listed[row] = True
+            self._unlisted = None
 
     def unlist(self, machine_id: str) -> None:
         row = self._row.get(machine_id)
-        if row is not None:
+        if row is not None and self.listed[row]:
             self.listed[row] = False
+            self._unlisted = None
+
+    def unlisted(self) -> list[str]:
+        """The ids of the known machines that are not listed, in row order (kept until a
+        machine is listed, unlisted, added or dropped)."""
+        if self._unlisted is None:
+            n = len(self.ids)
+            rows = np.flatnonzero(self.known[:n] & ~self.listed[:n]).tolist()
+            self._unlisted = [self.ids[row] for row in rows]
+        return self._unlisted
 
     def short(self, need: tuple[int, ...]) -> list[np.ndarray]:
         """Per least_loaded resource r, which rows' keys hold less of r than ``need[r]``."""

@@ -391,6 +391,8 @@ def _count_short(columns: FreeColumns, short: list[np.ndarray], blocked: np.ndar
         if count:
             counts[first] = count
             remaining ^= hit  # hit ⊆ remaining: counted once
+    if not remaining.any():
+        return counts, columns.unlisted()
     others = columns.known[:n] & ~listed  # known but not listed, and the listed ones neither short nor blocked
     others |= remaining
     ids = columns.ids

@@ -276,7 +276,7 @@ def test_no_key_past_the_end_of_room_has_room():
         assert end == len(listed) or not any(k[0] == listed[end][0] for k in listed[:end])  # a whole load
 
 
-def test_any_room_reads_the_keys_of_listed_machines_only():
+def test_any_room_reads_the_keys_of_listed_machines_only_and_unlisted_the_others():
     rng = random.Random(6)
     columns, listed = FreeColumns(2), {}
     for _ in range(800):
@@ -294,6 +294,8 @@ def test_any_room_reads_the_keys_of_listed_machines_only():
             listed.pop(machine_id, None)
         need = (rng.randrange(55), rng.randrange(55))
         assert columns.any_room(columns.short(need)) == any(f[0] >= need[0] and f[1] >= need[1] for f in listed.values())
+        unlisted = columns.unlisted()
+        assert len(unlisted) == len(set(unlisted)) and set(unlisted) == set(columns.row_of) - set(listed)
 
 
 def test_sorted_distinct_is_np_unique():
