@@ -62,13 +62,11 @@ class FreeIndex:
         self._changes = MachineChanges(view)
         self.ids = ids
         self.position = {machine_id: i for i, machine_id in enumerate(ids)}
-        n = len(ids)
         self.rows = [_row_of(view.machine(machine_id)) for machine_id in ids]  # (cpu, memory, disk, up) per position
-        self._stale: set[int] = set(range(n))  # positions whose row the numpy columns do not hold yet
-        self.cpu = np.full(n, _UNKNOWN, dtype=np.int64)
-        self.memory = np.full(n, _UNKNOWN, dtype=np.int64)
-        self.disk = np.full(n, _UNKNOWN, dtype=np.int64)
-        self.up = np.zeros(n, dtype=bool)
+        self._stale: set[int] = set()  # positions whose row the numpy columns do not hold yet
+        values = np.array(self.rows, dtype=np.int64).reshape(-1, 4)
+        self.cpu, self.memory, self.disk = values[:, 0].copy(), values[:, 1].copy(), values[:, 2].copy()
+        self.up = values[:, 3] != 0
         self._found: dict[Resources, np.ndarray] = {}  # ``_with_room`` by request, on the current columns
         self._not_up: list[int] | None = None  # ``not_up`` on the current columns
 
@@ -82,17 +80,15 @@ class FreeIndex:
                 stale.add(i)
 
     def _columns(self) -> None:
-        """Bring the numpy columns to the rows (in one step: a refresh sets rows only); what
-        was found on the old columns is forgotten."""
+        """Bring the numpy columns to the rows (a refresh sets rows only); what was found on
+        the old columns is forgotten."""
         if not self._stale:
             return
         self._found.clear()
         self._not_up = None
-        at = np.fromiter(self._stale, dtype=np.int64, count=len(self._stale))
-        rows = self.rows
-        values = np.array([rows[i] for i in at.tolist()], dtype=np.int64).reshape(-1, 4)
-        self.cpu[at], self.memory[at], self.disk[at] = values[:, 0], values[:, 1], values[:, 2]
-        self.up[at] = values[:, 3] != 0
+        rows, cpu, memory, disk, up = self.rows, self.cpu, self.memory, self.disk, self.up
+        for i in self._stale:  # scalar writes: cheaper than building arrays for a refresh's few rows
+            cpu[i], memory[i], disk[i], up[i] = rows[i]
         self._stale.clear()
 
     def _with_room(self, request: Resources) -> np.ndarray:
