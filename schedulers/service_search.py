@@ -320,14 +320,8 @@ class SpreadSearch:
         of tasks (on one such host)."""
         columns, machines, free_of, before = self.index.columns, self.index.machines, self.reservations.free, self.chain.before_fit
         top = max(placed.values(), default=0)
-        if top <= 0 or not before:
-            return _NO_ROWS
-        some = columns.some_listed()
-        if some is None:
-            return _NO_ROWS
-        machine = machines[some]
-        free = free_of(machine)
-        if all(f.fits(spec, machine, free, top).ok for f in before):
+        some = columns.some_listed() if top > 0 and before else None
+        if some is None or all(f.fits(spec, machines[some], free_of(machines[some]), top).ok for f in before):
             return _NO_ROWS
         hosts = hosts or self._hosts(spec.id, placed)
         listed = columns.listed[hosts.rows]
