@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import islice
+from operator import lt
 from typing import Protocol, Sequence
 
 from omega.protocols import CellView, Claim, JobEntry
@@ -27,21 +29,27 @@ class Scheduler(Protocol):
 
 def checked_tasks(job: JobEntry, tasks: Sequence[int]) -> list[int]:
     """``tasks`` as a list after checking each is a distinct pending task of ``job``.
-    The usual answer (plain ints, distinct, in range, all pending) is checked with set
-    operations in C, the listed tasks' states read in C too (a big job lists thousands);
-    anything else is checked task by task for the exact error."""
+    The usual answer (plain ints, distinct, in range, all pending) is checked in C (a big job
+    lists thousands): ascending ones by one pass, others with a set, the listed tasks' states
+    read in C too; anything else is checked task by task for the exact error."""
     listed = list(tasks)
     record = job.record
     if not record.killed and _TYPES_INT >= set(map(type, listed)):
-        distinct = set(listed)
-        if len(distinct) == len(listed):
-            states = record.tasks
-            if not distinct:
+        if not listed:
+            return listed
+        states = record.tasks
+        if _distinct_in_range(listed, len(states)):
+            if states.count("p") == len(states) or _PENDING >= set(map(states.__getitem__, listed)):
                 return listed
-            if min(distinct) >= 0 and max(distinct) < len(states):
-                if states.count("p") == len(states) or _PENDING >= set(map(states.__getitem__, distinct)):
-                    return listed
     return _checked_one_by_one(job, listed)
+
+
+def _distinct_in_range(listed: list[int], size: int) -> bool:
+    """True when the ints ``listed`` (not empty) are distinct and within 0 … ``size`` - 1."""
+    if listed[0] >= 0 and listed[-1] < size and all(map(lt, listed, islice(listed, 1, None))):
+        return True  # ascending
+    distinct = set(listed)
+    return len(distinct) == len(listed) and min(distinct) >= 0 and max(distinct) < size
 
 
 _TYPES_INT = frozenset((int,))

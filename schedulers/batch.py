@@ -138,26 +138,36 @@ class BatchScheduler:
         """Tally the verdicts of the machines an indexed scan that found nothing did not examine.
         Machines not up go through the filters. The job's hosts that a filter before
         resources_fit rejects are tallied by that verdict, computed once per count of tasks
-        (those filters read only the job and its tasks on an up machine). Every other up
-        machine lacks room in the view: resources_fit names its first short resource. (A
-        machine this decision reserved on had room for the request in the view, so it was a
+        (those filters read only the job and its tasks on an up machine, and each rejects from
+        some count on: when none rejects the job's largest count, no host is looked up). Every
+        other up machine lacks room in the view: resources_fit names its first short resource.
+        (A machine this decision reserved on had room for the request in the view, so it was a
         candidate, examined with its reserved free.)"""
         ids, counts = self._ids, rejections.counts
         for i in index.not_up():
             self._examine(spec, view, reservations, placed, ids[i], rejections)
         before = self.pipeline.filters[:[f.name for f in self.pipeline.filters].index("resources_fit")]
         blocked: list[int] = []
-        hosts = self._hosts.get(spec.id, placed, index, index.hosts, index.join_hosts)
-        for here, hosts in index.hosts_without_room(spec.request, placed, hosts):
-            machine = view.machine(ids[hosts[0]]).machine
-            free = reservations.free(machine)
-            verdict = next((v for v in (f.fits(spec, machine, free, here) for f in before) if not v.ok), None)
-            if verdict is not None:
-                key = (verdict.plugin, verdict.reason)
-                counts[key] = counts.get(key, 0) + len(hosts)
-                blocked.extend(hosts)
+        if self._may_reject_hosts(index, spec, view, before, max(placed.values(), default=0)):
+            hosts = self._hosts.get(spec.id, placed, index, index.hosts, index.join_hosts)
+            for here, hosts in index.hosts_without_room(spec.request, placed, hosts):
+                machine = view.machine(ids[hosts[0]]).machine
+                free = reservations.free(machine)
+                verdict = next((v for v in (f.fits(spec, machine, free, here) for f in before) if not v.ok), None)
+                if verdict is not None:
+                    key = (verdict.plugin, verdict.reason)
+                    counts[key] = counts.get(key, 0) + len(hosts)
+                    blocked.extend(hosts)
         for short, count in index.first_short(spec.request, blocked).items():
             counts[("resources_fit", short)] = counts.get(("resources_fit", short), 0) + count
+
+    def _may_reject_hosts(self, index: FreeIndex, spec: Job, view: CellView, before, top: int) -> bool:
+        """False when no filter of ``before`` rejects ``top`` tasks of the job on an up machine."""
+        up = index.some_up() if top > 0 and before else None
+        if up is None:
+            return False
+        machine = view.machine(self._ids[up]).machine
+        return not all(f.fits(spec, machine, machine.free, top).ok for f in before)
 
     def _examine(self, spec: Job, view: CellView, reservations: Reservations, placed: dict,
                  machine_id: str, rejections: Rejections) -> tuple[Machine | None, Resources | None]:

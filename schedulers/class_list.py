@@ -59,8 +59,12 @@ class ClassList(list):
         if not _LOWEST < first < _HIGHEST:
             return 0 if first <= _LOWEST else len(self)
         lo = int(self._loads.searchsorted(first))
-        if lo < len(self) and self[lo][0] == first:
-            return split(self, key, lo, int(self._loads.searchsorted(first, "right")))
+        n = len(self)
+        if lo < n and self[lo][0] == first:
+            hi = lo + 1
+            if hi < n and self[hi][0] == first:  # more keys of this load: rare
+                hi = int(self._loads.searchsorted(first, "right"))
+            return split(self, key, lo, hi)
         return lo
 
     def end_of_room(self, need: tuple[int, ...]) -> int:
@@ -110,27 +114,36 @@ class ClassList(list):
         n = len(self)
         if n == self.table.shape[1]:
             self._grow(self.table)
-        table = self.table
         if j < n:
             self._shift(j + 1, j, n - j)
-        table[:, j] = (key[0] if self.by_load else 0, *frees)
+        self._set_column(j, key, frees)
         self.insert(j, key)
 
     def move(self, old: SortKey, key: SortKey, frees: tuple[int, ...]) -> None:
         """Replace listed ``old`` by ``key`` (shifting only the columns between their places)."""
-        self._check_load(key)
+        if self.by_load and not _LOWEST < key[0] < _HIGHEST:
+            self._check_load(key)
         j = self.find(old)
         k = self.find(key)
         if k > j:
             k -= 1  # its place once ``old`` is out
-        del self[j]
-        self.insert(k, key)
-        table = self.table
-        if k > j:
             self._shift(j, j + 1, k - j)
         elif k < j:
             self._shift(k + 1, k, j - k)
-        table[:, k] = (key[0] if self.by_load else 0, *frees)
+        if k != j:
+            del self[j]
+            self.insert(k, key)
+        else:
+            self[j] = key
+        self._set_column(k, key, frees)
+
+    def _set_column(self, k: int, key: SortKey, frees: tuple[int, ...]) -> None:
+        """Column ``k`` holds ``key``'s load (if ``by_load``) and ``frees`` (scalar writes per
+        row: cheaper than one column write of a tuple)."""
+        rows = self._rows
+        rows[0][k] = key[0] if self.by_load else 0
+        for row, amount in zip(rows[1:], frees):
+            row[k] = amount
 
     def remove(self, key: SortKey) -> None:
         """Remove ``key`` (listed) and its free amounts."""

@@ -14,6 +14,7 @@ holds a task of the job or is not up — those few are checked by the real filte
 from __future__ import annotations
 
 from itertools import repeat
+from typing import Iterator
 
 import numpy as np
 
@@ -25,6 +26,8 @@ from schedulers.row_slots import sorted_distinct
 SAFE_BEFORE_FIT = frozenset(("machine_state", "different_machine", "max_per_machine"))
 _UNKNOWN = -1  # free amount of a machine that is gone: never a candidate
 _GONE = (_UNKNOWN, _UNKNOWN, _UNKNOWN, False)  # a gone machine's row
+_FOUND_KEPT = 64  # requests whose candidates are kept on unchanged columns
+_FIRST_FEW = 16  # candidates converted first
 
 
 def applies(filters, request: Resources) -> bool:
@@ -59,13 +62,13 @@ class FreeIndex:
         self._changes = MachineChanges(view)
         self.ids = ids
         self.position = {machine_id: i for i, machine_id in enumerate(ids)}
-        n = len(ids)
         self.rows = [_row_of(view.machine(machine_id)) for machine_id in ids]  # (cpu, memory, disk, up) per position
-        self._stale: set[int] = set(range(n))  # positions whose row the numpy columns do not hold yet
-        self.cpu = np.full(n, _UNKNOWN, dtype=np.int64)
-        self.memory = np.full(n, _UNKNOWN, dtype=np.int64)
-        self.disk = np.full(n, _UNKNOWN, dtype=np.int64)
-        self.up = np.zeros(n, dtype=bool)
+        self._stale: set[int] = set()  # positions whose row the numpy columns do not hold yet
+        values = np.array(self.rows, dtype=np.int64).reshape(-1, 4)
+        self.cpu, self.memory, self.disk = values[:, 0].copy(), values[:, 1].copy(), values[:, 2].copy()
+        self.up = values[:, 3] != 0
+        self._found: dict[Resources, np.ndarray] = {}  # ``_with_room`` by request, on the current columns
+        self._not_up: list[int] | None = None  # ``not_up`` on the current columns
 
     def refresh(self) -> None:
         """Take in the machines that changed since the last refresh."""
@@ -77,32 +80,43 @@ class FreeIndex:
                 stale.add(i)
 
     def _columns(self) -> None:
-        """Bring the numpy columns to the rows (in one step: a refresh sets rows only)."""
+        """Bring the numpy columns to the rows (a refresh sets rows only); what was found on
+        the old columns is forgotten."""
         if not self._stale:
             return
-        at = np.fromiter(self._stale, dtype=np.int64, count=len(self._stale))
-        rows = self.rows
-        values = np.array([rows[i] for i in at.tolist()], dtype=np.int64).reshape(-1, 4)
-        self.cpu[at], self.memory[at], self.disk[at] = values[:, 0], values[:, 1], values[:, 2]
-        self.up[at] = values[:, 3] != 0
+        self._found.clear()
+        self._not_up = None
+        rows, cpu, memory, disk, up = self.rows, self.cpu, self.memory, self.disk, self.up
+        for i in self._stale:  # scalar writes: cheaper than building arrays for a refresh's few rows
+            cpu[i], memory[i], disk[i], up[i] = rows[i]
         self._stale.clear()
 
-    def _room(self, request: Resources) -> np.ndarray:
+    def _with_room(self, request: Resources) -> np.ndarray:
+        """Positions of up machines whose free resources hold ``request``, ascending (kept
+        until the columns change: a decision's tasks share their request)."""
         self._columns()
-        room = self.cpu >= request.cpu
-        room &= self.memory >= request.memory
-        room &= self.disk >= request.disk
-        room &= self.up
-        return room
+        found = self._found.get(request)
+        if found is None:
+            room = self.cpu >= request.cpu
+            room &= self.memory >= request.memory
+            room &= self.disk >= request.disk
+            room &= self.up
+            found = np.flatnonzero(room)
+            if len(self._found) >= _FOUND_KEPT:
+                self._found.clear()
+            self._found[request] = found
+        return found
 
-    def candidates(self, request: Resources, cursor: int) -> list[int]:
+    def candidates(self, request: Resources, cursor: int) -> Iterator[int]:
         """Positions of up machines whose free resources hold ``request``, in walk order from
-        ``cursor`` (wrapping around)."""
-        found = np.flatnonzero(self._room(request))
-        if len(found) and cursor:
-            split = int(np.searchsorted(found, cursor))
-            found = np.concatenate((found[split:], found[:split]))
-        return found.tolist()
+        ``cursor`` (wrapping around); converted from numpy a few at first (a scan usually
+        stops after a few)."""
+        found = self._with_room(request)
+        split = int(np.searchsorted(found, cursor)) if cursor else 0
+        for part in (found[split:], found[:split]):
+            yield from part[:_FIRST_FEW].tolist()
+            if len(part) > _FIRST_FEW:
+                yield from part[_FIRST_FEW:].tolist()
 
     def worth_examining(self, request: Resources, start: int, count: int) -> list[int]:
         """Offsets (0 … ``count`` - 1) from position ``start`` (wrapping around) of the machines
@@ -119,7 +133,15 @@ class FreeIndex:
     def not_up(self) -> list[int]:
         """Positions of machines that are not up (or gone)."""
         self._columns()
-        return np.flatnonzero(~self.up).tolist()
+        if self._not_up is None:
+            self._not_up = np.flatnonzero(~self.up).tolist()
+        return self._not_up
+
+    def some_up(self) -> int | None:
+        """The position of some up machine (None: none is)."""
+        self._columns()
+        i = int(self.up.argmax())
+        return i if self.up[i] else None
 
     def hosts(self, placed: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
         """The positions of the machines holding some of the job's tasks (``placed``: tasks

@@ -3,8 +3,9 @@ machine, zone and rack) kept across decisions.
 
 A failing big job is decided again and again while its allocations stay the same; counting
 thousands of them each time was a large part of a decision. A cached placement is handed out
-(as a copy: the decision adds its reservations to it) only while the view holds the very same
-allocation objects in the same order and no machine appeared, went or changed zone or rack
+(as a copy: the decision adds its reservations to it) only while the view holds the same
+allocations in the same order (equal ones count alike; list equality tests identity first, in
+C) and no machine appeared, went or changed zone or rack
 (``epoch``, followed through ``MachineChanges``; a view that cannot report its changed machines
 gets no caching). When the view holds those allocations followed by more (a job's new tasks
 come after its older ones), only the new ones are counted in; ``count`` must count as
@@ -14,7 +15,6 @@ come after its older ones), only the new ones are counted in; ``count`` must cou
 from __future__ import annotations
 
 from itertools import islice
-from operator import is_
 from typing import Any, Callable, Mapping
 
 from cellstate.model import Alloc, Machine
@@ -48,7 +48,7 @@ class PlacementCache:
         held = self._held.get(job_id)
         if held is not None and held[0] == self.epoch and len(held[1]) <= len(allocs):
             kept, placement = held[1], held[2]
-            if all(map(is_, allocs, kept)):  # the same allocations, maybe some more after them
+            if (allocs if len(kept) == len(allocs) else allocs[:len(kept)]) == kept:  # maybe more after them
                 if len(kept) < len(allocs):
                     _add(placement, allocs[len(kept):], view, machines)
                     self._held[job_id] = (self.epoch, allocs, placement)

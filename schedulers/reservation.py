@@ -84,6 +84,8 @@ def count_placement(allocs: list[Alloc], view: CellView, machines: Mapping[str, 
     per allocation gives, same dict orders): tasks are counted per machine first, so a machine's
     zone and rack are looked up once (in ``machines`` when given, else in ``view``); when every
     machine is known and holds one task (a big spread job), zones and racks are counted in C too."""
+    if not allocs:
+        return JobPlacement()
     on_machine = _counted(map(_MACHINE_ID, allocs), len(allocs))
     total = sum(on_machine.values())
     if machines is not None:

@@ -38,7 +38,6 @@ from schedulers.machine_changes import MachineChanges, tracks_changes
 from schedulers.row_slots import RowSlots, with_row
 
 _CORE = ("cpu", "memory", "disk")
-_HEAD = 64  # rows in id order ``smallest_id`` looks at before all of them
 
 
 class MachineIndex:
@@ -52,7 +51,6 @@ class MachineIndex:
         self.machines: dict[str, Machine] = {}
         self.zones: dict[str, dict[tuple[int, ...], ClassList]] = {}
         self._slots: dict[str, tuple[ClassList, SortKey]] = {}  # id -> (its list, its key)
-        self.keys: dict[str, SortKey] = {}  # id -> its key, for every listed machine
         self._snapshot: list[MachineEntry] = []
         self._view: CellView | None = None  # the view last synced to
         self._changes: MachineChanges | None = None  # its changed machines, when it reports them
@@ -171,7 +169,6 @@ class MachineIndex:
             if slot[0] is not listed:
                 listed.staged.setdefault(machine.id, None)
         self._slots[machine.id] = (listed, key)
-        self.keys[machine.id] = key
         self.columns.list(machine.id, frees)
         return id(listed)
 
@@ -199,7 +196,6 @@ class MachineIndex:
     def _unlist(self, machine_id: str) -> None:
         slot = self._slots.pop(machine_id, None)
         if slot is not None:
-            del self.keys[machine_id]
             listed, key = slot
             listed.staged.setdefault(machine_id, key)
             self.columns.unlist(machine_id)
@@ -236,10 +232,11 @@ class FreeColumns:
         self._row = self.row_of = self._slots.row  # machine id -> its row
         self.ids = self._slots.keys  # machine id of each row (None: spare)
         self.free = np.zeros((width, 64), dtype=np.int64)
+        self._free_rows = tuple(self.free)
         self.listed = np.zeros(64, dtype=bool)
         self.known = np.zeros(64, dtype=bool)
-        self._by_id: np.ndarray | None = None  # the known rows in machine id order (None: stale)
         self.layout = 0  # changes whenever a machine takes or gives up its row
+        self._unlisted: list[str] | None = None  # ``unlisted`` (None: not known yet)
 
     def add(self, machine_id: str) -> None:
         if machine_id in self._slots:
@@ -247,45 +244,56 @@ class FreeColumns:
         row = self._slots.take(machine_id)
         if row >= self.free.shape[1]:
             self.free = np.concatenate((self.free, np.zeros_like(self.free)), axis=1)
+            self._free_rows = tuple(self.free)
         self.listed = with_row(self.listed, row, False)
         self.known = with_row(self.known, row, False)
         self.known[row] = True
-        self._by_id = None
         self.layout += 1
+        self._unlisted = None
 
     def drop(self, machine_id: str) -> None:
         row = self._slots.release(machine_id)
         self.known[row] = self.listed[row] = False
-        self._by_id = None
         self.layout += 1
+        self._unlisted = None
 
     def list(self, machine_id: str, frees: tuple[int, ...]) -> None:
         row = self._row[machine_id]
-        self.free[:, row] = frees
-        self.listed[row] = True
+        for column, amount in zip(self._free_rows, frees):  # scalar writes: cheaper than a column's
+            column[row] = amount
+        if not self.listed[row]:
+            self.listed[row] = True
+            self._unlisted = None
 
     def unlist(self, machine_id: str) -> None:
         row = self._row.get(machine_id)
-        if row is not None:
+        if row is not None and self.listed[row]:
             self.listed[row] = False
+            self._unlisted = None
 
-    def any_room(self, need: tuple[int, ...]) -> bool:
-        """True when some listed machine's key has room for ``need``."""
+    def unlisted(self) -> list[str]:
+        """The ids of the known machines that are not listed, in row order (kept until a
+        machine is listed, unlisted, added or dropped)."""
+        if self._unlisted is None:
+            n = len(self.ids)
+            rows = np.flatnonzero(self.known[:n] & ~self.listed[:n]).tolist()
+            self._unlisted = [self.ids[row] for row in rows]
+        return self._unlisted
+
+    def short(self, need: tuple[int, ...]) -> list[np.ndarray]:
+        """Per least_loaded resource r, which rows' keys hold less of r than ``need[r]``."""
         n = len(self.ids)
-        room = self.listed[:n] & (self.free[0, :n] >= need[0])
-        for column in range(1, len(need)):
-            room &= self.free[column, :n] >= need[column]
-        return bool(room.any())
+        free = self.free
+        return [free[column, :n] < amount for column, amount in enumerate(need)]
 
-    def smallest_id(self, mask: np.ndarray) -> str:
-        """The smallest machine id among the rows set in ``mask`` (not empty): the first row
-        set in id order (the first few rows looked at first: a short count is usually large)."""
-        if self._by_id is None:
-            live = sorted((machine_id, row) for row, machine_id in enumerate(self.ids) if machine_id is not None)
-            self._by_id = np.array([row for _, row in live], dtype=np.int64)
-        head = self._by_id[:_HEAD]
-        hit = mask[head]
-        if not hit.any():
-            head = self._by_id
-            hit = mask[head]
-        return self.ids[int(head[np.argmax(hit)])]
+    def any_room(self, short: list[np.ndarray]) -> bool:
+        """True when some listed machine's key is short of no resource (``short``: ``short``)."""
+        lacking = short[0]
+        for more in short[1:]:
+            lacking = lacking | more
+        return bool((self.listed[:len(lacking)] > lacking).any())
+
+    def some_listed(self) -> str | None:
+        """The id of some listed machine (None: none is)."""
+        row = int(self.listed.argmax())
+        return self.ids[row] if self.listed[row] else None

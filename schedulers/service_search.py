@@ -20,16 +20,17 @@ Used only for chains it is exact for (``fast_chain``): the known monotone filter
 ranking stages [zone_spread], [least_loaded]; anything else takes the full scan.
 
 Vectorized: a job's first search of a decision checks that some listed machine has room
-for its request at all (one compare over the index's columns, ``FreeColumns.any_room``; none:
-no list offers a machine and no host fits, so it goes straight to the reason). A list's
+for its request at all (one compare per resource over the index's columns,
+``FreeColumns.short``; none: no list offers a machine and no host fits, so it goes straight
+to the reason, which reuses those compares). A list's
 machines with room for the request past the cursor are found with one compare over the
 list's free amounts (``ClassList.table``), only those go through the filters (none: the
 cursor moves to the list's end, as the walk would). The job's hosts are found with
 one lookup in C; those short of the request (by their keys) fail resources_fit unchecked. The
 failure reason counts the machines short of a resource with a few vector compares over the
-index's columns (``FreeColumns``; the smallest id of each group gives the verdict's text),
-hosts included unless a filter before resources_fit rejects them; only the others go through
-the chain.
+index's columns (``FreeColumns``; resources_fit names the first short resource), hosts
+included unless a filter before resources_fit rejects them (none does when none rejects the
+job's largest count of tasks on a machine); only the others go through the chain.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ _MONOTONE_FILTERS = (MachineStateFilter, DifferentMachine, MaxPerMachine, Resour
 _PASS_UNPLACED = (MachineStateFilter, DifferentMachine, MaxPerMachine)  # pass listed machines without the job
 _FIT_ORDER = ("cpu", "memory", "disk")  # the order resources_fit checks the core resources in
 _FIRST_HITS = 16  # a list's machines with room usually pass at once: the rest are listed only if not
+_NO_ROWS = np.zeros(0, dtype=np.int64)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,8 +138,10 @@ class SpreadSearch:
         if why is not None:
             return None, why
         if spec.id not in self._with_room:
-            if not self.index.columns.any_room(self.index.frees_of(spec.request)):
-                why = self._failed[spec.id] = self._reason(spec, placement, None)
+            columns = self.index.columns
+            short = columns.short(self.index.frees_of(spec.request))
+            if not columns.any_room(short):
+                why = self._failed[spec.id] = self._reason(spec, placement, None, short)
                 return None, why
             self._with_room.add(spec.id)
         ctx = ScoreContext(placement)
@@ -277,36 +281,49 @@ class SpreadSearch:
                 return offset
         return None
 
-    def _reason(self, spec: Job, placement: JobPlacement, hosts: _Hosts | None) -> str:
+    def _reason(self, spec: Job, placement: JobPlacement, hosts: _Hosts | None,
+                short: list[np.ndarray] | None = None) -> str:
         """Why nothing fits: every machine's first failing filter, tallied (as the full scan).
         With ``keyed_reasons``, listed machines short of a least_loaded resource are counted
-        from their keys by the first such resource (one filter call per resource gives the
-        verdict), except the job's hosts that a filter before resources_fit rejects (see
-        ``_blocked_hosts``); the others go through the chain."""
+        from their keys (``short``: ``FreeColumns.short`` of the request, if the caller has it)
+        by the first such resource, which resources_fit names, except the job's hosts that a
+        filter before resources_fit rejects (see ``_blocked_hosts``); the others go through the
+        chain."""
         tally = Rejections()
         check, free_of, placed = self.pipeline.check, self.reservations.free, placement.machines
         machines = self.index.machines
-        short_of: dict[int, tuple[int, str]] = {}
         others: Iterable[str] = machines
         if self.chain.keyed_reasons:
-            blocked = self._blocked_hosts(spec, hosts or self._hosts(spec.id, placed), tally)
-            short_of, others = _count_short(self.index.columns, self.index.frees_of(spec.request), blocked)
+            columns = self.index.columns
+            if short is None:
+                short = columns.short(self.index.frees_of(spec.request))
+            blocked = self._blocked_hosts(spec, placed, hosts, tally)
+            counts, others = _count_short(columns, short, blocked)
+            name, resources = self.chain.fits.name, self.index.resources
+            for first, count in counts.items():
+                key = (name, resources[first])
+                tally.counts[key] = tally.counts.get(key, 0) + count
         for machine_id in others:
             machine = machines[machine_id]
             verdict = check(spec, machine, free_of(machine), placed.get(machine_id, 0))
             if not verdict.ok:
                 tally.add(verdict)
-        for first, (count, machine_id) in short_of.items():
-            machine = machines[machine_id]
-            verdict = self.chain.fits.fits(spec, machine, free_of(machine), 0)
-            tally.counts[(verdict.plugin, verdict.reason)] = tally.counts.get((verdict.plugin, verdict.reason), 0) + count
         return tally.reason()
 
-    def _blocked_hosts(self, spec: Job, hosts: _Hosts, tally: Rejections) -> np.ndarray:
+    def _blocked_hosts(self, spec: Job, placed: dict[str, int], hosts: _Hosts | None,
+                       tally: Rejections) -> np.ndarray:
         """Rows of the listed hosts that a filter before resources_fit rejects, their verdicts
-        tallied. Those filters (``_PASS_UNPLACED``) pass every listed machine but for the job's
-        tasks on it, so the verdict is computed once per count of tasks (on one such host)."""
+        tallied. Those filters (``_PASS_UNPLACED``) read only the job, its count of tasks on the
+        machine and (machine_state) the machine's state, which every listed machine has
+        accepted; each rejects from some count on. So none rejects any host when none rejects
+        the largest count on some listed machine; else the verdict is computed once per count
+        of tasks (on one such host)."""
         columns, machines, free_of, before = self.index.columns, self.index.machines, self.reservations.free, self.chain.before_fit
+        top = max(placed.values(), default=0)
+        some = columns.some_listed() if top > 0 and before else None
+        if some is None or all(f.fits(spec, machines[some], free_of(machines[some]), top).ok for f in before):
+            return _NO_ROWS
+        hosts = hosts or self._hosts(spec.id, placed)
         listed = columns.listed[hosts.rows]
         heres = hosts.tasks
         blocked = []
@@ -320,7 +337,7 @@ class SpreadSearch:
                 key = (verdict.plugin, verdict.reason)
                 tally.counts[key] = tally.counts.get(key, 0) + len(rows)
                 blocked.append(rows)
-        return np.concatenate(blocked) if blocked else hosts.rows[:0]
+        return np.concatenate(blocked) if blocked else _NO_ROWS
 
     # -- reservations --------------------------------------------------------------------------
 
@@ -352,25 +369,25 @@ def _join_hosts(first: _Hosts, second: _Hosts) -> _Hosts:
     return _Hosts(np.concatenate((first.rows, second.rows)), np.concatenate((first.tasks, second.tasks)))
 
 
-def _count_short(columns: FreeColumns, need: tuple[int, ...], blocked: np.ndarray):
+def _count_short(columns: FreeColumns, short: list[np.ndarray], blocked: np.ndarray):
     """Over the listed machines' keys (``columns``) but the ``blocked`` (listed) rows, those short of a
-    least_loaded resource: ({index of the first short resource: (machines, the smallest id)},
-    the ids of every other known machine but the blocked ones)."""
+    least_loaded resource (``short``: ``FreeColumns.short``): ({index of the first short resource:
+    machines}, the ids of every other known machine but the blocked ones)."""
     n = len(columns.ids)
-    free = columns.free[:, :n]
     listed = columns.listed[:n]
     remaining = listed.copy()
     if len(blocked):
         remaining[blocked] = False
-    short_of: dict[int, tuple[int, str]] = {}
-    for first, amount in enumerate(need):
-        short = free[first] < amount
-        short &= remaining
-        count = int(np.count_nonzero(short))
+    counts: dict[int, int] = {}
+    for first, short_of in enumerate(short):
+        hit = short_of & remaining
+        count = int(np.count_nonzero(hit))
         if count:
-            short_of[first] = (count, columns.smallest_id(short))
-            remaining ^= short  # short ⊆ remaining: counted once
+            counts[first] = count
+            remaining ^= hit  # hit ⊆ remaining: counted once
+    if not remaining.any():
+        return counts, columns.unlisted()
     others = columns.known[:n] & ~listed  # known but not listed, and the listed ones neither short nor blocked
     others |= remaining
     ids = columns.ids
-    return short_of, [ids[row] for row in np.flatnonzero(others).tolist()]
+    return counts, [ids[row] for row in np.flatnonzero(others).tolist()]

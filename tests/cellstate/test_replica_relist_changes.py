@@ -39,4 +39,4 @@ def test_a_relist_reports_the_machines_and_jobs_that_went_away(cell_keys):
 def test_the_free_index_drops_a_machine_gone_in_a_relist(cell_keys):
     view, index = _relisted_view(cell_keys)
     index.refresh()
-    assert index.candidates(Resources(100, 128), 0) == [0, 2]  # m0 and the new m2, not m1
+    assert list(index.candidates(Resources(100, 128), 0)) == [0, 2]  # m0 and the new m2, not m1

@@ -29,6 +29,8 @@ def test_checked_tasks_accepts_distinct_pending_tasks_in_their_order():
     assert checked_tasks(entry, []) == []
     partly = _entry_with_one_placed()
     assert checked_tasks(partly, [3, 0, 2]) == [3, 0, 2]
+    assert checked_tasks(partly, [0, 2, 3]) == [0, 2, 3]
+    assert checked_tasks(entry, range(5)) == [0, 1, 2, 3, 4]
 
 
 @pytest.mark.parametrize("tasks, message", [
@@ -40,6 +42,9 @@ def test_checked_tasks_accepts_distinct_pending_tasks_in_their_order():
     ([1], r"task 1 is not pending \(state 'a'\)"),
     ([3, 1, 2], r"task 1 is not pending \(state 'a'\)"),
     ([2, 0, 2], "task 2 listed twice"),
+    ([0, 2, 2], "task 2 listed twice"),
+    ([2, 3, 4], "task index 4 out of range 0..3"),
+    ([-1, 0, 2], "task index -1 out of range"),
 ])
 def test_checked_tasks_names_the_first_bad_task(tasks, message):
     with pytest.raises(ValueError, match=message):

@@ -276,7 +276,7 @@ def test_no_key_past_the_end_of_room_has_room():
         assert end == len(listed) or not any(k[0] == listed[end][0] for k in listed[:end])  # a whole load
 
 
-def test_any_room_reads_the_keys_of_listed_machines_only():
+def test_any_room_reads_the_keys_of_listed_machines_only_and_unlisted_the_others():
     rng = random.Random(6)
     columns, listed = FreeColumns(2), {}
     for _ in range(800):
@@ -293,7 +293,9 @@ def test_any_room_reads_the_keys_of_listed_machines_only():
             columns.drop(machine_id)
             listed.pop(machine_id, None)
         need = (rng.randrange(55), rng.randrange(55))
-        assert columns.any_room(need) == any(f[0] >= need[0] and f[1] >= need[1] for f in listed.values())
+        assert columns.any_room(columns.short(need)) == any(f[0] >= need[0] and f[1] >= need[1] for f in listed.values())
+        unlisted = columns.unlisted()
+        assert len(unlisted) == len(set(unlisted)) and set(unlisted) == set(columns.row_of) - set(listed)
 
 
 def test_sorted_distinct_is_np_unique():
@@ -302,6 +304,30 @@ def test_sorted_distinct_is_np_unique():
     for values in ([], [4], [1, 1, 1], rng.integers(0, 5, 50), rng.integers(0, 2, 7)):
         values = np.asarray(values, dtype=np.int64)
         assert sorted_distinct(values) == np.unique(values).tolist()
+
+
+def test_free_index_candidates_and_not_up_follow_the_view_between_lookups():
+    rng = random.Random(7)
+    view = TrackingView([machine(f"m{i}", cpu=1000, memory=900) for i in range(20)])
+    view.add_job(job("j", tasks=400, cpu=100, memory=50))
+    ids = [f"m{i}" for i in rng.sample(range(20), 20)]
+    index = batch_module.FreeIndex(view, ids)
+    for step in range(300):
+        request = Resources(rng.choice([100, 500, 900]), rng.choice([50, 400]), 0)
+        cursor = rng.randrange(len(ids))
+        index.refresh()
+        want = [i % len(ids) for i in range(cursor, cursor + len(ids))
+                if view.machine(ids[i % len(ids)]).machine.state is MachineState.UP
+                and request.fits_in(view.machine(ids[i % len(ids)]).machine.free)]
+        assert list(index.candidates(request, cursor)) == want
+        assert index.not_up() == [i for i, m in enumerate(ids) if view.machine(m).machine.state is not MachineState.UP]
+        target = rng.choice(ids)
+        if rng.random() < 0.1:
+            held = view.machine(target).machine
+            state = MachineState.DOWN if held.state is MachineState.UP else MachineState.UP
+            view.add_machine(machine(target, cpu=1000, memory=900, state=state, allocated=held.allocated))
+        elif request.fits_in(view.machine(target).machine.free):
+            view.place("j", step, target)
 
 
 def test_free_index_worth_examining_wraps_and_skips_only_short_up_machines():

@@ -125,6 +125,19 @@ def test_least_loaded(free, want):
     assert s == pytest.approx(want)
 
 
+@pytest.mark.parametrize("resources", [("cpu",), ("cpu", "memory"), ("disk", "cpu"), ("cpu", "memory", "disk"),
+                                       ("memory", "gpu")])
+def test_least_loaded_means_the_named_resources_left_over_capacity(resources):
+    m = replace(machine("m", cpu=4000, memory=8192, disk=0), capacity=Resources.of(4000, 8192, 0, gpu=8))
+    free = Resources.of(1000, 9000, 0, gpu=3)
+    request = Resources.of(100, 128, 0, gpu=1)
+    parts = [min(1.0, max(0.0, (free.get(r) - request.get(r)) / m.capacity.get(r)))
+             for r in resources if m.capacity.get(r) > 0]
+    s = make_scorer("least_loaded", {"resources": resources}).score(replace(job(), request=request), m, free,
+                                                                     ScoreContext(JobPlacement()))
+    assert s == pytest.approx(sum(parts) / len(parts) if parts else 0.0)
+
+
 def _placement(counts: dict[tuple[str, str], int]) -> JobPlacement:
     p = JobPlacement()
     for (mid, zone), n in counts.items():
