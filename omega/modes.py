@@ -188,11 +188,13 @@ def fit_cumulatively(fresh: MachineEntry, claims: list[Claim]):
     (claim, reason) for the rest."""
     free = fresh.machine.free
     kept, rejected = [], []
-    for claim in claims:
+    last = len(claims) - 1
+    for i, claim in enumerate(claims):
         short = claim.request.shortfall(free)
         if short is None:
             kept.append(claim)
-            free = free - claim.request
+            if i < last:  # (what the last claim leaves is never read)
+                free = free - claim.request
         else:
             rejected.append((claim, f"machine {fresh.id} no longer has enough {short}"))
     return kept, rejected
