@@ -20,11 +20,14 @@ Commit mode: what happens to the claims.
                   revisions); rejected tasks go back to the scheduler; big plans are split.
   ALL_OR_NOTHING  gang: a decision must place every task; any rejection sends the whole job
                   back; a gang larger than one transaction is refused (PlanTooLarge).
+
+``drop_unfit`` re-checks a plan's claims with the same cumulative fit before a later chunk of
+a split decision goes out.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
 from cellstate.model import MachineState
@@ -198,6 +201,30 @@ def fit_cumulatively(fresh: MachineEntry, claims: list[Claim]):
         else:
             rejected.append((claim, f"machine {fresh.id} no longer has enough {short}"))
     return kept, rejected
+
+
+def drop_unfit(plan: Plan) -> tuple[Plan, list[int]]:
+    """The plan without the claims that no longer fit the ledgers it carries, and their tasks.
+    A decision committed in several transactions plans each chunk on the view as it is then:
+    a conflict resolved in an earlier chunk may have brought in other schedulers' claims on
+    machines this chunk uses, so its claims are checked again before they go out (they go
+    back to the scheduler otherwise; the committer would refuse an overcommitting plan).
+    Evicting claims are kept: the victims' revisions guard them and the eviction makes room."""
+    by_machine: dict[str, list[Claim]] = {}
+    for claim in plan.claims:
+        if not claim.evicts:
+            by_machine.setdefault(claim.machine_id, []).append(claim)
+    unfit: set[int] = set()
+    for machine_id, claims in by_machine.items():
+        _, rejected = fit_cumulatively(plan.machines[machine_id], claims)
+        unfit.update(claim.task_index for claim, _ in rejected)
+    if not unfit:
+        return plan, []
+    kept = tuple(c for c in plan.claims if c.task_index not in unfit)
+    used = {c.machine_id for c in kept}
+    machines = {mid: entry for mid, entry in plan.machines.items() if mid in used}
+    return replace(plan, claims=kept, machines=machines), [c.task_index for c in plan.claims
+                                                          if c.task_index in unfit]
 
 
 class IncrementalCommits:

@@ -27,7 +27,7 @@ from tenacity import Retrying, retry_if_result
 
 from cellstate.fastbuild import builder
 from omega.attempts import Attempt, AttemptOutcome, PlacementResult, classify
-from omega.modes import CommitMode, ConflictMode, ConflictSplit, check_gang_size, fit_cumulatively
+from omega.modes import CommitMode, ConflictMode, ConflictSplit, check_gang_size, drop_unfit
 from omega.protocols import (
     Claim, Clock, CommitOutcome, Committer, Decide, Decision, JobEntry, PlacementView, Plan, PlanTooLarge,
 )
@@ -220,7 +220,7 @@ class OptimisticPlacer:
         incremental plan the store finds too large is halved."""
         plan = self._plan(st, claims)
         if plan is not None:
-            plan, unfit = _drop_unfit(plan)
+            plan, unfit = drop_unfit(plan)
             tally.redecide.extend(unfit)
         for _ in range(self.retry.max_attempts):
             if plan is None or not plan.claims:
@@ -365,30 +365,6 @@ def _pending_tasks(entry: JobEntry, seen: tuple[str, list[int]] | None) -> list[
     if seen is not None and not record.killed and record.tasks == seen[0]:
         return seen[1]
     return record.pending_tasks()
-
-
-def _drop_unfit(plan: Plan) -> tuple[Plan, list[int]]:
-    """The plan without the claims that no longer fit the ledgers it carries, and their tasks.
-    A decision committed in several transactions plans each chunk on the view as it is then:
-    a conflict resolved in an earlier chunk may have brought in other schedulers' claims on
-    machines this chunk uses, so its claims are checked again before they go out (they go
-    back to the scheduler otherwise; the committer would refuse an overcommitting plan).
-    Evicting claims are kept: the victims' revisions guard them and the eviction makes room."""
-    by_machine: dict[str, list[Claim]] = {}
-    for claim in plan.claims:
-        if not claim.evicts:
-            by_machine.setdefault(claim.machine_id, []).append(claim)
-    unfit: set[int] = set()
-    for machine_id, claims in by_machine.items():
-        _, rejected = fit_cumulatively(plan.machines[machine_id], claims)
-        unfit.update(claim.task_index for claim, _ in rejected)
-    if not unfit:
-        return plan, []
-    kept = tuple(c for c in plan.claims if c.task_index not in unfit)
-    used = {c.machine_id for c in kept}
-    machines = {mid: entry for mid, entry in plan.machines.items() if mid in used}
-    return replace(plan, claims=kept, machines=machines), [c.task_index for c in plan.claims
-                                                          if c.task_index in unfit]
 
 
 def _note_conflict(outcome: CommitOutcome, split: ConflictSplit, tally: _Tally) -> None:

@@ -4,7 +4,7 @@ import pytest
 
 from cellstate.model import Job, JobKind, JobRecord, Machine
 from cellstate.resources import Resources
-from omega.occ import _drop_unfit
+from omega.modes import drop_unfit
 from omega.protocols import Claim, JobEntry, MachineEntry, Plan
 
 REQ = Resources(1000, 1024)
@@ -23,6 +23,6 @@ def plan_on(allocated_cpu: int, claims: int) -> Plan:
     (4000, 2, 0, [0, 1]),
 ], ids=["all-fit", "half-fit", "machine-full"])
 def test_claims_beyond_the_current_ledger_go_back_to_the_scheduler(allocated, claims, kept, unfit):
-    plan, dropped = _drop_unfit(plan_on(allocated, claims))
+    plan, dropped = drop_unfit(plan_on(allocated, claims))
     assert len(plan.claims) == kept and dropped == unfit
     assert ("m1" in plan.machines) == bool(kept)
