@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import weakref
 
-_READERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # view -> its MachineChanges
+_READERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+"""view -> weak references to its readers (a reader's reference leaves the list when it dies;
+a list of references is iterated several times faster than a ``WeakSet``)."""
 
 
 def tracks_changes(view) -> bool:
@@ -26,10 +28,10 @@ class MachineChanges:
         view.track_changed_machines()
         readers = _READERS.get(view)
         if readers is None:
-            readers = _READERS[view] = weakref.WeakSet()
+            readers = _READERS[view] = []
         self._pass_on(view.take_changed_machines(), readers)  # theirs, not this new reader's
-        readers.add(self)
-        self._readers = readers
+        readers.append(weakref.ref(self, readers.remove))
+        self._readers: list[weakref.ref] = readers
         self._pending: set[str] = set()
 
     def take(self) -> set[str]:
@@ -41,7 +43,8 @@ class MachineChanges:
         self._pending = set()
         return mine | fresh if mine else fresh
 
-    def _pass_on(self, ids: set[str], readers) -> None:
-        for reader in readers:
-            if reader is not self:
+    def _pass_on(self, ids: set[str], readers: list[weakref.ref]) -> None:
+        for ref in readers:
+            reader = ref()
+            if reader is not self and reader is not None:
                 reader._pending |= ids
