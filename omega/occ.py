@@ -35,6 +35,7 @@ from omega.retry import RetryPolicy
 
 # One per attempt, placement or txn, every field given: without their dataclass __init__.
 _ATTEMPT, _PLACEMENT_RESULT, _PLAN = builder(Attempt), builder(PlacementResult), builder(Plan)
+_SEEN_KEPT = 1024  # jobs whose pending tasks are kept between placements
 
 
 @dataclass(slots=True)
@@ -88,6 +89,7 @@ class OptimisticPlacer:
         self.clock = clock
         self.on_attempt = on_attempt
         self.refresh = refresh
+        self._seen: dict[str, tuple[str, list[int]]] = {}  # job id → (task states, pending tasks) last read
         # one loop for every placement: its stop and wait read the placement it is called with
         self._retrying = Retrying(
             stop=lambda state: retry.exhausted(state.args[0].no_progress),
@@ -104,7 +106,10 @@ class OptimisticPlacer:
         finished = self._attempt(st) or self._retrying(self._attempt_again, st)
         if not finished:
             self._give_up(st)
-        return self._result(st, gave_up=not finished)
+        result = self._result(st, gave_up=not finished)
+        if result.job_gone or not result.pending:
+            self._seen.pop(job_id, None)
+        return result
 
     def _attempt_again(self, st: _Placement) -> bool:
         """What tenacity's loop calls once the first attempt left tasks to retry: its first
@@ -123,7 +128,7 @@ class OptimisticPlacer:
             st.job_gone = True
             return True
         mode = CommitMode.ALL_OR_NOTHING if entry.record.job.gang else self.commit_mode
-        pending = entry.record.pending_tasks()
+        pending = self._pending_of(entry)
         st.pending = (entry.record.tasks, pending) if not entry.record.killed else None
         tasks = pending if st.todo is None or mode is CommitMode.ALL_OR_NOTHING else \
             sorted(set(st.todo) & set(pending))
@@ -146,6 +151,21 @@ class OptimisticPlacer:
         st.todo = tally.redecide
         self._emit(st, attempt, tally, classify(attempt["claims"], tuple(tally.committed)))
         return tally.job_gone or not tally.redecide
+
+    def _pending_of(self, entry: JobEntry) -> list[int]:
+        """The job's pending tasks: the list of its last attempt while its task states are
+        those (a job deferred and taken again unchanged; the list is only read)."""
+        record = entry.record
+        if record.killed:
+            return []
+        seen = self._seen.get(entry.id)
+        if seen is not None and seen[0] == record.tasks:
+            return seen[1]
+        pending = record.pending_tasks()
+        if len(self._seen) >= _SEEN_KEPT:
+            self._seen.clear()
+        self._seen[entry.id] = (record.tasks, pending)
+        return pending
 
     def _decide(self, st: _Placement, entry: JobEntry, tasks: list[int]) -> tuple[Decision, float]:
         before = self.clock.now()

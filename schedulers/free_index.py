@@ -32,8 +32,11 @@ _FIRST_FEW = 16  # candidates converted first
 
 def applies(filters, request: Resources) -> bool:
     """True when the index gives the full scan's exact result for ``filters`` (see module)."""
-    if request.extra:
-        return False
+    return not request.extra and chain_applies(filters)
+
+
+def chain_applies(filters) -> bool:
+    """``applies`` for requests without extra resources (the filters' frozen args only)."""
     for f in filters:
         if f.name == "resources_fit":
             return not getattr(f.args, "ignore", ())

@@ -169,7 +169,7 @@ def decide_both(seed: int, monkeypatch) -> tuple:
     tasks = entry.record.pending_tasks()
     with monkeypatch.context() as patch:
         indexed = BatchScheduler("b", random.Random(seed), sample_rounds=1).decide(entry, tasks, view)
-        patch.setattr(batch_module, "applies", lambda filters, request: False)
+        patch.setattr(batch_module, "chain_applies", lambda filters: False)
         plain = BatchScheduler("b", random.Random(seed), sample_rounds=1).decide(entry, tasks, view)
     return indexed, plain
 
