@@ -53,7 +53,6 @@ class _Placement:
     no_progress: int = 0
     job_gone: bool = False
     retrying: bool = False  # tenacity's loop has taken over from the first attempt
-    pending: tuple[str, list[int]] | None = None  # the task states the last attempt read, their pending tasks
 
 
 @dataclass(slots=True)
@@ -129,7 +128,6 @@ class OptimisticPlacer:
             return True
         mode = CommitMode.ALL_OR_NOTHING if entry.record.job.gang else self.commit_mode
         pending = self._pending_of(entry)
-        st.pending = (entry.record.tasks, pending) if not entry.record.killed else None
         tasks = pending if st.todo is None or mode is CommitMode.ALL_OR_NOTHING else \
             sorted(set(st.todo) & set(pending))
         if not tasks:
@@ -153,8 +151,9 @@ class OptimisticPlacer:
         return tally.job_gone or not tally.redecide
 
     def _pending_of(self, entry: JobEntry) -> list[int]:
-        """The job's pending tasks: the list of its last attempt while its task states are
-        those (a job deferred and taken again unchanged; the list is only read)."""
+        """The job's pending tasks: the list last read for it while its task states are those
+        (a decision that placed nothing leaves them as they were, and a job deferred is taken
+        again unchanged: a job of maybe thousands of tasks; the list is only read)."""
         record = entry.record
         if record.killed:
             return []
@@ -372,19 +371,10 @@ class OptimisticPlacer:
 
     def _result(self, st: _Placement, gave_up: bool) -> PlacementResult:
         entry = st.view.job(st.job_id)
-        pending = () if entry is None else tuple(_pending_tasks(entry, st.pending))
+        pending = () if entry is None else tuple(self._pending_of(entry))
         reason = entry.record.reason if entry is not None else ""
         return _PLACEMENT_RESULT(st.job_id, tuple(st.placed), pending, reason, tuple(st.attempts),
                                  gave_up, st.job_gone or entry is None)
-
-
-def _pending_tasks(entry: JobEntry, seen: tuple[str, list[int]] | None) -> list[int]:
-    """The job's pending tasks; ``seen``'s when its task states are still those (a decision
-    that placed nothing leaves them as they were, in a job of maybe thousands of tasks)."""
-    record = entry.record
-    if seen is not None and not record.killed and record.tasks == seen[0]:
-        return seen[1]
-    return record.pending_tasks()
 
 
 def _note_conflict(outcome: CommitOutcome, split: ConflictSplit, tally: _Tally) -> None:
