@@ -35,6 +35,7 @@ from omega.retry import RetryPolicy
 
 # One per attempt, placement or txn, every field given: without their dataclass __init__.
 _ATTEMPT, _PLACEMENT_RESULT, _PLAN = builder(Attempt), builder(PlacementResult), builder(Plan)
+_SEEN_KEPT = 1024  # jobs whose pending tasks are kept between placements
 
 
 @dataclass(slots=True)
@@ -52,7 +53,6 @@ class _Placement:
     no_progress: int = 0
     job_gone: bool = False
     retrying: bool = False  # tenacity's loop has taken over from the first attempt
-    pending: tuple[str, list[int]] | None = None  # the task states the last attempt read, their pending tasks
 
 
 @dataclass(slots=True)
@@ -88,6 +88,7 @@ class OptimisticPlacer:
         self.clock = clock
         self.on_attempt = on_attempt
         self.refresh = refresh
+        self._seen: dict[str, tuple[str, list[int]]] = {}  # job id → (task states, pending tasks) last read
         # one loop for every placement: its stop and wait read the placement it is called with
         self._retrying = Retrying(
             stop=lambda state: retry.exhausted(state.args[0].no_progress),
@@ -104,7 +105,10 @@ class OptimisticPlacer:
         finished = self._attempt(st) or self._retrying(self._attempt_again, st)
         if not finished:
             self._give_up(st)
-        return self._result(st, gave_up=not finished)
+        result = self._result(st, gave_up=not finished)
+        if result.job_gone or not result.pending:
+            self._seen.pop(job_id, None)
+        return result
 
     def _attempt_again(self, st: _Placement) -> bool:
         """What tenacity's loop calls once the first attempt left tasks to retry: its first
@@ -123,8 +127,7 @@ class OptimisticPlacer:
             st.job_gone = True
             return True
         mode = CommitMode.ALL_OR_NOTHING if entry.record.job.gang else self.commit_mode
-        pending = entry.record.pending_tasks()
-        st.pending = (entry.record.tasks, pending) if not entry.record.killed else None
+        pending = self._pending_of(entry)
         tasks = pending if st.todo is None or mode is CommitMode.ALL_OR_NOTHING else \
             sorted(set(st.todo) & set(pending))
         if not tasks:
@@ -146,6 +149,22 @@ class OptimisticPlacer:
         st.todo = tally.redecide
         self._emit(st, attempt, tally, classify(attempt["claims"], tuple(tally.committed)))
         return tally.job_gone or not tally.redecide
+
+    def _pending_of(self, entry: JobEntry) -> list[int]:
+        """The job's pending tasks: the list last read for it while its task states are those
+        (a decision that placed nothing leaves them as they were, and a job deferred is taken
+        again unchanged: a job of maybe thousands of tasks; the list is only read)."""
+        record = entry.record
+        if record.killed:
+            return []
+        seen = self._seen.get(entry.id)
+        if seen is not None and seen[0] == record.tasks:
+            return seen[1]
+        pending = record.pending_tasks()
+        if len(self._seen) >= _SEEN_KEPT:
+            self._seen.clear()
+        self._seen[entry.id] = (record.tasks, pending)
+        return pending
 
     def _decide(self, st: _Placement, entry: JobEntry, tasks: list[int]) -> tuple[Decision, float]:
         before = self.clock.now()
@@ -352,19 +371,10 @@ class OptimisticPlacer:
 
     def _result(self, st: _Placement, gave_up: bool) -> PlacementResult:
         entry = st.view.job(st.job_id)
-        pending = () if entry is None else tuple(_pending_tasks(entry, st.pending))
+        pending = () if entry is None else tuple(self._pending_of(entry))
         reason = entry.record.reason if entry is not None else ""
         return _PLACEMENT_RESULT(st.job_id, tuple(st.placed), pending, reason, tuple(st.attempts),
                                  gave_up, st.job_gone or entry is None)
-
-
-def _pending_tasks(entry: JobEntry, seen: tuple[str, list[int]] | None) -> list[int]:
-    """The job's pending tasks; ``seen``'s when its task states are still those (a decision
-    that placed nothing leaves them as they were, in a job of maybe thousands of tasks)."""
-    record = entry.record
-    if seen is not None and not record.killed and record.tasks == seen[0]:
-        return seen[1]
-    return record.pending_tasks()
 
 
 def _note_conflict(outcome: CommitOutcome, split: ConflictSplit, tally: _Tally) -> None:

@@ -19,7 +19,7 @@ from cellstate.model import Job, Machine
 from cellstate.resources import Resources
 from omega.protocols import CellView, Claim, JobEntry
 from schedulers.base import Decision, checked_tasks, gang_outcome
-from schedulers.free_index import FreeIndex, applies
+from schedulers.free_index import FreeIndex, chain_applies
 from schedulers.pipeline import NO_MACHINES, Pipeline, Rejections
 from schedulers.placement_cache import HostMemo, PlacementCache
 from schedulers.plugin import JobPlacement, ScoreContext
@@ -54,6 +54,7 @@ class BatchScheduler:
         self._placements = PlacementCache()  # jobs' placements across decisions
         self._hosts = HostMemo()  # a failing big job's hosts in the free index, across decisions
         self._index: FreeIndex | None = None
+        self._indexed_chain: tuple[tuple, bool] = ((), False)  # (filters, chain_applies to them)
 
     def decide(self, job: JobEntry, tasks: list[int], view: CellView) -> Decision:
         """Claims for ``tasks`` of ``job``, fitting cumulatively on ``view``."""
@@ -70,7 +71,7 @@ class BatchScheduler:
         for i, task in enumerate(tasks):
             machine, reason = self._place_one(spec, view, reservations, placement, index)
             if machine is None:
-                decision.unplaced.update(dict.fromkeys(tasks[i:], reason))
+                decision.unplaced = dict.fromkeys(tasks[i:] if i else tasks, reason)
                 break
             reservations.reserve(job.id, machine, spec.request)
             decision.claims.append(Claim(task, machine.id, spec.request))
@@ -105,7 +106,7 @@ class BatchScheduler:
 
     def _index_for(self, view: CellView, request: Resources) -> FreeIndex | None:
         """The free index of ``view`` (built or refreshed), None when it does not apply."""
-        if not hasattr(view, "take_changed_machines") or not applies(self.pipeline.filters, request):
+        if request.extra or not hasattr(view, "take_changed_machines") or not self._chain_indexed():
             return None
         index = self._index
         if index is None or index.view is not view or index.ids is not self._ids:
@@ -113,6 +114,13 @@ class BatchScheduler:
         else:
             index.refresh()
         return index
+
+    def _chain_indexed(self) -> bool:
+        """``chain_applies`` to the pipeline's filters, computed once per filters tuple."""
+        filters = self.pipeline.filters
+        if self._indexed_chain[0] is not filters:
+            self._indexed_chain = (filters, chain_applies(filters))
+        return self._indexed_chain[1]
 
     def _indexed_scan(self, index: FreeIndex, spec: Job, view: CellView, reservations: Reservations,
                       placement: JobPlacement, rejections: Rejections) -> Machine | None:

@@ -13,6 +13,7 @@ holds a task of the job or is not up — those few are checked by the real filte
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from itertools import repeat
 from typing import Iterator
 
@@ -26,14 +27,18 @@ from schedulers.row_slots import sorted_distinct
 SAFE_BEFORE_FIT = frozenset(("machine_state", "different_machine", "max_per_machine"))
 _UNKNOWN = -1  # free amount of a machine that is gone: never a candidate
 _GONE = (_UNKNOWN, _UNKNOWN, _UNKNOWN, False)  # a gone machine's row
-_FOUND_KEPT = 64  # requests whose candidates are kept on unchanged columns
-_FIRST_FEW = 16  # candidates converted first
+_FOUND_KEPT = 64  # requests whose candidates are kept (and brought up to date by the moved rows)
+_PATCHED_MOST = 64  # moved rows a kept request's candidates are brought up to date by, at most
+_MOVED_KEPT = 4096  # moved rows logged before the kept candidates are forgotten
 
 
 def applies(filters, request: Resources) -> bool:
     """True when the index gives the full scan's exact result for ``filters`` (see module)."""
-    if request.extra:
-        return False
+    return not request.extra and chain_applies(filters)
+
+
+def chain_applies(filters) -> bool:
+    """``applies`` for requests without extra resources (the filters' frozen args only)."""
     for f in filters:
         if f.name == "resources_fit":
             return not getattr(f.args, "ignore", ())
@@ -67,56 +72,78 @@ class FreeIndex:
         values = np.array(self.rows, dtype=np.int64).reshape(-1, 4)
         self.cpu, self.memory, self.disk = values[:, 0].copy(), values[:, 1].copy(), values[:, 2].copy()
         self.up = values[:, 3] != 0
-        self._found: dict[Resources, np.ndarray] = {}  # ``_with_room`` by request, on the current columns
+        self._moved: list[int] = []  # positions whose row changed, in order (a log since ``_found`` was emptied)
+        self._found: dict[tuple, tuple[list[int], int]] = {}  # ``_with_room`` by request, len(_moved) then
         self._not_up: list[int] | None = None  # ``not_up`` on the current columns
 
     def refresh(self) -> None:
         """Take in the machines that changed since the last refresh."""
-        view, position, rows, stale = self.view, self.position, self.rows, self._stale
+        view, position, rows, stale, moved = self.view, self.position, self.rows, self._stale, self._moved
         for machine_id in self._changes.take():
             i = position.get(machine_id)
             if i is not None:
-                rows[i] = _row_of(view.machine(machine_id))
-                stale.add(i)
+                row = _row_of(view.machine(machine_id))
+                if row != rows[i]:
+                    rows[i] = row
+                    stale.add(i)
+                    moved.append(i)
+        if len(moved) > _MOVED_KEPT:
+            moved.clear()
+            self._found.clear()
 
     def _columns(self) -> None:
-        """Bring the numpy columns to the rows (a refresh sets rows only); what was found on
-        the old columns is forgotten."""
+        """Bring the numpy columns to the rows (a refresh sets rows only)."""
         if not self._stale:
             return
-        self._found.clear()
         self._not_up = None
         rows, cpu, memory, disk, up = self.rows, self.cpu, self.memory, self.disk, self.up
         for i in self._stale:  # scalar writes: cheaper than building arrays for a refresh's few rows
             cpu[i], memory[i], disk[i], up[i] = rows[i]
         self._stale.clear()
 
-    def _with_room(self, request: Resources) -> np.ndarray:
-        """Positions of up machines whose free resources hold ``request``, ascending (kept
-        until the columns change: a decision's tasks share their request)."""
-        self._columns()
-        found = self._found.get(request)
-        if found is None:
+    def _with_room(self, request: Resources) -> list[int]:
+        """Positions of up machines whose free resources hold ``request``, ascending. Kept per
+        request (a decision's tasks share theirs, and requests recur): a kept list is brought
+        up to date by the rows moved since, if few, else found again on the columns."""
+        moved, key = self._moved, (request.cpu, request.memory, request.disk)  # hashed in C
+        kept = self._found.get(key)
+        if kept is not None and len(moved) - kept[1] <= _PATCHED_MOST:
+            found, seen = kept
+            if seen < len(moved):
+                self._patch(found, moved[seen:], request)
+        else:
+            self._columns()
             room = self.cpu >= request.cpu
             room &= self.memory >= request.memory
             room &= self.disk >= request.disk
             room &= self.up
-            found = np.flatnonzero(room)
-            if len(self._found) >= _FOUND_KEPT:
+            found = np.flatnonzero(room).tolist()
+            if kept is None and len(self._found) >= _FOUND_KEPT:
                 self._found.clear()
-            self._found[request] = found
+        self._found[key] = (found, len(moved))
         return found
+
+    def _patch(self, found: list[int], positions: list[int], request: Resources) -> None:
+        """Bring ``found`` (``_with_room`` of ``request``) up to date at ``positions``, in place."""
+        rows, cpu, memory, disk = self.rows, request.cpu, request.memory, request.disk
+        for i in set(positions):
+            c, m, d, up = rows[i]
+            at = bisect_left(found, i)
+            held = at < len(found) and found[at] == i
+            if up and c >= cpu and m >= memory and d >= disk:
+                if not held:
+                    found.insert(at, i)
+            elif held:
+                del found[at]
 
     def candidates(self, request: Resources, cursor: int) -> Iterator[int]:
         """Positions of up machines whose free resources hold ``request``, in walk order from
-        ``cursor`` (wrapping around); converted from numpy a few at first (a scan usually
-        stops after a few)."""
+        ``cursor`` (wrapping around)."""
         found = self._with_room(request)
-        split = int(np.searchsorted(found, cursor)) if cursor else 0
-        for part in (found[split:], found[:split]):
-            yield from part[:_FIRST_FEW].tolist()
-            if len(part) > _FIRST_FEW:
-                yield from part[_FIRST_FEW:].tolist()
+        split = bisect_left(found, cursor) if cursor else 0
+        later, earlier = found[split:], found[:split]
+        yield from later
+        yield from earlier
 
     def worth_examining(self, request: Resources, start: int, count: int) -> list[int]:
         """Offsets (0 … ``count`` - 1) from position ``start`` (wrapping around) of the machines

@@ -246,3 +246,16 @@ def test_plan_over_the_request_size_limit_is_halved_or_refused(gang):
         assert result.pending == () and attempts[0].outcome is O.COMMITTED
         assert attempts[0].transactions > 1 and attempts[0].failed_transactions == 0
     assert_consistent(store, keys)
+
+
+def test_a_job_taken_again_is_decided_on_its_task_states_as_they_are_now():
+    store, keys = MemoryStore(), CellKeys("again")
+    seed(store, keys, [machine("m1", cpu=4000), machine("m2", cpu=3000)], [batch_job("j", 3, cpu=3000)])
+    view, ours, decide = ReplicaView(store, keys), placer(store, keys), RecordingDecide()
+    left = ours.place("j", view, decide).pending
+    assert len(left) == 1 and ours.place("j", view, decide).pending == left  # unchanged: the same task
+    assert decide.calls[1:] == [list(left)]
+    seed(store, keys, [machine("m3", cpu=4000)])
+    assert placer(store, keys, name="rival").place("j", ReplicaView(store, keys), least_loaded).pending == ()
+    view.pump()
+    assert ours.place("j", view, decide).pending == () and len(decide.calls) == 2  # nothing left to decide

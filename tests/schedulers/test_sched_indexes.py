@@ -18,6 +18,7 @@ from cellstate.model import JobKind, MachineState
 from cellstate.resources import Resources
 from omega.protocols import MachineEntry
 from schedulers import batch as batch_module
+from schedulers import free_index
 from schedulers.batch import BatchScheduler
 from schedulers.class_list import ClassList
 from schedulers.machine_changes import MachineChanges
@@ -169,7 +170,7 @@ def decide_both(seed: int, monkeypatch) -> tuple:
     tasks = entry.record.pending_tasks()
     with monkeypatch.context() as patch:
         indexed = BatchScheduler("b", random.Random(seed), sample_rounds=1).decide(entry, tasks, view)
-        patch.setattr(batch_module, "applies", lambda filters, request: False)
+        patch.setattr(batch_module, "chain_applies", lambda filters: False)
         plain = BatchScheduler("b", random.Random(seed), sample_rounds=1).decide(entry, tasks, view)
     return indexed, plain
 
@@ -328,6 +329,29 @@ def test_free_index_candidates_and_not_up_follow_the_view_between_lookups():
             view.add_machine(machine(target, cpu=1000, memory=900, state=state, allocated=held.allocated))
         elif request.fits_in(view.machine(target).machine.free):
             view.place("j", step, target)
+
+
+@pytest.mark.parametrize("patched_most, moved_kept", [(64, 4096), (3, 10)], ids=["kept", "often-found-anew"])
+def test_free_index_keeps_each_requests_candidates_as_machines_fill_free_and_flip(monkeypatch, patched_most,
+                                                                                   moved_kept):
+    monkeypatch.setattr(free_index, "_PATCHED_MOST", patched_most)
+    monkeypatch.setattr(free_index, "_MOVED_KEPT", moved_kept)
+    rng = random.Random(11)
+    ids = [f"m{i}" for i in rng.sample(range(24), 24)]
+    view = TrackingView([machine(m, cpu=1000, memory=900) for m in ids])
+    index = batch_module.FreeIndex(view, ids)
+    requests = [Resources(cpu, memory, 0) for cpu in (100, 400, 900) for memory in (50, 400)]
+    for _ in range(400):
+        for target in rng.sample(ids, rng.randint(0, 4)):
+            allocated = Resources(rng.choice([0, 300, 600, 950]), rng.choice([0, 300, 850]), 0)
+            state = rng.choice([MachineState.UP] * 3 + [MachineState.DOWN])
+            view.add_machine(machine(target, cpu=1000, memory=900, state=state, allocated=allocated))
+        index.refresh()
+        request, cursor = rng.choice(requests), rng.randrange(len(ids))
+        walk = [ids[i % len(ids)] for i in range(cursor, cursor + len(ids))]
+        want = [ids.index(m) for m in walk if view.machine(m).machine.state is MachineState.UP
+                and request.fits_in(view.machine(m).machine.free)]
+        assert list(index.candidates(request, cursor)) == want
 
 
 def test_free_index_worth_examining_wraps_and_skips_only_short_up_machines():

@@ -21,7 +21,7 @@ def test_indexed_scan_replays_exactly_like_the_plain_scan(tmp_path, monkeypatch,
     trace = crowded_trace(tmp_path / "c.omt")
     config = dict(schedulers=schedulers, until=40.0, skip_nothing_fits=skip)
     indexed = replay(trace, ReplayConfig(**config))
-    monkeypatch.setattr(batch_module, "applies", lambda filters, request: False)
+    monkeypatch.setattr(batch_module, "chain_applies", lambda filters: False)
     plain = replay(trace, ReplayConfig(**config))
     assert indexed.to_dict(include_wall=False) == plain.to_dict(include_wall=False)
     assert cell_contents(indexed) == cell_contents(plain)  # reasons in the job records included

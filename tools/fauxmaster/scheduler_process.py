@@ -264,9 +264,11 @@ class SimScheduler:
         else:
             spent = self.config.t_job + self.config.t_task * len(tasks)
         self.process.hold(spent, "decide")
-        if type(answer) is Decision:  # the scheduler's own, fresh for this call
+        if type(answer) is Decision:
             return answer
-        return Decision(list(answer.claims), dict(answer.unplaced))
+        claims, unplaced = answer.claims, answer.unplaced  # the scheduler's own, fresh for this call
+        return Decision(claims if type(claims) is list else list(claims),
+                        unplaced if type(unplaced) is dict else dict(unplaced))
 
     def _on_attempt(self, attempt: Attempt) -> None:
         t = self.tally
