@@ -24,14 +24,17 @@ from cellstate.lifecycle_txn import fail_machine_ops, finish_batch_limit, finish
 from cellstate.memory_store import MemoryStore
 from cellstate.model import Alloc, Job, JobKind, Machine
 from cellstate.shared_decodes import SharedDecodes
-from cellstate.store import Put, Store, missing
+from cellstate.store import Compare, CompareOp, CompareTarget, Put, Store
 from cellstate.submit import JobNotFound, kill_job, submit_jobs
 from omega.protocols import CommitOutcome, JobEntry, MachineEntry, Plan
 from tools.fauxmaster.clock import EventCore
 
 AGENT = "fauxmaster"
-# entries of the cell's own reads (one of each per task end), built without __init__
+# entries of the cell's own reads (one of each per task end) and the ops of machine adds,
+# built without __init__
 _JOB_ENTRY, _MACHINE_ENTRY = builder(JobEntry), builder(MachineEntry)
+_PUT, _COMPARE = builder(Put), builder(Compare)
+_CREATE, _EQ = CompareTarget.CREATE, CompareOp.EQ
 
 
 @dataclass(slots=True)
@@ -140,13 +143,13 @@ class SimCell:
                 self.counters.skip("machine_add of a machine already up")
             else:
                 fresh.append(machine.with_ledger(machine.allocated, machine.task_count, AGENT))
-        step = max(1, self.store.max_txn_ops)
+        step, machine_key, add = max(1, self.store.max_txn_ops), self.keys.machine, self.usage.add_machine
         for i in range(0, len(fresh), step):
             chunk = fresh[i:i + step]
-            ops = [Put(self.keys.machine(m.id), pack_machine(m)) for m in chunk]
-            self.store.txn([missing(op.key) for op in ops], ops, [])
+            ops = [_PUT(machine_key(m.id), pack_machine(m), 0) for m in chunk]
+            self.store.txn([_COMPARE(op.key, _CREATE, _EQ, 0) for op in ops], ops, [])  # each key missing
             for machine in chunk:
-                self.usage.add_machine(machine)
+                add(machine)
         self.counters.machines_added += len(fresh)
         if fresh:
             self.wake()
@@ -291,15 +294,11 @@ class SimCell:
             del left[task]
         return allocs, machines
 
-    def end_task(self, job_id: str, task: int, placement: tuple[str, float] | None = None) -> bool:
-        """End one live task (only the given placement, if any); False when it has no (such) alloc."""
-        return self.end_tasks(job_id, {task: placement}) == 1
-
     def trace_task_end(self, job_id: str, task: int) -> None:
         """A recorded task end: end the task if the replay has it placed (most recorded ends
         are of tasks the replay has not placed: those cost one read, of the alloc, before any of
         ``end_tasks``' bookkeeping)."""
-        if self.store.get(self.keys.alloc(job_id, task)) is None or not self.end_task(job_id, task):
+        if self.store.get(self.keys.alloc(job_id, task)) is None or not self.end_tasks(job_id, {task: None}):
             self.counters.trace_ends_of_unplaced_tasks += 1
 
     def _job(self, job_id: str) -> JobEntry | None:
