@@ -152,7 +152,8 @@ class SimCell:
 
     def add_machines(self, machines: list[Machine]) -> None:
         """Write new machines (ids already in the cell are skipped and counted), in txns of
-        at most half the store's op limit (each machine is a compare and a put)."""
+        at most the store's op limit of machines (a compare and a put each: the limit is per
+        branch)."""
         fresh = []
         for machine in machines:
             if machine.id in self.usage.machines:
