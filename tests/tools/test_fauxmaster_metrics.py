@@ -6,6 +6,8 @@ import math
 
 import pytest
 
+from cellstate.model import Alloc
+from cellstate.resources import Resources
 from tools.fauxmaster.cell import UsageLedger
 from tools.fauxmaster.metrics import (
     JobJournal, WaitStats, busyness, conflict_fraction, load_cv, sample_utilization,
@@ -83,6 +85,23 @@ def test_ledger_totals_follow_every_change():
     assert usage.totals == [sum(row[i] for row in usage.machines.values()) for i in range(4)]
     assert usage.shares == {m: row[2] / row[0] for m, row in usage.machines.items()}
     assert list(usage.shares) == list(usage.machines)
+
+
+def test_release_is_a_negative_charge_per_alloc():
+    """``release(allocs)`` leaves rows, totals and shares as charging each alloc's machine
+    minus its request, in order (an alloc of an unknown machine ignored)."""
+    allocs = [Alloc("j", i, machine_id, Resources(cpu, memory), 0, "s", 0.0)
+              for i, (machine_id, cpu, memory) in enumerate([("m0", 1000, 64), ("gone", 5, 5), ("m1", 300, 7),
+                                                             ("m0", 250, 1)])]
+    released, charged = UsageLedger(), UsageLedger()
+    for usage in (released, charged):
+        for i, cpu in enumerate((4000, 8000)):
+            usage.add_machine(machine(i, cpu))
+            usage.charge(f"m{i}", 2000, 512)
+    released.release(allocs)
+    for alloc in allocs:
+        charged.charge(alloc.machine_id, -alloc.resources.cpu, -alloc.resources.memory)
+    assert released == charged and released.totals == [12000, 16384, 2450, 952]
 
 
 def test_journal_keeps_first_times_only():

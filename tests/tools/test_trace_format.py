@@ -101,6 +101,23 @@ def test_version_1_files_still_read(tmp_path):
     assert (header.version, events) == (1, [JobSubmit(0.0, JOB)])
 
 
+def test_events_across_read_chunks_read_back_as_written(tmp_path):
+    """Records the reader's 64 KiB chunks cut in two read whole, in order; an error after
+    them still names its record."""
+    events = [JobSubmit(float(i), JOB) if i % 5 == 0 else TaskEnd(float(i), "j1", i, TaskEndStatus.FINISHED)
+              for i in range(6000)]
+    path = tmp_path / "long.omt"
+    with TraceWriter(path, HEADER) as writer:
+        for event in events:
+            writer.write(event)
+    assert path.stat().st_size > 4 * 65536
+    assert read_all(path) == (HEADER, events)
+    records = [{"type": "task_end", "t": float(i), "job": "j", "task": i, "status": "finished"} for i in range(5000)]
+    path.write_bytes(packed(header_map(), *records, dict(records[0], t=1.5), end(5001)))
+    with pytest.raises(TraceError, match=r"record 5001: field 't': time goes backwards \(1.5 < previous 4999.0\)"):
+        read_all(path)
+
+
 def header_map(**changes):
     d = {"format": "omega-trace", "version": 1, "source": "s", "created_at": "c", "capacity_model": "m",
          "cell": "", "time_unit": "s", "notes": ""}

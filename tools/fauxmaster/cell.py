@@ -24,14 +24,17 @@ from cellstate.lifecycle_txn import fail_machine_ops, finish_batch_limit, finish
 from cellstate.memory_store import MemoryStore
 from cellstate.model import Alloc, Job, JobKind, Machine
 from cellstate.shared_decodes import SharedDecodes
-from cellstate.store import Put, Store, missing
+from cellstate.store import Compare, CompareOp, CompareTarget, Put, Store
 from cellstate.submit import JobNotFound, kill_job, submit_jobs
 from omega.protocols import CommitOutcome, JobEntry, MachineEntry, Plan
 from tools.fauxmaster.clock import EventCore
 
 AGENT = "fauxmaster"
-# entries of the cell's own reads (one of each per task end), built without __init__
+# entries of the cell's own reads (one of each per task end) and the ops of machine adds,
+# built without __init__
 _JOB_ENTRY, _MACHINE_ENTRY = builder(JobEntry), builder(MachineEntry)
+_PUT, _COMPARE = builder(Put), builder(Compare)
+_CREATE, _EQ = CompareTarget.CREATE, CompareOp.EQ
 
 
 @dataclass(slots=True)
@@ -71,6 +74,22 @@ class UsageLedger:
             totals = self.totals
             totals[2] += cpu
             totals[3] += memory
+
+    def release(self, allocs: list[Alloc]) -> None:
+        """``charge`` each alloc's machine minus its cpu and memory, in order (a task end's or
+        a kill's allocs: one call, not one per alloc)."""
+        machines, shares, totals = self.machines, self.shares, self.totals
+        for alloc in allocs:
+            machine_id = alloc.machine_id
+            row = machines.get(machine_id)
+            if row is not None:
+                request = alloc.resources
+                cpu, memory = -request.cpu, -request.memory
+                row[2] += cpu
+                row[3] += memory
+                shares[machine_id] = row[2] / row[0] if row[0] else 0.0
+                totals[2] += cpu
+                totals[3] += memory
 
 
 @dataclass(slots=True)
@@ -133,20 +152,21 @@ class SimCell:
 
     def add_machines(self, machines: list[Machine]) -> None:
         """Write new machines (ids already in the cell are skipped and counted), in txns of
-        at most half the store's op limit (each machine is a compare and a put)."""
+        at most the store's op limit of machines (a compare and a put each: the limit is per
+        branch)."""
         fresh = []
         for machine in machines:
             if machine.id in self.usage.machines:
                 self.counters.skip("machine_add of a machine already up")
             else:
                 fresh.append(machine.with_ledger(machine.allocated, machine.task_count, AGENT))
-        step = max(1, self.store.max_txn_ops)
+        step, machine_key, add = max(1, self.store.max_txn_ops), self.keys.machine, self.usage.add_machine
         for i in range(0, len(fresh), step):
             chunk = fresh[i:i + step]
-            ops = [Put(self.keys.machine(m.id), pack_machine(m)) for m in chunk]
-            self.store.txn([missing(op.key) for op in ops], ops, [])
+            ops = [_PUT(machine_key(m.id), pack_machine(m), 0) for m in chunk]
+            self.store.txn([_COMPARE(op.key, _CREATE, _EQ, 0) for op in ops], ops, [])  # each key missing
             for machine in chunk:
-                self.usage.add_machine(machine)
+                add(machine)
         self.counters.machines_added += len(fresh)
         if fresh:
             self.wake()
@@ -184,7 +204,10 @@ class SimCell:
     def submit(self, jobs: list[Job]) -> None:
         """Submit jobs at the current virtual time (ids already submitted are skipped)."""
         submitted_at, now = self.submitted_at, self.core.now
-        fresh = [job for job in jobs if job.id not in submitted_at]
+        fresh = []  # a loop, not a comprehension: most runs are of one job
+        for job in jobs:
+            if job.id not in submitted_at:
+                fresh.append(job)
         counters = self.counters
         if len(fresh) < len(jobs):
             why = "job_submit of an id already submitted"
@@ -208,8 +231,7 @@ class SimCell:
         except JobNotFound:
             self.counters.skip("kill of an unknown job")
             return
-        for alloc in allocs:
-            self.usage.charge(alloc.machine_id, -alloc.resources.cpu, -alloc.resources.memory)
+        self.usage.release(allocs)
         self.counters.jobs_killed += 1
         if allocs:
             self.wake()
@@ -251,7 +273,7 @@ class SimCell:
             if self.store.txn(*finish_task_ops(self.keys, job, allocs, machines, AGENT)).succeeded:
                 for alloc in allocs:
                     del left[alloc.task_index]
-                    self.usage.charge(alloc.machine_id, -alloc.resources.cpu, -alloc.resources.memory)
+                self.usage.release(allocs)
                 ended += len(allocs)
                 self.counters.tasks_ended += len(allocs)
                 self.wake()
@@ -291,15 +313,11 @@ class SimCell:
             del left[task]
         return allocs, machines
 
-    def end_task(self, job_id: str, task: int, placement: tuple[str, float] | None = None) -> bool:
-        """End one live task (only the given placement, if any); False when it has no (such) alloc."""
-        return self.end_tasks(job_id, {task: placement}) == 1
-
     def trace_task_end(self, job_id: str, task: int) -> None:
         """A recorded task end: end the task if the replay has it placed (most recorded ends
         are of tasks the replay has not placed: those cost one read, of the alloc, before any of
         ``end_tasks``' bookkeeping)."""
-        if self.store.get(self.keys.alloc(job_id, task)) is None or not self.end_task(job_id, task):
+        if self.store.get(self.keys.alloc(job_id, task)) is None or not self.end_tasks(job_id, {task: None}):
             self.counters.trace_ends_of_unplaced_tasks += 1
 
     def _job(self, job_id: str) -> JobEntry | None:

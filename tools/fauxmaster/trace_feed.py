@@ -81,34 +81,38 @@ class TraceFeed:
         """Apply every event of the current time.
 
         A hot loop (one pass per trace event): the reader is called directly, not via ``_read``,
-        and a run of ``task_placed`` records is read as (job, task, machine) triples."""
+        a task end goes straight to the cell, and a run of ``task_placed`` records is read as
+        (job, task, machine) triples."""
         now = self.core.now
-        reader = self._reader
+        reader, trace_task_end = self._reader, self.cell.trace_task_end
         run: list = []  # the jobs of consecutive JobSubmit events, or the triples of TaskPlaced ones
         run_type = None
         event = self._next
+        read = 0  # events read past ``event``
         while event is not None and event.t == now:
             kind = type(event)
             if run and kind is not run_type:
                 self._apply_run(run_type, run)
                 run = []
-            if kind is JobSubmit:
+            if kind is TaskEnd:  # the most frequent first
+                trace_task_end(event.job_id, event.task)
+            elif kind is JobSubmit:
                 run_type = kind
                 run.append(event.job)
-                event = next(reader, None)
             elif kind is TaskPlaced:
                 run_type = kind
                 run.append((event.job_id, event.task, event.machine_id))
-                read = len(run)
-                event = reader.read_placements(run)
-                self.events += len(run) - read
+                count = len(run)
+                self._next = event = reader.read_placements(run)
+                read += len(run) - count + (event is not None)
+                continue
             else:
                 self._apply(event)
-                event = next(reader, None)
-            self._next = event
-            if event is not None:  # as _read
-                self.events += 1
-                self.last_t = event.t
+            self._next = event = next(reader, None)
+            read += event is not None
+        if event is not None:  # as _read
+            self.last_t = event.t
+        self.events += read
         if run:
             self._apply_run(run_type, run)
 
@@ -125,9 +129,7 @@ class TraceFeed:
 
     def _apply(self, event) -> None:
         cell = self.cell
-        if isinstance(event, TaskEnd):  # the most frequent first
-            cell.trace_task_end(event.job_id, event.task)
-        elif isinstance(event, JobKill):
+        if isinstance(event, JobKill):
             cell.kill(event.job_id)
         elif isinstance(event, MachineAdd):
             cell.add_machines([event.machine])

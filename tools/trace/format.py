@@ -195,17 +195,51 @@ class TraceReader:
         return self
 
     def __next__(self) -> TraceEvent:
-        return self._event(self._next_record())
+        # The hot path, one pass per event: a record the unpacker holds whole, of a known type
+        # with exactly its fields and a valid time, is built here; any other goes the long way
+        # (``_next_record``, ``_event``: the same event, or the error naming the record).
+        if self._file is None:
+            raise StopIteration
+        unpacker = self._unpacker
+        try:
+            record = unpacker.unpack()
+        except msgpack.OutOfData:
+            return self._event(self._next_record())
+        except Exception as exc:
+            raise self._not_msgpack(exc) from None
+        self._consumed = unpacker.tell()
+        self.index += 1
+        kind = record.get("type") if type(record) is dict else None
+        entry = self._decoders.get(kind) if type(kind) is str else None
+        if (entry is not None and len(record) == entry[0] and entry[1].issuperset(record)
+                and type(t := record["t"]) is float and self._last_t <= t < math.inf):
+            try:
+                event = entry[2](_RECORD_KEY, record, t)
+            except CodecError as exc:
+                raise _error(self.name, self.index, exc) from None
+            self._last_t = t
+            return event
+        return self._event(record)
 
     def read_placements(self, into: list) -> TraceEvent | None:
         """Append ``(job, task, machine)`` of each ``task_placed`` record that comes next at the
         time of the last event read to ``into`` (checked as ``__next__`` checks them, without
         building their events); return the event after them, or None at the end of the trace."""
-        t, fields, append, next_record = self._last_t, _PLACED_FIELDS, into.append, self._next_record
+        if self._file is None:
+            return None
+        t, fields, append, unpacker = self._last_t, _PLACED_FIELDS, into.append, self._unpacker
         placed = "task_placed" in self._decoders
         try:
             while True:
-                record = next_record()
+                try:  # ``_next_record`` inline for a record fed whole
+                    record = unpacker.unpack()
+                except msgpack.OutOfData:
+                    record = self._next_record()
+                except Exception as exc:
+                    raise self._not_msgpack(exc) from None
+                else:
+                    self._consumed = unpacker.tell()
+                    self.index += 1
                 if (placed and type(record) is dict and record.keys() == fields and record["type"] == "task_placed"
                         and type(rt := record["t"]) is float and rt == t):
                     job, task, machine = record["job"], record["task"], record["machine"]
@@ -219,20 +253,12 @@ class TraceReader:
 
     def _event(self, record) -> TraceEvent:
         """The event of ``record`` (StopIteration after the end record)."""
-        kind = record.get("type") if type(record) is dict else None
-        if kind == "end":
+        if type(record) is dict and record.get("type") == "end":
             self._check_end(record)
             self.close()
             raise StopIteration
-        # A record of a known type with exactly its fields and a valid time is built here
-        # (``event_from_record``'s checks, without its frame); any other by ``event_from_record``.
-        entry = self._decoders.get(kind) if type(kind) is str else None
         try:
-            if (entry is not None and len(record) == entry[0] and entry[1].issuperset(record)
-                    and type(t := record["t"]) is float and 0.0 <= t < math.inf):
-                event = entry[2](_RECORD_KEY, record, t)
-            else:
-                event = event_from_record(_RECORD_KEY, record, self._version)  # errors name self.index
+            event = event_from_record(_RECORD_KEY, record, self._version)  # errors name self.index
         except CodecError as exc:
             raise _error(self.name, self.index, exc) from None
         if event.t < self._last_t:
