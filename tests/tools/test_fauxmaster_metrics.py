@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
+from fauxmaster_traces import machine
 
 from cellstate.model import Alloc
 from cellstate.resources import Resources
 from tools.fauxmaster.cell import UsageLedger
 from tools.fauxmaster.metrics import (
-    JobJournal, WaitStats, busyness, conflict_fraction, load_cv, sample_utilization,
+    JobJournal,
+    WaitStats,
+    busyness,
+    conflict_fraction,
+    load_cv,
+    sample_utilization,
 )
-
-from fauxmaster_traces import machine
 
 
 @pytest.mark.parametrize("waits, expected", [
@@ -46,6 +51,17 @@ def test_busyness_and_load_cv():
     # shares 0.0 and 1.0: mean 0.5, population std 0.5 -> cv 1
     assert load_cv([0.0, 1.0]) == 1.0
     assert load_cv([0.5, 0.5, 0.5]) == 0.0 and load_cv([]) == 0.0 and load_cv([0.0, 0.0]) == 0.0
+
+
+def test_load_cv_is_bit_for_bit_the_textbook_formula():
+    """The replay's figures are compared by digest: load_cv must give the very bits of
+    sqrt(sum((s - mean) ** 2) / n) / mean, summed left to right."""
+    rng = random.Random(7)
+    for n in (1, 2, 3, 17, 12500):
+        shares = [rng.choice((0.0, 1.0, rng.random(), rng.random() * 1e-3)) for _ in range(n)]
+        mean = sum(shares) / n
+        expected = math.sqrt(sum([(s - mean) ** 2 for s in shares]) / n) / mean if mean else 0.0
+        assert load_cv(shares) == expected
 
 
 def test_utilization_of_a_hand_ledger():

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from itertools import repeat
+from operator import sub
 
 from omega.stats import percentile
 from tools.fauxmaster.cell import UsageLedger
@@ -85,7 +87,7 @@ def load_cv(shares: list[float]) -> float:
     mean = sum(shares) / len(shares)
     if mean == 0:
         return 0.0
-    variance = sum([(s - mean) ** 2 for s in shares]) / len(shares)
+    variance = sum(map(math.pow, map(sub, shares, repeat(mean)), repeat(2.0))) / len(shares)  # (s - mean) ** 2, in C
     return math.sqrt(variance) / mean
 
 
