@@ -50,15 +50,35 @@ class NotInInit:
     b: int = field(init=False, default=0)
 
 
+@dataclass(frozen=True, slots=True)
+class Base:
+    a: int
+
+
+@dataclass(frozen=True, slots=True)
+class Derived(Base):
+    b: int
+
+
 @pytest.mark.parametrize("cls, message", [
     (int, "needs a dataclass type"),
     (NoSlots, "no __slots__"),
+    (Derived, "no __slots__ of its own"),
     (PostInit, "__post_init__"),
     (NotInInit, "excluded from __init__"),
-], ids=["not-a-dataclass", "no-slots", "post-init", "field-not-in-init"])
+], ids=["not-a-dataclass", "no-slots", "slots-inherited", "post-init", "field-not-in-init"])
 def test_classes_where_slots_are_not_init_are_refused(cls, message):
     with pytest.raises(TypeError, match=message):
         builder(cls)
+
+
+def test_a_built_instance_is_its_class_through_and_through():
+    built = builder(Alloc)("j", 3, "m1", R, 7, "sched", 1.5, True)
+    assert isinstance(built, Alloc) and built.__class__ is Alloc and not hasattr(built, "__dict__")
+    with pytest.raises(AttributeError):
+        built.task_index = 4
+    assert builder(Alloc)("j", 3, "m1", R, 7, "sched", 1.5, True) == built != builder(Alloc)(
+        "j", 4, "m1", R, 7, "sched", 1.5, True)
 
 
 def test_builder_takes_every_field_positionally():
