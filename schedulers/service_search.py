@@ -158,7 +158,7 @@ class SpreadSearch:
                         if best is None or score > best_score or (score == best_score and machine.id < best.id):
                             best, best_score = machine, score
             if best is None and self.by_machine:
-                hosts = hosts or self._hosts(spec.id, placement.machines)
+                hosts = hosts or self._hosts(spec.id, placement)
                 best = self._best_host(tier, spec, placement, ctx, hosts)
             if best is not None:
                 return best, ""
@@ -181,12 +181,13 @@ class SpreadSearch:
         offers[spec.id] = offer
         return offer
 
-    def _hosts(self, job_id: str, placed: dict[str, int]) -> _Hosts:
+    def _hosts(self, job_id: str, placement: JobPlacement) -> _Hosts:
         """The known machines holding some of the job's tasks: their rows and task counts
         (kept across decisions in the host memo while the rows' layout holds)."""
         if self._host_memo is None:
-            return self._look_up_hosts(placed)
-        return self._host_memo.get(job_id, placed, self.index.columns.layout, self._look_up_hosts, _join_hosts)
+            return self._look_up_hosts(placement.machines)
+        return self._host_memo.get(job_id, placement.machines, self.index.columns.layout, self._look_up_hosts,
+                                   _join_hosts, placement.stamp)
 
     def _look_up_hosts(self, placed: dict[str, int]) -> _Hosts:
         """``_hosts``, looked up in C (a big job has thousands)."""
@@ -297,7 +298,7 @@ class SpreadSearch:
             columns = self.index.columns
             if short is None:
                 short = columns.short(self.index.frees_of(spec.request))
-            blocked = self._blocked_hosts(spec, placed, hosts, tally)
+            blocked = self._blocked_hosts(spec, placement, hosts, tally)
             counts, others = _count_short(columns, short, blocked)
             name, resources = self.chain.fits.name, self.index.resources
             for first, count in counts.items():
@@ -310,7 +311,7 @@ class SpreadSearch:
                 tally.add(verdict)
         return tally.reason()
 
-    def _blocked_hosts(self, spec: Job, placed: dict[str, int], hosts: _Hosts | None,
+    def _blocked_hosts(self, spec: Job, placement: JobPlacement, hosts: _Hosts | None,
                        tally: Rejections) -> np.ndarray:
         """Rows of the listed hosts that a filter before resources_fit rejects, their verdicts
         tallied. Those filters (``_PASS_UNPLACED``) read only the job, its count of tasks on the
@@ -319,11 +320,11 @@ class SpreadSearch:
         the largest count on some listed machine; else the verdict is computed once per count
         of tasks (on one such host)."""
         columns, machines, free_of, before = self.index.columns, self.index.machines, self.reservations.free, self.chain.before_fit
-        top = max(placed.values(), default=0)
+        top = max(placement.machines.values(), default=0)
         some = columns.some_listed() if top > 0 and before else None
         if some is None or all(f.fits(spec, machines[some], free_of(machines[some]), top).ok for f in before):
             return _NO_ROWS
-        hosts = hosts or self._hosts(spec.id, placed)
+        hosts = hosts or self._hosts(spec.id, placement)
         listed = columns.listed[hosts.rows]
         heres = hosts.tasks
         blocked = []

@@ -3,7 +3,7 @@ hands every change to every reader, ``ClassList`` keeps its free amounts in step
 the service index follows such a view (and notices when it lost track), the batch scheduler's
 indexed scan tallies hosts as the plain scan does, and ``Reservations`` counts a job's
 existing allocations as ``JobPlacement.add`` does (and ``PlacementCache`` recounts them
-exactly when they or the machines' zones and racks change)."""
+exactly when they or the machines' zones and racks change, stamping what it hands out)."""
 
 from __future__ import annotations
 
@@ -248,6 +248,25 @@ def test_the_placement_cache_recounts_exactly_when_allocations_or_machines_chang
     view.remove_machine("m3", report=False)
     check("a host went unreported", True)
     check("after the relist", False)
+
+
+def test_placements_share_a_stamp_exactly_while_the_kept_one_holds():
+    view = TrackingView([machine(f"m{i}", zone=f"z{i % 3}") for i in range(40)])
+    view.add_job(job("j", tasks=60))
+    for task in range(40):
+        view.place("j", task, f"m{task}")
+    cache = PlacementCache(smallest=8)
+    first = cache.placement(view, "j", None, count_placement)
+    again = cache.placement(view, "j", None, count_placement)
+    assert first.stamp is not None and again.stamp == first.stamp
+    again.add("m0", "z0")  # a reservation: no longer the kept placement's counts
+    assert again.stamp is None
+    assert cache.placement(view, "j", None, count_placement).stamp == first.stamp
+    view.place("j", 40, "m1")  # counted in on top of the kept placement: a new stamp
+    grown = cache.placement(view, "j", None, count_placement)
+    assert grown.stamp not in (None, first.stamp)
+    del view._allocs["j"][0]  # counted anew: a new stamp
+    assert cache.placement(view, "j", None, count_placement).stamp not in (None, first.stamp, grown.stamp)
 
 
 def test_the_placement_cache_counts_anew_on_a_view_without_changes():
