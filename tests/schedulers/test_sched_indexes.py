@@ -99,6 +99,24 @@ def test_class_list_keeps_free_amounts_in_step_with_its_keys(by_load, loads):
                 assert listed.find(probe, right=True) == bisect.bisect_right(keys, probe)
 
 
+@pytest.mark.parametrize("step", [3, 2000, 10**5], ids=["next", "near", "far"])
+def test_class_list_moves_keys_near_or_far_in_step_with_their_free_amounts(step):
+    rng = random.Random(4)
+    keys = sorted((-rng.randrange(10**5), f"m{i}", rng.randrange(100), rng.randrange(100)) for i in range(2000))
+    listed = ClassList(2, by_load=True)
+    listed.apply([(None, key) for key in keys])
+    for _ in range(400):
+        i = rng.randrange(len(keys))
+        load = keys[i][0] + rng.randrange(-step, step + 1)
+        new = (load, keys[i][1], rng.randrange(100), rng.randrange(100))
+        listed.move(keys[i], new, new[2:])
+        keys[i] = new
+        keys.sort()
+    assert list(listed) == keys
+    assert listed.free.tolist() == [list(k[2:]) for k in keys]
+    assert listed.table[0, :len(keys)].tolist() == [k[0] for k in keys]
+
+
 @pytest.mark.parametrize("loads", [10**6, 50, 2**70], ids=["spread", "many-ties", "too-large"])
 def test_class_list_applies_staged_changes_one_by_one_or_by_a_rebuild(loads):
     rng = random.Random(8)
