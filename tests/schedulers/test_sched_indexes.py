@@ -335,6 +335,45 @@ def test_any_room_reads_the_keys_of_listed_machines_only_and_unlisted_the_others
         assert len(unlisted) == len(set(unlisted)) and set(unlisted) == set(columns.row_of) - set(listed)
 
 
+def test_short_machines_are_counted_by_their_first_short_resource_but_the_blocked():
+    from schedulers.service_search import _count_short
+    rng = random.Random(7)
+    columns, listed, known = FreeColumns(3), {}, set()
+    for step in range(600):
+        machine_id = f"m{rng.randrange(120)}"
+        roll = rng.random()
+        if roll < 0.6:
+            columns.add(machine_id)
+            known.add(machine_id)
+            listed[machine_id] = (rng.randrange(-5, 50), rng.randrange(50), rng.randrange(50))
+            columns.list(machine_id, listed[machine_id])
+        elif roll < 0.8:
+            columns.unlist(machine_id)
+            listed.pop(machine_id, None)
+        elif machine_id in known:
+            columns.drop(machine_id)
+            known.discard(machine_id)
+            listed.pop(machine_id, None)
+        need = (rng.randrange(45), rng.randrange(55), rng.randrange(55))
+        blocked_ids = rng.sample(sorted(listed), min(len(listed), rng.choice([0, 0, 3, 20])))
+        blocked = np.array(sorted(columns.row_of[m] for m in blocked_ids), dtype=np.int64)
+        if step % 3 == 0:
+            need = (0, 0, 0)  # every listed machine has room
+        counts, others = _count_short(columns, columns.short(need), blocked, need)
+        want, rest = {}, []
+        for m, frees in listed.items():
+            first = next((r for r in range(3) if frees[r] < need[r]), None)
+            if m in blocked_ids:
+                continue
+            if first is None:
+                rest.append(m)
+            else:
+                want[first] = want.get(first, 0) + 1
+        assert counts == want, step
+        rows = columns.row_of
+        assert others == sorted(rest + [m for m in known if m not in listed], key=rows.get), step
+
+
 def test_sorted_distinct_is_np_unique():
     from schedulers.row_slots import sorted_distinct
     rng = np.random.default_rng(2)
