@@ -38,7 +38,7 @@ from schedulers.machine_changes import MachineChanges, tracks_changes
 from schedulers.row_slots import RowSlots, with_row
 
 _CORE = ("cpu", "memory", "disk")
-_ABSENT = np.iinfo(np.int64).min  # the free amounts of a row not listed: short of any request
+_ABSENT = np.iinfo(np.int64).min  # the free amounts of a row not listed: short of any request but absurd ones
 
 
 class MachineIndex:
@@ -123,10 +123,11 @@ class MachineIndex:
 
     def _update(self, entry: MachineEntry) -> None:
         machine = entry.machine
-        self._known[machine.id] = entry
-        if machine.id not in self.machines:
-            self.columns.add(machine.id)
-        self.machines[machine.id] = machine
+        machine_id = machine.id
+        self._known[machine_id] = entry
+        if machine_id not in self.machines:
+            self.columns.add(machine_id)
+        self.machines[machine_id] = machine
         self.place(machine, machine.free)
 
     def restore_later(self, machine_ids: Iterable[str]) -> None:
@@ -149,28 +150,30 @@ class MachineIndex:
     def place(self, machine: Machine, free: Resources) -> int:
         """(Re)list ``machine`` by ``free`` (unlisted when its state is never accepted);
         returns ``id()`` of its list (0: unlisted)."""
+        machine_id = machine.id
         if self.accept is not None and machine.state not in self.accept:
-            self._unlist(machine.id)
+            self._unlist(machine_id)
             return 0
-        known = self._class.get(machine.id)
+        known = self._class.get(machine_id)
         if known is None or (known[0] is not machine.capacity and known[0] != machine.capacity) \
                 or known[1] != machine.zone:
-            known = self._class[machine.id] = self._class_of(machine)
-        _, _, listed, weights = known
+            known = self._class[machine_id] = self._class_of(machine)
+        listed = known[2]
         frees = self.frees_of(free)
-        load = sum(map(mul, frees, weights))
-        key = (-load, machine.id, *frees)
-        slot = self._slots.get(machine.id)
+        key = (-sum(map(mul, frees, known[3])), machine_id, *frees)
+        slots = self._slots
+        slot = slots.get(machine_id)
         if slot is None:
-            listed.staged.setdefault(machine.id, None)
-        else:
-            if slot[0] is listed and slot[1] == key:  # e.g. a reserved machine whose claim the view now holds
+            listed.staged.setdefault(machine_id, None)
+        elif slot[0] is listed:
+            if slot[1] == key:  # e.g. a reserved machine whose claim the view now holds
                 return id(listed)
-            slot[0].staged.setdefault(machine.id, slot[1])
-            if slot[0] is not listed:
-                listed.staged.setdefault(machine.id, None)
-        self._slots[machine.id] = (listed, key)
-        self.columns.list(machine.id, frees)
+            listed.staged.setdefault(machine_id, slot[1])
+        else:
+            slot[0].staged.setdefault(machine_id, slot[1])
+            listed.staged.setdefault(machine_id, None)
+        slots[machine_id] = (listed, key)
+        self.columns.list(machine_id, frees)
         return id(listed)
 
     def frees_of(self, amounts: Resources) -> tuple[int, ...]:
@@ -234,8 +237,8 @@ class Shortage(NamedTuple):
 
 class FreeColumns:
     """Every known machine's row: listed or not and, when listed, the free amounts of its key
-    (``free[r, row]``: of least_loaded resource r; a row not listed holds ``_ABSENT``, short of
-    any request), so a tally over all machines is a few vector compares."""
+    (``free[r, row]``: of least_loaded resource r; a row not listed holds ``_ABSENT``), so a
+    tally over all machines is a few vector compares."""
 
     def __init__(self, width: int) -> None:
         self._slots: RowSlots[str] = RowSlots()
@@ -301,6 +304,8 @@ class FreeColumns:
         at = slice(0, len(self.ids)) if rows is None else rows
         free = self.free
         lacking = free[0, at] < need[0]
+        if min(need) <= _ABSENT:  # no real request: rows not listed are made short of it
+            lacking |= ~self.listed[at]
         totals = [int(np.count_nonzero(lacking))]
         for column in range(1, len(need)):
             lacking |= free[column, at] < need[column]

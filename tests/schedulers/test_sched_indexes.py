@@ -359,6 +359,8 @@ def test_short_machines_are_counted_by_their_first_short_resource_but_the_blocke
         blocked = np.array(sorted(columns.row_of[m] for m in blocked_ids), dtype=np.int64)
         if step % 3 == 0:
             need = (0, 0, 0)  # every listed machine has room
+        elif step % 7 == 0:
+            need = (-2 ** 70, rng.randrange(55), 3)  # below the lowest int64: not listed still is not room
         counts, others = _count_short(columns, columns.short(need), blocked, need)
         want, rest = {}, []
         for m, frees in listed.items():
