@@ -16,7 +16,8 @@ equal without comparing.
 
 from __future__ import annotations
 
-from itertools import count as counter, islice
+from itertools import count as counter
+from itertools import islice
 from typing import Any, Callable, Mapping
 
 from cellstate.model import Alloc, Machine
