@@ -9,11 +9,14 @@ C) and no machine appeared, went or changed zone or rack
 (``epoch``, followed through ``MachineChanges``; a view that cannot report its changed machines
 gets no caching). When the view holds those allocations followed by more (a job's new tasks
 come after its older ones), only the new ones are counted in; ``count`` must count as
-``JobPlacement.add`` per allocation does (``reservation.count_placement``).
+``JobPlacement.add`` per allocation does (``reservation.count_placement``). A kept placement
+and its copies carry one ``stamp`` until it is counted again, so a ``HostMemo`` knows them
+equal without comparing.
 """
 
 from __future__ import annotations
 
+from itertools import count as counter
 from itertools import islice
 from typing import Any, Callable, Mapping
 
@@ -23,6 +26,7 @@ from schedulers.machine_changes import MachineChanges, tracks_changes
 from schedulers.plugin import JobPlacement
 
 Count = Callable[[list[Alloc], CellView, "Mapping[str, Machine] | None"], JobPlacement]
+_STAMPS = counter(1)  # every kept placement's stamp is new
 
 
 class PlacementCache:
@@ -51,9 +55,11 @@ class PlacementCache:
             if (allocs if len(kept) == len(allocs) else allocs[:len(kept)]) == kept:  # maybe more after them
                 if len(kept) < len(allocs):
                     _add(placement, allocs[len(kept):], view, machines)
+                    placement.stamp = next(_STAMPS)
                     self._held[job_id] = (self.epoch, allocs, placement)
                 return _copy(placement)
         placement = count(allocs, view, machines)
+        placement.stamp = next(_STAMPS)
         if len(self._held) >= self.limit:
             self._held.clear()
         self._held[job_id] = (self.epoch, allocs, _copy(placement))
@@ -106,7 +112,8 @@ def _add(placement: JobPlacement, allocs: list[Alloc], view: CellView,
 
 
 def _copy(placement: JobPlacement) -> JobPlacement:
-    return JobPlacement(dict(placement.machines), dict(placement.zones), placement.total, dict(placement.racks))
+    return JobPlacement(dict(placement.machines), dict(placement.zones), placement.total, dict(placement.racks),
+                        placement.stamp)
 
 
 class HostMemo:
@@ -114,27 +121,31 @@ class HostMemo:
     hosts in an index), kept across decisions: a failing big job is decided again and again on
     the same placement. Reused while the tasks per machine are equal (the lookup's order may
     differ from the placement's: callers' results must not depend on it) and ``basis`` (what
-    else the lookup read, e.g. the index's row layout) compares equal."""
+    else the lookup read, e.g. the index's row layout) compares equal. A placement's ``stamp``
+    (``JobPlacement``), when given and the same as the kept one's, tells equal tasks per
+    machine without comparing them."""
 
     def __init__(self, limit: int = 1024, smallest: int = 32) -> None:
         """``limit``: jobs kept (all are forgotten past it); ``smallest``: placements on fewer
         machines are looked up anew, not kept."""
         self.limit = limit
         self.smallest = smallest
-        self._held: dict[str, tuple[dict[str, int], Any, Any]] = {}
+        self._held: dict[str, tuple[dict[str, int], Any, Any, int | None]] = {}
 
     def get(self, job_id: str, placed: dict[str, int], basis: Any,
-            look_up: Callable[[dict[str, int]], Any], join: Callable[[Any, Any], Any] | None = None) -> Any:
+            look_up: Callable[[dict[str, int]], Any], join: Callable[[Any, Any], Any] | None = None,
+            stamp: int | None = None) -> Any:
         """``look_up(placed)``, or the value kept for the job when still exact. With ``join``
         (the lookup of two disjoint placements from each's), a placement that only gained
-        machines since (appended: placements add new machines last) has only those looked up."""
+        machines since (appended: placements add new machines last) has only those looked up.
+        ``stamp``: the placement's, if it has one."""
         if len(placed) < self.smallest:
             return look_up(placed)
         held = self._held.get(job_id)
         value = None
         if held is not None and held[1] == basis:
             kept = held[0]
-            if kept == placed:
+            if (stamp is not None and held[3] == stamp) or kept == placed:
                 return held[2]
             if join is not None and len(kept) < len(placed) and kept.items() <= placed.items():
                 more = dict(islice(placed.items(), len(kept), None))
@@ -144,5 +155,5 @@ class HostMemo:
             value = look_up(placed)
         if len(self._held) >= self.limit:
             self._held.clear()
-        self._held[job_id] = (dict(placed), basis, value)
+        self._held[job_id] = (dict(placed), basis, value, stamp)
         return value

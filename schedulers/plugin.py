@@ -58,12 +58,16 @@ class Filter(Protocol):
 
 @dataclass(slots=True)
 class JobPlacement:
-    """Where one job's tasks are: existing allocations plus claims reserved in this decision."""
+    """Where one job's tasks are: existing allocations plus claims reserved in this decision.
+    ``stamp`` (not None): placements with the same stamp hold the same tasks per machine (a
+    ``PlacementCache`` stamps the placements it hands out; ``add`` clears it, so change the
+    counts only through ``add``)."""
 
     machines: dict[str, int] = field(default_factory=dict)
     zones: dict[str, int] = field(default_factory=dict)
     total: int = 0
     racks: dict[str, int] = field(default_factory=dict)
+    stamp: int | None = field(default=None, compare=False, repr=False)
 
     def on_machine(self, machine_id: str) -> int:
         return self.machines.get(machine_id, 0)
@@ -82,6 +86,7 @@ class JobPlacement:
         if rack:
             self.racks[rack] = self.racks.get(rack, 0) + tasks
         self.total += tasks
+        self.stamp = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ from __future__ import annotations
 from itertools import compress
 from math import prod
 from operator import attrgetter, is_not, mul
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 import numpy as np
 
@@ -38,6 +38,7 @@ from schedulers.machine_changes import MachineChanges, tracks_changes
 from schedulers.row_slots import RowSlots, with_row
 
 _CORE = ("cpu", "memory", "disk")
+_ABSENT = np.iinfo(np.int64).min  # the free amounts of a row not listed: short of any request but absurd ones
 
 
 class MachineIndex:
@@ -122,10 +123,11 @@ class MachineIndex:
 
     def _update(self, entry: MachineEntry) -> None:
         machine = entry.machine
-        self._known[machine.id] = entry
-        if machine.id not in self.machines:
-            self.columns.add(machine.id)
-        self.machines[machine.id] = machine
+        machine_id = machine.id
+        self._known[machine_id] = entry
+        if machine_id not in self.machines:
+            self.columns.add(machine_id)
+        self.machines[machine_id] = machine
         self.place(machine, machine.free)
 
     def restore_later(self, machine_ids: Iterable[str]) -> None:
@@ -148,28 +150,30 @@ class MachineIndex:
     def place(self, machine: Machine, free: Resources) -> int:
         """(Re)list ``machine`` by ``free`` (unlisted when its state is never accepted);
         returns ``id()`` of its list (0: unlisted)."""
+        machine_id = machine.id
         if self.accept is not None and machine.state not in self.accept:
-            self._unlist(machine.id)
+            self._unlist(machine_id)
             return 0
-        known = self._class.get(machine.id)
+        known = self._class.get(machine_id)
         if known is None or (known[0] is not machine.capacity and known[0] != machine.capacity) \
                 or known[1] != machine.zone:
-            known = self._class[machine.id] = self._class_of(machine)
-        _, _, listed, weights = known
+            known = self._class[machine_id] = self._class_of(machine)
+        listed = known[2]
         frees = self.frees_of(free)
-        load = sum(map(mul, frees, weights))
-        key = (-load, machine.id, *frees)
-        slot = self._slots.get(machine.id)
+        key = (-sum(map(mul, frees, known[3])), machine_id, *frees)
+        slots = self._slots
+        slot = slots.get(machine_id)
         if slot is None:
-            listed.staged.setdefault(machine.id, None)
-        else:
-            if slot[0] is listed and slot[1] == key:  # e.g. a reserved machine whose claim the view now holds
+            listed.staged.setdefault(machine_id, None)
+        elif slot[0] is listed:
+            if slot[1] == key:  # e.g. a reserved machine whose claim the view now holds
                 return id(listed)
-            slot[0].staged.setdefault(machine.id, slot[1])
-            if slot[0] is not listed:
-                listed.staged.setdefault(machine.id, None)
-        self._slots[machine.id] = (listed, key)
-        self.columns.list(machine.id, frees)
+            listed.staged.setdefault(machine_id, slot[1])
+        else:
+            slot[0].staged.setdefault(machine_id, slot[1])
+            listed.staged.setdefault(machine_id, None)
+        slots[machine_id] = (listed, key)
+        self.columns.list(machine_id, frees)
         return id(listed)
 
     def frees_of(self, amounts: Resources) -> tuple[int, ...]:
@@ -222,18 +226,28 @@ class MachineIndex:
         listed.apply(changes)
 
 
+class Shortage(NamedTuple):
+    """``FreeColumns.short`` of a request: ``totals[r]``, how many rows' keys are short of
+    least_loaded resource r or of one before it (every row not listed is); ``lacking``, which
+    rows are short of some resource."""
+
+    totals: list[int]
+    lacking: np.ndarray
+
+
 class FreeColumns:
     """Every known machine's row: listed or not and, when listed, the free amounts of its key
-    (``free[r, row]``: of least_loaded resource r), so a tally over all machines is a few
-    vector compares."""
+    (``free[r, row]``: of least_loaded resource r; a row not listed holds ``_ABSENT``), so a
+    tally over all machines is a few vector compares."""
 
     def __init__(self, width: int) -> None:
         self._slots: RowSlots[str] = RowSlots()
         self._row = self.row_of = self._slots.row  # machine id -> its row
         self.ids = self._slots.keys  # machine id of each row (None: spare)
-        self.free = np.zeros((width, 64), dtype=np.int64)
+        self.free = np.full((width, 64), _ABSENT, dtype=np.int64)
         self._free_rows = tuple(self.free)
         self.listed = np.zeros(64, dtype=bool)
+        self.listed_count = 0
         self.known = np.zeros(64, dtype=bool)
         self.layout = 0  # changes whenever a machine takes or gives up its row
         self._unlisted: list[str] | None = None  # ``unlisted`` (None: not known yet)
@@ -243,7 +257,7 @@ class FreeColumns:
             return
         row = self._slots.take(machine_id)
         if row >= self.free.shape[1]:
-            self.free = np.concatenate((self.free, np.zeros_like(self.free)), axis=1)
+            self.free = np.concatenate((self.free, np.full_like(self.free, _ABSENT)), axis=1)
             self._free_rows = tuple(self.free)
         self.listed = with_row(self.listed, row, False)
         self.known = with_row(self.known, row, False)
@@ -252,8 +266,9 @@ class FreeColumns:
         self._unlisted = None
 
     def drop(self, machine_id: str) -> None:
+        self.unlist(machine_id)
         row = self._slots.release(machine_id)
-        self.known[row] = self.listed[row] = False
+        self.known[row] = False
         self.layout += 1
         self._unlisted = None
 
@@ -263,12 +278,15 @@ class FreeColumns:
             column[row] = amount
         if not self.listed[row]:
             self.listed[row] = True
+            self.listed_count += 1
             self._unlisted = None
 
     def unlist(self, machine_id: str) -> None:
         row = self._row.get(machine_id)
         if row is not None and self.listed[row]:
             self.listed[row] = False
+            self.listed_count -= 1
+            self.free[:, row] = _ABSENT
             self._unlisted = None
 
     def unlisted(self) -> list[str]:
@@ -280,18 +298,23 @@ class FreeColumns:
             self._unlisted = [self.ids[row] for row in rows]
         return self._unlisted
 
-    def short(self, need: tuple[int, ...]) -> list[np.ndarray]:
-        """Per least_loaded resource r, which rows' keys hold less of r than ``need[r]``."""
-        n = len(self.ids)
+    def short(self, need: tuple[int, ...], rows: np.ndarray | None = None) -> Shortage:
+        """Which rows' keys (of ``rows`` only, if given) hold less of some least_loaded resource
+        r than ``need[r]``, and how many for each prefix of the resources (one compare per resource)."""
+        at = slice(0, len(self.ids)) if rows is None else rows
         free = self.free
-        return [free[column, :n] < amount for column, amount in enumerate(need)]
+        lacking = free[0, at] < need[0]
+        if min(need) <= _ABSENT:  # no real request: rows not listed are made short of it
+            lacking |= ~self.listed[at]
+        totals = [int(np.count_nonzero(lacking))]
+        for column in range(1, len(need)):
+            lacking |= free[column, at] < need[column]
+            totals.append(int(np.count_nonzero(lacking)))
+        return Shortage(totals, lacking)
 
-    def any_room(self, short: list[np.ndarray]) -> bool:
+    def any_room(self, short: Shortage) -> bool:
         """True when some listed machine's key is short of no resource (``short``: ``short``)."""
-        lacking = short[0]
-        for more in short[1:]:
-            lacking = lacking | more
-        return bool((self.listed[:len(lacking)] > lacking).any())
+        return short.totals[-1] < len(short.lacking)
 
     def some_listed(self) -> str | None:
         """The id of some listed machine (None: none is)."""

@@ -27,10 +27,11 @@ machines with room for the request past the cursor are found with one compare ov
 list's free amounts (``ClassList.table``), only those go through the filters (none: the
 cursor moves to the list's end, as the walk would). The job's hosts are found with
 one lookup in C; those short of the request (by their keys) fail resources_fit unchecked. The
-failure reason counts the machines short of a resource with a few vector compares over the
-index's columns (``FreeColumns``; resources_fit names the first short resource), hosts
-included unless a filter before resources_fit rejects them (none does when none rejects the
-job's largest count of tasks on a machine); only the others go through the chain.
+failure reason counts the machines short of a resource from the room check's counts of rows
+short of each prefix of the resources (``Shortage``; resources_fit names the first short
+resource), hosts included unless a filter before resources_fit rejects them (none does when
+none rejects the job's largest count of tasks on a machine; the rejected ones' counts are
+taken out by their keys); only the others go through the chain.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ from schedulers.plugins.zone_spread import ZoneSpread
 from schedulers.placement_cache import HostMemo
 from schedulers.reservation import Reservations
 from schedulers.row_slots import sorted_distinct
-from schedulers.service_index import FreeColumns, MachineIndex
+from schedulers.service_index import FreeColumns, MachineIndex, Shortage
 
 _MONOTONE_FILTERS = (MachineStateFilter, DifferentMachine, MaxPerMachine, ResourcesFit, Constraints)
 _PASS_UNPLACED = (MachineStateFilter, DifferentMachine, MaxPerMachine)  # pass listed machines without the job
@@ -158,7 +159,7 @@ class SpreadSearch:
                         if best is None or score > best_score or (score == best_score and machine.id < best.id):
                             best, best_score = machine, score
             if best is None and self.by_machine:
-                hosts = hosts or self._hosts(spec.id, placement.machines)
+                hosts = hosts or self._hosts(spec.id, placement)
                 best = self._best_host(tier, spec, placement, ctx, hosts)
             if best is not None:
                 return best, ""
@@ -181,12 +182,13 @@ class SpreadSearch:
         offers[spec.id] = offer
         return offer
 
-    def _hosts(self, job_id: str, placed: dict[str, int]) -> _Hosts:
+    def _hosts(self, job_id: str, placement: JobPlacement) -> _Hosts:
         """The known machines holding some of the job's tasks: their rows and task counts
         (kept across decisions in the host memo while the rows' layout holds)."""
         if self._host_memo is None:
-            return self._look_up_hosts(placed)
-        return self._host_memo.get(job_id, placed, self.index.columns.layout, self._look_up_hosts, _join_hosts)
+            return self._look_up_hosts(placement.machines)
+        return self._host_memo.get(job_id, placement.machines, self.index.columns.layout, self._look_up_hosts,
+                                   _join_hosts, placement.stamp)
 
     def _look_up_hosts(self, placed: dict[str, int]) -> _Hosts:
         """``_hosts``, looked up in C (a big job has thousands)."""
@@ -282,7 +284,7 @@ class SpreadSearch:
         return None
 
     def _reason(self, spec: Job, placement: JobPlacement, hosts: _Hosts | None,
-                short: list[np.ndarray] | None = None) -> str:
+                short: Shortage | None = None) -> str:
         """Why nothing fits: every machine's first failing filter, tallied (as the full scan).
         With ``keyed_reasons``, listed machines short of a least_loaded resource are counted
         from their keys (``short``: ``FreeColumns.short`` of the request, if the caller has it)
@@ -297,8 +299,8 @@ class SpreadSearch:
             columns = self.index.columns
             if short is None:
                 short = columns.short(self.index.frees_of(spec.request))
-            blocked = self._blocked_hosts(spec, placed, hosts, tally)
-            counts, others = _count_short(columns, short, blocked)
+            blocked = self._blocked_hosts(spec, placement, hosts, tally)
+            counts, others = _count_short(columns, short, blocked, self.index.frees_of(spec.request))
             name, resources = self.chain.fits.name, self.index.resources
             for first, count in counts.items():
                 key = (name, resources[first])
@@ -310,7 +312,7 @@ class SpreadSearch:
                 tally.add(verdict)
         return tally.reason()
 
-    def _blocked_hosts(self, spec: Job, placed: dict[str, int], hosts: _Hosts | None,
+    def _blocked_hosts(self, spec: Job, placement: JobPlacement, hosts: _Hosts | None,
                        tally: Rejections) -> np.ndarray:
         """Rows of the listed hosts that a filter before resources_fit rejects, their verdicts
         tallied. Those filters (``_PASS_UNPLACED``) read only the job, its count of tasks on the
@@ -319,11 +321,11 @@ class SpreadSearch:
         the largest count on some listed machine; else the verdict is computed once per count
         of tasks (on one such host)."""
         columns, machines, free_of, before = self.index.columns, self.index.machines, self.reservations.free, self.chain.before_fit
-        top = max(placed.values(), default=0)
+        top = max(placement.machines.values(), default=0)
         some = columns.some_listed() if top > 0 and before else None
         if some is None or all(f.fits(spec, machines[some], free_of(machines[some]), top).ok for f in before):
             return _NO_ROWS
-        hosts = hosts or self._hosts(spec.id, placed)
+        hosts = hosts or self._hosts(spec.id, placement)
         listed = columns.listed[hosts.rows]
         heres = hosts.tasks
         blocked = []
@@ -369,25 +371,26 @@ def _join_hosts(first: _Hosts, second: _Hosts) -> _Hosts:
     return _Hosts(np.concatenate((first.rows, second.rows)), np.concatenate((first.tasks, second.tasks)))
 
 
-def _count_short(columns: FreeColumns, short: list[np.ndarray], blocked: np.ndarray):
+def _count_short(columns: FreeColumns, short: Shortage, blocked: np.ndarray, need: tuple[int, ...]):
     """Over the listed machines' keys (``columns``) but the ``blocked`` (listed) rows, those short of a
-    least_loaded resource (``short``: ``FreeColumns.short``): ({index of the first short resource:
-    machines}, the ids of every other known machine but the blocked ones)."""
+    least_loaded resource (``short``: ``FreeColumns.short`` of ``need``): ({index of the first short
+    resource: machines}, the ids of every other known machine but the blocked ones). Rows not
+    listed are short of the first resource; the blocked rows' firsts are found by their keys."""
     n = len(columns.ids)
-    listed = columns.listed[:n]
-    remaining = listed.copy()
-    if len(blocked):
-        remaining[blocked] = False
+    totals, before = short.totals, n - columns.listed_count
+    blocked_totals = columns.short(need, blocked).totals if len(blocked) else [0] * len(totals)
     counts: dict[int, int] = {}
-    for first, short_of in enumerate(short):
-        hit = short_of & remaining
-        count = int(np.count_nonzero(hit))
+    for first, (total, held) in enumerate(zip(totals, blocked_totals)):
+        count = total - before - held
         if count:
             counts[first] = count
-            remaining ^= hit  # hit ⊆ remaining: counted once
-    if not remaining.any():
+        before = total - held
+    if before == n - len(blocked):  # every listed machine but the blocked ones is short
         return counts, columns.unlisted()
-    others = columns.known[:n] & ~listed  # known but not listed, and the listed ones neither short nor blocked
-    others |= remaining
+    others = ~short.lacking  # listed, with room
+    if len(blocked):
+        others[blocked] = False
+    others |= columns.known[:n] & ~columns.listed[:n]
     ids = columns.ids
     return counts, [ids[row] for row in np.flatnonzero(others).tolist()]
+

@@ -80,6 +80,22 @@ def test_host_memo_reuses_a_lookup_while_tasks_per_machine_and_basis_hold():
     assert len(calls) == 6
 
 
+def test_host_memo_trusts_a_kept_stamp_and_compares_without_one():
+    memo, calls = HostMemo(smallest=2), []
+
+    def look_up(placed):
+        calls.append(dict(placed))
+        return sorted(placed)
+
+    assert memo.get("j", {"a": 1, "b": 2}, 0, look_up, stamp=7) == ["a", "b"]
+    assert memo.get("j", {"a": 1, "b": 2, "c": 1}, 0, look_up, stamp=7) == ["a", "b"]  # the stamp says equal
+    assert len(calls) == 1
+    assert memo.get("j", {"a": 1, "b": 2, "c": 1}, 0, look_up, stamp=8) == ["a", "b", "c"]  # another stamp: compared
+    assert memo.get("j", {"a": 1, "b": 2, "c": 1}, 0, look_up) == ["a", "b", "c"]  # none: compared, equal
+    assert memo.get("j", {"a": 1, "b": 2}, 1, look_up, stamp=8) == ["a", "b"]  # another basis
+    assert len(calls) == 3
+
+
 def test_host_memo_looks_up_only_the_machines_a_placement_gained():
     memo, looked = HostMemo(smallest=2), []
 

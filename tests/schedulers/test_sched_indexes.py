@@ -3,7 +3,7 @@ hands every change to every reader, ``ClassList`` keeps its free amounts in step
 the service index follows such a view (and notices when it lost track), the batch scheduler's
 indexed scan tallies hosts as the plain scan does, and ``Reservations`` counts a job's
 existing allocations as ``JobPlacement.add`` does (and ``PlacementCache`` recounts them
-exactly when they or the machines' zones and racks change)."""
+exactly when they or the machines' zones and racks change, stamping what it hands out)."""
 
 from __future__ import annotations
 
@@ -98,6 +98,24 @@ def test_class_list_keeps_free_amounts_in_step_with_its_keys(by_load, loads):
             for probe in (rng.choice(keys), (-rng.randrange(loads),), (-rng.randrange(loads), "m5")):
                 assert listed.find(probe) == bisect.bisect_left(keys, probe)
                 assert listed.find(probe, right=True) == bisect.bisect_right(keys, probe)
+
+
+@pytest.mark.parametrize("step", [3, 2000, 10**5], ids=["next", "near", "far"])
+def test_class_list_moves_keys_near_or_far_in_step_with_their_free_amounts(step):
+    rng = random.Random(4)
+    keys = sorted((-rng.randrange(10**5), f"m{i}", rng.randrange(100), rng.randrange(100)) for i in range(2000))
+    listed = ClassList(2, by_load=True)
+    listed.apply([(None, key) for key in keys])
+    for _ in range(400):
+        i = rng.randrange(len(keys))
+        load = keys[i][0] + rng.randrange(-step, step + 1)
+        new = (load, keys[i][1], rng.randrange(100), rng.randrange(100))
+        listed.move(keys[i], new, new[2:])
+        keys[i] = new
+        keys.sort()
+    assert list(listed) == keys
+    assert listed.free.tolist() == [list(k[2:]) for k in keys]
+    assert listed.table[0, :len(keys)].tolist() == [k[0] for k in keys]
 
 
 @pytest.mark.parametrize("loads", [10**6, 50, 2**70], ids=["spread", "many-ties", "too-large"])
@@ -251,6 +269,25 @@ def test_the_placement_cache_recounts_exactly_when_allocations_or_machines_chang
     check("after the relist", False)
 
 
+def test_placements_share_a_stamp_exactly_while_the_kept_one_holds():
+    view = TrackingView([machine(f"m{i}", zone=f"z{i % 3}") for i in range(40)])
+    view.add_job(job("j", tasks=60))
+    for task in range(40):
+        view.place("j", task, f"m{task}")
+    cache = PlacementCache(smallest=8)
+    first = cache.placement(view, "j", None, count_placement)
+    again = cache.placement(view, "j", None, count_placement)
+    assert first.stamp is not None and again.stamp == first.stamp
+    again.add("m0", "z0")  # a reservation: no longer the kept placement's counts
+    assert again.stamp is None
+    assert cache.placement(view, "j", None, count_placement).stamp == first.stamp
+    view.place("j", 40, "m1")  # counted in on top of the kept placement: a new stamp
+    grown = cache.placement(view, "j", None, count_placement)
+    assert grown.stamp not in (None, first.stamp)
+    del view._allocs["j"][0]  # counted anew: a new stamp
+    assert cache.placement(view, "j", None, count_placement).stamp not in (None, first.stamp, grown.stamp)
+
+
 def test_the_placement_cache_counts_anew_on_a_view_without_changes():
     view = DictView([machine(f"m{i}") for i in range(40)])
     view.add_job(job("j", tasks=40))
@@ -297,6 +334,47 @@ def test_any_room_reads_the_keys_of_listed_machines_only_and_unlisted_the_others
         assert columns.any_room(columns.short(need)) == any(f[0] >= need[0] and f[1] >= need[1] for f in listed.values())
         unlisted = columns.unlisted()
         assert len(unlisted) == len(set(unlisted)) and set(unlisted) == set(columns.row_of) - set(listed)
+
+
+def test_short_machines_are_counted_by_their_first_short_resource_but_the_blocked():
+    from schedulers.service_search import _count_short
+    rng = random.Random(7)
+    columns, listed, known = FreeColumns(3), {}, set()
+    for step in range(600):
+        machine_id = f"m{rng.randrange(120)}"
+        roll = rng.random()
+        if roll < 0.6:
+            columns.add(machine_id)
+            known.add(machine_id)
+            listed[machine_id] = (rng.randrange(-5, 50), rng.randrange(50), rng.randrange(50))
+            columns.list(machine_id, listed[machine_id])
+        elif roll < 0.8:
+            columns.unlist(machine_id)
+            listed.pop(machine_id, None)
+        elif machine_id in known:
+            columns.drop(machine_id)
+            known.discard(machine_id)
+            listed.pop(machine_id, None)
+        need = (rng.randrange(45), rng.randrange(55), rng.randrange(55))
+        blocked_ids = rng.sample(sorted(listed), min(len(listed), rng.choice([0, 0, 3, 20])))
+        blocked = np.array(sorted(columns.row_of[m] for m in blocked_ids), dtype=np.int64)
+        if step % 3 == 0:
+            need = (0, 0, 0)  # every listed machine has room
+        elif step % 7 == 0:
+            need = (-2 ** 70, rng.randrange(55), 3)  # below the lowest int64: not listed still is not room
+        counts, others = _count_short(columns, columns.short(need), blocked, need)
+        want, rest = {}, []
+        for m, frees in listed.items():
+            first = next((r for r in range(3) if frees[r] < need[r]), None)
+            if m in blocked_ids:
+                continue
+            if first is None:
+                rest.append(m)
+            else:
+                want[first] = want.get(first, 0) + 1
+        assert counts == want, step
+        rows = columns.row_of
+        assert others == sorted(rest + [m for m in known if m not in listed], key=rows.get), step
 
 
 def test_sorted_distinct_is_np_unique():
