@@ -138,11 +138,11 @@ class BatchScheduler:
                 self._cursor = i + 1 if i + 1 < n else 0
                 return self._best(spec, feasible, placement)
         if not feasible:  # the full walk would have tallied every other machine too
-            self._tally_the_rest(index, spec, view, reservations, placed, rejections)
+            self._tally_the_rest(index, spec, view, reservations, placement, rejections)
         return self._best(spec, feasible, placement)
 
     def _tally_the_rest(self, index: FreeIndex, spec: Job, view: CellView, reservations: Reservations,
-                        placed: dict, rejections: Rejections) -> None:
+                        placement: JobPlacement, rejections: Rejections) -> None:
         """Tally the verdicts of the machines an indexed scan that found nothing did not examine.
         Machines not up go through the filters. The job's hosts that a filter before
         resources_fit rejects are tallied by that verdict, computed once per count of tasks
@@ -151,13 +151,13 @@ class BatchScheduler:
         other up machine lacks room in the view: resources_fit names its first short resource.
         (A machine this decision reserved on had room for the request in the view, so it was a
         candidate, examined with its reserved free.)"""
-        ids, counts = self._ids, rejections.counts
+        ids, counts, placed = self._ids, rejections.counts, placement.machines
         for i in index.not_up():
             self._examine(spec, view, reservations, placed, ids[i], rejections)
         before = self.pipeline.filters[:[f.name for f in self.pipeline.filters].index("resources_fit")]
         blocked: list[int] = []
         if self._may_reject_hosts(index, spec, view, before, max(placed.values(), default=0)):
-            hosts = self._hosts.get(spec.id, placed, index, index.hosts, index.join_hosts)
+            hosts = self._hosts.get(spec.id, placed, index, index.hosts, index.join_hosts, placement.stamp)
             for here, hosts in index.hosts_without_room(spec.request, placed, hosts):
                 machine = view.machine(ids[hosts[0]]).machine
                 free = reservations.free(machine)
