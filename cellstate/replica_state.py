@@ -37,6 +37,8 @@ def log_decode_error(key: str, error: Exception) -> None:
 class ReplicaState:
     """Decoded cell content with incremental indexes (see the module docstring)."""
 
+    changed_jobs: set[str] | None = None  # jobs whose record changed, appeared or went away, when tracked
+
     def __init__(self, keys: CellKeys, on_decode_error: DecodeErrorHandler | None = None,
                  shared_decodes: SharedDecodes | None = None):
         self.keys = keys
@@ -47,6 +49,7 @@ class ReplicaState:
         self._prefix = keys.prefix
         self._plen = len(self._prefix)
         self._alloc_prefix = keys.kind_prefix("allocs")
+        self._job_prefix, self._machine_prefix = keys.kind_prefix("jobs"), keys.kind_prefix("machines")
         self._put_kind = {
             "machines": self._put_machine, "jobs": self._put_job, "allocs": self._put_alloc,
             "stats": self._put_stats, "conflicts": self._put_conflict,
@@ -159,22 +162,51 @@ class ReplicaState:
             log.exception("decode-error handler failed for %s", key)
 
     def _forget(self, kind: str, key: str, ident: str) -> None:
+        """Drop the value of ``key`` (of ``kind``, named ``ident``) from the content and its
+        indexes (subclasses note machines going away here; allocs go by ``_drop_alloc``)."""
         if kind == "allocs":
-            old = self._allocs.pop(key, None)
-            if old is not None:
-                self._unindex_alloc(key, old)
+            self._drop_alloc(key)
         elif kind == "machines":
             self._machines.pop(ident, None)
         elif kind == "jobs":
             old_job = self._jobs.pop(ident, None)
             if old_job is not None:
                 self._pending[old_job.record.job.kind].pop(ident, None)
+            if self.changed_jobs is not None:
+                self.changed_jobs.add(ident)
         elif kind == "stats":
             self.stats_raw.pop(key, None)
         elif kind == "conflicts":
             self.conflicts_raw.pop(key, None)
 
     # -- by kind ----------------------------------------------------------------------------
+
+    def _store_machine(self, key: str, raw: bytes, mod: int) -> None:
+        """``_store_value`` of a key under ``machines/``, without the dispatch by kind (a value
+        that does not decode or match its key takes ``_store_value``'s path)."""
+        try:
+            machine = self._decode_machine(key, raw)
+        except CodecError:
+            machine = None
+        if machine is None or key[len(self._machine_prefix):] != machine.id:
+            self._store_value(key, raw, mod)
+            return
+        self._set_machine(machine.id, _MACHINE_ENTRY(machine, mod))
+        if self.quarantine and key in self.quarantine:
+            del self.quarantine[key]
+
+    def _store_job(self, key: str, raw: bytes, mod: int) -> None:
+        """``_store_machine`` for a key under ``jobs/``."""
+        try:
+            record = self._decode_job(key, raw)
+        except CodecError:
+            record = None
+        if record is None or key[len(self._job_prefix):] != record.job.id:
+            self._store_value(key, raw, mod)
+            return
+        self._set_job(record.job.id, _JOB_ENTRY(record, mod))  # (the record's id: see _put_job)
+        if self.quarantine and key in self.quarantine:
+            del self.quarantine[key]
 
     def _put_machine(self, key: str, ident: str, raw: bytes, mod: int) -> None:
         machine = self._decode_machine(key, raw)
@@ -195,6 +227,8 @@ class ReplicaState:
         self._set_job(record.job.id, _JOB_ENTRY(record, mod))
 
     def _set_job(self, ident: str, entry: JobEntry) -> None:
+        """Hold ``entry`` for job ``ident``, in the pending index when it has a pending task
+        and is not killed; note ``ident`` in ``changed_jobs`` when tracked."""
         record = entry.record
         old = self._jobs.get(ident)
         self._jobs[ident] = entry
@@ -205,6 +239,8 @@ class ReplicaState:
             self._pending[kind][ident] = entry
         else:
             self._pending[kind].pop(ident, None)
+        if self.changed_jobs is not None:
+            self.changed_jobs.add(ident)
 
     def _put_alloc(self, key: str, ident: str, raw: bytes, mod: int) -> None:
         alloc = self._decode_alloc(key, raw)
@@ -248,6 +284,12 @@ class ReplicaState:
         if of is None:
             self._allocs_of[job_id] = of = {}
         of[alloc.task_index] = alloc
+
+    def _drop_alloc(self, key: str) -> None:
+        """Forget the allocation under ``key`` (if held) and its index entries."""
+        old = self._allocs.pop(key, None)
+        if old is not None:
+            self._unindex_alloc(key, old)
 
     def _unindex_alloc(self, key: str, alloc: Alloc) -> None:
         on = self._allocs_on.get(alloc.machine_id)
