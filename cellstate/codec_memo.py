@@ -35,7 +35,6 @@ from itertools import islice
 
 def _remembered_nothing(raw) -> None:
     """A dormant memo's ``get``: nothing is remembered (and no bytes are hashed)."""
-    return None
 
 
 class ValueMemo:

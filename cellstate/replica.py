@@ -290,9 +290,9 @@ class Replica(ReplicaState):
         rules; returns how many keys changed. ValueError for a key outside the cell."""
         if type(revision) is not int or revision < 1:
             raise ValueError(f"apply_commit needs the commit's revision (a positive int), got {revision!r}")
-        keys = self.keys
-        machines = [(keys.machine(e.id), e.id, e) for e in machines]
-        jobs = [(keys.job(e.id), e.id, e) for e in jobs]
+        machine_prefix, job_prefix = self._machine_prefix, self._job_prefix  # + id: ``keys.machine``, ``keys.job``
+        machines = [(machine_prefix + e.id, e.id, e) for e in machines]
+        jobs = [(job_prefix + e.id, e.id, e) for e in jobs]
         applied = self._store_news(machines, self._set_machine, revision)
         applied += self._store_news(jobs, self._set_job, revision)
         if allocs:
