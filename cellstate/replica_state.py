@@ -253,8 +253,8 @@ class ReplicaState:
         """``_put`` of each allocation put in ``puts`` (objects with ``key`` under ``allocs/``,
         ``value`` and ``mod_revision``, whose mod record the caller set), in order, without
         ``_put``'s dispatch by kind; a put whose value does not decode or match its key takes
-        ``_store_value``'s path."""
-        set_alloc, quarantine = self._set_alloc, self.quarantine
+        ``_store_value``'s path; a new key is indexed inline (``_set_alloc``'s work)."""
+        quarantine, allocs, allocs_on, allocs_of = self.quarantine, self._allocs, self._allocs_on, self._allocs_of
         decode, start = self._decode_alloc, len(self._alloc_prefix)
         for ev in puts:
             key, raw = ev.key, ev.value
@@ -265,7 +265,18 @@ class ReplicaState:
             if alloc is None or key[start:] != f"{alloc.job_id}/{alloc.task_index}":
                 self._store_value(key, raw, ev.mod_revision)
                 continue
-            set_alloc(key, alloc)
+            if key in allocs:
+                self._set_alloc(key, alloc)
+            else:
+                allocs[key] = alloc
+                on = allocs_on.get(alloc.machine_id)
+                if on is None:
+                    allocs_on[alloc.machine_id] = on = {}
+                on[key] = alloc
+                of = allocs_of.get(alloc.job_id)
+                if of is None:
+                    allocs_of[alloc.job_id] = of = {}
+                of[alloc.task_index] = alloc
             if quarantine and key in quarantine:
                 del quarantine[key]
 
