@@ -1,7 +1,8 @@
 """The decoded content of one cell and its indexes, as kept by a ``Replica``.
 
 ``ReplicaState`` applies single key changes (a put of raw bytes, or a delete) and keeps:
-machines, jobs and allocations decoded (by ``cellstate.codec``), ``stats/`` and
+machines, jobs and allocations decoded (by ``cellstate.codec``; the watch's puts ask the
+codec's memo of recent values first, without the decoder's call), ``stats/`` and
 ``conflicts/`` values raw, the mod_revision of every key it holds, and three indexes
 (pending jobs by kind, allocations by machine and by job). A value that fails to decode
 is reported to ``on_decode_error(key, error)``, recorded in ``quarantine`` and treated as
@@ -15,7 +16,9 @@ from __future__ import annotations
 import logging
 from typing import Callable, Iterable
 
-from cellstate.codec import CodecError, decode_alloc, decode_job_record, decode_machine
+from cellstate.codec import (
+    ALLOC_MEMO, MACHINE_MEMO, RECORD_MEMO, CodecError, decode_alloc, decode_job_record, decode_machine,
+)
 from cellstate.fastbuild import builder
 from cellstate.keys import CellKeys
 from cellstate.model import Alloc, JobKind
@@ -184,10 +187,12 @@ class ReplicaState:
     def _store_machine(self, key: str, raw: bytes, mod: int) -> None:
         """``_store_value`` of a key under ``machines/``, without the dispatch by kind (a value
         that does not decode or match its key takes ``_store_value``'s path)."""
-        try:
-            machine = self._decode_machine(key, raw)
-        except CodecError:
-            machine = None
+        machine = MACHINE_MEMO.get(raw) if type(raw) is bytes else None  # (see _put_allocs)
+        if machine is None:
+            try:
+                machine = self._decode_machine(key, raw)
+            except CodecError:
+                pass
         if machine is None or key[len(self._machine_prefix):] != machine.id:
             self._store_value(key, raw, mod)
             return
@@ -197,10 +202,12 @@ class ReplicaState:
 
     def _store_job(self, key: str, raw: bytes, mod: int) -> None:
         """``_store_machine`` for a key under ``jobs/``."""
-        try:
-            record = self._decode_job(key, raw)
-        except CodecError:
-            record = None
+        record = RECORD_MEMO.get(raw) if type(raw) is bytes else None  # (see _put_allocs)
+        if record is None:
+            try:
+                record = self._decode_job(key, raw)
+            except CodecError:
+                pass
         if record is None or key[len(self._job_prefix):] != record.job.id:
             self._store_value(key, raw, mod)
             return
@@ -258,10 +265,12 @@ class ReplicaState:
         decode, start = self._decode_alloc, len(self._alloc_prefix)
         for ev in puts:
             key, raw = ev.key, ev.value
-            try:
-                alloc = decode(key, raw)
-            except CodecError:
-                alloc = None
+            alloc = ALLOC_MEMO.get(raw) if type(raw) is bytes else None  # the decoder's first step, without its call
+            if alloc is None:
+                try:
+                    alloc = decode(key, raw)
+                except CodecError:
+                    pass
             if alloc is None or key[start:] != f"{alloc.job_id}/{alloc.task_index}":
                 self._store_value(key, raw, ev.mod_revision)
                 continue
