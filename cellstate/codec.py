@@ -105,7 +105,7 @@ def encode_machine(m: Machine) -> bytes:
 
 def decode_machine(key: str, raw: bytes) -> Machine:
     """The Machine stored under ``key``; CodecError on any invalid content."""
-    machine = MACHINE_MEMO.get(raw)
+    machine = MACHINE_MEMO.get(raw) if type(raw) is bytes else None
     if machine is None:
         machine = _machine_from_map(key, unpack(key, raw, "machine"))
         MACHINE_MEMO.put(raw, machine)
@@ -198,7 +198,7 @@ def encode_alloc(a: Alloc) -> bytes:
 
 def decode_alloc(key: str, raw: bytes) -> Alloc:
     """The Alloc stored under ``key``; CodecError on any invalid content."""
-    alloc = ALLOC_MEMO.get(raw)
+    alloc = ALLOC_MEMO.get(raw) if type(raw) is bytes else None
     if alloc is None:
         alloc = _alloc_from_map(key, unpack(key, raw, "alloc"))
         ALLOC_MEMO.put(raw, alloc)

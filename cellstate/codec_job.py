@@ -205,7 +205,7 @@ def _common_spec_map(r) -> dict | None:
 
 def decode_job_record(key: str, raw: bytes) -> JobRecord:
     """The JobRecord stored under ``key``; CodecError on any invalid content."""
-    record = RECORD_MEMO.get(raw)
+    record = RECORD_MEMO.get(raw) if type(raw) is bytes else None
     if record is None:
         d = unpack(key, raw, "job")
         record = fast_record(d) or _record_from_map(key, d)

@@ -34,9 +34,9 @@ from cellstate.resources import Resources
 
 MAX_TASKS = 1_000_000
 TASK_CHARS = "".join(s.value for s in TaskState)
-# Deletes every TaskState character, so what is left is not a task state: ``str.translate``
-# deleting ASCII is ~20x faster than ``str.strip`` with a character set on thousands of tasks.
+# Deletes every TaskState character, so what is left is not a task state (the generic path).
 NOT_A_TASK_STATE = str.maketrans("", "", TASK_CHARS)
+_TASK_BYTES = TASK_CHARS.encode()
 SPEC_FIELDS = frozenset(
     "id kind tasks request priority owner constraints duration_s gang package "
     "different_machine max_per_machine".split())
@@ -62,7 +62,7 @@ def fast_record(d: dict) -> JobRecord | None:
     if type(spec) is not dict or type(states) is not str:
         return None
     job = fast_spec(spec)
-    if job is None or len(states) != job.tasks or states.translate(NOT_A_TASK_STATE):
+    if job is None or len(states) != job.tasks or not task_states_ok(states):
         return None
     get = d.get
     submitted, reason, killed = get("submitted_at", 0.0), get("reason", ""), get("killed", False)
@@ -190,13 +190,22 @@ def record_fields_ok(r: JobRecord) -> bool:
     """True when the fields of ``r`` beside its spec are of the common shape (see the module
     docstring); False says nothing (the generic encoder decides)."""
     states = r.tasks
-    if type(states) is not str or len(states) != r.job.tasks or states.translate(NOT_A_TASK_STATE):
+    if type(states) is not str or len(states) != r.job.tasks or not task_states_ok(states):
         return False
-    if type(r.submitted_at) is not float or not _time_ok(r.submitted_at):
+    submitted, first, placed = r.submitted_at, r.first_attempt_at, r.placed_at
+    if type(submitted) is not float or not (0.0 < submitted < _INF or _time_ok(submitted)):
         return False
     if type(r.reason) is not str or (r.killed is not False and r.killed is not True):
         return False
-    return _time_ok(r.first_attempt_at) and _time_ok(r.placed_at)
+    # _time_ok of each, its usual answers without the call
+    return (first is None or (type(first) is float and 0.0 < first < _INF) or _time_ok(first)) and (
+        placed is None or (type(placed) is float and 0.0 < placed < _INF) or _time_ok(placed))
+
+
+def task_states_ok(states: str) -> bool:
+    """True when every character of ``states`` is a ``TaskState``'s (``bytes.translate``
+    deleting them runs several times faster than ``str.translate`` on thousands of tasks)."""
+    return states.isascii() and not states.encode().translate(None, _TASK_BYTES)
 
 
 # Specs that passed ``_spec_shape_ok`` by identity, with their map form once an encode asked

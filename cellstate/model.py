@@ -238,7 +238,26 @@ def with_states(tasks: str, indices: Sequence[int], char: str) -> str:
 
 
 def pending_indices(tasks: str) -> list[int]:
-    """Indices of the ``"p"`` (pending) characters of a task-state string, in order."""
+    """Indices of the ``"p"`` (pending) characters of a task-state string, in order (a new
+    list). A long string's answer is remembered by the string's identity: a placer asks again
+    of the same record at each attempt."""
+    if len(tasks) < _REMEMBER_FROM:
+        return _pending_indices(tasks)
+    held = _PENDING_OF.get(id(tasks))
+    if held is not None and held[0] is tasks:
+        return list(held[1])
+    found = _pending_indices(tasks)
+    if len(_PENDING_OF) >= _PENDING_OF_MAX:
+        _PENDING_OF.clear()
+    _PENDING_OF[id(tasks)] = (tasks, tuple(found))  # (holds the string: its id is not reused meanwhile)
+    return found
+
+
+_REMEMBER_FROM, _PENDING_OF_MAX = 64, 4096
+_PENDING_OF: dict[int, tuple[str, tuple[int, ...]]] = {}
+
+
+def _pending_indices(tasks: str) -> list[int]:
     count = tasks.count("p")  # the usual answers (all, none, a few) without a per-task loop
     if count == len(tasks):
         return list(range(count))

@@ -46,7 +46,6 @@ class _WatchedReplica(Replica):
     freed = False
     freed_ids: set[str] | None = None  # machines that freed room, when tracked
     changed_ids: set[str] | None = None  # machines whose entry changed, when tracked
-    changed_jobs: set[str] | None = None  # jobs whose record changed (or appeared), when tracked
 
     def _set_machine(self, ident: str, entry: MachineEntry) -> None:
         machines = self._machines
@@ -61,11 +60,6 @@ class _WatchedReplica(Replica):
         elif frees_resources(old.machine if old else None, entry.machine):
             self.freed = True
             ids.add(ident)
-
-    def _set_job(self, ident: str, entry) -> None:
-        ReplicaState._set_job(self, ident, entry)  # not super(): once per job change
-        if self.changed_jobs is not None:
-            self.changed_jobs.add(ident)
 
     def sync(self) -> int:
         """``Replica.sync``, with the machines and jobs the listing no longer holds noted as
@@ -82,8 +76,6 @@ class _WatchedReplica(Replica):
         ReplicaState._forget(self, kind, key, ident)  # not super(): once per delete
         if kind == "machines" and self.changed_ids is not None:
             self.changed_ids.add(ident)
-        elif kind == "jobs" and self.changed_jobs is not None:
-            self.changed_jobs.add(ident)
 
 
 class ReplicaView:

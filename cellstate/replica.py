@@ -147,9 +147,11 @@ class Replica(ReplicaState):
 
     def _apply_batch(self, batch: WatchBatch) -> int:
         """Apply the batch's news in order. A run of allocation puts is stored by one
-        ``_put_allocs`` call, before the next other change (each key's mod record at once)."""
-        mods, alloc_prefix = self._mod, self._alloc_prefix
-        store, delete, put_allocs = self._store_value, self._delete, self._put_allocs
+        ``_put_allocs`` call, before the next other change (each key's mod record at once);
+        job and machine puts and allocation deletes skip the dispatch by kind."""
+        mods, alloc_prefix, job_prefix, machine_prefix = (
+            self._mod, self._alloc_prefix, self._job_prefix, self._machine_prefix)
+        store_job, store_machine, put_allocs = self._store_job, self._store_machine, self._put_allocs
         run: list = []
         applied = 0
         for ev in batch.events:
@@ -165,13 +167,23 @@ class Replica(ReplicaState):
                 if run:
                     put_allocs(run)
                     run = []
-                store(key, ev.value, mod)
+                if key.startswith(job_prefix):
+                    store_job(key, ev.value, mod)
+                elif key.startswith(machine_prefix):
+                    store_machine(key, ev.value, mod)
+                else:
+                    self._store_value(key, ev.value, mod)
             else:
                 if run:
                     put_allocs(run)
                     run = []
                 del mods[key]
-                delete(key)
+                if key.startswith(alloc_prefix):
+                    self._drop_alloc(key)
+                    if self.quarantine:
+                        self.quarantine.pop(key, None)
+                else:
+                    self._delete(key)
         if run:
             put_allocs(run)
         if batch.revision > self.revision:
@@ -278,9 +290,9 @@ class Replica(ReplicaState):
         rules; returns how many keys changed. ValueError for a key outside the cell."""
         if type(revision) is not int or revision < 1:
             raise ValueError(f"apply_commit needs the commit's revision (a positive int), got {revision!r}")
-        keys = self.keys
-        machines = [(keys.machine(e.id), e.id, e) for e in machines]
-        jobs = [(keys.job(e.id), e.id, e) for e in jobs]
+        machine_prefix, job_prefix = self._machine_prefix, self._job_prefix  # + id: ``keys.machine``, ``keys.job``
+        machines = [(machine_prefix + e.id, e.id, e) for e in machines]
+        jobs = [(job_prefix + e.id, e.id, e) for e in jobs]
         applied = self._store_news(machines, self._set_machine, revision)
         applied += self._store_news(jobs, self._set_job, revision)
         if allocs:

@@ -1,7 +1,8 @@
 """The decoded content of one cell and its indexes, as kept by a ``Replica``.
 
 ``ReplicaState`` applies single key changes (a put of raw bytes, or a delete) and keeps:
-machines, jobs and allocations decoded (by ``cellstate.codec``), ``stats/`` and
+machines, jobs and allocations decoded (by ``cellstate.codec``; the watch's puts ask the
+codec's memo of recent values first, without the decoder's call), ``stats/`` and
 ``conflicts/`` values raw, the mod_revision of every key it holds, and three indexes
 (pending jobs by kind, allocations by machine and by job). A value that fails to decode
 is reported to ``on_decode_error(key, error)``, recorded in ``quarantine`` and treated as
@@ -15,7 +16,9 @@ from __future__ import annotations
 import logging
 from typing import Callable, Iterable
 
-from cellstate.codec import CodecError, decode_alloc, decode_job_record, decode_machine
+from cellstate.codec import (
+    ALLOC_MEMO, MACHINE_MEMO, RECORD_MEMO, CodecError, decode_alloc, decode_job_record, decode_machine,
+)
 from cellstate.fastbuild import builder
 from cellstate.keys import CellKeys
 from cellstate.model import Alloc, JobKind
@@ -37,6 +40,8 @@ def log_decode_error(key: str, error: Exception) -> None:
 class ReplicaState:
     """Decoded cell content with incremental indexes (see the module docstring)."""
 
+    changed_jobs: set[str] | None = None  # jobs whose record changed, appeared or went away, when tracked
+
     def __init__(self, keys: CellKeys, on_decode_error: DecodeErrorHandler | None = None,
                  shared_decodes: SharedDecodes | None = None):
         self.keys = keys
@@ -47,6 +52,7 @@ class ReplicaState:
         self._prefix = keys.prefix
         self._plen = len(self._prefix)
         self._alloc_prefix = keys.kind_prefix("allocs")
+        self._job_prefix, self._machine_prefix = keys.kind_prefix("jobs"), keys.kind_prefix("machines")
         self._put_kind = {
             "machines": self._put_machine, "jobs": self._put_job, "allocs": self._put_alloc,
             "stats": self._put_stats, "conflicts": self._put_conflict,
@@ -159,22 +165,55 @@ class ReplicaState:
             log.exception("decode-error handler failed for %s", key)
 
     def _forget(self, kind: str, key: str, ident: str) -> None:
+        """Drop the value of ``key`` (of ``kind``, named ``ident``) from the content and its
+        indexes (subclasses note machines going away here; allocs go by ``_drop_alloc``)."""
         if kind == "allocs":
-            old = self._allocs.pop(key, None)
-            if old is not None:
-                self._unindex_alloc(key, old)
+            self._drop_alloc(key)
         elif kind == "machines":
             self._machines.pop(ident, None)
         elif kind == "jobs":
             old_job = self._jobs.pop(ident, None)
             if old_job is not None:
                 self._pending[old_job.record.job.kind].pop(ident, None)
+            if self.changed_jobs is not None:
+                self.changed_jobs.add(ident)
         elif kind == "stats":
             self.stats_raw.pop(key, None)
         elif kind == "conflicts":
             self.conflicts_raw.pop(key, None)
 
     # -- by kind ----------------------------------------------------------------------------
+
+    def _store_machine(self, key: str, raw: bytes, mod: int) -> None:
+        """``_store_value`` of a key under ``machines/``, without the dispatch by kind (a value
+        that does not decode or match its key takes ``_store_value``'s path)."""
+        machine = MACHINE_MEMO.get(raw) if type(raw) is bytes else None  # (see _put_allocs)
+        if machine is None:
+            try:
+                machine = self._decode_machine(key, raw)
+            except CodecError:
+                pass
+        if machine is None or key[len(self._machine_prefix):] != machine.id:
+            self._store_value(key, raw, mod)
+            return
+        self._set_machine(machine.id, _MACHINE_ENTRY(machine, mod))
+        if self.quarantine and key in self.quarantine:
+            del self.quarantine[key]
+
+    def _store_job(self, key: str, raw: bytes, mod: int) -> None:
+        """``_store_machine`` for a key under ``jobs/``."""
+        record = RECORD_MEMO.get(raw) if type(raw) is bytes else None  # (see _put_allocs)
+        if record is None:
+            try:
+                record = self._decode_job(key, raw)
+            except CodecError:
+                pass
+        if record is None or key[len(self._job_prefix):] != record.job.id:
+            self._store_value(key, raw, mod)
+            return
+        self._set_job(record.job.id, _JOB_ENTRY(record, mod))  # (the record's id: see _put_job)
+        if self.quarantine and key in self.quarantine:
+            del self.quarantine[key]
 
     def _put_machine(self, key: str, ident: str, raw: bytes, mod: int) -> None:
         machine = self._decode_machine(key, raw)
@@ -195,6 +234,8 @@ class ReplicaState:
         self._set_job(record.job.id, _JOB_ENTRY(record, mod))
 
     def _set_job(self, ident: str, entry: JobEntry) -> None:
+        """Hold ``entry`` for job ``ident``, in the pending index when it has a pending task
+        and is not killed; note ``ident`` in ``changed_jobs`` when tracked."""
         record = entry.record
         old = self._jobs.get(ident)
         self._jobs[ident] = entry
@@ -205,6 +246,8 @@ class ReplicaState:
             self._pending[kind][ident] = entry
         else:
             self._pending[kind].pop(ident, None)
+        if self.changed_jobs is not None:
+            self.changed_jobs.add(ident)
 
     def _put_alloc(self, key: str, ident: str, raw: bytes, mod: int) -> None:
         alloc = self._decode_alloc(key, raw)
@@ -217,19 +260,32 @@ class ReplicaState:
         """``_put`` of each allocation put in ``puts`` (objects with ``key`` under ``allocs/``,
         ``value`` and ``mod_revision``, whose mod record the caller set), in order, without
         ``_put``'s dispatch by kind; a put whose value does not decode or match its key takes
-        ``_store_value``'s path."""
-        set_alloc, quarantine = self._set_alloc, self.quarantine
+        ``_store_value``'s path; a new key is indexed inline (``_set_alloc``'s work)."""
+        quarantine, allocs, allocs_on, allocs_of = self.quarantine, self._allocs, self._allocs_on, self._allocs_of
         decode, start = self._decode_alloc, len(self._alloc_prefix)
         for ev in puts:
             key, raw = ev.key, ev.value
-            try:
-                alloc = decode(key, raw)
-            except CodecError:
-                alloc = None
+            alloc = ALLOC_MEMO.get(raw) if type(raw) is bytes else None  # the decoder's first step, without its call
+            if alloc is None:
+                try:
+                    alloc = decode(key, raw)
+                except CodecError:
+                    pass
             if alloc is None or key[start:] != f"{alloc.job_id}/{alloc.task_index}":
                 self._store_value(key, raw, ev.mod_revision)
                 continue
-            set_alloc(key, alloc)
+            if key in allocs:
+                self._set_alloc(key, alloc)
+            else:
+                allocs[key] = alloc
+                on = allocs_on.get(alloc.machine_id)
+                if on is None:
+                    allocs_on[alloc.machine_id] = on = {}
+                on[key] = alloc
+                of = allocs_of.get(alloc.job_id)
+                if of is None:
+                    allocs_of[alloc.job_id] = of = {}
+                of[alloc.task_index] = alloc
             if quarantine and key in quarantine:
                 del quarantine[key]
 
@@ -248,6 +304,12 @@ class ReplicaState:
         if of is None:
             self._allocs_of[job_id] = of = {}
         of[alloc.task_index] = alloc
+
+    def _drop_alloc(self, key: str) -> None:
+        """Forget the allocation under ``key`` (if held) and its index entries."""
+        old = self._allocs.pop(key, None)
+        if old is not None:
+            self._unindex_alloc(key, old)
 
     def _unindex_alloc(self, key: str, alloc: Alloc) -> None:
         on = self._allocs_on.get(alloc.machine_id)

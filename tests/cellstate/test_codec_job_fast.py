@@ -8,6 +8,7 @@ from dataclasses import replace
 import msgpack
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 from strategies import job_records
 
 from cellstate import codec, codec_envelope, codec_job, codec_job_fast
@@ -164,3 +165,8 @@ def test_a_bare_spec_is_marked_checked_only_when_its_shape_passes(name, duration
     job = codec_job_fast.fast_bare_spec(d)
     marked = job is not None and codec_job_fast._SHAPED_SPECS.get(id(job), (None,))[0] is job
     assert marked == (job is not None and codec_job_fast._spec_shape_ok(job))
+
+
+@given(st.text(alphabet="parfxkPq é\x00", max_size=80))
+def test_task_states_ok_is_every_character_a_task_state(states):
+    assert codec_job_fast.task_states_ok(states) is all(c in "parfxk" for c in states)

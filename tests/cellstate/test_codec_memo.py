@@ -20,24 +20,34 @@ def test_the_bytes_object_and_equal_bytes_are_answered_other_bytes_and_buffers_a
     assert memo.get(raw) == "value"
     assert memo.get(bytes(bytearray(raw))) == "value"  # equal content, another object: decodes the same
     assert memo.get(b"y" * 8) is None
-    assert memo.get(bytearray(raw)) is None  # a buffer is not looked up (no hash)
+    with pytest.raises(TypeError):
+        memo.get(bytearray(raw))  # a buffer is not looked up (no hash)
+    assert decode_machine("machines/m1", bytearray(pack_machine(M))) == M  # the decoders ask with bytes only
 
 
 @pytest.mark.parametrize("raw", [bytearray(b"abc"), memoryview(b"abc")], ids=["bytearray", "memoryview"])
 def test_mutable_or_borrowed_buffers_are_not_remembered(raw):
     memo = ValueMemo()
     memo.put(raw, "value")
-    assert memo.get(raw) is None
+    assert memo.get(b"abc") is None
 
 
-@pytest.mark.parametrize("limits, kept", [((2, 1 << 20), 2), ((100, 20), 2)], ids=["by-entries", "by-bytes"])
-def test_old_generations_are_dropped(limits, kept):
+@pytest.mark.parametrize("limits, kept", [((4, 1 << 20), 3), ((100, 40), 3), ((100, 15), 1)],
+                         ids=["by-entries", "by-bytes", "by-bytes-twice"])
+def test_the_older_half_is_dropped_when_full(limits, kept):
     memo = ValueMemo(*limits)
-    values = [bytes([i]) * 10 for i in range(6)]
+    values = [bytes([i]) * 10 for i in range(7)]
     for i, raw in enumerate(values):
         memo.put(raw, i)
-    assert [memo.get(raw) for raw in values[-kept:]] == list(range(6 - kept, 6))
-    assert memo.get(values[0]) is None
+    assert [memo.get(raw) for raw in values] == [None] * (7 - kept) + list(range(7 - kept, 7))
+
+
+def test_a_value_bigger_than_the_byte_limit_is_not_kept():
+    memo = ValueMemo(10, 4)
+    memo.put(b"12345", "value")
+    assert memo.get(b"12345") is None
+    memo.put(b"123", "small")
+    assert memo.get(b"123") == "small"
 
 
 @pytest.mark.parametrize("limits", [(0, 10), (10, 0)], ids=["entries", "bytes"])

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cellstate.model import Job, JobKind, JobRecord, TaskState
+from cellstate import model
+from cellstate.model import Job, JobKind, JobRecord, TaskState, pending_indices
 from cellstate.resources import Resources
 
 JOB = Job("j", JobKind.BATCH, 1, Resources(1, 1))
@@ -35,6 +36,25 @@ def test_pending_tasks_of_any_text_are_the_p_indices(tasks):
                          ids=["all", "none", "one", "half", "half-non-ascii"])
 def test_pending_tasks_of_the_usual_shapes(tasks):
     assert record(tasks).pending_tasks() == [i for i, c in enumerate(tasks) if c == "p"]
+
+
+@pytest.mark.parametrize("tasks", ["pa" * 100, "p" * 64, "a" * 63 + "p", "pé" * 40], ids=["half", "all", "last", "non-ascii"])
+def test_pending_indices_of_a_long_string_asked_again_are_a_fresh_equal_list(tasks):
+    expected = [i for i, c in enumerate(tasks) if c == "p"]
+    first = pending_indices(tasks)
+    first.append(-1)  # the caller's own list
+    again = pending_indices(tasks)
+    assert again == expected and again is not first
+    assert pending_indices("".join(tasks)) == expected
+
+
+def test_pending_indices_are_remembered_by_identity_not_by_address(monkeypatch):
+    monkeypatch.setattr(model, "_PENDING_OF_MAX", 2)
+    strings = ["p" * 70 + "a" * i for i in range(5)] + ["a" * 70 + "p"]
+    for _ in range(2):
+        for tasks in strings:
+            assert pending_indices(tasks) == [i for i, c in enumerate(tasks) if c == "p"]
+    assert len(model._PENDING_OF) <= 2
 
 
 @dataclass(frozen=True, slots=True)

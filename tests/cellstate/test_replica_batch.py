@@ -67,3 +67,35 @@ def test_a_batch_applies_as_its_events_one_by_one(seed):
         sum(single._apply_batch(WatchBatch(ev.mod_revision, (ev,))) for ev in events)
     assert _state(whole) == _state(single)
     assert whole_errors == single_errors and whole_errors
+
+
+def _misfiled(rng: random.Random, events: list[Event]) -> list[Event]:
+    """``events`` and, beside some job and machine puts, their value put under another job's
+    or machine's key too (in the same revision)."""
+    out = []
+    for ev in events:
+        out.append(ev)
+        for kind in ("jobs", "machines"):
+            if ev.kind is EventKind.PUT and ev.key.startswith(KEYS.kind_prefix(kind)) and rng.random() < 0.3:
+                out.append(Event(EventKind.PUT, KEYS.kind_prefix(kind) + "other", ev.value, ev.mod_revision))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_batch_stores_each_kind_as_the_generic_put_and_delete(seed):
+    """The watch's shortcuts by kind (job and machine puts, allocation deletes) leave what
+    ``_put`` and ``_delete``, which dispatch by kind, leave."""
+    rng = random.Random(seed)
+    events = _misfiled(rng, _events(rng, 300))
+    batch_errors: list = []
+    generic_errors: list = []
+    batched, generic = _replica(batch_errors), _replica(generic_errors)
+    batched._apply_batch(WatchBatch(events[-1].mod_revision, tuple(events)))
+    for ev in events:
+        if ev.kind is EventKind.PUT:
+            generic._put(ev.key, ev.value, ev.mod_revision)
+        else:
+            del generic._mod[ev.key]
+            generic._delete(ev.key)
+    assert _state(batched) == _state(generic)
+    assert batch_errors == generic_errors and batch_errors
