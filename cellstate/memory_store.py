@@ -60,11 +60,6 @@ _FIELD = {
 }
 
 
-def _key_value(put: Event) -> KeyValue:
-    """The KeyValue a plain put's Event stands for (no lease)."""
-    return _KEY_VALUE(put.key, put.value, put.create_revision, put.mod_revision, put.version, 0)
-
-
 class MemoryStore(MemoryLeases):
     """A thread-safe, versioned key-value store in memory (see the module docstring)."""
 
@@ -132,11 +127,8 @@ class MemoryStore(MemoryLeases):
             return self._revision
 
     def _current_range(self, prefix: str) -> tuple[KeyValue, ...]:
-        """The current entries under ``prefix`` as KeyValues (built here for unread puts, not
-        kept: a range reads many keys once)."""
         kvs = self._kvs
-        found = [kvs[key] for key in self._keys_under(prefix) if key in kvs]
-        return tuple([_key_value(kv) if type(kv) is Event else kv for kv in found])
+        return tuple([self._read(kvs[key]) for key in self._keys_under(prefix) if key in kvs])
 
     def _read(self, entry: KeyValue | Event) -> KeyValue:
         """The KeyValue of a key's entry."""
@@ -144,7 +136,8 @@ class MemoryStore(MemoryLeases):
 
     def _settle(self, event: Event) -> KeyValue:
         """The KeyValue of a key whose entry is still its put's Event; it replaces the Event."""
-        kv = self._kvs[event.key] = _key_value(event)
+        kv = self._kvs[event.key] = _KEY_VALUE(event.key, event.value, event.create_revision,
+                                               event.mod_revision, event.version, 0)
         return kv
 
     def _historical_range(self, prefix: str, revision: int) -> tuple[KeyValue, ...]:
