@@ -72,8 +72,9 @@ class StoreCommitter:
         """Run the plan's txn; PlanTooLarge if it exceeds the op or request-size limit,
         ValueError if the plan is inconsistent (claims for tasks that are not pending, …)."""
         check_plan(plan)
-        compares, keys = self._compares(plan)
-        success, written, deleted, applied = self._writes(plan)
+        ledgers = new_ledgers(plan)
+        compares, keys = self._compares(plan, ledgers)
+        success, written, deleted, applied = self._writes(plan, ledgers, keys)
         ops = max(len(compares), len(success))
         if ops > self.max_txn_ops:
             raise PlanTooLarge(f"plan for job {plan.job.id!r} ({len(plan.claims)} claims) needs {ops} "
@@ -89,11 +90,12 @@ class StoreCommitter:
 
     # -- building the txn ----------------------------------------------------------------
 
-    def _compares(self, plan: Plan):
-        """Compares, and the compared keys in order: touched machines, the job, victim jobs
-        (each ``mod_revision_is(key, seen)``, built without the dataclass ``__init__``)."""
+    def _compares(self, plan: Plan, ledgers: dict[str, Machine]):
+        """Compares, and the compared keys in order: touched machines (those of ``ledgers``),
+        the job, victim jobs (each ``mod_revision_is(key, seen)``, built without the dataclass
+        ``__init__``)."""
         keys, compares = [], []
-        for machine_id in touched_machines(plan):
+        for machine_id in ledgers:
             key = self.keys.machine(machine_id)
             keys.append(key)
             compares.append(_COMPARE(key, _MOD, _EQ, plan.machines[machine_id].mod_revision))
@@ -107,16 +109,17 @@ class StoreCommitter:
             compares.append(_COMPARE(key, _MOD, _EQ, entry.mod_revision))
         return compares, keys
 
-    def _writes(self, plan: Plan):
+    def _writes(self, plan: Plan, new: dict[str, Machine], compared: list[str]):
         """Success ops, the {key: value} put, the keys deleted, and the values put as
         objects: (ledgers, job records, {alloc key: Alloc}). Values are built here from the
         plan's decoded entries, so they take the codec's trusted encoders (field checks
-        instead of a decode-back; same bytes, same errors)."""
+        instead of a decode-back; same bytes, same errors). ``compared`` are the keys
+        ``_compares`` gave, whose strings the writes of the same keys reuse."""
         written: dict[str, bytes] = {}
         deleted: list[str] = []
-        ledgers = list(new_ledgers(plan).values())
-        for machine in ledgers:
-            written[self.keys.machine(machine.id)] = pack_machine(machine)
+        ledgers = list(new.values())
+        for machine_id, key, machine in zip(new, compared, ledgers):
+            written[key if machine.id == machine_id else self.keys.machine(machine.id)] = pack_machine(machine)
         job = plan.job.record
         allocs: dict[str, Alloc] = {}
         priority, scheduler, now = job.job.priority, plan.scheduler, plan.now
@@ -127,8 +130,9 @@ class StoreCommitter:
             written[key] = pack_alloc(alloc)
         record = updated_record(plan)
         records = ([record] if record != job else []) + list(victim_records(plan).values())
+        job_key = compared[len(new)]
         for record in records:
-            written[self.keys.job(record.id)] = encode_job_record(record)
+            written[job_key if record.id == plan.job.id else self.keys.job(record.id)] = encode_job_record(record)
         for claim in plan.claims:
             deleted.extend(self.keys.alloc(job_id, task) for job_id, task in claim.evicts)
         ops = [_PUT(key, value, 0) for key, value in written.items()] + [Delete(key) for key in deleted]

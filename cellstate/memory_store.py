@@ -14,6 +14,9 @@ revision is readable (older ones raise ``Compacted``, as if compacted at every w
 commit is handed at once to the open watches, which still see every event in order; a watch
 starting at or below the current revision raises ``Compacted`` (relist, then watch from the
 listing's revision + 1).
+Such a store without leases keeps a put's ``Event`` as the key's entry (it carries every
+field of the ``KeyValue`` but the lease, 0 then) and builds the ``KeyValue`` when a read
+first returns it.
 """
 
 from __future__ import annotations
@@ -78,7 +81,7 @@ class MemoryStore(MemoryLeases):
         self._waiting = 0  # watches waiting on _changed
         self._revision = 1
         self._compact_revision = 0
-        self._kvs: dict[str, KeyValue] = {}
+        self._kvs: dict[str, KeyValue | Event] = {}  # an Event: a plain put not read yet
         self._keys: list[str] = []  # sorted; every key with current or historical versions
         self._live_keys = LiveKeys()  # without history: the keys (instead of _keys)
         self._history: dict[str, list[tuple[int, KeyValue | None]]] = {}  # (revision, kv or tombstone)
@@ -95,7 +98,8 @@ class MemoryStore(MemoryLeases):
         with self._lock:
             if self._closed or self._leases:  # (_start_op's work; no call on a replay's reads)
                 self._start_op()
-            return self._kvs.get(key)
+            kv = self._kvs.get(key)
+            return self._settle(kv) if type(kv) is Event else kv
 
     def get_many(self, keys: Sequence[str]) -> tuple[int, dict[str, KeyValue]]:
         """Read several keys at one revision: (revision, present keys)."""
@@ -103,7 +107,8 @@ class MemoryStore(MemoryLeases):
             raise TypeError("get_many needs a sequence of keys, not a str")
         with self._lock:
             self._start_op()
-            found = {key: self._kvs[key] for key in keys if key in self._kvs}
+            kvs = self._kvs
+            found = {key: self._read(kvs[key]) for key in keys if key in kvs}
             return self._revision, found
 
     def range(self, prefix: str, revision: int | None = None) -> RangeResult:
@@ -123,7 +128,17 @@ class MemoryStore(MemoryLeases):
 
     def _current_range(self, prefix: str) -> tuple[KeyValue, ...]:
         kvs = self._kvs
-        return tuple(kvs[key] for key in self._keys_under(prefix) if key in kvs)
+        return tuple([self._read(kvs[key]) for key in self._keys_under(prefix) if key in kvs])
+
+    def _read(self, entry: KeyValue | Event) -> KeyValue:
+        """The KeyValue of a key's entry."""
+        return self._settle(entry) if type(entry) is Event else entry
+
+    def _settle(self, event: Event) -> KeyValue:
+        """The KeyValue of a key whose entry is still its put's Event; it replaces the Event."""
+        kv = self._kvs[event.key] = _KEY_VALUE(event.key, event.value, event.create_revision,
+                                               event.mod_revision, event.version, 0)
+        return kv
 
     def _historical_range(self, prefix: str, revision: int) -> tuple[KeyValue, ...]:
         found = (version_at(self._history[key], revision) for key in self._keys_under(prefix))
@@ -217,21 +232,21 @@ class MemoryStore(MemoryLeases):
                     key, value = op.key, op.value
                     old = kvs.get(key)
                     if old is None:
-                        kvs[key] = _KEY_VALUE(key, value, revision, revision, 1, 0)
+                        kvs[key] = event = _EVENT(_PUT_EVENT, key, value, revision, revision, 1)
                         self._live_keys.add(key, kvs)
-                        append(_EVENT(_PUT_EVENT, key, value, revision, revision, 1))
                     else:  # the key object stored first: every event of the key carries that one str
-                        key, version = old.key, old.version + 1
-                        kvs[key] = _KEY_VALUE(key, value, old.create_revision, revision, version, 0)
-                        append(_EVENT(_PUT_EVENT, key, value, revision, old.create_revision, version))
+                        key = old.key
+                        kvs[key] = event = _EVENT(_PUT_EVENT, key, value, revision, old.create_revision,
+                                                  old.version + 1)
+                    append(event)
                 else:
                     append(self._write_put(op, revision))
             elif t is Get:
                 if op.prefix:
-                    reads.append(tuple([kvs[key] for key in self._keys_under(op.key) if key in kvs]))
+                    reads.append(self._current_range(op.key))
                 else:
                     kv = kvs.get(op.key)
-                    reads.append(() if kv is None else (kv,))
+                    reads.append(() if kv is None else (self._read(kv),))
             elif plain and not op.prefix:
                 if kvs.pop(op.key, None) is not None:
                     append(_EVENT(_DELETE_EVENT, op.key, b"", revision, 0, 0))
@@ -252,7 +267,7 @@ class MemoryStore(MemoryLeases):
                 self._live_keys.add(key, kvs)  # only a new key: a live one is listed already
         else:
             kv = kvs[key] = _KEY_VALUE(key, value, old.create_revision, revision, old.version + 1, lease)
-            if old.lease and old.lease in self._leases:
+            if type(old) is KeyValue and old.lease and old.lease in self._leases:
                 self._leases[old.lease].keys.discard(key)
         if lease:
             self._leases[lease].keys.add(key)
@@ -262,7 +277,7 @@ class MemoryStore(MemoryLeases):
 
     def _write_delete(self, key: str, revision: int) -> Event:
         old = self._kvs.pop(key)
-        if old.lease and old.lease in self._leases:
+        if type(old) is KeyValue and old.lease and old.lease in self._leases:
             self._leases[old.lease].keys.discard(key)
         if self.history:
             self._record(key, revision, None)  # (without history the key stays listed until pruned)

@@ -2,12 +2,12 @@
 
 With history (the default) a stream is a cursor over the store's revision log (``scan_log``).
 Without history (``MemoryStore(history=False)``) the store keeps no log: each commit is fanned
-out at once to the live streams (``fan_out``), which queue it until ``next`` takes it.
+out at once to the live streams (``fan_out``), which queue its events until ``next`` takes
+them, every queued revision as one batch.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 from cellstate.fastbuild import builder
@@ -34,7 +34,8 @@ class MemoryWatchStream:
         self.broken = False
         self.cancelled = False
         self.start_gone = False  # store without history: it started at a revision not kept
-        self.pending: deque[WatchBatch] = deque()  # fanned-out batches (store without history)
+        self.pending: list[Event] = []  # fanned-out events (store without history) ...
+        self.pending_revision = 0  # ... up to this revision
         self._store = store
 
     def next(self, timeout: float | None = None) -> WatchBatch | None:
@@ -79,35 +80,31 @@ def scan_log(stream: MemoryWatchStream, log: Sequence[tuple[Event, ...]], log_st
 
 def fan_out(streams: Iterable[MemoryWatchStream], revision: int, events: Sequence[Event]) -> None:
     """Queue the events of ``revision`` under each live stream's prefix on that stream
-    (streams that start later than ``revision`` skip it). Streams with the same prefix share
-    one batch (batches are immutable; a replay's replicas all watch the cell)."""
-    batch_by_prefix: dict[str, WatchBatch | None] = {}
+    (streams that start later than ``revision`` skip it). Consecutive streams with the same
+    prefix share one filtering (a replay's replicas all watch the cell)."""
+    last_prefix = mine = None
     for stream in streams:
         if stream.cancelled or stream.broken or revision < stream.next_revision:
             continue
         prefix = stream.prefix
-        if prefix in batch_by_prefix:
-            batch = batch_by_prefix[prefix]
-        else:
-            mine = tuple([ev for ev in events if ev.key.startswith(prefix)])
-            batch = batch_by_prefix[prefix] = _WATCH_BATCH(revision, mine) if mine else None
-        if batch is not None:
-            stream.pending.append(batch)
+        if prefix != last_prefix:
+            last_prefix = prefix
+            if len(events) == 1:  # (most commits: one put, no comprehension)
+                mine = events if events[0].key.startswith(prefix) else None
+            else:
+                mine = [ev for ev in events if ev.key.startswith(prefix)]
+        if mine:
+            stream.pending += mine
+            stream.pending_revision = revision
 
 
 def take_pending(stream: MemoryWatchStream) -> WatchBatch | None:
-    """Every queued batch of the stream merged into one (None when nothing is queued); the
-    stream's position moves past the last revision taken."""
-    pending = stream.pending
-    if not pending:
+    """Every queued event of the stream as one batch up to the last revision queued (None
+    when nothing is queued); the stream's position moves past that revision."""
+    events = stream.pending
+    if not events:
         return None
-    if len(pending) == 1:
-        batch = pending.popleft()
-    else:
-        events: list[Event] = []
-        while pending:
-            last = pending.popleft()
-            events.extend(last.events)
-        batch = WatchBatch(last.revision, tuple(events))
-    stream.next_revision = batch.revision + 1
-    return batch
+    stream.pending = []
+    revision = stream.pending_revision
+    stream.next_revision = revision + 1
+    return _WATCH_BATCH(revision, tuple(events))

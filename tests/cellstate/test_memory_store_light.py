@@ -8,7 +8,9 @@ import pytest
 from cellstate.keys import CellKeys
 from cellstate.memory_store import MemoryStore
 from cellstate.replica import Replica
-from cellstate.store import Compacted, Delete, EventKind, Put, Unavailable
+from cellstate.store import (
+    Compacted, Compare, CompareOp, CompareTarget, Delete, EventKind, Get, KeyValue, Put, Unavailable,
+)
 from replica_helpers import alloc, assert_matches_store, job, machine, write
 
 
@@ -114,6 +116,55 @@ def test_a_zero_wait_on_an_empty_stream_still_reports_expiry_breaks_and_close(li
     light.close()
     with pytest.raises(Unavailable):
         other.next(timeout=0)
+
+
+def test_every_read_returns_the_key_values_of_plain_puts(light):
+    """A plain put's entry is its Event until read: each read path returns a KeyValue."""
+    r1 = light.txn([], [Put("/r/a", b"1"), Put("/r/b", b"1"), Put("/r/c", b"1")]).revision
+    r2 = light.put("/r/a", b"2")
+    a, b = KeyValue("/r/a", b"2", r1, r2, 2, 0), KeyValue("/r/b", b"1", r1, r1, 1, 0)
+    c = KeyValue("/r/c", b"1", r1, r1, 1, 0)
+    assert light.get_many(["/r/b", "/r/x"]) == (r2, {"/r/b": b})
+    value_compares = [Compare("/r/a", CompareTarget.VALUE, CompareOp.EQ, b"2"),
+                      Compare("/r/c", CompareTarget.VERSION, CompareOp.EQ, 1),
+                      Compare("/r/c", CompareTarget.CREATE, CompareOp.EQ, r1)]
+    result = light.txn(value_compares, [Get("/r/c"), Get("/r/", prefix=True)], [])
+    assert result.succeeded and result.reads == ((c,), (a, b, c))
+    assert light.get("/r/a") == a and light.range("/r/").kvs == (a, b, c)
+    every = [light.get("/r/a"), *light.range("/r/").kvs, *light.get_many(["/r/b"])[1].values(), *result.reads[1]]
+    assert {type(kv) for kv in every} == {KeyValue}
+    r3 = light.put("/r/a", b"3")  # a read key written again: its next read is that put's
+    assert light.get("/r/a") == KeyValue("/r/a", b"3", r1, r3, 3, 0)
+    assert not light.txn([Compare("/r/b", CompareTarget.VALUE, CompareOp.EQ, b"2")], [Put("/r/b", b"x")]).succeeded
+
+
+def test_leases_granted_after_plain_puts_take_over_their_keys(light):
+    light.put("/l/a", b"1")
+    light.put("/l/b", b"1")
+    lease = light.grant_lease(5)
+    light.put("/l/a", b"2", lease)  # over an entry a plain put left
+    light.delete("/l/b")
+    light.put("/l/c", b"1")
+    assert light.get("/l/a").lease == lease and light.get("/l/c").lease == 0
+    light.revoke_lease(lease)
+    assert [kv.key for kv in light.range("/l/").kvs] == ["/l/c"]
+
+
+def test_streams_take_the_events_under_their_prefix_of_every_revision_since_their_last_take(light):
+    w, x = light.watch("/w/", light.revision() + 1), light.watch("/x/", light.revision() + 1)
+    r1 = light.txn([], [Put("/w/a", b"1"), Put("/x/a", b"1"), Put("/w/b", b"1")]).revision
+    late = light.watch("/w/", r1 + 1)
+    r2 = light.put("/x/b", b"1")
+    r3 = light.delete("/w/a")
+    light.put("/y/a", b"1")
+    batch = w.next(timeout=0)
+    assert batch.revision == r3 and [(ev.key, ev.mod_revision) for ev in batch.events] == [
+        ("/w/a", r1), ("/w/b", r1), ("/w/a", r3)]
+    assert [(ev.key, ev.mod_revision) for ev in x.next(timeout=0).events] == [("/x/a", r1), ("/x/b", r2)]
+    assert [(ev.kind, ev.key) for ev in late.next(timeout=0).events] == [(EventKind.DELETE, "/w/a")]
+    assert w.next(timeout=0) is None and x.next(timeout=0) is None
+    r5 = light.put("/w/c", b"1")
+    assert w.next(timeout=0).revision == r5 and x.next(timeout=0) is None
 
 
 def test_a_cancelled_watch_gets_nothing(light):
