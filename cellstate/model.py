@@ -239,8 +239,8 @@ def with_states(tasks: str, indices: Sequence[int], char: str) -> str:
 
 def pending_indices(tasks: str) -> list[int]:
     """Indices of the ``"p"`` (pending) characters of a task-state string, in order (a new
-    list). A long string's answer is remembered by the string's identity: a placer asks again
-    of the same record at each attempt."""
+    list). A long string's answer is remembered by the string's identity: the schedulers'
+    task checks (``checked_tasks``) ask again of the same record at each decision."""
     if len(tasks) < _REMEMBER_FROM:
         return _pending_indices(tasks)
     held = _PENDING_OF.get(id(tasks))
