@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import sys
 import tempfile
 
@@ -277,7 +278,8 @@ def test_read_placements_takes_the_task_placed_records_of_the_time_read(tmp_path
     (placed(0.0, machine="a/b"), "record 3: field 'machine'"),
     (dict(placed(0.0), extra=1), "record 3: field 'extra': unknown field"),
     (placed(float("nan")), "record 3: field 't'"),
-], ids=["negative-task", "machine-not-an-id", "extra-field", "nan-time"])
+    ({("host" if k == "machine" else k): v for k, v in placed(0.0).items()}, "record 3: field 'machine': missing"),
+], ids=["negative-task", "machine-not-an-id", "extra-field", "nan-time", "five-fields-one-unknown"])
 def test_read_placements_raises_as_next_does(tmp_path, record, message):
     path = tmp_path / "p.omt"
     path.write_bytes(packed(header_map(version=2), submit(0.0), placed(0.0), record, placed(0.0), end(4)))
@@ -285,3 +287,27 @@ def test_read_placements_raises_as_next_does(tmp_path, record, message):
     with reader, pytest.raises(TraceError, match=message):
         next(reader)
         reader.read_placements([])
+
+
+@pytest.mark.parametrize("compress", [False, True], ids=["plain", "gzip"])
+def test_read_placements_across_read_chunks_and_cut_inside_one(tmp_path, compress):
+    """A run of placements the reader's 64 KiB chunks cut reads whole; a file cut inside its
+    last record is truncated there, a file cut after a whole one lacks the end record."""
+    records = [submit(0.0)] + [placed(0.0, task=i, machine=f"m{i % 7}") for i in range(12000)]
+    data = packed(header_map(version=2), *records)
+    assert len(data) > 4 * 65536
+    path = tmp_path / "p.omt"
+    path.write_bytes(gzip.compress(data + packed(end(len(records)))) if compress else data + packed(end(len(records))))
+    _, reader = read_trace(path)
+    with reader:
+        next(reader)
+        run = []
+        assert reader.read_placements(run) is None
+        assert run == [("j", i, f"m{i % 7}") for i in range(12000)]
+    for cut, message in ((data[:-3], "truncated after record 12000 (record 12001 is incomplete)"),
+                         (data, "truncated after record 12001 (no end record)")):
+        path.write_bytes(gzip.compress(cut) if compress else cut)
+        _, reader = read_trace(path)
+        with reader, pytest.raises(TraceError, match=re.escape(message)):
+            next(reader)
+            reader.read_placements([])

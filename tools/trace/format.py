@@ -175,7 +175,6 @@ class TraceReader:
         self._raw = raw
         raw.seek(0)
         self._unpacker = msgpack.Unpacker(raw=False)
-        self._fed = self._consumed = 0  # unpacker.tell() also counts a partly read record: track whole ones
         self.index = -1  # index of the last record read
         self._version = FORMAT_VERSION
         self._decoders = _decoders(FORMAT_VERSION)
@@ -207,7 +206,6 @@ class TraceReader:
             return self._event(self._next_record())
         except Exception as exc:
             raise self._not_msgpack(exc) from None
-        self._consumed = unpacker.tell()
         self.index += 1
         kind = record.get("type") if type(record) is dict else None
         entry = self._decoders.get(kind) if type(kind) is str else None
@@ -227,29 +225,41 @@ class TraceReader:
         building their events); return the event after them, or None at the end of the trace."""
         if self._file is None:
             return None
-        t, fields, append, unpacker = self._last_t, _PLACED_FIELDS, into.append, self._unpacker
-        placed = "task_placed" in self._decoders
         try:
-            while True:
-                try:  # ``_next_record`` inline for a record fed whole
-                    record = unpacker.unpack()
-                except msgpack.OutOfData:
-                    record = self._next_record()
-                except Exception as exc:
-                    raise self._not_msgpack(exc) from None
-                else:
-                    self._consumed = unpacker.tell()
-                    self.index += 1
-                if (placed and type(record) is dict and record.keys() == fields and record["type"] == "task_placed"
-                        and type(rt := record["t"]) is float and rt == t):
-                    job, task, machine = record["job"], record["task"], record["machine"]
-                    if (type(job) is str and job and "/" not in job and type(task) is int and task >= 0
-                            and type(machine) is str and machine and "/" not in machine):
-                        append((job, task, machine))
-                        continue
-                return self._event(record)
+            while (record := self._fed_placements(into)) is _OUT_OF_DATA:
+                if not self._feed():
+                    record = self._next_record()  # at the end of the file: raises
+                    break
+            return self._event(record)
         except StopIteration:
             return None
+
+    def _fed_placements(self, into: list):
+        """``read_placements`` over the records the unpacker holds whole: the first record that
+        is not such a placement, or _OUT_OF_DATA."""
+        t, append, index = self._last_t, into.append, self.index
+        placed = "task_placed" in self._decoders
+        try:
+            for record in self._unpacker:
+                index += 1
+                if placed and type(record) is dict and len(record) == 5:
+                    try:  # the five fields, or a KeyError
+                        if record["type"] == "task_placed" and type(rt := record["t"]) is float and rt == t:
+                            job, task, machine = record["job"], record["task"], record["machine"]
+                            if (type(job) is str and job and "/" not in job and type(task) is int and task >= 0
+                                    and type(machine) is str and machine and "/" not in machine):
+                                append((job, task, machine))
+                                continue
+                    except KeyError:
+                        pass
+                break
+            else:
+                record = _OUT_OF_DATA
+        except Exception as exc:
+            self.index = index
+            raise self._not_msgpack(exc) from None
+        self.index = index
+        return record
 
     def _event(self, record) -> TraceEvent:
         """The event of ``record`` (StopIteration after the end record)."""
@@ -285,8 +295,6 @@ class TraceReader:
             record = self._unpack_next()
         except Exception as exc:
             raise self._not_msgpack(exc) from None
-        else:
-            self._consumed = unpacker.tell()
         if record is _EOF:
             self.close()
             raise TraceError(f"trace {self.name}: truncated after record {self.index} (no end record)")
@@ -299,22 +307,32 @@ class TraceReader:
         unpacker = self._unpacker
         while True:
             try:
-                record = unpacker.unpack()
+                return unpacker.unpack()
             except msgpack.OutOfData:
-                chunk = self._read_chunk()
-                if not chunk:
+                if not self._feed():
                     break
-                unpacker.feed(chunk)
-                self._fed += len(chunk)
-                continue
             except Exception as exc:
                 raise self._not_msgpack(exc) from None
-            self._consumed = unpacker.tell()
-            return record
-        if self._consumed < self._fed:
+        if self._holds_part_of_record():
             raise TraceError(f"trace {self.name}: truncated after record {self.index} "
                              f"(record {self.index + 1} is incomplete)")
         return _EOF
+
+    def _feed(self) -> bool:
+        """Feed the unpacker the file's next chunk; False at the end of the file."""
+        chunk = self._read_chunk()
+        if chunk:
+            self._unpacker.feed(chunk)
+        return bool(chunk)
+
+    def _holds_part_of_record(self) -> bool:
+        """True if the unpacker, out of data, holds part of a record: a lone nil fed after
+        whole records unpacks as None, after part of one it does not (or not at all)."""
+        self._unpacker.feed(_NIL)
+        try:
+            return self._unpacker.unpack() is not None
+        except Exception:  # OutOfData, or no valid msgpack with the nil in it
+            return True
 
     def _not_msgpack(self, exc: Exception) -> TraceError:
         """The error for the next record's bytes (msgpack raises many types: FormatError,
@@ -346,5 +364,6 @@ class TraceReader:
 
 
 _EOF = object()
-_PLACED_FIELDS = frozenset(("type", "t", "job", "task", "machine"))
+_OUT_OF_DATA = object()  # the unpacker holds no further whole record
+_NIL = msgpack.packb(None)
 _RECORD_KEY = "record"  # the key of a record's CodecError (its message, built by ``_error``, names the index)
