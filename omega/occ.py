@@ -138,7 +138,7 @@ class OptimisticPlacer:
         decision, decision_time = self._decide(st, entry, tasks)
         decision = mode.strategy.admit(entry, tasks, decision)
         st.unplaced.update(decision.unplaced)
-        attempt = dict(decision_time_s=decision_time, claims=tuple(decision.claims), started_at=started)
+        attempt = {"decision_time_s": decision_time, "claims": tuple(decision.claims), "started_at": started}
         if not decision.claims:
             tally = _Tally()
             self._write_reason(st, entry, tally)
@@ -201,7 +201,7 @@ class OptimisticPlacer:
             st.unplaced.update({i: f"gang too large for one transaction (limit {limit} tasks)" for i in tasks})
             tally = _Tally()
             self._write_reason(st, entry, tally)
-            self._emit(st, dict(decision_time_s=0.0, claims=(), started_at=started), tally,
+            self._emit(st, {"decision_time_s": 0.0, "claims": (), "started_at": started}, tally,
                        AttemptOutcome.TOO_LARGE)
             raise exc
 

@@ -22,6 +22,7 @@ from functools import partial
 from dataclasses import dataclass, field
 from typing import Any
 
+from cellstate.fastbuild import builder
 from cellstate.memory_store import MemoryStore
 from cellstate.model import JobKind
 from cellstate.placement_view import ReplicaView
@@ -38,6 +39,7 @@ from tools.fauxmaster.fit_memo import NON_PREEMPTING_KINDS, NothingFitsMemo
 
 DECISION_TIME_MODES = ("modelled", "measured")
 SELECT_BATCH = 16  # jobs taken from one fair ordering of the queue before ordering it again
+_DECISION = builder(Decision)  # one per decision of a scheduler answering otherwise: without __init__
 _JOB_KINDS = {"batch": (JobKind.BATCH,), "service": (JobKind.SERVICE,), "all": (JobKind.BATCH, JobKind.SERVICE)}
 
 
@@ -267,8 +269,8 @@ class SimScheduler:
         if type(answer) is Decision:
             return answer
         claims, unplaced = answer.claims, answer.unplaced  # the scheduler's own, fresh for this call
-        return Decision(claims if type(claims) is list else list(claims),
-                        unplaced if type(unplaced) is dict else dict(unplaced))
+        return _DECISION(claims if type(claims) is list else list(claims),
+                         unplaced if type(unplaced) is dict else dict(unplaced))
 
     def _on_attempt(self, attempt: Attempt) -> None:
         t = self.tally
