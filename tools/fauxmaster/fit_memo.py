@@ -147,7 +147,7 @@ class NothingFitsMemo:
     def __init__(self, view):
         self.view = view
         view.track_freed_machines()
-        self._groups: dict[Resources, _Group] = {}
+        self._groups: dict[GroupKey, _Group] = {}
         self._filed: dict[str, _Group] = {}  # job id → its group
         self._requests = RequestIndex()  # the requests of indexed groups
         self._shapes: list[Resources] = []  # requests no up machine has room for
@@ -231,8 +231,9 @@ class NothingFitsMemo:
         """File a changed job in its request's group (or out, if not pending)."""
         group = self._filed.get(job_id)
         request = None if entry is None else entry.record.job.request
-        if group is not None and group.request is not request and group.request != request:
-            self._leave(job_id, group)
+        if group is not None and group.request is not request and (
+                request is None or group.key != (request.cpu, request.memory, request.disk, request.extra)):
+            self._leave(job_id, group)  # the key is group_key's, built inline
             group = None
         if request is None:
             return
@@ -246,9 +247,10 @@ class NothingFitsMemo:
             self._changes.touched.add(job_id)
 
     def _join(self, job_id: str, request: Resources) -> None:
-        group = self._groups.get(request)
+        key = group_key(request)
+        group = self._groups.get(key)
         if group is None:
-            self._groups[request] = group = _Group(request, group_key(request))
+            self._groups[key] = group = _Group(request, key)
             if any(s.fits_in(request) for s in self._shapes):
                 self._set_asleep(group, True)
         group.members.add(job_id)
@@ -262,7 +264,7 @@ class NothingFitsMemo:
             if group.asleep:
                 self._set_asleep(group, False)  # the queue forgets it too
             self._unindex(group)
-            del self._groups[group.request]
+            del self._groups[group.key]
 
     def _unsolo(self, job_id: str, group: _Group) -> None:
         if group.solo.pop(job_id, None) is not None and not group.solo and not group.asleep:
@@ -303,7 +305,7 @@ class NothingFitsMemo:
             self._shapes = _without_room_in(self._shapes, frees, most)
             self._new_shapes = _without_room_in(self._new_shapes, frees, most)
         for request in self._requests.fitting(frees, most):
-            group = self._groups[request]
+            group = self._groups[group_key(request)]
             self.released += len(group.members) if group.asleep else len(group.solo)
             if group.asleep:
                 self._set_asleep(group, False)
@@ -317,7 +319,8 @@ class NothingFitsMemo:
         if not new:
             return
         cpu, memory, disk = (min(s.cpu for s in new), min(s.memory for s in new), min(s.disk for s in new))
-        for request, group in self._groups.items():
+        for group in self._groups.values():
+            request = group.request
             if group.asleep or request.cpu < cpu or request.memory < memory or request.disk < disk:
                 continue  # smaller than every new shape in some resource
             if any(s.fits_in(request) for s in new):
