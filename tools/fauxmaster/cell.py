@@ -35,6 +35,7 @@ AGENT = "fauxmaster"
 _JOB_ENTRY, _MACHINE_ENTRY = builder(JobEntry), builder(MachineEntry)
 _PUT, _COMPARE = builder(Put), builder(Compare)
 _CREATE, _EQ = CompareTarget.CREATE, CompareOp.EQ
+_NO_ROW = (0, 0, 0, 0)  # the usage row of a machine not followed yet
 
 
 @dataclass(slots=True)
@@ -52,12 +53,16 @@ class UsageLedger:
 
     def add_machine(self, machine: Machine) -> None:
         """Follow ``machine`` (one already followed is replaced in its place)."""
-        capacity, allocated = machine.capacity, machine.allocated
+        capacity, allocated, machine_id = machine.capacity, machine.allocated, machine.id
         row = [capacity.cpu, capacity.memory, allocated.cpu, allocated.memory]
-        old = self.machines.get(machine.id)
-        self.machines[machine.id] = row
-        self.shares[machine.id] = row[2] / row[0] if row[0] else 0.0
-        self.totals = [total + x - y for total, x, y in zip(self.totals, row, old or (0, 0, 0, 0))]
+        old = self.machines.get(machine_id, _NO_ROW)
+        self.machines[machine_id] = row
+        self.shares[machine_id] = row[2] / row[0] if row[0] else 0.0
+        totals = self.totals
+        totals[0] += row[0] - old[0]
+        totals[1] += row[1] - old[1]
+        totals[2] += row[2] - old[2]
+        totals[3] += row[3] - old[3]
 
     def remove_machine(self, machine_id: str) -> None:
         row = self.machines.pop(machine_id, None)
@@ -121,7 +126,7 @@ class ObservedCommitter(StoreCommitter):
         self.on_commit = on_commit
 
     def commit(self, plan: Plan) -> CommitOutcome:
-        outcome = super().commit(plan)
+        outcome = StoreCommitter.commit(self, plan)
         if outcome.committed and plan.claims:
             self.on_commit(plan)
         return outcome

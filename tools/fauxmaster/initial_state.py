@@ -81,9 +81,9 @@ class _Placer:
         here = self.per_machine.setdefault(job_id, {}) if job.different_machine or job.max_per_machine else None
         cpu, memory, disk, core = request.cpu, request.memory, request.disk, not request.extra
         allocs, puts, pack = self.allocs, self.puts, pack_alloc
-        ends, key_prefix = self._ends(job_id, job), self.cell.keys.job_allocs(job_id)
+        ends, key_prefix, tasks = self._ends(job_id, job), self.cell.keys.job_allocs(job_id), len(states)
         for _, task, machine_id in run:
-            if task >= len(states) or states[task] != _PENDING:
+            if task >= tasks or states[task] != _PENDING:
                 skipped["task not pending"] += 1
                 continue
             left = room.get(machine_id, _UNREAD)

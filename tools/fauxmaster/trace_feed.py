@@ -85,6 +85,7 @@ class TraceFeed:
         (job, task, machine) triples."""
         now = self.core.now
         reader, trace_task_end = self._reader, self.cell.trace_task_end
+        read_next = reader.__next__  # called in Python, not through next()'s iterator slot
         run: list = []  # the jobs of consecutive JobSubmit events, or the triples of TaskPlaced ones
         run_type = None
         event = self._next
@@ -108,8 +109,12 @@ class TraceFeed:
                 continue
             else:
                 self._apply(event)
-            self._next = event = next(reader, None)
-            read += event is not None
+            try:
+                self._next = event = read_next()
+            except StopIteration:
+                self._next = event = None
+                break
+            read += 1
         if event is not None:  # as _read
             self.last_t = event.t
         self.events += read
