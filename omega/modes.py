@@ -281,7 +281,7 @@ class ConflictMode(Enum):
 
     @property
     def strategy(self) -> _ConflictStrategy:
-        return self.value
+        return self._value_  # the member's value, without Enum's ``value`` property
 
     @classmethod
     def parse(cls, text: str) -> ConflictMode:
@@ -294,7 +294,7 @@ class CommitMode(Enum):
 
     @property
     def strategy(self) -> IncrementalCommits | AllOrNothingCommits:
-        return self.value
+        return self._value_  # the member's value, without Enum's ``value`` property
 
     @classmethod
     def parse(cls, text: str) -> CommitMode:
