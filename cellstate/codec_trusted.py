@@ -25,7 +25,7 @@ import math
 
 from cellstate.codec import (
     _ATTRIBUTES, ALLOC_MEMO, MACHINE_MEMO, SCHEMA_VERSION, _alloc_map, _alloc_tail_map, _machine_fixed_map,
-    _machine_ledger_map, encode_alloc, encode_machine,
+    encode_alloc, encode_machine,
 )
 from cellstate.codec_envelope import pack_plain
 from cellstate.model import Alloc, Machine, MachineState
@@ -34,6 +34,7 @@ from cellstate.resources import Resources
 __all__ = ["pack_alloc", "pack_machine"]
 
 _PACK_ERRORS = (OverflowError, ValueError, TypeError)  # e.g. an int beyond 64 bits
+_UP = MachineState.UP
 
 
 def pack_machine(m: Machine) -> bytes:
@@ -44,9 +45,10 @@ def pack_machine(m: Machine) -> bytes:
         if fixed is None or not (fixed[0] is m.capacity and fixed[1] is m.zone and fixed[2] is m.rack
                                  and fixed[3] is m.platform and fixed[4] is m.packages and fixed[5] is m.labels):
             fixed = _fixed_part(m)
-        if fixed is not None and _ledger_ok(m):
+        ledger = _ledger_map(m) if fixed is not None else None
+        if ledger is not None:
             try:
-                tail = pack_plain(_machine_ledger_map(m))
+                tail = pack_plain(ledger)
             except _PACK_ERRORS:
                 pass  # the codec's encoder names the problem
             else:
@@ -54,6 +56,28 @@ def pack_machine(m: Machine) -> bytes:
                 MACHINE_MEMO.put(raw, m)  # decodes back equal, same types: decoders may answer with m
                 return raw
     return encode_machine(m)
+
+
+def _ledger_map(m: Machine) -> dict | None:
+    """``codec._machine_ledger_map(m)`` when the fields a ledger write changes (state,
+    allocated, task count, writer) are of the common shape; None otherwise."""
+    state, allocated, tasks, writer = m.state, m.allocated, m.task_count, m.writer
+    if type(state) is not MachineState or type(allocated) is not Resources or allocated.extra != ():
+        return None
+    cpu, memory, disk = allocated.cpu, allocated.memory, allocated.disk
+    if not (type(cpu) is int and cpu >= 0 and type(memory) is int and memory >= 0 and type(disk) is int
+            and disk >= 0 and type(tasks) is int and tasks >= 0 and type(writer) is str):
+        return None
+    d = {}
+    if state is not _UP:
+        d["state"] = state._value_
+    if cpu or memory or disk:
+        d["allocated"] = {"cpu": cpu, "memory": memory, "disk": disk}
+    if tasks:
+        d["tasks"] = tasks
+    if writer:
+        d["writer"] = writer
+    return d
 
 
 # The fixed part of each machine's map (id to labels) that passed its checks, by machine id:
@@ -152,12 +176,6 @@ def _fixed_ok(m: Machine) -> bool:
         if type(name) is not str or not name:
             return False
     return _labels_ok(m.labels)
-
-
-def _ledger_ok(m: Machine) -> bool:
-    """The fields a ledger write changes (state, allocated, task count, writer) are of the common shape."""
-    return (type(m.state) is MachineState and _resources_ok(m.allocated) and type(m.task_count) is int
-            and m.task_count >= 0 and type(m.writer) is str)
 
 
 def _labels_ok(labels: tuple) -> bool:

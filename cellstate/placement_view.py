@@ -23,6 +23,8 @@ from cellstate.stats_codec import decode_stats
 from cellstate.store import Store
 from omega.protocols import CommitOutcome, MachineEntry
 
+_UP = MachineState.UP
+
 
 def frees_resources(old: Machine | None, new: Machine) -> bool:
     """True when ``new`` offers room ``old`` did not: a new machine, one back up, a bigger
@@ -54,12 +56,24 @@ class _WatchedReplica(Replica):
         if self.changed_ids is not None:
             self.changed_ids.add(ident)
         ids = self.freed_ids
-        if ids is None:
-            if not self.freed and frees_resources(old.machine if old else None, entry.machine):
-                self.freed = True
-        elif frees_resources(old.machine if old else None, entry.machine):
+        if ids is None and self.freed:
+            return
+        new = entry.machine
+        if old is None:
+            freed = frees_resources(None, new)
+        else:
+            old = old.machine
+            capacity = new.capacity
+            if (capacity is old.capacity and new.state is _UP and old.state is _UP
+                    and not (capacity.extra or old.allocated.extra or new.allocated.extra)):
+                a, b = old.allocated, new.allocated  # frees_resources' usual case, without its call
+                freed = b.cpu < a.cpu or b.memory < a.memory or b.disk < a.disk
+            else:
+                freed = frees_resources(old, new)
+        if freed:
             self.freed = True
-            ids.add(ident)
+            if ids is not None:
+                ids.add(ident)
 
     def sync(self) -> int:
         """``Replica.sync``, with the machines and jobs the listing no longer holds noted as

@@ -306,10 +306,21 @@ class ReplicaState:
         of[alloc.task_index] = alloc
 
     def _drop_alloc(self, key: str) -> None:
-        """Forget the allocation under ``key`` (if held) and its index entries."""
+        """Forget the allocation under ``key`` (if held) and its index entries (``_unindex_alloc``,
+        inlined: once per task end)."""
         old = self._allocs.pop(key, None)
-        if old is not None:
-            self._unindex_alloc(key, old)
+        if old is None:
+            return
+        on = self._allocs_on.get(old.machine_id)
+        if on is not None:
+            on.pop(key, None)
+            if not on:
+                del self._allocs_on[old.machine_id]
+        of = self._allocs_of.get(old.job_id)
+        if of is not None:
+            of.pop(old.task_index, None)
+            if not of:
+                del self._allocs_of[old.job_id]
 
     def _unindex_alloc(self, key: str, alloc: Alloc) -> None:
         on = self._allocs_on.get(alloc.machine_id)

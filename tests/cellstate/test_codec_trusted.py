@@ -100,7 +100,7 @@ def test_the_common_shapes_skip_the_decode_back():
     from cellstate import codec_trusted
 
     for name in ("common", "draining"):
-        assert codec_trusted._fixed_ok(MACHINES[name]) and codec_trusted._ledger_ok(MACHINES[name])
+        assert codec_trusted._fixed_ok(MACHINES[name]) and codec_trusted._ledger_map(MACHINES[name]) is not None
     assert codec_trusted._shared_part(ALLOCS["common"]) and codec_trusted._shared_part(ALLOCS["defaults"])
     assert not codec_trusted._fixed_ok(MACHINES["extra-resources"])  # falls back to the codec
 
