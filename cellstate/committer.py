@@ -73,14 +73,14 @@ class StoreCommitter:
         ValueError if the plan is inconsistent (claims for tasks that are not pending, …)."""
         check_plan(plan)
         ledgers = new_ledgers(plan)
-        compares, keys = self._compares(plan, ledgers)
+        compares, keys, gets = self._compares(plan, ledgers)
         success, written, deleted, applied = self._writes(plan, ledgers, keys)
-        ops = max(len(compares), len(success))
+        ops = len(compares) if len(compares) > len(success) else len(success)
         if ops > self.max_txn_ops:
             raise PlanTooLarge(f"plan for job {plan.job.id!r} ({len(plan.claims)} claims) needs {ops} "
                                f"txn operations; the limit is {self.max_txn_ops}")
         try:
-            result = self.store.txn(compares, success, [_GET(key, False) for key in keys])
+            result = self.store.txn(compares, success, gets)
         except TxnTooLarge as exc:
             raise PlanTooLarge(f"plan for job {plan.job.id!r} ({len(plan.claims)} claims) does not fit "
                                f"one transaction: {exc}") from None
@@ -91,13 +91,15 @@ class StoreCommitter:
     # -- building the txn ----------------------------------------------------------------
 
     def _compares(self, plan: Plan, ledgers: dict[str, Machine]):
-        """Compares, and the compared keys in order: touched machines (those of ``ledgers``),
-        the job, victim jobs (each ``mod_revision_is(key, seen)``, built without the dataclass
-        ``__init__``)."""
-        keys, compares = [], []
+        """Compares, the compared keys in order: touched machines (those of ``ledgers``), the
+        job, victim jobs (each ``mod_revision_is(key, seen)``, built without the dataclass
+        ``__init__``), and the failure branch's Gets of those keys."""
+        keys, compares, gets = [], [], []
+        reads = self.keys.machine_reads
         for machine_id in ledgers:
-            key = self.keys.machine(machine_id)
+            key, get = reads.get(machine_id) or self.keys.machine_read(machine_id)
             keys.append(key)
+            gets.append(get)
             compares.append(_COMPARE(key, _MOD, _EQ, plan.machines[machine_id].mod_revision))
         for entry in (plan.job, *plan.victims.values()):
             key = self.keys.job(entry.id)
@@ -107,7 +109,8 @@ class StoreCommitter:
             key = self.keys.alloc(job_id, task)
             keys.append(key)
             compares.append(_COMPARE(key, _MOD, _EQ, entry.mod_revision))
-        return compares, keys
+        gets += [_GET(key, False) for key in keys[len(gets):]]
+        return compares, keys, gets
 
     def _writes(self, plan: Plan, new: dict[str, Machine], compared: list[str]):
         """Success ops, the {key: value} put, the keys deleted, and the values put as

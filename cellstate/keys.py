@@ -13,6 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from cellstate.fastbuild import builder
+from cellstate.store import Get
+
+_GET = builder(Get)
+
 DEFAULT_ROOT = "/omega"
 KINDS = ("machines", "jobs", "allocs", "stats", "conflicts")
 
@@ -25,15 +30,27 @@ class CellKeys:
     root: str = DEFAULT_ROOT
     prefix: str = field(init=False, repr=False, compare=False)
     """``{root}/cells/{cell}/``: formatted once (every key of a replay is built from it)."""
+    machine_reads: dict[str, tuple[str, Get]] = field(init=False, repr=False, compare=False)
+    """Machine id -> ``machine_read(id)``, for callers that look it up first."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "prefix", f"{self.root}/cells/{self.cell}/")
+        object.__setattr__(self, "machine_reads", {})
 
     def kind_prefix(self, kind: str) -> str:
         return f"{self.prefix}{kind}/"
 
     def machine(self, machine_id: str) -> str:
         return f"{self.prefix}machines/{machine_id}"
+
+    def machine_read(self, machine_id: str) -> tuple[str, Get]:
+        """The machine's key and a ``Get`` of it, made once per machine: every txn that reads a
+        machine back on failure (commits, task ends) shares the immutable op."""
+        read = self.machine_reads.get(machine_id)
+        if read is None:
+            key = self.machine(machine_id)
+            read = self.machine_reads[machine_id] = (key, _GET(key, False))
+        return read
 
     def job(self, job_id: str) -> str:
         return f"{self.prefix}jobs/{job_id}"

@@ -129,11 +129,12 @@ def _finish_txn(keys: CellKeys, job: JobEntry, tasks: list[int], deletes: list[O
     released ledgers and the record with ``tasks`` 'f'."""
     compares, failure = [], []
     success: list[Op] = deletes
+    reads = keys.machine_reads
     for machine_id, (allocated, count) in ledgers.items():
-        key = keys.machine(machine_id)
+        key, get = reads.get(machine_id) or keys.machine_read(machine_id)
         entry = machines[machine_id]
         compares.append(_COMPARE(key, _MOD, _EQ, entry.mod_revision))  # mod_revision_is
-        failure.append(_GET(key, False))
+        failure.append(get)
         success.append(_PUT(key, pack_machine(entry.machine.with_ledger(allocated, count, writer)), 0))
     job_key = keys.job(job.id)
     compares.append(_COMPARE(job_key, _MOD, _EQ, job.mod_revision))

@@ -17,6 +17,8 @@ TOO_LARGE_MESSAGE = "request is too large"
 _OP_OVERHEAD = 12
 _REQUEST_OVERHEAD = 32
 _VALUE_TARGET = CompareTarget.VALUE
+_SHORT_BRANCH = 4  # a branch of up to this many ops is checked op by op (cheaper than C-level passes)
+_STR_ONLY, _INT_ONLY, _BYTES_ONLY, _BOOL_ONLY = {str}, {int}, {bytes}, {bool}
 
 
 def check_txn(compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op],
@@ -31,7 +33,7 @@ def check_txn(compares: Sequence[Compare], success: Sequence[Op], failure: Seque
         for branch in (success, failure):
             for op in branch:
                 check_op(op)
-    if max(len(compares), len(success), len(failure)) > max_txn_ops:
+    if len(compares) > max_txn_ops or len(success) > max_txn_ops or len(failure) > max_txn_ops:
         raise TxnTooLarge(f"{TOO_MANY_OPS_MESSAGE} (limit {max_txn_ops} per branch)")
     size = txn_request_bytes(compares, success, failure) if plain is None else plain[0]
     if size > max_request_bytes:
@@ -50,7 +52,8 @@ def _plain_size(compares: Sequence[Compare], success: Sequence[Op], failure: Seq
     where ``unique`` says no branch writes a key twice and ``leased`` that a put carries a
     lease; None for anything else (``check_txn`` then
     checks each op and compare itself and raises the precise error)."""
-    # Every write of a replay passes here (the memory store's txn): one loop instead of four.
+    # Every write of a replay passes here (the memory store's txn): one loop instead of four,
+    # a long branch of one kind of op (a commit's puts, its gets) by C-level passes instead.
     size = _REQUEST_OVERHEAD
     for compare in compares:
         if type(compare) is not Compare:
@@ -63,6 +66,14 @@ def _plain_size(compares: Sequence[Compare], success: Sequence[Op], failure: Seq
     for branch in (success, failure):
         if not branch:
             continue  # (a txn without a failure branch: no set, no loop)
+        if len(branch) > _SHORT_BRANCH:
+            found = _uniform_branch(branch)
+            if found is None:
+                return None
+            if found is not False:
+                size += found[0]
+                unique, leased = unique and found[1], leased or found[2]
+                continue
         puts: set[str] = set()
         put_count = 0
         deleted: list[str] = []
@@ -87,6 +98,38 @@ def _plain_size(compares: Sequence[Compare], success: Sequence[Op], failure: Seq
                 return None
         if len(puts) != put_count or deleted and not puts.isdisjoint(deleted):
             unique = False  # check_duplicates names the key
+    return size, unique, leased
+
+
+def _uniform_branch(branch: Sequence[Op]):
+    """``(size of the ops, unique, leased)`` for a branch of plain puts only, plain gets only or
+    single-key deletes only (None if one is not plain), by C-level passes over the ops' fields;
+    False for a branch of several kinds of ops."""
+    kinds = {*map(type, branch)}
+    if len(kinds) != 1:
+        return False
+    kind, = kinds
+    if kind is not Put and kind is not Get and kind is not Delete:
+        return None
+    keys = [op.key for op in branch]
+    if {*map(type, keys)} != _STR_ONLY:
+        return None
+    if kind is Put:
+        values, leases = [op.value for op in branch], [op.lease for op in branch]
+        if {*map(type, values)} != _BYTES_ONLY or {*map(type, leases)} != _INT_ONLY:
+            return None
+        unleased = leases.count(0)
+        if unleased < len(leases) and min(leases) < 0:
+            return None
+        size, unique, leased = (sum(map(len, values)) + 8 * (len(leases) - unleased), len(set(keys)) == len(keys),
+                                unleased < len(leases))
+    else:
+        prefixes = [op.prefix for op in branch]
+        if {*map(type, prefixes)} != _BOOL_ONLY or any(prefixes):
+            return None
+        size, unique, leased = 0, True, False
+    joined = "".join(keys)
+    size += (len(joined) if joined.isascii() else sum([len(key.encode()) for key in keys])) + _OP_OVERHEAD * len(keys)
     return size, unique, leased
 
 

@@ -14,7 +14,7 @@ from cellstate.keys import CellKeys
 from cellstate.memory_store import MemoryStore
 from cellstate.model import Alloc, Job, JobKind, JobRecord, Machine
 from cellstate.resources import Resources
-from cellstate.store import Put
+from cellstate.store import Get, Put
 from omega.protocols import AllocEntry, Claim, JobEntry, MachineEntry, Plan, PlanRejected, PlanTooLarge
 
 REQ = Resources(1000, 512)
@@ -264,3 +264,10 @@ def test_a_claim_beyond_the_task_string_fails_as_list_indexing_does():
     from cellstate.model import with_states
     with pytest.raises(IndexError):
         with_states("pp", [2], "a")
+
+
+def test_a_machine_read_is_made_once_and_leaves_the_keys_equal():
+    keys = CellKeys("mem")
+    key, get = keys.machine_read("m1")
+    assert key == keys.machine("m1") and get == Get(key) and keys.machine_read("m1")[1] is get
+    assert keys == CellKeys("mem") and hash(keys) == hash(CellKeys("mem")) and "machine_reads" not in repr(keys)

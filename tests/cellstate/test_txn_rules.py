@@ -62,6 +62,25 @@ TXNS = {
     "too-large": ([], [Put("k", b"x" * 20_000)], []),
     "too-large-and-duplicate": ([], [Put("k", b"x" * 20_000), Put("k", b"")], []),
 }
+# Long branches of one kind of op (a commit's puts and gets) take C-level passes: the same answers.
+PUTS = [Put(f"m/{i}", b"v" * i) for i in range(12)]
+GETS = [Get(f"m/{i}") for i in range(12)]
+TXNS.update({
+    "long-commit": ([mod_revision_is(f"m/{i}", i) for i in range(12)], PUTS, GETS),
+    "long-deletes": (C, [Delete(f"a/{i}") for i in range(12)], []),
+    "long-non-ascii": ([], [*PUTS, Put("m/é", b"v")], [*GETS, Get("m/é")]),
+    "long-leased": ([], [*PUTS, Put("l", b"", 4)], []),
+    "long-put-twice": ([], [*PUTS, Put("m/3", b"")], []),
+    "long-mixed-put-twice": ([], [Delete("a/1"), *PUTS, Put("m/3", b"")], []),
+    "long-key-subclass": ([], [*PUTS, Put(Key("k"), b"")], []),
+    "long-bytearray-value": ([], [*PUTS, Put("k", bytearray(b"1"))], []),
+    "long-negative-lease": ([], [*PUTS, Put("k", b"", -1)], []),
+    "long-bool-lease": ([], [*PUTS, Put("k", b"", True)], []),
+    "long-prefix-get": ([], [], [*GETS, Get("m/", prefix=True)]),
+    "long-int-prefix": ([], [], [*GETS, Get("m/", prefix=0)]),
+    "long-not-ops": ([], ["k"] * 12, []),
+    "long-too-large": ([], [*PUTS, Put("k", b"x" * 20_000)], []),
+})
 
 
 @pytest.mark.parametrize("name", list(TXNS), ids=list(TXNS))
@@ -69,7 +88,8 @@ def test_check_txn_reports_what_the_op_by_op_checks_report(name):
     assert outcome(check_txn, TXNS[name]) == outcome(one_by_one, TXNS[name])
 
 
-@pytest.mark.parametrize("name, leased", [("commit", False), ("non-ascii-key", True)], ids=["commit", "non-ascii-key"])
+@pytest.mark.parametrize("name, leased", [("commit", False), ("non-ascii-key", True), ("long-commit", False),
+                                          ("long-non-ascii", False), ("long-leased", True)])
 def test_usual_txns_take_one_pass_with_the_same_size(name, leased):
     compares, success, failure = TXNS[name]
     assert _plain_size(compares, success, failure) == (txn_request_bytes(compares, success, failure), True, leased)
