@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Iterable, Mapping, Protocol, TypeVar
 
+from cellstate.fastbuild import builder
 from cellstate.model import Job, Machine
 from cellstate.resources import Resources
 
@@ -97,6 +98,10 @@ class ScoreContext:
 
     placement: JobPlacement
     victims: tuple[int, ...] = ()
+
+
+score_context = builder(ScoreContext)
+"""``score_context(placement, victims)``: a ``ScoreContext`` built without its ``__init__``."""
 
 
 class Scorer(Protocol):

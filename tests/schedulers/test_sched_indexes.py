@@ -337,7 +337,7 @@ def test_any_room_reads_the_keys_of_listed_machines_only_and_unlisted_the_others
 
 
 def test_short_machines_are_counted_by_their_first_short_resource_but_the_blocked():
-    from schedulers.service_search import _count_short
+    from schedulers.service_reason import count_short
     rng = random.Random(7)
     columns, listed, known = FreeColumns(3), {}, set()
     for step in range(600):
@@ -362,7 +362,7 @@ def test_short_machines_are_counted_by_their_first_short_resource_but_the_blocke
             need = (0, 0, 0)  # every listed machine has room
         elif step % 7 == 0:
             need = (-2 ** 70, rng.randrange(55), 3)  # below the lowest int64: not listed still is not room
-        counts, others = _count_short(columns, columns.short(need), blocked, need)
+        counts, others = count_short(columns, columns.short(need), blocked, need)
         want, rest = {}, []
         for m, frees in listed.items():
             first = next((r for r in range(3) if frees[r] < need[r]), None)
