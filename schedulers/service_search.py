@@ -150,7 +150,7 @@ class SpreadSearch:
         zones = self.index.zones
         hosts = None
         all_offers, lists_of = self._offers, self.index.lists_of
-        for tier in _tiers(zones, placement) if placement.zones else (zones,):
+        for tier in _tiers(zones, placement) if placement.zones and len(zones) > 1 else (zones,):
             best = best_score = None
             for zone in tier:
                 for listed in lists_of(zone):

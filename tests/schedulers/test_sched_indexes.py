@@ -448,4 +448,4 @@ def test_free_index_worth_examining_wraps_and_skips_only_short_up_machines():
             m = entry.machine if entry else None
             if m is None or m.state is not MachineState.UP or request.fits_in(m.free):
                 want.append(offset)
-        assert index.worth_examining(request, start, count) == want
+        assert list(index.worth_examining(request, start, count)) == want
