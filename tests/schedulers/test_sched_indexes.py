@@ -449,3 +449,16 @@ def test_free_index_worth_examining_wraps_and_skips_only_short_up_machines():
             if m is None or m.state is not MachineState.UP or request.fits_in(m.free):
                 want.append(offset)
         assert list(index.worth_examining(request, start, count)) == want
+
+
+def test_a_shared_placement_copies_its_counts_before_either_side_changes():
+    kept = JobPlacement({"m0": 2}, {"z0": 2}, 2, {"r0": 2}, stamp=7)
+    handed = kept.share()
+    assert handed == kept and handed.stamp == 7 and handed.machines is kept.machines
+    handed.add("m1", "z1", 1, "r1")  # a decision's reservation
+    assert kept == JobPlacement({"m0": 2}, {"z0": 2}, 2, {"r0": 2})
+    assert handed == JobPlacement({"m0": 2, "m1": 1}, {"z0": 2, "z1": 1}, 3, {"r0": 2, "r1": 1})
+    again = kept.share()
+    kept.add("m0", "z0", 1, "r0")  # the cache counts new allocations into its kept placement
+    assert again == JobPlacement({"m0": 2}, {"z0": 2}, 2, {"r0": 2})
+    assert kept.machines == {"m0": 3} and handed.machines == {"m0": 2, "m1": 1}
