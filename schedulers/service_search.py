@@ -63,6 +63,7 @@ _MONOTONE_FILTERS = (MachineStateFilter, DifferentMachine, MaxPerMachine, Resour
 _PASS_UNPLACED = (MachineStateFilter, DifferentMachine, MaxPerMachine)  # pass listed machines without the job
 _FIT_ORDER = ("cpu", "memory", "disk")  # the order resources_fit checks the core resources in
 _FIRST_HITS = 16  # a list's machines with room usually pass at once: the rest are listed only if not
+_HEAD = 32  # a list's first keys past a cursor checked one by one (a vector compare costs ~10k instructions)
 _UNKNOWN = object()  # no offer remembered yet
 
 
@@ -242,11 +243,7 @@ class SpreadSearch:
         found, end = None, n
         stop = listed.end_of_room(need)
         if stop > i:
-            table = listed.table
-            room = table[1, i:stop] >= need[0]
-            for column in range(1, len(need)):
-                room &= table[1 + column, i:stop] >= need[column]
-            offset = self._first_with_room(listed, i, room, spec, placed)
+            offset = self._first_with_room(listed, i, stop, need, spec, placed)
             if offset is not None:
                 end = i + offset
                 found = self.index.machines[listed[end][1]]
@@ -254,20 +251,33 @@ class SpreadSearch:
             self._cursors[cursor_key] = listed[end - 1]
         return found
 
-    def _first_with_room(self, listed: ClassList, i: int, room: np.ndarray, spec: Job,
+    def _first_with_room(self, listed: ClassList, i: int, stop: int, need: tuple[int, ...], spec: Job,
                          placed: dict[str, int]) -> int | None:
-        """``_first_passing`` of the offsets set in ``room``: the first alone (it usually
-        passes), then a few, then the rest."""
+        """``_first_passing`` of the offsets from ``i`` of the keys before ``stop`` with room for
+        ``need``, in order: the first ``_HEAD`` keys' by a pass over the keys (the most free come
+        first: one usually has room), the rest's by one vector compare per resource."""
+        start = i
+        if len(need) == 2:  # least_loaded's default resources
+            head, (cpu, memory) = min(stop, i + _HEAD), need
+            offsets = [j for j, key in enumerate(listed[i:head]) if key[2] >= cpu and key[3] >= memory]
+            offset = self._first_passing(listed, i, offsets, spec, placed) if offsets else None
+            if offset is not None or head == stop:
+                return offset
+            start = head
+        table = listed.table
+        room = table[1, start:stop] >= need[0]
+        for column in range(1, len(need)):
+            room &= table[1 + column, start:stop] >= need[column]
         first = int(room.argmax())
         if not room[first]:
             return None
-        offset = self._first_passing(listed, i, (first,), spec, placed)
+        offset = self._first_passing(listed, start, (first,), spec, placed)
         if offset is None:
             hits = room.nonzero()[0]
-            offset = self._first_passing(listed, i, hits[1:_FIRST_HITS].tolist(), spec, placed)
+            offset = self._first_passing(listed, start, hits[1:_FIRST_HITS].tolist(), spec, placed)
             if offset is None and len(hits) > _FIRST_HITS:
-                offset = self._first_passing(listed, i, hits[_FIRST_HITS:].tolist(), spec, placed)
-        return offset
+                offset = self._first_passing(listed, start, hits[_FIRST_HITS:].tolist(), spec, placed)
+        return None if offset is None else start - i + offset
 
     def _first_passing(self, listed: ClassList, i: int, offsets: Iterable[int], spec: Job,
                        placed: dict[str, int]) -> int | None:
