@@ -18,7 +18,13 @@ import random
 from cellstate.model import Job, Machine
 from cellstate.resources import Resources
 from omega.protocols import CellView, JobEntry
-from schedulers.base import checked_tasks, gang_outcome, new_claim, new_decision
+from schedulers.base import (
+    Decision,
+    checked_tasks,
+    gang_outcome,
+    new_claim,
+    new_decision,
+)
 from schedulers.free_index import FreeIndex, chain_applies
 from schedulers.pipeline import NO_MACHINES, Pipeline, Rejections
 from schedulers.placement_cache import HostMemo, PlacementCache

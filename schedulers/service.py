@@ -18,7 +18,13 @@ from typing import Sequence
 
 from cellstate.model import Job, JobKind, Machine
 from omega.protocols import CellView, Claim, JobEntry
-from schedulers.base import Decision, checked_tasks, gang_outcome, new_claim, new_decision
+from schedulers.base import (
+    Decision,
+    checked_tasks,
+    gang_outcome,
+    new_claim,
+    new_decision,
+)
 from schedulers.pipeline import Pipeline, Rejections
 from schedulers.placement_cache import HostMemo, PlacementCache
 from schedulers.plugin import ScoreContext, Verdict

@@ -4,7 +4,8 @@ keys (see ``schedulers.service_search``)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
