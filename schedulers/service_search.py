@@ -20,9 +20,9 @@ Used only for chains it is exact for (``fast_chain``): the known monotone filter
 ranking stages [zone_spread], [least_loaded]; anything else takes the full scan.
 
 Vectorized: a job's first search of a decision checks that some listed machine has room
-for its request at all (one compare per resource over the index's columns,
-``FreeColumns.short``; none: no list offers a machine and no host fits, so it goes straight
-to the reason, which reuses those compares). A list's
+for its request at all (a list's first key usually shows it; else one compare per resource
+over the index's columns, ``FreeColumns.short``; none: no list offers a machine and no host
+fits, so it goes straight to the reason, which reuses those compares). A list's
 machines with room for the request past the cursor are found with one compare over the
 list's free amounts (``ClassList.table``), only those go through the filters (none: the
 cursor moves to the list's end, as the walk would). The job's hosts are found with
@@ -37,7 +37,8 @@ taken out by their keys); only the others go through the chain.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import groupby, repeat
+from itertools import groupby, islice, repeat
+from operator import ge
 from typing import Iterable, Iterator, NamedTuple
 
 import numpy as np
@@ -142,11 +143,12 @@ class SpreadSearch:
         if why is not None:
             return None, why
         if job_id not in self._with_room:
-            columns = self.index.columns
-            short = columns.short(self.index.frees_of(spec.request))
-            if not columns.any_room(short):
-                why = self._failed[job_id] = no_room_reason(self, spec, placement, None, short)
-                return None, why
+            need, columns = self.index.frees_of(spec.request), self.index.columns
+            if not self._a_first_key_holds(need):
+                short = columns.short(need)
+                if not columns.any_room(short):
+                    why = self._failed[job_id] = no_room_reason(self, spec, placement, None, short)
+                    return None, why
             self._with_room.add(job_id)
         zones = self.index.zones
         hosts = None
@@ -170,6 +172,15 @@ class SpreadSearch:
                 return best, ""
         why = self._failed[job_id] = no_room_reason(self, spec, placement, hosts)
         return None, why
+
+    def _a_first_key_holds(self, need: tuple[int, ...]) -> bool:
+        """True when the first (most free) key of some list with no staged changes has room for
+        ``need``: then some listed machine has (``FreeColumns.any_room``, without its compares)."""
+        for classes in self.index.zones.values():
+            for listed in classes.values():
+                if listed and not listed.staged and all(map(ge, islice(listed[0], 2, None), need)):
+                    return True
+        return False
 
     def _context(self, placement: JobPlacement) -> ScoreContext:
         """The scorers' context for the job of ``placement`` (kept while the job is the same)."""
