@@ -7,6 +7,7 @@ from itertools import islice
 from operator import lt
 from typing import Protocol, Sequence
 
+from cellstate.fastbuild import builder
 from omega.protocols import CellView, Claim, JobEntry
 
 
@@ -16,6 +17,12 @@ class Decision:
 
     claims: list[Claim] = field(default_factory=list)
     unplaced: dict[int, str] = field(default_factory=dict)
+
+
+new_decision = builder(Decision)
+"""``new_decision(claims, unplaced)``: a ``Decision`` without its ``__init__``."""
+new_claim = builder(Claim)
+"""``new_claim(task_index, machine_id, request, evicts)``: a ``Claim`` without its ``__init__``."""
 
 
 class Scheduler(Protocol):
@@ -79,4 +86,4 @@ def gang_outcome(job: JobEntry, tasks: Sequence[int], decision: Decision) -> Dec
         return decision
     first = min(decision.unplaced)
     why = f"gang: not all {len(tasks)} tasks fit; task {first}: {decision.unplaced[first]}"
-    return Decision([], dict.fromkeys(tasks, why))
+    return new_decision([], dict.fromkeys(tasks, why))

@@ -17,12 +17,18 @@ import random
 
 from cellstate.model import Job, Machine
 from cellstate.resources import Resources
-from omega.protocols import CellView, Claim, JobEntry
-from schedulers.base import Decision, checked_tasks, gang_outcome
+from omega.protocols import CellView, JobEntry
+from schedulers.base import (
+    Decision,
+    checked_tasks,
+    gang_outcome,
+    new_claim,
+    new_decision,
+)
 from schedulers.free_index import FreeIndex, chain_applies
 from schedulers.pipeline import NO_MACHINES, Pipeline, Rejections
 from schedulers.placement_cache import HostMemo, PlacementCache
-from schedulers.plugin import JobPlacement, ScoreContext
+from schedulers.plugin import JobPlacement, score_context
 from schedulers.reservation import Reservations
 
 
@@ -61,20 +67,21 @@ class BatchScheduler:
         tasks = checked_tasks(job, tasks)
         ids = self._machine_ids(view)
         if not ids:
-            return gang_outcome(job, tasks, Decision([], {t: NO_MACHINES for t in tasks}))
+            return gang_outcome(job, tasks, new_decision([], dict.fromkeys(tasks, NO_MACHINES)))
         spec = job.record.job
         reservations = Reservations(view, self._base_free, placements=self._placements)
         placement = reservations.placement(job.id)
         self._cursor = self.rng.randrange(len(ids))
         index = self._index_for(view, spec.request)
-        decision = Decision()
+        decision = new_decision([], {})
+        claims, request = decision.claims, spec.request
         for i, task in enumerate(tasks):
             machine, reason = self._place_one(spec, view, reservations, placement, index)
             if machine is None:
                 decision.unplaced = dict.fromkeys(tasks[i:] if i else tasks, reason)
                 break
-            reservations.reserve(job.id, machine, spec.request)
-            decision.claims.append(Claim(task, machine.id, spec.request))
+            reservations.reserve(job.id, machine, request)
+            claims.append(new_claim(task, machine.id, request, ()))
         return gang_outcome(job, tasks, decision)
 
     def _machine_ids(self, view: CellView) -> list[str]:
@@ -198,7 +205,7 @@ class BatchScheduler:
         does not show short of the request (they fail resources_fit, or an earlier filter)."""
         ids, n = self._ids, len(self._ids)
         start, count = self._cursor, min(self.sample_size, n)
-        check, placed = self.pipeline.check, placement.machines
+        filters, placed = self.pipeline.filters, placement.machines
         feasible: list[tuple[Machine, Resources]] = []
         for offset in index.worth_examining(spec.request, start, count):
             at = start + offset if start + offset < n else start + offset - n
@@ -208,12 +215,15 @@ class BatchScheduler:
                 continue
             machine = entry.machine
             free = reservations.free(machine)
-            if not check(spec, machine, free, placed.get(machine.id, 0)).ok:
-                continue
-            feasible.append((machine, free))
-            if len(feasible) >= self.k:
-                self._cursor = at + 1 if at + 1 < n else 0
-                return self._best(spec, feasible, placement)
+            here = placed.get(machine.id, 0)
+            for f in filters:  # Pipeline.check, inlined
+                if not f.fits(spec, machine, free, here).ok:
+                    break
+            else:
+                feasible.append((machine, free))
+                if len(feasible) >= self.k:
+                    self._cursor = at + 1 if at + 1 < n else 0
+                    return self._best(spec, feasible, placement)
         self._cursor = start + count if start + count < n else start + count - n
         return self._best(spec, feasible, placement)
 
@@ -254,8 +264,14 @@ class BatchScheduler:
 
     def _best(self, spec: Job, feasible: list[tuple[Machine, Resources]],
               placement: JobPlacement) -> Machine | None:
+        """The first best-ranked of the ``feasible`` machines (None: none)."""
         if len(feasible) <= 1 or not self.pipeline.stages:
             return feasible[0][0] if feasible else None
-        ctx = ScoreContext(placement)
-        rank = self.pipeline.rank
-        return max(feasible, key=lambda mf: rank(spec, mf[0], mf[1], ctx))[0]
+        ctx, rank = score_context(placement, ()), self.pipeline.rank
+        best, free = feasible[0]
+        best_rank = rank(spec, best, free, ctx)
+        for machine, free in feasible[1:]:
+            machine_rank = rank(spec, machine, free, ctx)
+            if machine_rank > best_rank:
+                best, best_rank = machine, machine_rank
+        return best

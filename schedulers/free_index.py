@@ -145,17 +145,19 @@ class FreeIndex:
         yield from later
         yield from earlier
 
-    def worth_examining(self, request: Resources, start: int, count: int) -> list[int]:
+    def worth_examining(self, request: Resources, start: int, count: int) -> Iterator[int]:
         """Offsets (0 … ``count`` - 1) from position ``start`` (wrapping around) of the machines
         that are not up (or gone) or whose free resources hold ``request``: every other one is
-        short of a core resource. (A few machines: a pass over ``rows``, not numpy.)"""
+        short of a core resource. (A few machines: a pass over ``rows``, not numpy; lazily, as
+        the caller usually stops at the first few.)"""
         rows, n = self.rows, len(self.ids)
         window = rows[start:start + count]
         if start + count > n:
             window += rows[:start + count - n]
         cpu, memory, disk = request.cpu, request.memory, request.disk
-        return [offset for offset, (c, m, d, up) in enumerate(window)
-                if not up or (c >= cpu and m >= memory and d >= disk)]
+        for offset, (c, m, d, up) in enumerate(window):
+            if not up or (c >= cpu and m >= memory and d >= disk):
+                yield offset
 
     def not_up(self) -> list[int]:
         """Positions of machines that are not up (or gone)."""

@@ -3,16 +3,15 @@ machine, zone and rack) kept across decisions.
 
 A failing big job is decided again and again while its allocations stay the same; counting
 thousands of them each time was a large part of a decision. A cached placement is handed out
-(as a copy: the decision adds its reservations to it) only while the view holds the same
-allocations in the same order (equal ones count alike; list equality tests identity first, in
-C) and no machine appeared, went or changed zone or rack
+(shared, ``JobPlacement.share``: a decision's first reservation copies its counts) only while
+the view holds the same allocations in the same order (equal ones count alike; list equality
+tests identity first, in C) and no machine appeared, went or changed zone or rack
 (``epoch``, followed through ``MachineChanges``; a view that cannot report its changed machines
 gets no caching). When the view holds those allocations followed by more (a job's new tasks
 come after its older ones), only the new ones are counted in; ``count`` must count as
 ``JobPlacement.add`` per allocation does (``reservation.count_placement``). A kept placement
-and its copies carry one ``stamp`` until it is counted again, so a ``HostMemo`` knows them
-equal without comparing.
-"""
+and its shares carry one ``stamp`` until it is counted again, so a ``HostMemo`` knows them
+equal without comparing."""
 
 from __future__ import annotations
 
@@ -57,13 +56,13 @@ class PlacementCache:
                     _add(placement, allocs[len(kept):], view, machines)
                     placement.stamp = next(_STAMPS)
                     self._held[job_id] = (self.epoch, allocs, placement)
-                return _copy(placement)
+                return placement.share()
         placement = count(allocs, view, machines)
         placement.stamp = next(_STAMPS)
         if len(self._held) >= self.limit:
             self._held.clear()
-        self._held[job_id] = (self.epoch, allocs, _copy(placement))
-        return placement
+        self._held[job_id] = (self.epoch, allocs, placement)
+        return placement.share()
 
     def _follow(self, view: CellView) -> bool:
         """Bring ``epoch`` up to ``view``; False when the view cannot report its changes."""
@@ -108,12 +107,7 @@ def _add(placement: JobPlacement, allocs: list[Alloc], view: CellView,
         if machine is None:
             placement.add(machine_id, "")
         else:
-            placement.add(machine_id, machine.zone, rack=machine.rack)
-
-
-def _copy(placement: JobPlacement) -> JobPlacement:
-    return JobPlacement(dict(placement.machines), dict(placement.zones), placement.total, dict(placement.racks),
-                        placement.stamp)
+            placement.add(machine_id, machine.zone, 1, machine.rack)
 
 
 class HostMemo:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Iterable, Mapping, Protocol, TypeVar
 
+from cellstate.fastbuild import builder
 from cellstate.model import Job, Machine
 from cellstate.resources import Resources
 
@@ -61,13 +62,15 @@ class JobPlacement:
     """Where one job's tasks are: existing allocations plus claims reserved in this decision.
     ``stamp`` (not None): placements with the same stamp hold the same tasks per machine (a
     ``PlacementCache`` stamps the placements it hands out; ``add`` clears it, so change the
-    counts only through ``add``)."""
+    counts only through ``add``). ``shared``: the dicts may be another placement's too
+    (``share``), so ``add`` copies them first."""
 
     machines: dict[str, int] = field(default_factory=dict)
     zones: dict[str, int] = field(default_factory=dict)
     total: int = 0
     racks: dict[str, int] = field(default_factory=dict)
     stamp: int | None = field(default=None, compare=False, repr=False)
+    shared: bool = field(default=False, compare=False, repr=False)
 
     def on_machine(self, machine_id: str) -> int:
         return self.machines.get(machine_id, 0)
@@ -81,12 +84,24 @@ class JobPlacement:
     def add(self, machine_id: str, zone: str, tasks: int = 1, rack: str = "") -> None:
         """Count ``tasks`` more (negative: fewer) tasks of the job on a machine in ``zone``
         (and ``rack``: racks are counted only when given)."""
+        if self.shared:
+            self.machines, self.zones, self.racks = dict(self.machines), dict(self.zones), dict(self.racks)
+            self.shared = False
         self.machines[machine_id] = self.machines.get(machine_id, 0) + tasks
         self.zones[zone] = self.zones.get(zone, 0) + tasks
         if rack:
             self.racks[rack] = self.racks.get(rack, 0) + tasks
         self.total += tasks
         self.stamp = None
+
+    def share(self) -> JobPlacement:
+        """An equal placement (same stamp) holding the same dicts, copied by whichever of the
+        two is first changed: a copy that costs nothing until then."""
+        self.shared = True
+        return _placement(self.machines, self.zones, self.total, self.racks, self.stamp, True)
+
+
+_placement = builder(JobPlacement)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +112,10 @@ class ScoreContext:
 
     placement: JobPlacement
     victims: tuple[int, ...] = ()
+
+
+score_context = builder(ScoreContext)
+"""``score_context(placement, victims)``: a ``ScoreContext`` built without its ``__init__``."""
 
 
 class Scorer(Protocol):

@@ -64,15 +64,16 @@ class Reservations:
     def reserve(self, job_id: str, machine: Machine, request: Resources) -> None:
         """Hold ``request`` on ``machine`` for a task of ``job_id``; refuses to overcommit."""
         free = self.free(machine)
-        if not request.fits_in(free):
+        if request.cpu > free.cpu or request.memory > free.memory or request.disk > free.disk \
+                or (request.extra and not request.fits_in(free)):
             raise ValueError(f"reservation of {request} on {machine.id} exceeds free {free}")
         self._free[machine.id] = free - request
-        self.placement(job_id).add(machine.id, machine.zone, rack=machine.rack)
+        self.placement(job_id).add(machine.id, machine.zone, 1, machine.rack)
 
     def release(self, job_id: str, machine: Machine, request: Resources) -> None:
         """Undo one ``reserve`` of ``request`` on ``machine`` for ``job_id``."""
         self._free[machine.id] = self.free(machine) + request
-        self.placement(job_id).add(machine.id, machine.zone, -1, rack=machine.rack)
+        self.placement(job_id).add(machine.id, machine.zone, -1, machine.rack)
 
 
 _MACHINE_ID = attrgetter("machine_id")

@@ -18,7 +18,13 @@ from typing import Sequence
 
 from cellstate.model import Job, JobKind, Machine
 from omega.protocols import CellView, Claim, JobEntry
-from schedulers.base import Decision, checked_tasks, gang_outcome
+from schedulers.base import (
+    Decision,
+    checked_tasks,
+    gang_outcome,
+    new_claim,
+    new_decision,
+)
 from schedulers.pipeline import Pipeline, Rejections
 from schedulers.placement_cache import HostMemo, PlacementCache
 from schedulers.plugin import ScoreContext, Verdict
@@ -138,28 +144,31 @@ class ServiceScheduler:
         self.index.sync(view)
         reservations = Reservations(view, self._base_free, machines=self.index.machines, placements=self._placements)
         search = SpreadSearch(self.index, self.pipeline, self.chain, reservations, self._hosts)
-        decisions = {job.id: Decision() for job, _ in checked}
+        decisions = {job.id: new_decision([], {}) for job, _ in checked}
         alone = sorted(checked[0][1]) if len(checked) == 1 else None  # one job: its tasks in order
         try:
             order = zip(repeat(checked[0][0]), alone) if alone is not None else order_batch(checked)
+            best, reserve, placement_of = search.best, search.reserve, search.reservations.placement
             for at, (job, task) in enumerate(order):
                 decision = decisions[job.id]
                 spec = job.record.job
                 if spec.gang and decision.unplaced:
                     decision.unplaced[task] = next(iter(decision.unplaced.values()))
                     continue
-                machine, why = search.best(spec, search.reservations.placement(job.id))
-                if machine is None:
-                    decision.unplaced[task] = why
+                machine, why = best(spec, placement_of(job.id))
+                if machine is not None:
+                    reserve(job.id, machine, spec.request)
+                    decision.claims.append(new_claim(task, machine.id, spec.request, ()))
+                    continue
+                if alone is not None:  # the job's first unplaced task: the rest share its reason
+                    decision.unplaced = dict.fromkeys(alone[at:], why)
                 else:
-                    search.reserve(job.id, machine, spec.request)
-                    decision.claims.append(Claim(task, machine.id, spec.request))
-                if spec.gang and decision.unplaced:
+                    decision.unplaced[task] = why
+                if spec.gang:
                     for claim in decision.claims:
                         search.release(job.id, self.index.machines[claim.machine_id], claim.request)
                     decision.claims.clear()
-                if machine is None and alone is not None:
-                    decision.unplaced.update(dict.fromkeys(alone[at + 1:], why))
+                if alone is not None:
                     break
         finally:
             search.restore()

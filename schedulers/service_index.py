@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from itertools import compress
 from math import prod
-from operator import attrgetter, is_not, mul
+from operator import attrgetter, is_not, mul, sub
 from typing import Iterable, NamedTuple
 
 import numpy as np
@@ -128,7 +128,7 @@ class MachineIndex:
         if machine_id not in self.machines:
             self.columns.add(machine_id)
         self.machines[machine_id] = machine
-        self.place(machine, machine.free)
+        self.place(machine)
 
     def restore_later(self, machine_ids: Iterable[str]) -> None:
         """Machines a decision listed by its reservations: they go back to their ledger's place
@@ -142,14 +142,14 @@ class MachineIndex:
         for machine_id in self._stale:
             machine = machines.get(machine_id) if machine_id not in skip else None
             if machine is not None:
-                self.place(machine, machine.free)
+                self.place(machine)
         self._stale.clear()
 
     # -- positions --------------------------------------------------------------------------
 
-    def place(self, machine: Machine, free: Resources) -> int:
-        """(Re)list ``machine`` by ``free`` (unlisted when its state is never accepted);
-        returns ``id()`` of its list (0: unlisted)."""
+    def place(self, machine: Machine, free: Resources | None = None) -> int:
+        """(Re)list ``machine`` by ``free`` (by default its ledger's; unlisted when its state is
+        never accepted); returns ``id()`` of its list (0: unlisted)."""
         machine_id = machine.id
         if self.accept is not None and machine.state not in self.accept:
             self._unlist(machine_id)
@@ -159,7 +159,7 @@ class MachineIndex:
                 or known[1] != machine.zone:
             known = self._class[machine_id] = self._class_of(machine)
         listed = known[2]
-        frees = self.frees_of(free)
+        frees = self.frees_of(free) if free is not None else self._ledger_frees(machine)
         key = (-sum(map(mul, frees, known[3])), machine_id, *frees)
         slots = self._slots
         slot = slots.get(machine_id)
@@ -182,6 +182,16 @@ class MachineIndex:
             return tuple(amounts.get(r) for r in self.resources)
         got = self._frees(amounts)
         return got if type(got) is tuple else (got,)
+
+    def _ledger_frees(self, machine: Machine) -> tuple[int, ...]:
+        """``frees_of(machine.free)``, without building that free."""
+        amounts = self._frees
+        if amounts is None:
+            return self.frees_of(machine.free)
+        capacity, allocated = amounts(machine.capacity), amounts(machine.allocated)
+        if type(capacity) is tuple:
+            return tuple(map(sub, capacity, allocated))
+        return (capacity - allocated,)
 
     def _class_of(self, machine: Machine) -> tuple:
         """(capacity, zone, the list of its zone and capacity class, load weights P / cap_r):

@@ -20,9 +20,9 @@ Used only for chains it is exact for (``fast_chain``): the known monotone filter
 ranking stages [zone_spread], [least_loaded]; anything else takes the full scan.
 
 Vectorized: a job's first search of a decision checks that some listed machine has room
-for its request at all (one compare per resource over the index's columns,
-``FreeColumns.short``; none: no list offers a machine and no host fits, so it goes straight
-to the reason, which reuses those compares). A list's
+for its request at all (a list's first key usually shows it; else one compare per resource
+over the index's columns, ``FreeColumns.short``; none: no list offers a machine and no host
+fits, so it goes straight to the reason, which reuses those compares). A list's
 machines with room for the request past the cursor are found with one compare over the
 list's free amounts (``ClassList.table``), only those go through the filters (none: the
 cursor moves to the list's end, as the walk would). The job's hosts are found with
@@ -37,16 +37,17 @@ taken out by their keys); only the others go through the chain.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import groupby, repeat
-from typing import Iterable, NamedTuple
+from itertools import groupby, islice, repeat
+from operator import ge
+from typing import Iterable, Iterator, NamedTuple
 
 import numpy as np
 
 from cellstate.model import Job, Machine, MachineState
 from cellstate.resources import Resources
 from schedulers.class_list import ClassList
-from schedulers.pipeline import Pipeline, Rejections
-from schedulers.plugin import JobPlacement, ScoreContext, Verdict
+from schedulers.pipeline import Pipeline
+from schedulers.plugin import JobPlacement, ScoreContext, score_context
 from schedulers.plugins.constraints import Constraints
 from schedulers.plugins.different_machine import DifferentMachine
 from schedulers.plugins.least_loaded import LeastLoaded
@@ -56,14 +57,15 @@ from schedulers.plugins.resources_fit import ResourcesFit
 from schedulers.plugins.zone_spread import ZoneSpread
 from schedulers.placement_cache import HostMemo
 from schedulers.reservation import Reservations
-from schedulers.row_slots import sorted_distinct
-from schedulers.service_index import FreeColumns, MachineIndex, Shortage
+from schedulers.service_index import MachineIndex
+from schedulers.service_reason import no_room_reason
 
 _MONOTONE_FILTERS = (MachineStateFilter, DifferentMachine, MaxPerMachine, ResourcesFit, Constraints)
 _PASS_UNPLACED = (MachineStateFilter, DifferentMachine, MaxPerMachine)  # pass listed machines without the job
 _FIT_ORDER = ("cpu", "memory", "disk")  # the order resources_fit checks the core resources in
 _FIRST_HITS = 16  # a list's machines with room usually pass at once: the rest are listed only if not
-_NO_ROWS = np.zeros(0, dtype=np.int64)
+_HEAD = 32  # a list's first keys past a cursor checked one by one (a vector compare costs ~10k instructions)
+_UNKNOWN = object()  # no offer remembered yet
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +108,7 @@ def fast_chain(pipeline: Pipeline) -> FastChain | None:
     return FastChain(resources, accept, spread.args.machines, loaded, fits[0], keyed, tuple(before))
 
 
-class _Hosts(NamedTuple):
+class Hosts(NamedTuple):
     """The known machines holding some of a job's tasks: ``rows`` (``FreeColumns``) and the
     job's task count on each."""
 
@@ -132,57 +134,73 @@ class SpreadSearch:
         self._moved: set[str] = set()
         self._failed: dict[str, str] = {}
         self._with_room: set[str] = set()  # jobs some listed machine had room for in this search
+        self._ctx: ScoreContext | None = None  # the last job's scorers' context
 
     def best(self, spec: Job, placement: JobPlacement) -> tuple[Machine | None, str]:
         """The best-ranked feasible machine for one more task of ``spec``, or (None, why)."""
-        why = self._failed.get(spec.id)
+        job_id = spec.id
+        why = self._failed.get(job_id)
         if why is not None:
             return None, why
-        if spec.id not in self._with_room:
-            columns = self.index.columns
-            short = columns.short(self.index.frees_of(spec.request))
-            if not columns.any_room(short):
-                why = self._failed[spec.id] = self._reason(spec, placement, None, short)
-                return None, why
-            self._with_room.add(spec.id)
-        ctx = ScoreContext(placement)
-        zones = sorted(self.index.zones, key=placement.in_zone)
+        if job_id not in self._with_room:
+            need, columns = self.index.frees_of(spec.request), self.index.columns
+            if not self._a_first_key_holds(need):
+                short = columns.short(need)
+                if not columns.any_room(short):
+                    why = self._failed[job_id] = no_room_reason(self, spec, placement, None, short)
+                    return None, why
+            self._with_room.add(job_id)
+        zones = self.index.zones
         hosts = None
-        for _, tier in groupby(zones, key=placement.in_zone):
-            tier = list(tier)
+        all_offers, lists_of = self._offers, self.index.lists_of
+        for tier in _tiers(zones, placement) if placement.zones and len(zones) > 1 else (zones,):
             best = best_score = None
             for zone in tier:
-                for listed in self.index.lists_of(zone):
-                    offer = self._offer(listed, spec, placement, ctx)
+                for listed in lists_of(zone):
+                    offers = all_offers.get(id(listed))
+                    offer = offers.get(job_id, _UNKNOWN) if offers is not None else _UNKNOWN
+                    if offer is _UNKNOWN:
+                        offer = self._offer(listed, spec, placement)
                     if offer is not None:
                         score, machine = offer
                         if best is None or score > best_score or (score == best_score and machine.id < best.id):
                             best, best_score = machine, score
             if best is None and self.by_machine:
-                hosts = hosts or self._hosts(spec.id, placement)
-                best = self._best_host(tier, spec, placement, ctx, hosts)
+                hosts = hosts or self.hosts_of(job_id, placement)
+                best = self._best_host(tier, spec, placement, hosts)
             if best is not None:
                 return best, ""
-        why = self._failed[spec.id] = self._reason(spec, placement, hosts)
+        why = self._failed[job_id] = no_room_reason(self, spec, placement, hosts)
         return None, why
 
-    def _offer(self, listed: ClassList, spec: Job, placement: JobPlacement,
-               ctx: ScoreContext) -> tuple[float, Machine] | None:
+    def _a_first_key_holds(self, need: tuple[int, ...]) -> bool:
+        """True when the first (most free) key of some list with no staged changes has room for
+        ``need``: then some listed machine has (``FreeColumns.any_room``, without its compares)."""
+        for classes in self.index.zones.values():
+            for listed in classes.values():
+                if listed and not listed.staged and all(map(ge, islice(listed[0], 2, None), need)):
+                    return True
+        return False
+
+    def _context(self, placement: JobPlacement) -> ScoreContext:
+        """The scorers' context for the job of ``placement`` (kept while the job is the same)."""
+        ctx = self._ctx
+        if ctx is None or ctx.placement is not placement:
+            ctx = self._ctx = score_context(placement, ())
+        return ctx
+
+    def _offer(self, listed: ClassList, spec: Job, placement: JobPlacement) -> tuple[float, Machine] | None:
         """(least_loaded score, machine) of the list's first fitting machine without the job's
         tasks, remembered until a reservation moves a machine of the list."""
-        offers = self._offers.get(id(listed))
-        if offers is None:
-            offers = self._offers[id(listed)] = {}
-        elif spec.id in offers:
-            return offers[spec.id]
         machine = self._first_fit(listed, spec, placement.machines)
         offer = None
         if machine is not None:
-            offer = (self.loaded.score(spec, machine, self.reservations.free(machine), ctx), machine)
-        offers[spec.id] = offer
+            offer = (self.loaded.score(spec, machine, self.reservations.free(machine), self._context(placement)),
+                     machine)
+        self._offers.setdefault(id(listed), {})[spec.id] = offer
         return offer
 
-    def _hosts(self, job_id: str, placement: JobPlacement) -> _Hosts:
+    def hosts_of(self, job_id: str, placement: JobPlacement) -> Hosts:
         """The known machines holding some of the job's tasks: their rows and task counts
         (kept across decisions in the host memo while the rows' layout holds)."""
         if self._host_memo is None:
@@ -190,15 +208,14 @@ class SpreadSearch:
         return self._host_memo.get(job_id, placement.machines, self.index.columns.layout, self._look_up_hosts,
                                    _join_hosts, placement.stamp)
 
-    def _look_up_hosts(self, placed: dict[str, int]) -> _Hosts:
-        """``_hosts``, looked up in C (a big job has thousands)."""
+    def _look_up_hosts(self, placed: dict[str, int]) -> Hosts:
+        """``hosts_of``, looked up in C (a big job has thousands)."""
         rows = np.array(list(map(self.index.columns.row_of.get, placed, repeat(-1))), dtype=np.int64)
         tasks = np.fromiter(placed.values(), dtype=np.int64, count=len(placed))
         held = (rows >= 0) & (tasks > 0)
-        return _Hosts(rows[held], tasks[held])
+        return Hosts(rows[held], tasks[held])
 
-    def _best_host(self, zones: list[str], spec: Job, placement: JobPlacement, ctx: ScoreContext,
-                   hosts: _Hosts) -> Machine | None:
+    def _best_host(self, zones: Iterable[str], spec: Job, placement: JobPlacement, hosts: Hosts) -> Machine | None:
         """The best-ranked fitting machine of ``zones`` that holds some of the job's tasks.
         A host that is not listed (its state is never accepted) or whose key is short of the
         request fails a filter (one vector compare finds them), so only the others are checked."""
@@ -209,6 +226,7 @@ class SpreadSearch:
         for column, amount in enumerate(self.index.frees_of(spec.request)):
             room &= columns.free[column, rows] >= amount
         best = best_rank = None
+        ctx = self._context(placement)
         for row in rows[room].tolist():
             machine_id = columns.ids[row]
             machine = machines[machine_id]
@@ -236,11 +254,7 @@ class SpreadSearch:
         found, end = None, n
         stop = listed.end_of_room(need)
         if stop > i:
-            table = listed.table
-            room = table[1, i:stop] >= need[0]
-            for column in range(1, len(need)):
-                room &= table[1 + column, i:stop] >= need[column]
-            offset = self._first_with_room(listed, i, room, spec, placed)
+            offset = self._first_with_room(listed, i, stop, need, spec, placed)
             if offset is not None:
                 end = i + offset
                 found = self.index.machines[listed[end][1]]
@@ -248,20 +262,33 @@ class SpreadSearch:
             self._cursors[cursor_key] = listed[end - 1]
         return found
 
-    def _first_with_room(self, listed: ClassList, i: int, room: np.ndarray, spec: Job,
+    def _first_with_room(self, listed: ClassList, i: int, stop: int, need: tuple[int, ...], spec: Job,
                          placed: dict[str, int]) -> int | None:
-        """``_first_passing`` of the offsets set in ``room``: the first alone (it usually
-        passes), then a few, then the rest."""
+        """``_first_passing`` of the offsets from ``i`` of the keys before ``stop`` with room for
+        ``need``, in order: the first ``_HEAD`` keys' by a pass over the keys (the most free come
+        first: one usually has room), the rest's by one vector compare per resource."""
+        start = i
+        if len(need) == 2:  # least_loaded's default resources
+            head, (cpu, memory) = min(stop, i + _HEAD), need
+            offsets = [j for j, key in enumerate(listed[i:head]) if key[2] >= cpu and key[3] >= memory]
+            offset = self._first_passing(listed, i, offsets, spec, placed) if offsets else None
+            if offset is not None or head == stop:
+                return offset
+            start = head
+        table = listed.table
+        room = table[1, start:stop] >= need[0]
+        for column in range(1, len(need)):
+            room &= table[1 + column, start:stop] >= need[column]
         first = int(room.argmax())
         if not room[first]:
             return None
-        offset = self._first_passing(listed, i, (first,), spec, placed)
+        offset = self._first_passing(listed, start, (first,), spec, placed)
         if offset is None:
             hits = room.nonzero()[0]
-            offset = self._first_passing(listed, i, hits[1:_FIRST_HITS].tolist(), spec, placed)
+            offset = self._first_passing(listed, start, hits[1:_FIRST_HITS].tolist(), spec, placed)
             if offset is None and len(hits) > _FIRST_HITS:
-                offset = self._first_passing(listed, i, hits[_FIRST_HITS:].tolist(), spec, placed)
-        return offset
+                offset = self._first_passing(listed, start, hits[_FIRST_HITS:].tolist(), spec, placed)
+        return None if offset is None else start - i + offset
 
     def _first_passing(self, listed: ClassList, i: int, offsets: Iterable[int], spec: Job,
                        placed: dict[str, int]) -> int | None:
@@ -282,64 +309,6 @@ class SpreadSearch:
             else:
                 return offset
         return None
-
-    def _reason(self, spec: Job, placement: JobPlacement, hosts: _Hosts | None,
-                short: Shortage | None = None) -> str:
-        """Why nothing fits: every machine's first failing filter, tallied (as the full scan).
-        With ``keyed_reasons``, listed machines short of a least_loaded resource are counted
-        from their keys (``short``: ``FreeColumns.short`` of the request, if the caller has it)
-        by the first such resource, which resources_fit names, except the job's hosts that a
-        filter before resources_fit rejects (see ``_blocked_hosts``); the others go through the
-        chain."""
-        tally = Rejections()
-        check, free_of, placed = self.pipeline.check, self.reservations.free, placement.machines
-        machines = self.index.machines
-        others: Iterable[str] = machines
-        if self.chain.keyed_reasons:
-            columns = self.index.columns
-            if short is None:
-                short = columns.short(self.index.frees_of(spec.request))
-            blocked = self._blocked_hosts(spec, placement, hosts, tally)
-            counts, others = _count_short(columns, short, blocked, self.index.frees_of(spec.request))
-            name, resources = self.chain.fits.name, self.index.resources
-            for first, count in counts.items():
-                key = (name, resources[first])
-                tally.counts[key] = tally.counts.get(key, 0) + count
-        for machine_id in others:
-            machine = machines[machine_id]
-            verdict = check(spec, machine, free_of(machine), placed.get(machine_id, 0))
-            if not verdict.ok:
-                tally.add(verdict)
-        return tally.reason()
-
-    def _blocked_hosts(self, spec: Job, placement: JobPlacement, hosts: _Hosts | None,
-                       tally: Rejections) -> np.ndarray:
-        """Rows of the listed hosts that a filter before resources_fit rejects, their verdicts
-        tallied. Those filters (``_PASS_UNPLACED``) read only the job, its count of tasks on the
-        machine and (machine_state) the machine's state, which every listed machine has
-        accepted; each rejects from some count on. So none rejects any host when none rejects
-        the largest count on some listed machine; else the verdict is computed once per count
-        of tasks (on one such host)."""
-        columns, machines, free_of, before = self.index.columns, self.index.machines, self.reservations.free, self.chain.before_fit
-        top = max(placement.machines.values(), default=0)
-        some = columns.some_listed() if top > 0 and before else None
-        if some is None or all(f.fits(spec, machines[some], free_of(machines[some]), top).ok for f in before):
-            return _NO_ROWS
-        hosts = hosts or self._hosts(spec.id, placement)
-        listed = columns.listed[hosts.rows]
-        heres = hosts.tasks
-        blocked = []
-        for here in sorted_distinct(heres[listed]):
-            at = listed & (heres == here)
-            machine = machines[columns.ids[int(hosts.rows[np.argmax(at)])]]
-            free = free_of(machine)
-            verdict = next((v for v in (f.fits(spec, machine, free, here) for f in before) if not v.ok), None)
-            if verdict is not None:
-                rows = hosts.rows[at]
-                key = (verdict.plugin, verdict.reason)
-                tally.counts[key] = tally.counts.get(key, 0) + len(rows)
-                blocked.append(rows)
-        return np.concatenate(blocked) if blocked else _NO_ROWS
 
     # -- reservations --------------------------------------------------------------------------
 
@@ -367,30 +336,12 @@ class SpreadSearch:
         self._moved.clear()
 
 
-def _join_hosts(first: _Hosts, second: _Hosts) -> _Hosts:
-    return _Hosts(np.concatenate((first.rows, second.rows)), np.concatenate((first.tasks, second.tasks)))
+def _tiers(zones: dict[str, dict], placement: JobPlacement) -> Iterator[list[str]]:
+    """The zones in tiers of equal count of the job's tasks, fewest first (in ``zones``' order
+    within a tier)."""
+    for _, tier in groupby(sorted(zones, key=placement.in_zone), key=placement.in_zone):
+        yield list(tier)
 
 
-def _count_short(columns: FreeColumns, short: Shortage, blocked: np.ndarray, need: tuple[int, ...]):
-    """Over the listed machines' keys (``columns``) but the ``blocked`` (listed) rows, those short of a
-    least_loaded resource (``short``: ``FreeColumns.short`` of ``need``): ({index of the first short
-    resource: machines}, the ids of every other known machine but the blocked ones). Rows not
-    listed are short of the first resource; the blocked rows' firsts are found by their keys."""
-    n = len(columns.ids)
-    totals, before = short.totals, n - columns.listed_count
-    blocked_totals = columns.short(need, blocked).totals if len(blocked) else [0] * len(totals)
-    counts: dict[int, int] = {}
-    for first, (total, held) in enumerate(zip(totals, blocked_totals)):
-        count = total - before - held
-        if count:
-            counts[first] = count
-        before = total - held
-    if before == n - len(blocked):  # every listed machine but the blocked ones is short
-        return counts, columns.unlisted()
-    others = ~short.lacking  # listed, with room
-    if len(blocked):
-        others[blocked] = False
-    others |= columns.known[:n] & ~columns.listed[:n]
-    ids = columns.ids
-    return counts, [ids[row] for row in np.flatnonzero(others).tolist()]
-
+def _join_hosts(first: Hosts, second: Hosts) -> Hosts:
+    return Hosts(np.concatenate((first.rows, second.rows)), np.concatenate((first.tasks, second.tasks)))

@@ -39,6 +39,9 @@ class ResourcesFit:
 
     def fits(self, job: Job, machine: Machine, free: Resources, placed_here: int) -> Verdict:
         request = job.request
+        if request.cpu <= free.cpu and request.memory <= free.memory and request.disk <= free.disk \
+                and not request.extra:
+            return self._ok
         short = self._first_short(request, free)
         if short is None:
             return self._ok

@@ -337,7 +337,7 @@ def test_any_room_reads_the_keys_of_listed_machines_only_and_unlisted_the_others
 
 
 def test_short_machines_are_counted_by_their_first_short_resource_but_the_blocked():
-    from schedulers.service_search import _count_short
+    from schedulers.service_reason import count_short
     rng = random.Random(7)
     columns, listed, known = FreeColumns(3), {}, set()
     for step in range(600):
@@ -362,7 +362,7 @@ def test_short_machines_are_counted_by_their_first_short_resource_but_the_blocke
             need = (0, 0, 0)  # every listed machine has room
         elif step % 7 == 0:
             need = (-2 ** 70, rng.randrange(55), 3)  # below the lowest int64: not listed still is not room
-        counts, others = _count_short(columns, columns.short(need), blocked, need)
+        counts, others = count_short(columns, columns.short(need), blocked, need)
         want, rest = {}, []
         for m, frees in listed.items():
             first = next((r for r in range(3) if frees[r] < need[r]), None)
@@ -448,4 +448,17 @@ def test_free_index_worth_examining_wraps_and_skips_only_short_up_machines():
             m = entry.machine if entry else None
             if m is None or m.state is not MachineState.UP or request.fits_in(m.free):
                 want.append(offset)
-        assert index.worth_examining(request, start, count) == want
+        assert list(index.worth_examining(request, start, count)) == want
+
+
+def test_a_shared_placement_copies_its_counts_before_either_side_changes():
+    kept = JobPlacement({"m0": 2}, {"z0": 2}, 2, {"r0": 2}, stamp=7)
+    handed = kept.share()
+    assert handed == kept and handed.stamp == 7 and handed.machines is kept.machines
+    handed.add("m1", "z1", 1, "r1")  # a decision's reservation
+    assert kept == JobPlacement({"m0": 2}, {"z0": 2}, 2, {"r0": 2})
+    assert handed == JobPlacement({"m0": 2, "m1": 1}, {"z0": 2, "z1": 1}, 3, {"r0": 2, "r1": 1})
+    again = kept.share()
+    kept.add("m0", "z0", 1, "r0")  # the cache counts new allocations into its kept placement
+    assert again == JobPlacement({"m0": 2}, {"z0": 2}, 2, {"r0": 2})
+    assert kept.machines == {"m0": 3} and handed.machines == {"m0": 2, "m1": 1}

@@ -11,6 +11,7 @@ from viewlib import DictView, job, machine
 
 from cellstate.model import Constraint, ConstraintOp, JobKind, MachineState
 from cellstate.resources import Resources
+from schedulers import service_search
 from schedulers.chains import service_pipeline
 from schedulers.pipeline import Pipeline
 from schedulers.registry import make_filter, make_scorer
@@ -67,6 +68,13 @@ def test_indexed_search_agrees_with_the_full_scan(seed):
         assert spread(view, got[e.id]) == spread(view, want[e.id])
         assert got[e.id].claims == want[e.id].claims
         assert got[e.id].unplaced == want[e.id].unplaced
+
+
+@pytest.mark.parametrize("head", [0, 1, 3])
+@pytest.mark.parametrize("seed", range(12), ids=lambda s: f"seed{s}")
+def test_the_search_agrees_however_many_keys_it_checks_one_by_one(seed, head, monkeypatch):
+    monkeypatch.setattr(service_search, "_HEAD", head)  # the rest of a list by its vector compare
+    test_indexed_search_agrees_with_the_full_scan(seed)
 
 
 def test_the_index_follows_the_view_between_decisions():
