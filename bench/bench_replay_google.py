@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.bench_common import interpreter, verdict  # noqa: E402
 from tools.fauxmaster.replay import ReplayConfig, replay  # noqa: E402
 from tools.trace.format import FORMAT_VERSION  # noqa: E402
-from tools.trace.google2011 import CapacityModel, import_google2011  # noqa: E402
+from tools.trace.google2011 import IMPORTER_REVISION, CapacityModel, import_google2011  # noqa: E402
 from tools.trace.shared import traces_dir  # noqa: E402
 
 TRACES = traces_dir() / "google-2011"
@@ -30,8 +30,8 @@ GOAL = 300.0
 
 
 def imported_trace() -> Path:
-    """Part 0 as an omega trace, imported once per temp dir."""
-    out = Path(tempfile.gettempdir()) / f"omega-bench-google2011-part0.v{FORMAT_VERSION}.omt"
+    """Part 0 as an omega trace, imported once per temp dir (and trace format and importer revision)."""
+    out = Path(tempfile.gettempdir()) / f"omega-bench-google2011-part0.v{FORMAT_VERSION}.i{IMPORTER_REVISION}.omt"
     if not out.exists():
         started = time.perf_counter()
         tmp = out.with_suffix(f".{os.getpid()}.tmp")

@@ -40,6 +40,9 @@ CPU_SCALE = 64_000  # millicores per normalized 1.0 (the largest machine)
 MEMORY_SCALE = 262_144  # MiB per normalized 1.0
 DISK_SCALE = 1_048_576  # MiB per normalized 1.0; every machine gets 1.0 (the trace has no disk capacities)
 PRODUCTION_PRIORITY = 9
+IMPORTER_REVISION = 2
+"""Bumped when the same rows import differently (2: a job with no run time known in the window
+gets no modelled end; it was given the rest of the window). In each trace's header notes."""
 KILL_COALESCE_US = 1_000_000
 SUBMIT, SCHEDULE, EVICT, FAIL, FINISH, KILL, LOST = range(7)
 _ENDS = {EVICT, FAIL, FINISH, KILL, LOST}
@@ -212,7 +215,6 @@ class _Batches:
         self.killed: set[str] = set()
         self.pending: dict[str, list[list[str]]] = {}  # this timestamp's SUBMIT rows by job
         self.running_at_open: dict[tuple[str, str], str] = {}  # (job, task) → machine of its t = 0 SCHEDULE
-        self.window_end = trace_time(s.last_us)
 
     def submit_row(self, row: list[str]) -> None:
         self.attempts[row[JOB], row[TASK]] += 1
@@ -233,7 +235,7 @@ class _Batches:
         runs = [self.survey.run_times.get((job, r[TASK], self.attempts[job, r[TASK]])) for r in rows]
         known = [x for x in runs if x is not None]
         service = priority >= PRODUCTION_PRIORITY
-        duration = max(known) if known else (None if service else self.window_end - t)
+        duration = max(known) if known else None  # none ended in the window: no modelled end (censored)
         for index, r in enumerate(rows):
             self.task_of[job, r[TASK]] = (batch_id, index)
         self.live[batch_id] = len(rows)
@@ -353,8 +355,8 @@ def import_google2011(task_events: str, job_events: str, out, capacity: Capacity
                + (f" limit={limit} rows" if limit is not None else ""),
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
         capacity_model=capacity.describe(), cell=cell,
-        notes="t = max(0, timestamp_us/1e6 - 600); batches of same-timestamp SUBMITs per job; "
-              "see docs/TRACE_FORMAT.md")
+        notes=f"importer revision {IMPORTER_REVISION}; t = max(0, timestamp_us/1e6 - 600); batches of "
+              "same-timestamp SUBMITs per job; see docs/TRACE_FORMAT.md")
     with TraceWriter(out, header) as writer:
         for event in google2011_events(task_events, s, capacity, stats, limit):
             writer.write(event)
