@@ -38,6 +38,7 @@ from omega.modes import CommitMode, ConflictMode
 from omega.occ import OptimisticPlacer
 from omega.protocols import CellView, Claim, Committer, Decision, JobEntry, PlacementView, PlanRejected, PlanTooLarge
 from omega.queue import JobQueue, check_order, make_order
+from omega.refusals import RefusedJobs
 from omega.retry import RetryPolicy, retry_policy_for
 from omega.stats import SchedulerStats, StatsRecorder
 
@@ -149,6 +150,7 @@ class SchedulerProcess:
         self.placer = OptimisticPlacer(self.name, committer, conflict_mode, commit_mode,
                                        retry or retry_policy_for(self.kind), self.clock, self._on_attempt,
                                        refresh=lambda: self.view.pump(0.0))
+        self.refused = RefusedJobs()  # refused jobs stay out until they change
         self.queue = JobQueue(self.name, steal_after_s=options.steal_after_s,
                               order=make_order(options.order, view, options.drf_weights))
         self.recorder = StatsRecorder(self.name, self.kind, pid=os.getpid(), host=socket.gethostname(),
@@ -244,6 +246,8 @@ class SchedulerProcess:
             self.queue.reset()
         now = self.clock.now()
         pending = self.view.pending_jobs(self.job_kind)
+        if self.refused:
+            pending = [entry for entry in pending if not self.refused.holds(entry)]
         jobs = self.queue.select(pending, self.view.peers(self.kind), now, self.options.batch_jobs)
         for n, entry in enumerate(jobs):
             if self._stop.is_set():
@@ -255,11 +259,15 @@ class SchedulerProcess:
 
     def place(self, job_id: str) -> PlacementResult | None:
         """Place one job's pending tasks; defer it if some stay pending. None: refused (a gang
-        larger than one transaction; its reason is in the job record)."""
+        larger than one transaction; its reason is in the job record), and left out until the
+        job changes (``RefusedJobs``)."""
         try:
             result = self.placer.place(job_id, self.view, self._decide)
         except PlanTooLarge as exc:
             log.warning("job refused %s", kv(scheduler=self.name, job=job_id, reason=str(exc)))
+            entry = self.view.job(job_id)
+            if entry is not None:
+                self.refused.refuse(entry)
             self.queue.defer(job_id, self.clock.now())
             return None
         except PlanRejected as exc:

@@ -59,7 +59,10 @@ def run_import_swf(args) -> int:
     started = time.perf_counter()
     try:
         stats = import_swf(args.file, args.out, skip_bad=args.skip_bad, nodes=args.nodes, node_memory_mib=memory)
-    except (OSError, SWFError, TraceError) as exc:
+    except SWFError as exc:
+        hint = "" if args.skip_bad or " line " not in str(exc) else " (--skip-bad skips and counts such lines)"
+        raise UsageError(f"{exc}{hint}; nothing written to {args.out}") from None
+    except (OSError, TraceError) as exc:
         raise UsageError(str(exc)) from None
     print(f"{args.out}: {stats.machines} machines, {stats.jobs} jobs in {time.perf_counter() - started:.1f} s")
     if stats.bad_lines:

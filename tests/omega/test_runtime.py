@@ -9,7 +9,7 @@ from dataclasses import replace
 import anyio
 import pytest
 
-from runtime_helpers import add_machines, batch_jobs, settled, submit, wait_for
+from runtime_helpers import add_machines, batch_jobs, job_records, settled, submit, wait_for
 from cellstate.check import check_cell
 from cellstate.codec import decode_machine, encode_machine
 from cellstate.committer import StoreCommitter
@@ -18,6 +18,7 @@ from cellstate.resources import Resources
 from cellstate.stats_codec import decode_stats
 from cellstate.stats_sink import LeasedStatsSink
 from cellstate.model import Machine, MachineState
+from omega.attempts import AttemptOutcome
 from omega.modes import CommitMode, ConflictMode
 from omega.runtime import RuntimeOptions, SchedulerProcess, kv
 from omega.stats import SchedulerStats
@@ -77,6 +78,34 @@ def test_freed_machine_resets_backoff_and_places_deferred_job(etcd_store, cell_k
         process.stop()
         thread.join(10)
     assert not thread.is_alive()
+
+
+def test_refused_gang_is_not_tried_again_when_room_frees(etcd_store, cell_keys):
+    """A gang larger than one transaction is refused once (its reason written), then left out:
+    freed room resets the backoff of the other jobs, not its refusal."""
+    add_machines(etcd_store, cell_keys, 2)
+    committer = StoreCommitter(etcd_store, cell_keys)
+    gang = replace(batch_jobs("gang", 1, tasks=committer.max_claims_per_txn + 1, cpu=10)[0], gang=True)
+    submit(etcd_store, cell_keys, [gang])
+    outcomes: list = []
+    process = SchedulerProcess(make_scheduler("batch", "batch-a", 1), ReplicaView(etcd_store, cell_keys), committer,
+                               LeasedStatsSink(etcd_store, cell_keys, "batch-a"),
+                               options=RuntimeOptions(stats_interval_s=0.2), observers=[lambda a: outcomes.append(a)])
+    thread = threading.Thread(target=lambda: anyio.run(process.run, False), daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: [a.outcome for a in outcomes] == [AttemptOutcome.TOO_LARGE], 10, "the gang refused")
+        for round_ in range(3):  # room frees, then a job is placed: the process ran rounds since
+            kv_ = etcd_store.get(cell_keys.machine("m00"))
+            grown = replace(decode_machine(kv_.key, kv_.value), capacity=Resources.of(8_000 + round_, 32_768, 200_000))
+            etcd_store.put(kv_.key, encode_machine(grown))
+            submit(etcd_store, cell_keys, batch_jobs(f"probe{round_}-", 1, tasks=1, cpu=100))
+            wait_for(lambda: settled(etcd_store, cell_keys, round_ + 1), 10, f"probe {round_} placed")
+    finally:
+        process.stop()
+        thread.join(10)
+    assert [a.job_id for a in outcomes if a.outcome is AttemptOutcome.TOO_LARGE] == ["gang000"]
+    assert "gang too large for one transaction" in job_records(etcd_store, cell_keys)[0].reason
 
 
 M = Machine("m", Resources.of(4000, 1000), allocated=Resources.of(2000, 500))

@@ -25,9 +25,15 @@ def read_all(path):
         return header, list(events)
 
 
-def test_kth_log_stops_at_its_one_bad_line(tmp_path):
+@pytest.mark.parametrize("older", [None, b"an older trace"], ids=["no-file", "older-file"])
+def test_kth_log_stops_at_its_one_bad_line_and_writes_nothing(tmp_path, older):
+    out = tmp_path / "kth.omt"
+    if older is not None:
+        out.write_bytes(older)
     with pytest.raises(SWFError, match=r"KTH-SP2-1996-2.1-cln.swf.gz: line 27323: field req_procs"):
-        import_swf(KTH, tmp_path / "kth.omt")
+        import_swf(KTH, out)
+    assert [p.name for p in tmp_path.iterdir()] == ([] if older is None else ["kth.omt"])  # no temp file left
+    assert older is None or out.read_bytes() == older
 
 
 def test_kth_log_with_skip_bad(tmp_path):
@@ -106,4 +112,6 @@ def test_cli_reports_bad_input_as_usage_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as info:
         main(["import", "swf", swf(tmp_path, "1 2\n"), "--out", str(tmp_path / "x.omt")])
     assert info.value.code == 2
-    assert "line 4: expected 18 fields" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "line 4: expected 18 fields" in err and "(--skip-bad skips and counts such lines)" in err
+    assert f"nothing written to {tmp_path / 'x.omt'}" in err and not (tmp_path / "x.omt").exists()

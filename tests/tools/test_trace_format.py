@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import io
 import os
 import re
 import sys
@@ -216,6 +217,27 @@ def test_writer_left_by_an_exception_leaves_a_truncated_file(tmp_path):
             raise RuntimeError("import failed")
     with pytest.raises(TraceError, match="truncated after record 1"):
         read_all(tmp_path / "x.omt")
+
+
+@pytest.mark.parametrize("name", ["x.omt", "x.omt.gz"], ids=["plain", "gzip"])
+def test_atomic_writer_shows_a_trace_only_when_complete(tmp_path, name):
+    out = tmp_path / name
+    out.write_bytes(b"older")
+    with pytest.raises(RuntimeError):
+        with TraceWriter(out, HEADER, atomic=True) as writer:
+            writer.write(JobKill(0.0, "j"))
+            raise RuntimeError("import failed")
+    assert [p.name for p in tmp_path.iterdir()] == [name] and out.read_bytes() == b"older"
+    with TraceWriter(out, HEADER, atomic=True) as writer:
+        writer.write(JobKill(0.0, "j"))
+        assert out.read_bytes() == b"older"  # written beside it until closed
+    assert [p.name for p in tmp_path.iterdir()] == [name]
+    assert read_all(out)[1] == [JobKill(0.0, "j")]
+
+
+def test_atomic_writer_needs_a_path():
+    with pytest.raises(ValueError, match="needs a path"):
+        TraceWriter(io.BytesIO(), HEADER, atomic=True)
 
 
 @settings(max_examples=300, deadline=None)

@@ -32,6 +32,7 @@ from omega.modes import CommitMode, ConflictMode
 from omega.occ import OptimisticPlacer
 from omega.protocols import Decision, JobEntry, PlanTooLarge
 from omega.queue import JobQueue, check_order, make_order
+from omega.refusals import RefusedJobs
 from omega.retry import retry_policy_for
 from schedulers.chains import KINDS, make_scheduler
 from tools.fauxmaster.clock import EventCore, Process, VirtualClock
@@ -142,6 +143,7 @@ class SimScheduler:
                                        retry_policy_for(config.kind, config.seed), clock, self._on_attempt)
         self.queue = JobQueue(config.name, order=make_order(config.order, self.view, config.drf_weights))
         self.memo = NothingFitsMemo(self.view) if skip_nothing_fits and config.kind in NON_PREEMPTING_KINDS else None
+        self.refused = RefusedJobs()  # refused jobs stay out until they change
         self.view.track_changed_jobs()
         lookups = [self.view.replica.pending_lookup(kind) for kind in self.kinds]
         self._pending_entry = lookups[0] if len(lookups) == 1 else partial(_first_pending, lookups)
@@ -187,11 +189,14 @@ class SimScheduler:
             self._started = True
             self.view.take_changed_jobs()
             changed = {entry.id for kind in self.kinds for entry in self.view.pending_jobs(kind)}
-        memo, queue = self.memo, self.queue
+        memo, queue, refused = self.memo, self.queue, self.refused
         if memo is None:
             for job_id in changed:
                 entry = self._pending_entry(job_id)
                 if entry is None:
+                    queue.untrack(job_id)
+                    refused.forget(job_id)
+                elif refused and refused.holds(entry):
                     queue.untrack(job_id)
                 else:
                     queue.track(entry)
@@ -204,7 +209,8 @@ class SimScheduler:
             entry = pending(job_id)
             if entry is None:
                 queue.untrack(job_id)
-            elif memo.solo(job_id):
+                refused.forget(job_id)
+            elif memo.solo(job_id) or refused and refused.holds(entry):
                 queue.untrack(job_id, coming_back=True)
             else:
                 queue.track(entry, memo.group_of(job_id))
@@ -217,7 +223,8 @@ class SimScheduler:
             result = self.placer.place(entry.id, self.view, self._decide)
         except PlanTooLarge:
             self.tally.too_large += 1
-            self.queue.defer(entry.id, self.clock.now())
+            self.refused.refuse(entry)  # out of the candidates until the job changes
+            self.queue.untrack(entry.id)
             return
         self.tally.gave_up += result.gave_up
         if self.memo is not None:

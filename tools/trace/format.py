@@ -85,13 +85,22 @@ class TraceWriter:
     """Writes a trace: the header at once, then ``write(event)`` per event, the end record on
     ``close()``. A path ending ``.gz`` is gzip-compressed; an open binary file is written as
     is (and left open). Leaving the ``with`` block by an exception skips the end record, so
-    the partial file reads as truncated."""
+    the partial file reads as truncated; with ``atomic`` (a path only) the trace is written to
+    a temporary file beside it, renamed to the path by a complete close and removed by an
+    incomplete one, so a failed write leaves no file (and an older file at the path intact)."""
 
-    def __init__(self, target, header: TraceHeader):
+    def __init__(self, target, header: TraceHeader, atomic: bool = False):
         self.name = os.fspath(target) if isinstance(target, (str, os.PathLike)) else getattr(target, "name", "<stream>")
+        self._temp = None
         if isinstance(target, (str, os.PathLike)):
-            self._file = gzip.open(target, "wb") if self.name.endswith(".gz") else open(target, "wb")
+            path = self.name
+            if atomic:
+                head, tail = os.path.split(self.name)
+                path = self._temp = os.path.join(head, f".{tail}.{os.getpid()}.tmp")
+            self._file = gzip.open(path, "wb") if self.name.endswith(".gz") else open(path, "wb")
             self._owned = True
+        elif atomic:
+            raise ValueError("an atomic TraceWriter needs a path, not an open file")
         else:
             self._file, self._owned = target, False
         self._packer = msgpack.Packer()
@@ -99,7 +108,11 @@ class TraceWriter:
         self.events = 0
         self._last_t = 0.0
         self._closed = False
-        self._pack(_header_record(header))
+        try:
+            self._pack(_header_record(header))
+        except BaseException:
+            self.close(complete=False)
+            raise
 
     def write(self, event: TraceEvent) -> None:
         """Append an event; TraceError if its time goes backwards or it does not encode."""
@@ -135,13 +148,20 @@ class TraceWriter:
         if self._closed:
             return
         self._closed = True
+        done = False
         try:
             if complete:
                 self._pack({"type": "end", "events": self.events})
             self._flush()
+            done = complete
         finally:
             if self._owned:
                 self._file.close()
+            if self._temp is not None:
+                if done:
+                    os.replace(self._temp, self.name)
+                else:
+                    os.unlink(self._temp)
 
     def __enter__(self) -> TraceWriter:
         return self

@@ -346,7 +346,8 @@ def google2011_events(task_events: str, s: Survey, capacity: CapacityModel, stat
 
 def import_google2011(task_events: str, job_events: str, out, capacity: CapacityModel | None = None,
                       limit: int | None = None, cell: str = "google-2011") -> ImportStats:
-    """Write the omega trace of a task_events/job_events part pair to ``out``; the counts."""
+    """Write the omega trace of a task_events/job_events part pair to ``out``; the counts. On
+    an error nothing is written at ``out``."""
     capacity = capacity or CapacityModel()
     s = survey(task_events, job_events, limit)
     stats = ImportStats()
@@ -357,7 +358,7 @@ def import_google2011(task_events: str, job_events: str, out, capacity: Capacity
         capacity_model=capacity.describe(), cell=cell,
         notes=f"importer revision {IMPORTER_REVISION}; t = max(0, timestamp_us/1e6 - 600); batches of "
               "same-timestamp SUBMITs per job; see docs/TRACE_FORMAT.md")
-    with TraceWriter(out, header) as writer:
+    with TraceWriter(out, header, atomic=True) as writer:
         for event in google2011_events(task_events, s, capacity, stats, limit):
             writer.write(event)
             stats.events[type(event).__name__] += 1

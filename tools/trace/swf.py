@@ -138,7 +138,8 @@ def swf_events(path: str, nodes: int, node_memory_mib: int, stats: SWFStats, ski
 
 def import_swf(path: str, out, skip_bad: bool = False, nodes: int | None = None,
                node_memory_mib: int = DEFAULT_NODE_MEMORY_MIB) -> SWFStats:
-    """Write the omega trace of an SWF log to ``out``; the counts (and skipped lines)."""
+    """Write the omega trace of an SWF log to ``out``; the counts (and skipped lines). On an
+    error nothing is written at ``out``."""
     header = read_header(path)
     nodes = checked_nodes(path, nodes) if nodes is not None else node_count(path, header)
     stats = SWFStats()
@@ -149,7 +150,7 @@ def import_swf(path: str, out, skip_bad: bool = False, nodes: int | None = None,
                        f"{node_memory_mib} MiB; a job = req_procs tasks of {NODE_CPU} millicores as a gang",
         cell=os.path.basename(path).removesuffix(".gz").removesuffix(".swf"),
         notes="t = submit_s; duration_s = run_s; skip_bad=" + str(skip_bad))
-    with TraceWriter(out, trace_header) as writer:
+    with TraceWriter(out, trace_header, atomic=True) as writer:
         for event in swf_events(path, nodes, node_memory_mib, stats, skip_bad):
             writer.write(event)
     return stats

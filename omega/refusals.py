@@ -1,0 +1,50 @@
+"""``RefusedJobs``: jobs a scheduler refused, left out until they change.
+
+The placer refuses a job it can never commit as it stands (``PlanTooLarge``: a gang with more
+tasks than one transaction holds, or a plan over the request size limit) and writes the
+reason into the job's record. Deciding the same job again would be refused again, so a
+scheduler process keeps it out of its candidates while its spec and task states are the ones
+it refused; a change of either (tasks ended or were evicted, the job was resubmitted) makes
+it a candidate again. The reason write itself changes only the record's bookkeeping, so it
+does not end the refusal, and a watch that shows the write late does not either.
+
+Without this, every cell change that resets the queue's backoff (a machine freeing room)
+would send a refused gang through the placer again: a reason write each time, and in the
+fauxmaster a loop of zero-cost attempts in one virtual instant.
+"""
+
+from __future__ import annotations
+
+from cellstate.model import Job
+from omega.protocols import JobEntry
+
+
+class RefusedJobs:
+    """Job id -> (spec, task states) of the job as it was refused."""
+
+    def __init__(self) -> None:
+        self._refused: dict[str, tuple[Job, str]] = {}
+
+    def __len__(self) -> int:
+        return len(self._refused)
+
+    def refuse(self, entry: JobEntry) -> None:
+        """Leave ``entry``'s job out while its spec and task states stay as they are now."""
+        record = entry.record
+        self._refused[record.job.id] = (record.job, record.tasks)
+
+    def holds(self, entry: JobEntry) -> bool:
+        """True while ``entry`` is the job as refused (then it stays out); a changed job is
+        forgotten and False."""
+        record = entry.record
+        refused = self._refused.get(record.job.id)
+        if refused is None:
+            return False
+        if refused[1] == record.tasks and refused[0] == record.job:
+            return True
+        del self._refused[record.job.id]
+        return False
+
+    def forget(self, job_id: str) -> None:
+        """Drop a job (it is no longer pending)."""
+        self._refused.pop(job_id, None)

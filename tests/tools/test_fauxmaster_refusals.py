@@ -1,0 +1,38 @@
+"""A replayed scheduler refuses a gang larger than one transaction once, then leaves it out
+until it changes, however often the cell frees room (omega/refusals.py)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from fauxmaster_traces import batch, machine, write
+
+from tools.fauxmaster.replay import ReplayConfig, replay
+from tools.trace.events import JobKill, JobSubmit, MachineAdd
+
+
+def refused_gang_trace(path, kill_at: float | None) -> str:
+    """4 machines; at t = 0 a 70-task gang (a txn of 128 ops holds 63 claims); a one-task job
+    of 1 s every 0.5 s for 20 s, each end freeing room; the gang killed at ``kill_at``."""
+    events = [MachineAdd(0.0, machine(i)) for i in range(4)]
+    events.append(JobSubmit(0.0, replace(batch("gang", 70, cpu=10), gang=True)))
+    events += [JobSubmit(j * 0.5, batch(f"j{j}", 1, duration=1.0)) for j in range(40)]
+    if kill_at is not None:
+        events.insert(next(i for i, e in enumerate(events) if e.t > kill_at), JobKill(kill_at, "gang"))
+    return write(path, events)
+
+
+@pytest.mark.parametrize("skip_nothing_fits", [True, False], ids=["with-memo", "without-memo"])
+@pytest.mark.parametrize("kill_at", [None, 10.0], ids=["kept", "killed"])
+def test_refused_gang_is_taken_once(tmp_path, skip_nothing_fits, kill_at):
+    schedulers = []
+    config = ReplayConfig(schedulers=[dict(name="b", kind="batch", seed=1)], until=30.0,
+                          skip_nothing_fits=skip_nothing_fits)
+    result = replay(refused_gang_trace(tmp_path / "t.omt", kill_at), config,
+                    setup=lambda made, core: schedulers.extend(made))
+    tally = schedulers[0].tally
+    assert tally.too_large == 1
+    assert result.schedulers[0].tasks_placed == 40  # every small job, none of the gang
+    assert tally.jobs_taken < 60  # the small jobs and the gang's one refusal (it was ~one per freed room)
+    assert result.check["ok"], result.check["violations"]
