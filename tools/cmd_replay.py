@@ -10,7 +10,11 @@ the owners' weights of every drf scheduler whose config names none.
 from __future__ import annotations
 
 import json
+import os
 import sys
+
+from cellstate.store import StoreError
+from tools.common import DEFAULT_ENDPOINTS
 
 DEFAULT_SPEC = "batch:batch,service:service"
 
@@ -19,7 +23,8 @@ def register(sub) -> None:
     p = sub.add_parser("replay", help="replay a trace against the real schedulers on virtual time (fauxmaster)")
     p.add_argument("file", help="omega trace (.omt or .omt.gz)")
     p.add_argument("--store", choices=("memory", "etcd"), default="memory", help="cell store (default memory)")
-    p.add_argument("--endpoints", default="127.0.0.1:2379", help="etcd host:port list for --store etcd")
+    p.add_argument("--endpoints", default=os.environ.get("OMEGA_ENDPOINTS", DEFAULT_ENDPOINTS),
+                   help=f"etcd host:port list for --store etcd (default: $OMEGA_ENDPOINTS or {DEFAULT_ENDPOINTS})")
     p.add_argument("--cell", default="fauxmaster", help="cell name (must be empty in etcd)")
     p.add_argument("--schedulers", default=DEFAULT_SPEC, metavar="SPEC",
                    help=f"JSON list, @file.json, or NAME:KIND[:CONFLICT[:COMMIT]],… (default {DEFAULT_SPEC})")
@@ -101,6 +106,9 @@ def run_replay(args) -> int:
     try:
         with rich_progress(sys.stderr.isatty()) as progress:
             result = replay(args.file, config, progress)
+    except StoreError as exc:  # --store etcd: unreachable, refused, …
+        print(f"omega: replay: {exc}", file=sys.stderr)
+        return 1
     except (OSError, TraceError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     _print_summary(result)

@@ -64,3 +64,11 @@ def test_replay_command_initial_state(tmp_path, capsys, mode, line):
     assert main(["replay", trace, "--schedulers", "b:batch", "--until", "4", "--initial-state", mode]) == 0
     text = capsys.readouterr().out
     assert (line in text) if line else "recorded t = 0 state" not in text
+
+
+def test_replay_into_an_unreachable_etcd_is_a_clean_error(tmp_path, capsys, monkeypatch):
+    """--endpoints defaults to $OMEGA_ENDPOINTS, as for every command; a store error is one line."""
+    monkeypatch.setenv("OMEGA_ENDPOINTS", "127.0.0.1:1")
+    assert main(["replay", mixed_trace(tmp_path / "t.omt"), "--store", "etcd", "--cell", "x"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("omega: replay: etcd ") and "127.0.0.1:1" in err and "Traceback" not in err
