@@ -45,6 +45,16 @@ class RefusedJobs:
         del self._refused[record.job.id]
         return False
 
+    def candidates(self, pending: list[JobEntry]) -> list[JobEntry]:
+        """The entries of ``pending`` (all the jobs pending for the scheduler) not held; the
+        refusals of jobs no longer in it are forgotten."""
+        kept = [entry for entry in pending if not self.holds(entry)]
+        if self._refused:
+            ids = {entry.record.job.id for entry in pending}
+            for job_id in [job_id for job_id in self._refused if job_id not in ids]:
+                del self._refused[job_id]
+        return kept
+
     def forget(self, job_id: str) -> None:
         """Drop a job (it is no longer pending)."""
         self._refused.pop(job_id, None)

@@ -247,7 +247,7 @@ class SchedulerProcess:
         now = self.clock.now()
         pending = self.view.pending_jobs(self.job_kind)
         if self.refused:
-            pending = [entry for entry in pending if not self.refused.holds(entry)]
+            pending = self.refused.candidates(pending)
         jobs = self.queue.select(pending, self.view.peers(self.kind), now, self.options.batch_jobs)
         for n, entry in enumerate(jobs):
             if self._stop.is_set():

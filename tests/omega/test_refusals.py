@@ -36,3 +36,11 @@ def test_forget_drops_the_job():
     refused.forget("g")
     refused.forget("never-refused")
     assert not refused and not refused.holds(REFUSED)
+
+
+def test_candidates_leave_out_held_jobs_and_forget_jobs_no_longer_pending():
+    refused = RefusedJobs()
+    refused.refuse(REFUSED)
+    other = JobEntry(JobRecord.new(replace(GANG, id="other"), 0.0), 3)
+    assert refused.candidates([REFUSED, other]) == [other] and len(refused) == 1
+    assert refused.candidates([other]) == [other] and len(refused) == 0  # killed or placed elsewhere

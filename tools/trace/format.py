@@ -158,10 +158,12 @@ class TraceWriter:
             if self._owned:
                 self._file.close()
             if self._temp is not None:
-                if done:
-                    os.replace(self._temp, self.name)
-                else:
-                    os.unlink(self._temp)
+                try:
+                    if done:
+                        os.replace(self._temp, self.name)
+                finally:
+                    if os.path.lexists(self._temp):  # not renamed: incomplete, or the rename failed
+                        os.unlink(self._temp)
 
     def __enter__(self) -> TraceWriter:
         return self
