@@ -26,6 +26,9 @@ def register(sub) -> None:
     p.add_argument("--endpoints", default=os.environ.get("OMEGA_ENDPOINTS", DEFAULT_ENDPOINTS),
                    help=f"etcd host:port list for --store etcd (default: $OMEGA_ENDPOINTS or {DEFAULT_ENDPOINTS})")
     p.add_argument("--cell", default="fauxmaster", help="cell name (must be empty in etcd)")
+    p.add_argument("--max-txn-ops", type=int, default=128, metavar="N",
+                   help="operations per txn (default 128, etcd's default; a gang of more than (N - 1) / 2 "
+                        "tasks cannot be placed; with --store etcd, the etcd's own limit)")
     p.add_argument("--schedulers", default=DEFAULT_SPEC, metavar="SPEC",
                    help=f"JSON list, @file.json, or NAME:KIND[:CONFLICT[:COMMIT]],… (default {DEFAULT_SPEC})")
     p.add_argument("--decision-time", choices=("modelled", "measured"), default="modelled")
@@ -100,7 +103,8 @@ def run_replay(args) -> int:
                                         parse_weight_flags(args.drf_weight)), store=args.store,
             endpoints=endpoints_of(args.endpoints) if args.store == "etcd" else [], cell=args.cell,
             decision_time=args.decision_time, time_scale=args.time_scale, until=args.until,
-            sample_every_s=args.sample_every, check=not args.no_check, initial_state=args.initial_state)
+            sample_every_s=args.sample_every, check=not args.no_check, initial_state=args.initial_state,
+            max_txn_ops=args.max_txn_ops)
     except (ValueError, OSError) as exc:
         raise UsageError(str(exc)) from None
     try:
