@@ -9,9 +9,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
+import numpy as np
+
 from tools.fauxmaster.replay import ReplayResult
 
 PLOTS = ("utilization.png", "wait_cdf.png", "busyness.png")
+MAX_POINTS = 1000  # per line of a plot over time
 
 
 def write_json(result: ReplayResult, path) -> Path:
@@ -34,9 +37,9 @@ def write_html(result: ReplayResult, directory) -> Path:
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     write_json(result, out / "result.json")
-    for name, draw in zip(PLOTS, (_utilization, _wait_cdf, _busyness)):
-        fig, ax = plt.subplots(figsize=(7, 3.6))
-        draw(ax, result)
+    for name, draw, height in zip(PLOTS, (_utilization, _wait_cdf, _busyness), (5.0, 3.6, 3.6)):
+        fig = plt.figure(figsize=(7, height))
+        draw(fig, result)
         fig.tight_layout()
         fig.savefig(out / name, dpi=100)
         plt.close(fig)
@@ -45,18 +48,44 @@ def write_html(result: ReplayResult, directory) -> Path:
     return index
 
 
-def _utilization(ax, result: ReplayResult) -> None:
-    t = [u.t / 3600 for u in result.utilization]
-    ax.plot(t, [u.cpu for u in result.utilization], label="cpu")
-    ax.plot(t, [u.memory for u in result.utilization], label="memory")
-    ax.plot(t, [u.load_cv for u in result.utilization], label="load std/mean", linestyle=":")
-    ax.set_xlabel("virtual time (h)")
-    ax.set_ylabel("fraction")
-    ax.set_title("Utilization over time")
-    ax.legend()
+def binned_means(t: list[float], series: list[list[float]], max_points: int = MAX_POINTS):
+    """``(t, series)`` with consecutive samples averaged in groups of ``ceil(n / max_points)``
+    (the last group may be smaller), so at most ``max_points`` remain; unchanged when fewer."""
+    n = len(t)
+    size = -(-n // max_points) if max_points > 0 else n
+    if size <= 1:
+        return list(t), [list(s) for s in series]
+    starts = np.arange(0, n, size)
+    counts = np.diff(np.append(starts, n))
+
+    def means(values) -> list[float]:
+        return (np.add.reduceat(np.asarray(values, dtype=float), starts) / counts).tolist()
+
+    return means(t), [means(s) for s in series]
 
 
-def _wait_cdf(ax, result: ReplayResult) -> None:
+def _utilization(fig, result: ReplayResult) -> None:
+    """Cpu and memory utilization (0..1) above the load's std/mean across machines; a long run's
+    samples averaged over bins (``binned_means``)."""
+    samples = result.utilization
+    t, (cpu, memory, cv) = binned_means([u.t / 3600 for u in samples],
+                                        [[u.cpu for u in samples], [u.memory for u in samples],
+                                         [u.load_cv for u in samples]])
+    top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=(3, 2))
+    top.plot(t, cpu, label="cpu")
+    top.plot(t, memory, label="memory")
+    top.set_ylim(0, 1.02)
+    top.set_ylabel("allocated / capacity")
+    averaged = f" (means of {-(-len(samples) // len(t))} samples)" if samples and len(t) < len(samples) else ""
+    top.set_title(f"Utilization over time{averaged}")
+    top.legend(loc="lower right")
+    bottom.plot(t, cv, color="tab:green")
+    bottom.set_ylabel("load std / mean")
+    bottom.set_xlabel("virtual time (h)")
+
+
+def _wait_cdf(fig, result: ReplayResult) -> None:
+    ax = fig.subplots()
     for label, waits in (("to first attempt", result.waits_first), ("to fully placed", result.waits_placed)):
         ordered = sorted(waits)
         if ordered:
@@ -69,7 +98,8 @@ def _wait_cdf(ax, result: ReplayResult) -> None:
     ax.legend()
 
 
-def _busyness(ax, result: ReplayResult) -> None:
+def _busyness(fig, result: ReplayResult) -> None:
+    ax = fig.subplots()
     names = [s.name for s in result.schedulers]
     ax.bar(names, [s.busyness for s in result.schedulers])
     ax.set_ylabel("busy time / simulated time")
