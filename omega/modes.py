@@ -29,9 +29,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from enum import Enum
+from typing import Mapping
 
 from cellstate.model import MachineState
-from omega.protocols import Claim, CommitOutcome, Decision, JobEntry, MachineEntry, Plan, PlanTooLarge
+from omega.protocols import (
+    AllocEntry, Claim, CommitOutcome, Decision, JobEntry, MachineEntry, Plan, PlanTooLarge,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,18 +189,26 @@ _PENDING = bytes(int(chr(i) == "p") for i in range(256))
 _LIVE = bytes(int(chr(i) in "ar") for i in range(256))
 
 
-def fit_cumulatively(fresh: MachineEntry, claims: list[Claim]):
+def fit_cumulatively(fresh: MachineEntry, claims: list[Claim],
+                     victim_allocs: Mapping[tuple[str, int], AllocEntry] | None = None):
     """Split ``claims`` on one machine into those that fit its ledger one after another and
-    (claim, reason) for the rest."""
+    (claim, reason) for the rest. An evicting claim is credited with its victims' resources
+    (from ``victim_allocs``, those on this machine); a rejected one evicts nothing."""
     free = fresh.machine.free
     kept, rejected = [], []
     last = len(claims) - 1
     for i, claim in enumerate(claims):
-        short = claim.request.shortfall(free)
+        room = free
+        if claim.evicts and victim_allocs is not None:
+            for task in claim.evicts:
+                victim = victim_allocs.get(task)
+                if victim is not None and victim.alloc.machine_id == fresh.id:
+                    room = room + victim.alloc.resources
+        short = claim.request.shortfall(room)
         if short is None:
             kept.append(claim)
             if i < last:  # (what the last claim leaves is never read)
-                free = free - claim.request
+                free = room - claim.request
         else:
             rejected.append((claim, f"machine {fresh.id} no longer has enough {short}"))
     return kept, rejected
@@ -205,26 +216,30 @@ def fit_cumulatively(fresh: MachineEntry, claims: list[Claim]):
 
 def drop_unfit(plan: Plan) -> tuple[Plan, list[int]]:
     """The plan without the claims that no longer fit the ledgers it carries, and their tasks.
-    A decision committed in several transactions plans each chunk on the view as it is then:
-    a conflict resolved in an earlier chunk may have brought in other schedulers' claims on
-    machines this chunk uses, so its claims are checked again before they go out (they go
-    back to the scheduler otherwise; the committer would refuse an overcommitting plan).
-    Evicting claims are kept: the victims' revisions guard them and the eviction makes room."""
+    A plan's ledgers are the view's when it is made, after the decision: other schedulers may
+    have placed tasks on its machines meanwhile (or, for a decision committed in several
+    transactions, a conflict resolved in an earlier chunk brought in their claims), so its
+    claims are checked again before they go out (they go back to the scheduler otherwise; the
+    committer would refuse an overcommitting plan). An evicting claim is checked with its
+    victims' resources freed: the victims' revisions guard only the victims, not the room."""
     by_machine: dict[str, list[Claim]] = {}
     for claim in plan.claims:
-        if not claim.evicts:
-            by_machine.setdefault(claim.machine_id, []).append(claim)
+        by_machine.setdefault(claim.machine_id, []).append(claim)
     unfit: set[int] = set()
+    victim_allocs = plan.victim_allocs
     for machine_id, claims in by_machine.items():
-        _, rejected = fit_cumulatively(plan.machines[machine_id], claims)
+        _, rejected = fit_cumulatively(plan.machines[machine_id], claims, victim_allocs)
         unfit.update(claim.task_index for claim, _ in rejected)
     if not unfit:
         return plan, []
     kept = tuple(c for c in plan.claims if c.task_index not in unfit)
     used = {c.machine_id for c in kept}
     machines = {mid: entry for mid, entry in plan.machines.items() if mid in used}
-    return replace(plan, claims=kept, machines=machines), [c.task_index for c in plan.claims
-                                                          if c.task_index in unfit]
+    evicted = {task for c in kept for task in c.evicts}
+    victims = {job_id: entry for job_id, entry in plan.victims.items() if any(j == job_id for j, _ in evicted)}
+    return (replace(plan, claims=kept, machines=machines, victims=victims,
+                    victim_allocs={task: e for task, e in victim_allocs.items() if task in evicted}),
+            [c.task_index for c in plan.claims if c.task_index in unfit])
 
 
 class IncrementalCommits:

@@ -237,7 +237,8 @@ class OptimisticPlacer:
     def _commit_claims(self, st: _Placement, mode: CommitMode, claims: list[Claim], tally: _Tally) -> None:
         """Commit ``claims`` in one txn, retrying kept claims at once after conflicts; an
         incremental plan the store finds too large is halved."""
-        plan = self._plan(st, claims)
+        plan, gone = self._plan(st, claims)
+        tally.redecide.extend(gone)
         if plan is not None:
             plan, unfit = drop_unfit(plan)
             tally.redecide.extend(unfit)
@@ -313,24 +314,43 @@ class OptimisticPlacer:
         return _PLAN(outcome.fresh_job, tuple(resolution.retry), machines, self.scheduler,
                      dict(st.unplaced), self.clock.now(), victims, victim_allocs)
 
-    def _plan(self, st: _Placement, claims: list[Claim]) -> Plan | None:
-        """A plan of the claims whose tasks are still pending in the view (None: job gone)."""
+    def _plan(self, st: _Placement, claims: list[Claim]) -> tuple[Plan | None, list[int]]:
+        """A plan of the claims whose tasks are still pending in the view (None: job gone),
+        and the tasks of the evicting claims left out because a victim is no longer placed or
+        running on the claim's machine (it ended or was evicted since the decision: the view
+        has moved on; they go back to the scheduler)."""
         entry = st.view.job(st.job_id)
         if entry is None:
-            return None
+            return None, []
         tasks, killed, machine = entry.record.tasks, entry.record.killed, st.view.machine
         live = [c for c in claims if tasks[c.task_index] == "p" and not killed]
-        machines, victims, victim_allocs = {}, {}, {}
+        machines, victims, victim_allocs, gone = {}, {}, {}, []
         for claim in live:
+            if claim.evicts and not self._victims_live(st.view, claim, victims, victim_allocs):
+                gone.append(claim.task_index)
+                continue
             found = machine(claim.machine_id)
             machines[claim.machine_id] = found if found is not None else \
                 self._entry(found, "machine", claim.machine_id, entry)
-            for job_id, task in claim.evicts:
-                victims[job_id] = self._entry(st.view.job(job_id), "victim job", job_id, entry)
-                victim_allocs[(job_id, task)] = self._entry(
-                    st.view.alloc_entry(job_id, task), "victim allocation", f"{job_id}/{task}", entry)
+        if gone:
+            live = [c for c in live if c.task_index not in gone]
+            evicted = {task for c in live for task in c.evicts}
+            victims = {j: e for j, e in victims.items() if any(job_id == j for job_id, _ in evicted)}
+            victim_allocs = {task: e for task, e in victim_allocs.items() if task in evicted}
         return _PLAN(entry, tuple(live), machines, self.scheduler, dict(st.unplaced), self.clock.now(),
-                     victims, victim_allocs)
+                     victims, victim_allocs), gone
+
+    @staticmethod
+    def _victims_live(view: PlacementView, claim: Claim, victims: dict, victim_allocs: dict) -> bool:
+        """True when every victim of ``claim`` is placed or running on its machine in ``view``
+        (their entries then added to ``victims`` and ``victim_allocs``)."""
+        for job_id, task in claim.evicts:
+            job, alloc = view.job(job_id), view.alloc_entry(job_id, task)
+            if job is None or alloc is None or alloc.alloc.machine_id != claim.machine_id \
+                    or not 0 <= task < len(job.record.tasks) or job.record.tasks[task] not in "ar":
+                return False
+            victims[job_id], victim_allocs[(job_id, task)] = job, alloc
+        return True
 
     def _entry(self, found, what: str, name: str, job: JobEntry):
         if found is None:

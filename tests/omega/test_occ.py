@@ -11,6 +11,7 @@ from cellstate.check import check_cell
 from cellstate.committer import StoreCommitter
 from cellstate.keys import CellKeys
 from cellstate.memory_store import MemoryStore
+from cellstate.submit import kill_job
 from fakeview import (
     FakeClock, MeddlingCommitter, RecordingDecide, ReplicaView, batch_job, least_loaded, machine, seed,
 )
@@ -259,3 +260,26 @@ def test_a_job_taken_again_is_decided_on_its_task_states_as_they_are_now():
     assert placer(store, keys, name="rival").place("j", ReplicaView(store, keys), least_loaded).pending == ()
     view.pump()
     assert ours.place("j", view, decide).pending == () and len(decide.calls) == 2  # nothing left to decide
+
+
+def test_an_evicting_claim_whose_victim_ended_meanwhile_goes_back_to_the_scheduler():
+    """The view moved on between the decision and its plan: the victim's job was killed. The
+    claim is decided again (on the room the kill left), not refused as a bad decision."""
+    store, keys = MemoryStore(), CellKeys("victim-gone")
+    seed(store, keys, [machine("m1")], [batch_job("low", 4), batch_job("j", 1)])
+    view = ReplicaView(store, keys)
+    placer(store, keys).place("low", view, least_loaded)  # m1 full
+
+    def decide(job, tasks, view):
+        if len(decide_calls.calls) == 1:
+            kill_job(store, keys, "low")
+            view.pump(0.0)
+            return Decision([Claim(0, "m1", job.record.job.request, evicts=(("low", 0),))])
+        return least_loaded(job, tasks, view)
+
+    decide_calls = RecordingDecide(decide)
+    attempts = []
+    result = placer(store, keys, FIT, attempts=attempts).place("j", view, decide_calls)
+    assert decide_calls.calls == [[0], [0]] and [c.machine_id for c in result.placed] == ["m1"]
+    assert [c.evicts for c in result.placed] == [()]
+    assert_consistent(store, keys)

@@ -2,10 +2,10 @@
 
 import pytest
 
-from cellstate.model import Job, JobKind, JobRecord, Machine
+from cellstate.model import Alloc, Job, JobKind, JobRecord, Machine
 from cellstate.resources import Resources
 from omega.modes import drop_unfit
-from omega.protocols import Claim, JobEntry, MachineEntry, Plan
+from omega.protocols import AllocEntry, Claim, JobEntry, MachineEntry, Plan
 
 REQ = Resources(1000, 1024)
 
@@ -26,3 +26,28 @@ def test_claims_beyond_the_current_ledger_go_back_to_the_scheduler(allocated, cl
     plan, dropped = drop_unfit(plan_on(allocated, claims))
     assert len(plan.claims) == kept and dropped == unfit
     assert ("m1" in plan.machines) == bool(kept)
+
+
+def evicting_plan(allocated_cpu: int, victim_cpu: int, victim_machine: str = "m1") -> Plan:
+    """One evicting claim (1000 millicores) on m1 (4000) with ``allocated_cpu`` allocated, whose
+    victim low/0 holds ``victim_cpu`` on ``victim_machine``."""
+    machine = Machine("m1", Resources(4000, 8192), allocated=Resources(allocated_cpu, 0))
+    job = Job(id="j", kind=JobKind.BATCH, tasks=1, request=REQ, priority=100)
+    low = Job(id="low", kind=JobKind.BATCH, tasks=1, request=Resources(victim_cpu, 0))
+    victim = JobEntry(JobRecord(low, "a"), 5)
+    alloc = AllocEntry(Alloc("low", 0, victim_machine, Resources(victim_cpu, 0)), 6)
+    return Plan(JobEntry(JobRecord.new(job, 0.0), 3), (Claim(0, "m1", REQ, evicts=(("low", 0),)),),
+                {"m1": MachineEntry(machine, 7)}, "s", victims={"low": victim}, victim_allocs={("low", 0): alloc})
+
+
+@pytest.mark.parametrize("allocated, victim_cpu, victim_machine, kept", [
+    (4000, 1000, "m1", True),  # the eviction makes exactly the room
+    (3500, 500, "m1", True),
+    (4000, 500, "m1", False),  # the machine filled up since the decision: evicting is not enough
+    (4000, 1000, "m2", False),  # a victim elsewhere frees nothing here
+], ids=["exact-room", "room-with-free", "filled-since", "victim-elsewhere"])
+def test_an_evicting_claim_is_checked_with_its_victims_freed(allocated, victim_cpu, victim_machine, kept):
+    plan, dropped = drop_unfit(evicting_plan(allocated, victim_cpu, victim_machine))
+    assert (len(plan.claims) == 1) is kept and dropped == ([] if kept else [0])
+    # a dropped claim takes its victims with it: the committer compares nothing of them
+    assert (set(plan.victims), set(plan.victim_allocs)) == (({"low"}, {("low", 0)}) if kept else (set(), set()))
