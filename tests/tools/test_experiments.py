@@ -14,7 +14,7 @@ from omega.protocols import MachineEntry
 from tools.cli import main
 from tools.cmd_experiment import NAMES, format_cell
 from tools.fauxmaster.architectures import CodePath, MultiPath, OfferBroker
-from tools.fauxmaster.experiment_runs import Overrides, run_case
+from tools.fauxmaster.experiment_runs import Overrides, clearly_larger, run_case
 from tools.fauxmaster.experiments import QUICK, names, run_experiment
 from tools.fauxmaster.scheduler_process import SchedulerConfig
 from tools.fauxmaster.synthetic import SyntheticSpec, synthetic_events, write_synthetic_trace
@@ -212,3 +212,11 @@ def test_a_bad_batch_kind_exits_with_a_usage_error(capsys):
         main(["experiment", "conflict-modes", "--quick", "--batch-kind", "quantum"])
     assert exit_.value.code == 2
     assert "--batch-kind" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("a, b, larger", [
+    (0.0149, 0.0147, False), (0.109, 0.1, False), (0.111, 0.1, True), (4.2, 1.0, True), (0.16, 0.0, True),
+    (0.0, 0.0, False), (0.1, 0.2, False),
+], ids=["one-per-cent", "nine-per-cent", "eleven-per-cent", "paper-sized", "from-zero", "both-zero", "smaller"])
+def test_a_direction_needs_a_clear_effect(a, b, larger):
+    assert clearly_larger(a, b) is larger

@@ -148,6 +148,16 @@ def ratio(a: float, b: float) -> float:
     return a / b if b > 0 else (float("inf") if a > 0 else 1.0)
 
 
+MIN_EFFECT = 1.1
+"""A verdict's direction needs the larger figure at least this many times the smaller: a few
+per cent either way is what one seed of these small cells gives, not the paper's effect."""
+
+
+def clearly_larger(a: float, b: float) -> bool:
+    """``a`` is at least ``MIN_EFFECT`` times ``b`` (any ``a`` > 0 when ``b`` is 0)."""
+    return ratio(a, b) >= MIN_EFFECT
+
+
 # ------------------------------------------------------------------------ reports
 
 @dataclass(frozen=True, slots=True)

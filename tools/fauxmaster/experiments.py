@@ -18,8 +18,8 @@ from typing import Any, Callable
 from cellstate.model import JobKind
 from tools.fauxmaster.architectures import CodePath, MultiPath, OfferBroker
 from tools.fauxmaster.experiment_runs import (
-    BATCH_T_JOB, BATCH_T_TASK, T_TASK, Bench, Column, ExperimentReport, RunFigures, Sizing, Verdict, pair, ratio,
-    Overrides,
+    BATCH_T_JOB, BATCH_T_TASK, T_TASK, Bench, Column, ExperimentReport, Overrides, RunFigures, Sizing, Verdict,
+    clearly_larger, pair, ratio,
 )
 from tools.fauxmaster.experiment_scaling import batch_scaling
 from tools.fauxmaster.scheduler_process import SchedulerConfig
@@ -56,7 +56,7 @@ def architectures(bench: Bench) -> ExperimentReport:
     rows = [_architecture_row(name, f) for name, f in runs.items()]
     wait = {name: f.of("batch").wait_placed.mean for name, f in runs.items()}
     shared = wait["shared-state"]
-    reproduced = shared < wait["monolithic"] and shared < wait["two-level"]
+    reproduced = clearly_larger(wait["monolithic"], shared) and clearly_larger(wait["two-level"], shared)
     detail = (f"mean batch wait to placed: shared-state {shared:.2f} s vs monolithic {wait['monolithic']:.2f} s "
               f"({ratio(wait['monolithic'], shared):.1f}x) and two-level {wait['two-level']:.2f} s "
               f"({ratio(wait['two-level'], shared):.1f}x)")
@@ -105,8 +105,8 @@ def tjob_sweep(bench: Bench) -> ExperimentReport:
                      "service_wait_placed": f.of("service").wait_placed.mean,
                      "service_unscheduled": f.of("service").unscheduled})
     first, last = rows[0], rows[-1]
-    busy_up = last["service_busyness"] > first["service_busyness"]
-    conflict_up = last["service_conflict_fraction"] > first["service_conflict_fraction"]
+    busy_up = clearly_larger(last["service_busyness"], first["service_busyness"])
+    conflict_up = clearly_larger(last["service_conflict_fraction"], first["service_conflict_fraction"])
     detail = (f"t_job {first['t_job']:g} -> {last['t_job']:g} s: service busyness {first['service_busyness']:.3f} -> "
               f"{last['service_busyness']:.3f} ({_monotone(rows, 'service_busyness')}), conflict fraction "
               f"{first['service_conflict_fraction']:.3f} -> {last['service_conflict_fraction']:.3f} "
@@ -171,7 +171,7 @@ def conflict_modes(bench: Bench) -> ExperimentReport:
         "sequence-number detection.",
         f"{bench.describe(_modes_spec(bench))}; shared-state, batch t_job {BATCH_T_JOB:g} s, service t_job 1 s, "
         f"incremental",
-        _mode_columns("mode", "conflict detection"), rows, Verdict(coarse > fine, detail), runs_ok=ok)
+        _mode_columns("mode", "conflict detection"), rows, Verdict(clearly_larger(coarse, fine), detail), runs_ok=ok)
 
 
 def commit_modes(bench: Bench) -> ExperimentReport:
@@ -186,7 +186,7 @@ def commit_modes(bench: Bench) -> ExperimentReport:
         "compared with incremental ones.",
         f"{bench.describe(_modes_spec(bench))}; shared-state, batch t_job {BATCH_T_JOB:g} s, service t_job 1 s, "
         f"resource-fit",
-        _mode_columns("mode", "commit mode"), rows, Verdict(gang > incremental, detail), runs_ok=ok)
+        _mode_columns("mode", "commit mode"), rows, Verdict(clearly_larger(gang, incremental), detail), runs_ok=ok)
 
 
 EXPERIMENTS: dict[str, Callable[[Bench], ExperimentReport]] = {
