@@ -10,12 +10,14 @@ The recorder lists the cell's machines and jobs at one revision R (the initial s
   again). Tasks already ended at R are submitted again as pending (a trace has no "already
   ended" event); a job already killed at R is followed by its ``job_kill`` at ``t = 0``;
 - a new machine key → ``machine_add``; a machine whose state becomes ``down`` →
-  ``machine_fail``; a deleted machine key → ``machine_remove``;
+  ``machine_fail``; one back ``up`` from ``down`` (a repair) → ``machine_add`` again (ledger
+  zeroed: a replay's cell brings the failed machine back up); a deleted machine key →
+  ``machine_remove``;
 - a new job key → ``job_submit`` (its full spec); a task whose state character becomes ``f``
   → ``task_end finished``, ``x`` → ``task_end failed`` (diffed against the previous version of
   the record the recorder keeps); a job whose ``killed`` flag is set → ``job_kill``.
 
-Not recorded (no trace event for them): a machine coming back up or draining, placements
+Not recorded (no trace event for them): a machine draining (or up again after draining), placements
 made after the listing (a replay makes its own), deleted job keys. A value that does not decode is logged, counted in ``bad_values`` and
 ignored (the previous version, if any, stays the reference for the next diff).
 
@@ -245,6 +247,8 @@ class Recorder:
             self._emit(MachineAdd(self._now, _unloaded(new)))
         elif new.state is MachineState.DOWN and old.state is not MachineState.DOWN:
             self._emit(MachineFail(self._now, new.id))
+        elif new.state is MachineState.UP and old.state is MachineState.DOWN:
+            self._emit(MachineAdd(self._now, _unloaded(new)))  # a repair: a replay brings it back up
 
     def _job_changed(self, old: JobRecord | None, new: JobRecord) -> None:
         if old is None:

@@ -112,10 +112,11 @@ def test_initial_state_then_live_changes(etcd_store, cell_keys, tmp_path):
     store.put(keys.machine("m2"), encode_machine(machine("m2", state=MachineState.DRAINING)))
     store.put(keys.machine("m2"), encode_machine(machine("m2", state=MachineState.DOWN)))
     store.put(keys.machine("m2"), encode_machine(machine("m2", state=MachineState.DOWN, writer="x")))
+    store.put(keys.machine("m2"), encode_machine(machine("m2", writer="agent")))  # repaired
     store.delete(keys.machine("m1"))
     kill_job(store, keys, "j1")
     store.put(keys.machine("m4"), b"\x93not a machine")
-    wait_for(lambda: sum(run.recorder.stats.events.values()) >= 12 and run.recorder.stats.bad_values)
+    wait_for(lambda: sum(run.recorder.stats.events.values()) >= 13 and run.recorder.stats.bad_values)
     run.stop()
 
     events = events_of(out)
@@ -130,12 +131,13 @@ def test_initial_state_then_live_changes(etcd_store, cell_keys, tmp_path):
         TaskEnd(0.0, "j1", 2, TaskEndStatus.FAILED),
         MachineAdd(0.0, machine("m3")),
         MachineFail(0.0, "m2"),
+        MachineAdd(0.0, machine("m2")),  # the repair, ledger and writer zeroed
         MachineRemove(0.0, "m1"),
         JobKill(0.0, "j1"),
     ]
     assert all(e.t == 0.0 for e in events[:5]) and events[5].t > 0
     assert run.stats.bad_values == 1
-    assert run.stats.events == {"MachineAdd": 3, "JobSubmit": 3, "JobKill": 2, "TaskEnd": 2,
+    assert run.stats.events == {"MachineAdd": 4, "JobSubmit": 3, "JobKill": 2, "TaskEnd": 2,
                                 "MachineFail": 1, "MachineRemove": 1}
 
 

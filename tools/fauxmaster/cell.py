@@ -22,7 +22,8 @@ from cellstate.fastbuild import builder
 from cellstate.keys import CellKeys
 from cellstate.lifecycle_txn import fail_machine_ops, finish_batch_limit, finish_task_ops
 from cellstate.memory_store import MemoryStore
-from cellstate.model import Alloc, Job, JobKind, Machine
+from cellstate.model import Alloc, Job, JobKind, Machine, MachineState
+from cellstate.resources import ZERO
 from cellstate.shared_decodes import SharedDecodes
 from cellstate.store import Compare, CompareOp, CompareTarget, Put, Store
 from cellstate.submit import JobNotFound, kill_job, submit_jobs
@@ -34,7 +35,8 @@ AGENT = "fauxmaster"
 # built without __init__
 _JOB_ENTRY, _MACHINE_ENTRY = builder(JobEntry), builder(MachineEntry)
 _PUT, _COMPARE = builder(Put), builder(Compare)
-_CREATE, _EQ = CompareTarget.CREATE, CompareOp.EQ
+_CREATE, _MOD, _EQ = CompareTarget.CREATE, CompareTarget.MOD, CompareOp.EQ
+_UP = MachineState.UP
 _NO_ROW = (0, 0, 0, 0)  # the usage row of a machine not followed yet
 
 
@@ -143,6 +145,7 @@ class SimCell:
         self.usage = UsageLedger()
         self.counters = CellCounters()
         self.submitted_at: dict[str, float] = {}
+        self._down: set[str] = set()  # machines in the store that failed, were removed or came down
         # the schedulers' replicas decode each value once (a memory store shares the bytes);
         # the cell's own reads of a task's alloc, job and machine share those decodes too
         self.decodes = SharedDecodes() if isinstance(store, MemoryStore) else None
@@ -156,31 +159,58 @@ class SimCell:
     # -- machines ---------------------------------------------------------------------------
 
     def add_machines(self, machines: list[Machine]) -> None:
-        """Write new machines (ids already in the cell are skipped and counted), in txns of
-        at most the store's op limit of machines (a compare and a put each: the limit is per
-        branch)."""
+        """Write new machines (ids already up in the cell are skipped and counted; a failed or
+        removed one comes back up: ``_repair``), in txns of at most the store's op limit of
+        machines (a compare and a put each: the limit is per branch). A machine added down is
+        written, but counts for utilization only once repaired."""
         fresh = []
         for machine in machines:
             if machine.id in self.usage.machines:
                 self.counters.skip("machine_add of a machine already up")
+            elif machine.id in self._down:
+                self._repair(machine)
             else:
                 fresh.append(machine.with_ledger(machine.allocated, machine.task_count, AGENT))
         step, machine_key, add = max(1, self.store.max_txn_ops), self.keys.machine, self.usage.add_machine
         for i in range(0, len(fresh), step):
             chunk = fresh[i:i + step]
             ops = [_PUT(machine_key(m.id), pack_machine(m), 0) for m in chunk]
-            self.store.txn([_COMPARE(op.key, _CREATE, _EQ, 0) for op in ops], ops, [])  # each key missing
+            if not self.store.txn([_COMPARE(op.key, _CREATE, _EQ, 0) for op in ops], ops, []).succeeded:
+                raise RuntimeError(f"machines {[m.id for m in chunk]}: adding them lost a race in a single-threaded "
+                                   "replay")  # each key missing
             for machine in chunk:
-                add(machine)
+                if machine.state is _UP:
+                    add(machine)
+                else:
+                    self._down.add(machine.id)
         self.counters.machines_added += len(fresh)
         if fresh:
             self.wake()
+
+    def _repair(self, machine: Machine) -> None:
+        """A ``machine_add`` of a failed or removed machine: it comes back up with the event's
+        spec and an empty ledger (as the agents' repair; counted in ``machines_added``)."""
+        if machine.state is not _UP:
+            self.counters.skip("machine_add of a machine down, still down")
+            return
+        key = self.keys.machine(machine.id)
+        fresh = machine.with_ledger(ZERO, 0, AGENT)
+        seen = self.store.get(key).mod_revision
+        if not self.store.txn([_COMPARE(key, _MOD, _EQ, seen)], [_PUT(key, pack_machine(fresh), 0)], []).succeeded:
+            raise RuntimeError(f"machine {machine.id}: its repair lost a race in a single-threaded replay")
+        self._down.discard(machine.id)
+        self.usage.add_machine(fresh)
+        self.counters.machines_added += 1
+        self.wake()
 
     def fail_machine(self, machine_id: str) -> None:
         """Machine down: every alloc on it evicted (tasks back to pending), ledger zeroed."""
         kv = self.store.get(self.keys.machine(machine_id))
         if kv is None:
             self.counters.skip("failure of an unknown machine")
+            return
+        if machine_id in self._down:
+            self.counters.skip("failure of a machine already down")
             return
         entry = MachineEntry(decode_machine(kv.key, kv.value), kv.mod_revision)
         allocs = [a for a in self._all_allocs() if a.machine_id == machine_id]
@@ -198,6 +228,7 @@ class SimCell:
             if not allocs:
                 break
         self.usage.remove_machine(machine_id)
+        self._down.add(machine_id)
         self.counters.machines_failed += 1
         self.wake()
 
