@@ -20,7 +20,7 @@ from cellstate.codec import decode_alloc, decode_job_record, decode_machine, enc
 from cellstate.codec_trusted import pack_alloc, pack_machine
 from cellstate.fastbuild import builder
 from cellstate.keys import CellKeys
-from cellstate.model import Alloc, JobRecord, Machine, TaskState, with_states
+from cellstate.model import Alloc, JobRecord, Machine, MachineState, TaskState, with_states
 from cellstate.resources import Resources
 from cellstate.store import (
     Compare, CompareOp, CompareTarget, Delete, Get, KeyValue, Put, Store, TxnTooLarge,
@@ -34,6 +34,7 @@ _RESOURCES = builder(Resources)
 # Txn ops by the hundred per commit: built without their dataclass __init__ (cellstate.fastbuild).
 _PUT, _GET, _COMPARE = builder(Put), builder(Get), builder(Compare)
 _MOD, _EQ = CompareTarget.MOD, CompareOp.EQ
+_UP = MachineState.UP
 
 
 def claims_per_txn(max_txn_ops: int) -> int:
@@ -274,12 +275,17 @@ def _plus(a: Resources, b: Resources) -> Resources:
 
 
 def _check_ledger(plan: Plan, seen: Machine, allocated, count: int) -> None:
-    """ValueError unless the new ledger fits the machine: a plan never overcommits, whatever
-    its scheduler decided (defence in depth behind every scheduler's own fit check)."""
+    """PlanRejected unless the machine is up and the new ledger fits it: a plan never places
+    on a machine that is down or draining and never overcommits, whatever its scheduler
+    decided (defence in depth behind every scheduler's own checks)."""
     capacity = seen.capacity
-    if (count >= 0 and not allocated.extra and not capacity.extra and 0 <= allocated.cpu <= capacity.cpu
-            and 0 <= allocated.memory <= capacity.memory and 0 <= allocated.disk <= capacity.disk):
+    if (seen.state is _UP and count >= 0 and not allocated.extra and not capacity.extra
+            and 0 <= allocated.cpu <= capacity.cpu and 0 <= allocated.memory <= capacity.memory
+            and 0 <= allocated.disk <= capacity.disk):
         return  # the common case, decided without building names
+    if seen.state is not _UP:
+        raise PlanRejected(f"plan of {plan.scheduler!r} for job {plan.job.id!r} places tasks on machine "
+                           f"{seen.id!r}, which is {seen.state}")
     short = allocated.shortfall(capacity)
     if short is not None or allocated.is_negative() or count < 0:
         raise PlanRejected(

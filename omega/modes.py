@@ -193,7 +193,11 @@ def fit_cumulatively(fresh: MachineEntry, claims: list[Claim],
                      victim_allocs: Mapping[tuple[str, int], AllocEntry] | None = None):
     """Split ``claims`` on one machine into those that fit its ledger one after another and
     (claim, reason) for the rest. An evicting claim is credited with its victims' resources
-    (from ``victim_allocs``, those on this machine); a rejected one evicts nothing."""
+    (from ``victim_allocs``, those on this machine); a rejected one evicts nothing. On a
+    machine that is not up every claim is rejected (its free room is no room)."""
+    state = fresh.machine.state
+    if state is not MachineState.UP:
+        return [], [(claim, f"machine {fresh.id} is {state}") for claim in claims]
     free = fresh.machine.free
     kept, rejected = [], []
     last = len(claims) - 1
@@ -218,8 +222,8 @@ def drop_unfit(plan: Plan) -> tuple[Plan, list[int]]:
     """The plan without the claims that no longer fit the ledgers it carries, and their tasks.
     A plan's ledgers are the view's when it is made, after the decision: other schedulers may
     have placed tasks on its machines meanwhile (or, for a decision committed in several
-    transactions, a conflict resolved in an earlier chunk brought in their claims), so its
-    claims are checked again before they go out (they go back to the scheduler otherwise; the
+    transactions, a conflict resolved in an earlier chunk brought in their claims), or failed
+    it, so its claims are checked again before they go out (they go back to the scheduler otherwise; the
     committer would refuse an overcommitting plan). An evicting claim is checked with its
     victims' resources freed: the victims' revisions guard only the victims, not the room."""
     by_machine: dict[str, list[Claim]] = {}

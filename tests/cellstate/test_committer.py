@@ -12,7 +12,7 @@ from cellstate.codec import decode_alloc, decode_job_record, decode_machine, enc
 from cellstate.committer import StoreCommitter, claims_per_txn, summarize_reasons
 from cellstate.keys import CellKeys
 from cellstate.memory_store import MemoryStore
-from cellstate.model import Alloc, Job, JobKind, JobRecord, Machine
+from cellstate.model import Alloc, Job, JobKind, JobRecord, Machine, MachineState
 from cellstate.resources import Resources
 from cellstate.store import Get, Put
 from omega.protocols import AllocEntry, Claim, JobEntry, MachineEntry, Plan, PlanRejected, PlanTooLarge
@@ -271,3 +271,15 @@ def test_a_machine_read_is_made_once_and_leaves_the_keys_equal():
     key, get = keys.machine_read("m1")
     assert key == keys.machine("m1") and get == Get(key) and keys.machine_read("m1")[1] is get
     assert keys == CellKeys("mem") and hash(keys) == hash(CellKeys("mem")) and "machine_reads" not in repr(keys)
+
+
+@pytest.mark.parametrize("state", [MachineState.DOWN, MachineState.DRAINING], ids=["down", "draining"])
+def test_a_plan_placing_on_a_machine_not_up_is_rejected(store, keys, state):
+    m1 = seed_machine(store, keys, "m1")
+    down = replace(m1.machine, state=state)
+    revision = put(store, keys.machine("m1"), encode_machine(down))
+    job = seed_job(store, keys, "j", tasks=1)
+    before = store.revision()
+    with pytest.raises(PlanRejected, match=f"places tasks on machine 'm1', which is {state}"):
+        StoreCommitter(store, keys).commit(Plan(job, (Claim(0, "m1", REQ),), {"m1": MachineEntry(down, revision)}, "s"))
+    assert store.revision() == before

@@ -4,13 +4,16 @@ ConflictMode x CommitMode, job-revision races, plan splitting, gang refusal, ret
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
 from cellstate.check import check_cell
+from cellstate.codec import decode_machine, encode_machine
 from cellstate.committer import StoreCommitter
 from cellstate.keys import CellKeys
 from cellstate.memory_store import MemoryStore
+from cellstate.model import MachineState
 from cellstate.submit import kill_job
 from fakeview import (
     FakeClock, MeddlingCommitter, RecordingDecide, ReplicaView, batch_job, least_loaded, machine, seed,
@@ -282,4 +285,27 @@ def test_an_evicting_claim_whose_victim_ended_meanwhile_goes_back_to_the_schedul
     result = placer(store, keys, FIT, attempts=attempts).place("j", view, decide_calls)
     assert decide_calls.calls == [[0], [0]] and [c.machine_id for c in result.placed] == ["m1"]
     assert [c.evicts for c in result.placed] == [()]
+    assert_consistent(store, keys)
+
+
+def test_claims_on_a_machine_that_failed_during_the_decision_go_back_to_the_scheduler():
+    """The view moved on between the decision and its plan: m1 went down. Its claims are
+    decided again (on m2), not committed onto the down machine (its revision is the view's)."""
+    store, keys = MemoryStore(), CellKeys("failed-meanwhile")
+    seed(store, keys, [machine("m1", cpu=8000), machine("m2")], [batch_job("j", 2)])
+    view = ReplicaView(store, keys)
+
+    def decide(job, tasks, view):
+        request = job.record.job.request
+        if len(decide_calls.calls) > 1:  # m1 is down now
+            return Decision([Claim(task, "m2", request) for task in tasks])
+        kv = store.get(keys.machine("m1"))
+        store.put(kv.key, encode_machine(replace(decode_machine(kv.key, kv.value), state=MachineState.DOWN)))
+        view.pump(0.0)
+        return Decision([Claim(task, "m1", request) for task in tasks])
+
+    decide_calls = RecordingDecide(decide)
+    result = placer(store, keys, FIT).place("j", view, decide_calls)
+    assert decide_calls.calls == [[0, 1], [0, 1]]
+    assert sorted(c.machine_id for c in result.placed) == ["m2", "m2"]
     assert_consistent(store, keys)

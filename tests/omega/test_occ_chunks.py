@@ -1,8 +1,10 @@
 """Chunks of a split decision are checked against the ledgers they will be committed on."""
 
+from dataclasses import replace
+
 import pytest
 
-from cellstate.model import Alloc, Job, JobKind, JobRecord, Machine
+from cellstate.model import Alloc, Job, JobKind, JobRecord, Machine, MachineState
 from cellstate.resources import Resources
 from omega.modes import drop_unfit
 from omega.protocols import AllocEntry, Claim, JobEntry, MachineEntry, Plan
@@ -51,3 +53,11 @@ def test_an_evicting_claim_is_checked_with_its_victims_freed(allocated, victim_c
     assert (len(plan.claims) == 1) is kept and dropped == ([] if kept else [0])
     # a dropped claim takes its victims with it: the committer compares nothing of them
     assert (set(plan.victims), set(plan.victim_allocs)) == (({"low"}, {("low", 0)}) if kept else (set(), set()))
+
+
+@pytest.mark.parametrize("state", [MachineState.DOWN, MachineState.DRAINING], ids=["down", "draining"])
+def test_claims_on_a_machine_no_longer_up_go_back(state):
+    plan = plan_on(0, 2)
+    plan = replace(plan, machines={"m1": MachineEntry(replace(plan.machines["m1"].machine, state=state), 8)})
+    kept, dropped = drop_unfit(plan)
+    assert kept.claims == () and dropped == [0, 1] and kept.machines == {}
