@@ -222,10 +222,10 @@ def drop_unfit(plan: Plan) -> tuple[Plan, list[int]]:
     """The plan without the claims that no longer fit the ledgers it carries, and their tasks.
     A plan's ledgers are the view's when it is made, after the decision: other schedulers may
     have placed tasks on its machines meanwhile (or, for a decision committed in several
-    transactions, a conflict resolved in an earlier chunk brought in their claims), or failed
-    it, so its claims are checked again before they go out (they go back to the scheduler otherwise; the
-    committer would refuse an overcommitting plan). An evicting claim is checked with its
-    victims' resources freed: the victims' revisions guard only the victims, not the room."""
+    transactions, a conflict resolved in an earlier chunk brought in their claims), or a
+    machine failed, so its claims are checked again before they go out (they go back to the
+    scheduler otherwise; the committer would refuse the plan). An evicting claim is checked
+    with its victims' resources freed: their revisions guard only the victims, not the room."""
     by_machine: dict[str, list[Claim]] = {}
     for claim in plan.claims:
         by_machine.setdefault(claim.machine_id, []).append(claim)

@@ -316,9 +316,9 @@ class OptimisticPlacer:
 
     def _plan(self, st: _Placement, claims: list[Claim]) -> tuple[Plan | None, list[int]]:
         """A plan of the claims whose tasks are still pending in the view (None: job gone),
-        and the tasks of the evicting claims left out because a victim is no longer placed or
-        running on the claim's machine (it ended or was evicted since the decision: the view
-        has moved on; they go back to the scheduler)."""
+        and the tasks of the claims left out because the view has moved on since the decision:
+        their machine is gone, or a victim of theirs is no longer placed or running on it
+        (they go back to the scheduler)."""
         entry = st.view.job(st.job_id)
         if entry is None:
             return None, []
@@ -326,12 +326,11 @@ class OptimisticPlacer:
         live = [c for c in claims if tasks[c.task_index] == "p" and not killed]
         machines, victims, victim_allocs, gone = {}, {}, {}, []
         for claim in live:
-            if claim.evicts and not self._victims_live(st.view, claim, victims, victim_allocs):
+            found = machine(claim.machine_id)
+            if found is None or claim.evicts and not self._victims_live(st.view, claim, victims, victim_allocs):
                 gone.append(claim.task_index)
                 continue
-            found = machine(claim.machine_id)
-            machines[claim.machine_id] = found if found is not None else \
-                self._entry(found, "machine", claim.machine_id, entry)
+            machines[claim.machine_id] = found
         if gone:
             live = [c for c in live if c.task_index not in gone]
             evicted = {task for c in live for task in c.evicts}
@@ -351,12 +350,6 @@ class OptimisticPlacer:
                 return False
             victims[job_id], victim_allocs[(job_id, task)] = job, alloc
         return True
-
-    def _entry(self, found, what: str, name: str, job: JobEntry):
-        if found is None:
-            raise ValueError(f"decision of scheduler {self.scheduler!r} for job {job.id!r} uses "
-                             f"{what} {name!r}, which the view does not have")
-        return found
 
     # -- reasons and results ------------------------------------------------------------
 

@@ -288,9 +288,11 @@ def test_an_evicting_claim_whose_victim_ended_meanwhile_goes_back_to_the_schedul
     assert_consistent(store, keys)
 
 
-def test_claims_on_a_machine_that_failed_during_the_decision_go_back_to_the_scheduler():
-    """The view moved on between the decision and its plan: m1 went down. Its claims are
-    decided again (on m2), not committed onto the down machine (its revision is the view's)."""
+@pytest.mark.parametrize("gone", ["down", "deleted"])
+def test_claims_on_a_machine_that_failed_during_the_decision_go_back_to_the_scheduler(gone):
+    """The view moved on between the decision and its plan: m1 went down (or its key was
+    deleted). Its claims are decided again (on m2), not committed onto the down machine (its
+    revision is the view's) nor refused as a bad decision."""
     store, keys = MemoryStore(), CellKeys("failed-meanwhile")
     seed(store, keys, [machine("m1", cpu=8000), machine("m2")], [batch_job("j", 2)])
     view = ReplicaView(store, keys)
@@ -300,7 +302,10 @@ def test_claims_on_a_machine_that_failed_during_the_decision_go_back_to_the_sche
         if len(decide_calls.calls) > 1:  # m1 is down now
             return Decision([Claim(task, "m2", request) for task in tasks])
         kv = store.get(keys.machine("m1"))
-        store.put(kv.key, encode_machine(replace(decode_machine(kv.key, kv.value), state=MachineState.DOWN)))
+        if gone == "down":
+            store.put(kv.key, encode_machine(replace(decode_machine(kv.key, kv.value), state=MachineState.DOWN)))
+        else:
+            store.delete(kv.key)
         view.pump(0.0)
         return Decision([Claim(task, "m1", request) for task in tasks])
 

@@ -175,9 +175,10 @@ class SimCell:
         for i in range(0, len(fresh), step):
             chunk = fresh[i:i + step]
             ops = [_PUT(machine_key(m.id), pack_machine(m), 0) for m in chunk]
-            if not self.store.txn([_COMPARE(op.key, _CREATE, _EQ, 0) for op in ops], ops, []).succeeded:
-                raise RuntimeError(f"machines {[m.id for m in chunk]}: adding them lost a race in a single-threaded "
-                                   "replay")  # each key missing
+            missing = [_COMPARE(op.key, _CREATE, _EQ, 0) for op in ops]  # each key
+            if not self.store.txn(missing, ops, []).succeeded:
+                raise RuntimeError(f"machines {[m.id for m in chunk]}: adding them lost a race in a "
+                                   "single-threaded replay")
             for machine in chunk:
                 if machine.state is _UP:
                     add(machine)
