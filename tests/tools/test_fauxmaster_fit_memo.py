@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from cellstate.model import Job, JobKind
 from cellstate.resources import Resources
+from omega.modes import CommitMode
+from omega.protocols import Decision
 from tools.fauxmaster.replay import ReplayConfig, replay
 from tools.trace.events import JobKill, JobSubmit, MachineAdd
 
@@ -45,8 +49,11 @@ def verify_skips(checked: list):
                 for job_id in memo.remembered():
                     entry = pending(job_id)
                     assert entry is not None, f"{job_id} is remembered but not pending"
-                    answer = sim.scheduler.decide(entry, entry.record.pending_tasks(), sim.view)
-                    checked.append((job_id, len(answer.claims)))
+                    tasks = entry.record.pending_tasks()
+                    answer = sim.scheduler.decide(entry, tasks, sim.view)
+                    mode = CommitMode.ALL_OR_NOTHING if entry.record.job.gang else sim.placer.commit_mode
+                    admitted = mode.strategy.admit(entry, tasks, Decision(list(answer.claims), dict(answer.unplaced)))
+                    checked.append((job_id, len(admitted.claims)))  # what the placer would commit
                 return touched
             memo.refresh = refresh
     return setup
@@ -59,6 +66,31 @@ def test_skipped_decisions_would_have_found_nothing(tmp_path, schedulers):
                     setup=verify_skips(checked))
     assert len(checked) > 20  # the memo did skip decisions here…
     assert all(claims == 0 for _, claims in checked), [c for c in checked if c[1]]  # …that found nothing
+    assert result.check["ok"], result.check["violations"]
+
+
+def gang_trace(path) -> str:
+    """4 machines of 4 cores; every 2 s a gang of 3-9 one-core tasks (some larger than what is
+    free) and two one-task jobs of one core, all of 3 s."""
+    events = [MachineAdd(0.0, machine(i)) for i in range(4)]
+    for wave in range(10):
+        events.append(JobSubmit(wave * 2.0, replace(batch(f"g{wave}", 3 + (wave * 5) % 7, duration=3.0), gang=True)))
+        events += [JobSubmit(wave * 2.0 + 0.5, batch(f"s{wave}.{j}", 1, duration=3.0)) for j in range(2)]
+    return write(path, events)
+
+
+@pytest.mark.parametrize("commit", ["incremental", "all-or-nothing"])
+def test_a_gang_that_places_nothing_does_not_put_smaller_requests_to_sleep(tmp_path, commit):
+    """A gang (or any job under all-or-nothing commits) places nothing when only some of its
+    tasks fit: its request is no shape with no room."""
+    checked: list = []
+    schedulers = [dict(name="b", kind="batch", seed=2, commit_mode=commit)]
+    result = replay(gang_trace(tmp_path / "g.omt"), ReplayConfig(schedulers=schedulers, until=30.0),
+                    setup=verify_skips(checked))
+    assert checked and all(claims == 0 for _, claims in checked), [c for c in checked if c[1]]
+    reference = replay(gang_trace(tmp_path / "g.omt"), ReplayConfig(schedulers=schedulers, until=30.0,
+                                                                    skip_nothing_fits=False))
+    assert result.schedulers[0].tasks_placed == reference.schedulers[0].tasks_placed
     assert result.check["ok"], result.check["violations"]
 
 

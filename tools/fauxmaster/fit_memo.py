@@ -5,7 +5,8 @@ request: every job of it is left out of the candidates the scheduler orders (``r
 so it is neither decided again nor held for a modelled decision time, and the scheduler's
 queue leaves the whole group out at once (``JobQueue.set_group_asleep``). A group falls
 asleep when a *shape with no room* covers its request: a job with no task placed and no
-constraints whose last decision found no machine (``AttemptOutcome.NOTHING_FITS``) makes its
+constraints whose last decision found no machine (``AttemptOutcome.NOTHING_FITS``), decided
+task by task (not all-or-nothing: a gang places nothing when only some of its tasks fit), makes its
 request such a shape, and any request at least that large of every resource has no room
 either. A group wakes when a machine that freed room (``ReplicaView.take_freed_machines``: a
 ledger shrank, a machine came back up or was added) has room for one of its tasks, on an up
@@ -144,8 +145,11 @@ class MemoChanges:
 class NothingFitsMemo:
     """Pending jobs by request, asleep while no machine has room for it (see the module)."""
 
-    def __init__(self, view):
+    def __init__(self, view, all_or_nothing: bool = False):
+        """``all_or_nothing``: the scheduler commits every job all-or-nothing (gang jobs are
+        committed so in any case)."""
         self.view = view
+        self.all_or_nothing = all_or_nothing
         view.track_freed_machines()
         self._groups: dict[GroupKey, _Group] = {}
         self._filed: dict[str, _Group] = {}  # job id → its group
@@ -200,8 +204,9 @@ class NothingFitsMemo:
             self._index(group)
         spec = entry.record.job
         if attempts[-1].outcome is AttemptOutcome.NOTHING_FITS and not spec.constraints and \
-                "a" not in entry.record.tasks and "r" not in entry.record.tasks:
-            self._add_shape(spec.request)
+                not (spec.gang or self.all_or_nothing) and "a" not in entry.record.tasks and \
+                "r" not in entry.record.tasks:
+            self._add_shape(spec.request)  # (a gang placing nothing may have had room for some tasks)
 
     def _add_shape(self, request: Resources) -> None:
         if any(s.fits_in(request) for s in self._shapes) or any(s.fits_in(request) for s in self._new_shapes):

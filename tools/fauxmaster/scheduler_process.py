@@ -142,7 +142,8 @@ class SimScheduler:
                                        CommitMode.parse(config.commit_mode),
                                        retry_policy_for(config.kind, config.seed), clock, self._on_attempt)
         self.queue = JobQueue(config.name, order=make_order(config.order, self.view, config.drf_weights))
-        self.memo = NothingFitsMemo(self.view) if skip_nothing_fits and config.kind in NON_PREEMPTING_KINDS else None
+        self.memo = (NothingFitsMemo(self.view, CommitMode.parse(config.commit_mode) is CommitMode.ALL_OR_NOTHING)
+                     if skip_nothing_fits and config.kind in NON_PREEMPTING_KINDS else None)
         self.refused = RefusedJobs()  # refused jobs stay out until they change
         self.view.track_changed_jobs()
         lookups = [self.view.replica.pending_lookup(kind) for kind in self.kinds]
