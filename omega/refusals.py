@@ -23,38 +23,39 @@ class RefusedJobs:
     """Job id -> (spec, task states) of the job as it was refused."""
 
     def __init__(self) -> None:
-        self._refused: dict[str, tuple[Job, str]] = {}
+        self.jobs: dict[str, tuple[Job, str]] = {}
+        """The refusals by job id (empty, as usual: a caller's hot path tests it first)."""
 
     def __len__(self) -> int:
-        return len(self._refused)
+        return len(self.jobs)
 
     def refuse(self, entry: JobEntry) -> None:
         """Leave ``entry``'s job out while its spec and task states stay as they are now."""
         record = entry.record
-        self._refused[record.job.id] = (record.job, record.tasks)
+        self.jobs[record.job.id] = (record.job, record.tasks)
 
     def holds(self, entry: JobEntry) -> bool:
         """True while ``entry`` is the job as refused (then it stays out); a changed job is
         forgotten and False."""
         record = entry.record
-        refused = self._refused.get(record.job.id)
+        refused = self.jobs.get(record.job.id)
         if refused is None:
             return False
         if refused[1] == record.tasks and refused[0] == record.job:
             return True
-        del self._refused[record.job.id]
+        del self.jobs[record.job.id]
         return False
 
     def candidates(self, pending: list[JobEntry]) -> list[JobEntry]:
         """The entries of ``pending`` (all the jobs pending for the scheduler) not held; the
         refusals of jobs no longer in it are forgotten."""
         kept = [entry for entry in pending if not self.holds(entry)]
-        if self._refused:
+        if self.jobs:
             ids = {entry.record.job.id for entry in pending}
-            for job_id in [job_id for job_id in self._refused if job_id not in ids]:
-                del self._refused[job_id]
+            for job_id in [job_id for job_id in self.jobs if job_id not in ids]:
+                del self.jobs[job_id]
         return kept
 
     def forget(self, job_id: str) -> None:
         """Drop a job (it is no longer pending)."""
-        self._refused.pop(job_id, None)
+        self.jobs.pop(job_id, None)

@@ -246,7 +246,7 @@ class SchedulerProcess:
             self.queue.reset()
         now = self.clock.now()
         pending = self.view.pending_jobs(self.job_kind)
-        if self.refused:
+        if self.refused.jobs:
             pending = self.refused.candidates(pending)
         jobs = self.queue.select(pending, self.view.peers(self.kind), now, self.options.batch_jobs)
         for n, entry in enumerate(jobs):

@@ -191,13 +191,15 @@ class SimScheduler:
             self.view.take_changed_jobs()
             changed = {entry.id for kind in self.kinds for entry in self.view.pending_jobs(kind)}
         memo, queue, refused = self.memo, self.queue, self.refused
+        held = refused.holds if refused.jobs else None  # (no refusal: no call per job)
         if memo is None:
             for job_id in changed:
                 entry = self._pending_entry(job_id)
                 if entry is None:
                     queue.untrack(job_id)
-                    refused.forget(job_id)
-                elif refused and refused.holds(entry):
+                    if held is not None:
+                        refused.forget(job_id)
+                elif held is not None and held(entry):
                     queue.untrack(job_id)
                 else:
                     queue.track(entry)
@@ -210,8 +212,9 @@ class SimScheduler:
             entry = pending(job_id)
             if entry is None:
                 queue.untrack(job_id)
-                refused.forget(job_id)
-            elif memo.solo(job_id) or refused and refused.holds(entry):
+                if held is not None:
+                    refused.forget(job_id)
+            elif memo.solo(job_id) or held is not None and held(entry):
                 queue.untrack(job_id, coming_back=True)
             else:
                 queue.track(entry, memo.group_of(job_id))
