@@ -6,9 +6,9 @@ so it is neither decided again nor held for a modelled decision time, and the sc
 queue leaves the whole group out at once (``JobQueue.set_group_asleep``). A group falls
 asleep when a *shape with no room* covers its request: a job with no task placed and no
 constraints whose last decision found no machine (``AttemptOutcome.NOTHING_FITS``), decided
-task by task (not all-or-nothing: a gang places nothing when only some of its tasks fit), makes its
-request such a shape, and any request at least that large of every resource has no room
-either. A group wakes when a machine that freed room (``ReplicaView.take_freed_machines``: a
+task by task (not all-or-nothing: a gang places nothing when only some of its tasks fit),
+makes its request such a shape, and any request at least that large of every resource has no
+room either. A group wakes when a machine that freed room (``ReplicaView.take_freed_machines``: a
 ledger shrank, a machine came back up or was added) has room for one of its tasks, on an up
 machine (``request.fits_in(free)``, the ``resources_fit`` test); the shapes it has room for
 are forgotten too. A job joining an asleep group (submitted, changed) sleeps with it.
