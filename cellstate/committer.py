@@ -34,7 +34,7 @@ _RESOURCES = builder(Resources)
 # Txn ops by the hundred per commit: built without their dataclass __init__ (cellstate.fastbuild).
 _PUT, _GET, _COMPARE = builder(Put), builder(Get), builder(Compare)
 _MOD, _EQ = CompareTarget.MOD, CompareOp.EQ
-_UP = MachineState.UP
+_DOWN = MachineState.DOWN
 
 
 def claims_per_txn(max_txn_ops: int) -> int:
@@ -275,15 +275,15 @@ def _plus(a: Resources, b: Resources) -> Resources:
 
 
 def _check_ledger(plan: Plan, seen: Machine, allocated, count: int) -> None:
-    """PlanRejected unless the machine is up and the new ledger fits it: a plan never places
-    on a machine that is down or draining and never overcommits, whatever its scheduler
-    decided (defence in depth behind every scheduler's own checks)."""
+    """PlanRejected unless the machine is not down and the new ledger fits it: a plan never
+    places on a down machine and never overcommits, whatever its scheduler decided (defence in
+    depth behind every scheduler's own checks; a draining machine is the scheduler's policy)."""
     capacity = seen.capacity
-    if (seen.state is _UP and count >= 0 and not allocated.extra and not capacity.extra
+    if (seen.state is not _DOWN and count >= 0 and not allocated.extra and not capacity.extra
             and 0 <= allocated.cpu <= capacity.cpu and 0 <= allocated.memory <= capacity.memory
             and 0 <= allocated.disk <= capacity.disk):
         return  # the common case, decided without building names
-    if seen.state is not _UP:
+    if seen.state is _DOWN:
         raise PlanRejected(f"plan of {plan.scheduler!r} for job {plan.job.id!r} places tasks on machine "
                            f"{seen.id!r}, which is {seen.state}")
     short = allocated.shortfall(capacity)

@@ -194,10 +194,10 @@ def fit_cumulatively(fresh: MachineEntry, claims: list[Claim],
     """Split ``claims`` on one machine into those that fit its ledger one after another and
     (claim, reason) for the rest. An evicting claim is credited with its victims' resources
     (from ``victim_allocs``, those on this machine); a rejected one evicts nothing. On a
-    machine that is not up every claim is rejected (its free room is no room)."""
-    state = fresh.machine.state
-    if state is not MachineState.UP:
-        return [], [(claim, f"machine {fresh.id} is {state}") for claim in claims]
+    machine that is down every claim is rejected (its free room is no room; whether a draining
+    machine takes tasks is the scheduler's policy: ``machine_state``'s ``accept``)."""
+    if fresh.machine.state is MachineState.DOWN:
+        return [], [(claim, f"machine {fresh.id} is down") for claim in claims]
     free = fresh.machine.free
     kept, rejected = [], []
     last = len(claims) - 1
