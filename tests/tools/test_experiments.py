@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from cellstate.model import JobKind, Machine
+from cellstate.model import Job, JobKind, Machine
 from cellstate.resources import Resources
 from omega.protocols import MachineEntry
 from tools.cli import main
@@ -19,7 +19,7 @@ from tools.fauxmaster.experiments import QUICK, names, run_experiment
 from tools.fauxmaster.scheduler_process import SchedulerConfig
 from tools.fauxmaster.synthetic import SyntheticSpec, synthetic_events, write_synthetic_trace
 from tools.trace.events import JobKill, JobSubmit, MachineAdd
-from tools.trace.format import read_trace
+from tools.trace.format import TraceHeader, TraceWriter, read_trace
 
 EXPECTED_COLUMNS = {
     "architectures": {"architecture", "batch_wait_first", "batch_wait_placed", "batch_unscheduled", "busyness",
@@ -220,3 +220,13 @@ def test_a_bad_batch_kind_exits_with_a_usage_error(capsys):
 ], ids=["one-per-cent", "nine-per-cent", "eleven-per-cent", "paper-sized", "from-zero", "both-zero", "smaller"])
 def test_a_direction_needs_a_clear_effect(a, b, larger):
     assert clearly_larger(a, b) is larger
+
+
+def test_a_trace_of_the_initial_state_only_is_refused(tmp_path, capsys):
+    trace = tmp_path / "t0.omt"
+    with TraceWriter(trace, TraceHeader("test", "2024-01-01T00:00:00Z", "4 cores")) as writer:
+        writer.write(MachineAdd(0.0, Machine("m1", Resources(4000, 8192))))
+        writer.write(JobSubmit(0.0, Job("j", JobKind.BATCH, 2, Resources(1000, 512))))
+    with pytest.raises(SystemExit) as info:
+        main(["experiment", "conflict-modes", "--trace", str(trace)])
+    assert info.value.code == 2 and "all 2 events are at t = 0" in capsys.readouterr().err

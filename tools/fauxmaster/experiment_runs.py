@@ -23,6 +23,7 @@ from tools.fauxmaster.metrics import SchedulerMetrics, WaitStats
 from tools.fauxmaster.replay import ReplayConfig, ReplayResult, replay
 from tools.fauxmaster.scheduler_process import SchedulerConfig
 from tools.fauxmaster.synthetic import SyntheticSpec, write_synthetic_trace
+from tools.trace.format import read_trace
 
 TXN_OPS = 4096  # big enough that a gang of up to 1000 tasks fits one transaction
 BATCH_T_JOB, BATCH_T_TASK, T_TASK = 0.1, 0.005, 0.005  # Omega's modelled decision times
@@ -244,6 +245,22 @@ class Overrides:
         return f"batch schedulers of kind {self.batch_kind}, queue order {self.order}{weights}"
 
 
+def _check_spans_time(path: str) -> None:
+    """ValueError unless some event of the trace at ``path`` comes after t = 0: an experiment
+    replays the trace's span, so a trace of the initial state only (e.g. a ``--limit`` import
+    cut inside Google-2011's t = 0 rows) would compare runs in which nothing was decided."""
+    _, events = read_trace(path)
+    with events:
+        count = 0
+        for event in events:
+            if event.t > 0:
+                return
+            count += 1
+    raise ValueError(f"trace {path}: all {count} events are at t = 0, so an experiment would replay no time; "
+                     "give a trace that runs on (an import of Google-2011 part 0 reaches t > 0 after its "
+                     "277,321 rows at t = 0)")
+
+
 class Bench:
     """Where runs get their trace: ``trace`` if given, else synthetic ones (cached in a temp dir);
     ``overrides`` apply to every scheduler the experiment runs (``run``)."""
@@ -252,6 +269,8 @@ class Bench:
                  overrides: Overrides = Overrides()):
         self.sizing = sizing
         self.given = trace
+        if trace is not None:
+            _check_spans_time(trace)
         self.overrides = overrides
         self._dir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="omega-experiment-"))
         self._cache: dict[SyntheticSpec, str] = {}
