@@ -240,8 +240,7 @@ class OptimisticPlacer:
         plan, gone = self._plan(st, claims)
         tally.redecide.extend(gone)
         if plan is not None:
-            plan, unfit = drop_unfit(plan)
-            tally.redecide.extend(unfit)
+            plan = self._fitting(plan, mode, tally, bool(gone))
         for _ in range(self.retry.max_attempts):
             if plan is None or not plan.claims:
                 tally.job_gone = plan is None
@@ -311,8 +310,22 @@ class OptimisticPlacer:
         victims = {job_id: outcome.fresh_victims[job_id]
                    for c in resolution.retry for job_id, _ in c.evicts}
         victim_allocs = {task: outcome.fresh_victim_allocs[task] for c in resolution.retry for task in c.evicts}
-        return _PLAN(outcome.fresh_job, tuple(resolution.retry), machines, self.scheduler,
-                     dict(st.unplaced), self.clock.now(), victims, victim_allocs)
+        return self._fitting(_PLAN(outcome.fresh_job, tuple(resolution.retry), machines, self.scheduler,
+                                   dict(st.unplaced), self.clock.now(), victims, victim_allocs), mode, tally)
+
+    @staticmethod
+    def _fitting(plan: Plan, mode: CommitMode, tally: _Tally, dropped: bool = False) -> Plan:
+        """``plan`` without the claims that no longer fit its ledgers (``drop_unfit``; their
+        tasks go back to the scheduler). A claim kept by a conflict split may have fitted only
+        by another claim's eviction on its machine, which the split rejected. All-or-nothing:
+        when any claim (or, ``dropped``, one left out before) goes back, every claim does."""
+        fitting, unfit = drop_unfit(plan)
+        if (unfit or dropped) and mode is CommitMode.ALL_OR_NOTHING:
+            tally.redecide.extend(unfit)
+            tally.redecide.extend(c.task_index for c in fitting.claims)
+            return replace(fitting, claims=(), machines={}, victims={}, victim_allocs={})
+        tally.redecide.extend(unfit)
+        return fitting
 
     def _plan(self, st: _Placement, claims: list[Claim]) -> tuple[Plan | None, list[int]]:
         """A plan of the claims whose tasks are still pending in the view (None: job gone),

@@ -13,7 +13,8 @@ from cellstate.codec import decode_machine, encode_machine
 from cellstate.committer import StoreCommitter
 from cellstate.keys import CellKeys
 from cellstate.memory_store import MemoryStore
-from cellstate.model import MachineState
+from cellstate.model import Job, JobKind, JobRecord, MachineState
+from cellstate.resources import Resources
 from cellstate.submit import kill_job
 from fakeview import (
     FakeClock, MeddlingCommitter, RecordingDecide, ReplicaView, batch_job, least_loaded, machine, seed,
@@ -313,4 +314,62 @@ def test_claims_on_a_machine_that_failed_during_the_decision_go_back_to_the_sche
     result = placer(store, keys, FIT).place("j", view, decide_calls)
     assert decide_calls.calls == [[0, 1], [0, 1]]
     assert sorted(c.machine_id for c in result.placed) == ["m2", "m2"]
+    assert_consistent(store, keys)
+
+
+class _VictimToucher(StoreCommitter):
+    """Rewrites job ``low``'s record (unchanged) before the first commit: its revision moves."""
+
+    touched = False
+
+    def commit(self, plan):
+        if not self.touched:
+            self.touched = True
+            kv = self.store.get(self.keys.job("low"))
+            self.store.put(kv.key, kv.value)
+        return super().commit(plan)
+
+
+def test_a_claim_that_fitted_by_a_rejected_eviction_goes_back_to_the_scheduler():
+    """Claim 0 evicts two of low's tasks on the full m1 and claim 1 uses the second one's room.
+    The txn fails on low's revision: claim 0 is rejected, claim 1 (m1 unchanged) kept by the
+    split, but without claim 0's eviction it no longer fits: it is decided again, not sent in an
+    overcommitting plan."""
+    store, keys = MemoryStore(), CellKeys("eviction-rejected")
+    high = JobRecord.new(Job("j", JobKind.BATCH, 2, Resources(1000, 512), priority=100), 1.0)
+    seed(store, keys, [machine("m1")], [batch_job("low", 4), high])
+    view = ReplicaView(store, keys)
+    placer(store, keys).place("low", view, least_loaded)  # m1 full
+    request = high.job.request
+
+    def decide(job, tasks, view):
+        if len(decide_calls.calls) > 1:
+            return Decision([], {t: "no room" for t in tasks})
+        return Decision([Claim(0, "m1", request, evicts=(("low", 0), ("low", 1))), Claim(1, "m1", request)])
+
+    decide_calls = RecordingDecide(decide)
+    result = placer(store, keys, FIT, committer=_VictimToucher(store, keys)).place("j", view, decide_calls)
+    assert decide_calls.calls == [[0, 1], [0, 1]] and result.placed == ()
+    assert view.job("low").record.tasks == "aaaa"
+    assert_consistent(store, keys)
+
+
+def test_a_gang_whose_claim_no_longer_fits_goes_back_whole():
+    """m2 fills up during the decision of a two-task gang: its claim there no longer fits, so
+    neither claim is committed (all-or-nothing), not the one on m1 alone."""
+    store, keys = MemoryStore(), CellKeys("gang-stale")
+    seed(store, keys, [machine("m1"), machine("m2")], [batch_job("g", 2, gang=True), batch_job("filler", 4)])
+    view = ReplicaView(store, keys)
+
+    def decide(job, tasks, view):
+        if len(decide_calls.calls) > 1:
+            return Decision([], {t: "no room" for t in tasks})
+        placer(store, keys).place("filler", view, lambda j, t, v: Decision([Claim(i, "m2", j.record.job.request)
+                                                                            for i in t]))
+        return Decision([Claim(0, "m1", job.record.job.request), Claim(1, "m2", job.record.job.request)])
+
+    decide_calls = RecordingDecide(decide)
+    result = placer(store, keys, FIT, AON).place("g", view, decide_calls)
+    assert decide_calls.calls == [[0, 1], [0, 1]] and result.placed == ()
+    assert view.job("g").record.tasks == "pp" and view.job("filler").record.tasks == "aaaa"
     assert_consistent(store, keys)
