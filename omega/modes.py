@@ -239,11 +239,18 @@ def drop_unfit(plan: Plan) -> tuple[Plan, list[int]]:
     kept = tuple(c for c in plan.claims if c.task_index not in unfit)
     used = {c.machine_id for c in kept}
     machines = {mid: entry for mid, entry in plan.machines.items() if mid in used}
-    evicted = {task for c in kept for task in c.evicts}
-    victims = {job_id: entry for job_id, entry in plan.victims.items() if any(j == job_id for j, _ in evicted)}
-    return (replace(plan, claims=kept, machines=machines, victims=victims,
-                    victim_allocs={task: e for task, e in victim_allocs.items() if task in evicted}),
+    victims, victim_allocs = victims_of(kept, plan.victims, victim_allocs)
+    return (replace(plan, claims=kept, machines=machines, victims=victims, victim_allocs=victim_allocs),
             [c.task_index for c in plan.claims if c.task_index in unfit])
+
+
+def victims_of(claims, victims: dict, victim_allocs: dict) -> tuple[dict, dict]:
+    """The entries of ``victims`` (by job id) and ``victim_allocs`` (by task) that ``claims``
+    evict: what a plan left with only those claims compares."""
+    evicted = {task for c in claims for task in c.evicts}
+    jobs = {job_id for job_id, _ in evicted}
+    return ({job_id: entry for job_id, entry in victims.items() if job_id in jobs},
+            {task: entry for task, entry in victim_allocs.items() if task in evicted})
 
 
 class IncrementalCommits:
@@ -259,6 +266,10 @@ class IncrementalCommits:
 
     def resolve(self, split: ConflictSplit) -> Resolution:
         return Resolution(split.kept, tuple(c.task_index for c, _ in split.rejected))
+
+    def fitting(self, plan: Plan, dropped: bool = False) -> tuple[Plan, list[int]]:
+        """``drop_unfit(plan)``: the claims that still fit go out, the others go back."""
+        return drop_unfit(plan)
 
 
 class AllOrNothingCommits:
@@ -278,6 +289,15 @@ class AllOrNothingCommits:
     def chunks(self, job: JobEntry, claims: list[Claim], limit: int) -> list[list[Claim]]:
         check_gang_size(job, len(claims), limit)
         return [claims]
+
+    def fitting(self, plan: Plan, dropped: bool = False) -> tuple[Plan, list[int]]:
+        """``plan`` if every claim still fits (and, ``dropped``, none was left out before);
+        else no claims, and every task goes back."""
+        fitting, unfit = drop_unfit(plan)
+        if not (unfit or dropped):
+            return fitting, []
+        back = unfit + [c.task_index for c in fitting.claims]
+        return replace(fitting, claims=(), machines={}, victims={}, victim_allocs={}), back
 
     def resolve(self, split: ConflictSplit) -> Resolution:
         if split.rejected or split.dropped:

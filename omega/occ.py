@@ -27,7 +27,7 @@ from tenacity import Retrying, retry_if_result
 
 from cellstate.fastbuild import builder
 from omega.attempts import Attempt, AttemptOutcome, PlacementResult, classify
-from omega.modes import CommitMode, ConflictMode, ConflictSplit, check_gang_size, drop_unfit
+from omega.modes import CommitMode, ConflictMode, ConflictSplit, check_gang_size, victims_of
 from omega.protocols import (
     Claim, Clock, CommitOutcome, Committer, Decide, Decision, JobEntry, PlacementView, Plan, PlanTooLarge,
 )
@@ -240,7 +240,8 @@ class OptimisticPlacer:
         plan, gone = self._plan(st, claims)
         tally.redecide.extend(gone)
         if plan is not None:
-            plan = self._fitting(plan, mode, tally, bool(gone))
+            plan, back = mode.strategy.fitting(plan, bool(gone))
+            tally.redecide.extend(back)
         for _ in range(self.retry.max_attempts):
             if plan is None or not plan.claims:
                 tally.job_gone = plan is None
@@ -310,22 +311,12 @@ class OptimisticPlacer:
         victims = {job_id: outcome.fresh_victims[job_id]
                    for c in resolution.retry for job_id, _ in c.evicts}
         victim_allocs = {task: outcome.fresh_victim_allocs[task] for c in resolution.retry for task in c.evicts}
-        return self._fitting(_PLAN(outcome.fresh_job, tuple(resolution.retry), machines, self.scheduler,
-                                   dict(st.unplaced), self.clock.now(), victims, victim_allocs), mode, tally)
-
-    @staticmethod
-    def _fitting(plan: Plan, mode: CommitMode, tally: _Tally, dropped: bool = False) -> Plan:
-        """``plan`` without the claims that no longer fit its ledgers (``drop_unfit``; their
-        tasks go back to the scheduler). A claim kept by a conflict split may have fitted only
-        by another claim's eviction on its machine, which the split rejected. All-or-nothing:
-        when any claim (or, ``dropped``, one left out before) goes back, every claim does."""
-        fitting, unfit = drop_unfit(plan)
-        if (unfit or dropped) and mode is CommitMode.ALL_OR_NOTHING:
-            tally.redecide.extend(unfit)
-            tally.redecide.extend(c.task_index for c in fitting.claims)
-            return replace(fitting, claims=(), machines={}, victims={}, victim_allocs={})
-        tally.redecide.extend(unfit)
-        return fitting
+        # a kept claim may have fitted only by another claim's eviction the split rejected
+        plan, back = mode.strategy.fitting(_PLAN(outcome.fresh_job, tuple(resolution.retry), machines,
+                                                 self.scheduler, dict(st.unplaced), self.clock.now(), victims,
+                                                 victim_allocs))
+        tally.redecide.extend(back)
+        return plan
 
     def _plan(self, st: _Placement, claims: list[Claim]) -> tuple[Plan | None, list[int]]:
         """A plan of the claims whose tasks are still pending in the view (None: job gone),
@@ -346,9 +337,7 @@ class OptimisticPlacer:
             machines[claim.machine_id] = found
         if gone:
             live = [c for c in live if c.task_index not in gone]
-            evicted = {task for c in live for task in c.evicts}
-            victims = {j: e for j, e in victims.items() if any(job_id == j for job_id, _ in evicted)}
-            victim_allocs = {task: e for task, e in victim_allocs.items() if task in evicted}
+            victims, victim_allocs = victims_of(live, victims, victim_allocs)
         return _PLAN(entry, tuple(live), machines, self.scheduler, dict(st.unplaced), self.clock.now(),
                      victims, victim_allocs), gone
 
