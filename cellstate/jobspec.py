@@ -26,9 +26,11 @@ import json
 import math
 import re
 import tomllib
+from fractions import Fraction
 from pathlib import Path
 
 from cellstate.codec import MAX_TASKS, validate_job
+from cellstate.codec_fields import SHORT as _SHORT
 from cellstate.codec_fields import CodecError
 from cellstate.model import Constraint, ConstraintOp, Job, JobKind
 from cellstate.resources import Resources
@@ -38,9 +40,14 @@ KNOWN_FIELDS = frozenset(
     "package different_machine max_per_machine".split())
 REQUIRED_FIELDS = ("id", "kind", "tasks", "cpu", "memory")
 _CONSTRAINT_FIELDS = frozenset(("attribute", "op", "values"))
-_UNITS = {"": 1.0, "Ki": 1 / 1024, "Mi": 1.0, "Gi": 1024.0, "Ti": 1024.0 ** 2}
+_UNITS = {"": Fraction(1), "Ki": Fraction(1, 1024), "Mi": Fraction(1), "Gi": Fraction(1024),
+          "Ti": Fraction(1024 ** 2)}
 _QUANTITY = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(Ki|Mi|Gi|Ti)?\s*$")
 _RESERVED_RESOURCES = frozenset(("cpu", "memory", "disk", "gpu"))
+# Every integer of a job is stored as a msgpack int: signed 64 bits. Resources are integers too
+# (millicores, MiB, counts), so cpu is bounded by what its millicores can hold.
+INT64_MIN, INT64_MAX = -2 ** 63, 2 ** 63 - 1
+MAX_CORES = INT64_MAX // 1000
 
 
 class JobSpecError(ValueError):
@@ -81,7 +88,9 @@ def _decode_document(raw: bytes, suffix: str, source: str):
             return tomllib.loads(text)
         if suffix == ".json":
             return json.loads(text)
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+    except RecursionError:
+        raise JobSpecError(source, "", "", f"not valid {suffix[1:].upper()}: nested too deeply") from None
+    except ValueError as exc:  # UnicodeDecodeError, TOMLDecodeError, JSONDecodeError, an int of > 4300 digits
         raise JobSpecError(source, "", "", f"not valid {suffix[1:].upper()}: {exc}") from None
     raise JobSpecError(source, "", "", f"unknown file type {suffix or '(none)'!r}; expected .toml or .json")
 
@@ -198,6 +207,9 @@ def _request(d: dict) -> Resources:
     cpu = _number("cpu", d["cpu"])
     if cpu <= 0:
         raise FieldError("cpu", f"must be > 0, got {_show(d['cpu'])}")
+    if cpu > MAX_CORES:
+        raise FieldError("cpu", f"must be at most {MAX_CORES} cores (its millicores are a 64-bit integer), "
+                                f"got {_show(d['cpu'])}")
     millicores = round(cpu * 1000)
     if millicores < 1:
         raise FieldError("cpu", f"must be at least 0.001 cores, got {_show(d['cpu'])}")
@@ -210,18 +222,24 @@ def _request(d: dict) -> Resources:
 
 
 def mebibytes(field: str, value) -> int:
-    """A size in whole MiB from a number (MiB) or a string with a binary unit (Ki/Mi/Gi/Ti)."""
+    """A size in whole MiB from a number (MiB) or a string with a binary unit (Ki/Mi/Gi/Ti),
+    computed exactly; at most INT64_MAX MiB."""
     if isinstance(value, str):
         match = _QUANTITY.match(value)
         if not match:
-            raise FieldError(field, f'must be MiB or a size like "512Mi" or "2Gi", got {value!r}')
-        amount = float(match.group(1)) * _UNITS[match.group(2) or ""]
+            raise FieldError(field, f'must be MiB or a size like "512Mi" or "2Gi", got {_show(value)}')
+        try:
+            amount = Fraction(match.group(1)) * _UNITS[match.group(2) or ""]
+        except ValueError:  # more digits than Python converts (sys.get_int_max_str_digits)
+            raise FieldError(field, f"has too many digits, got {_show(value)}") from None
     else:
-        amount = _number(field, value)
+        amount = Fraction(_number(field, value))
     if amount < 0:
         raise FieldError(field, f"must be >= 0, got {_show(value)}")
-    if amount != int(amount):
-        raise FieldError(field, f"must be a whole number of MiB, got {_show(value)} ({amount:g} MiB)")
+    if amount > INT64_MAX:
+        raise FieldError(field, f"must be at most {INT64_MAX} MiB (a 64-bit integer), got {_show(value)}")
+    if amount.denominator != 1:
+        raise FieldError(field, f"must be a whole number of MiB, got {_show(value)} ({float(amount):g} MiB)")
     return int(amount)
 
 
@@ -281,19 +299,25 @@ def _kind(x) -> JobKind:
 
 
 def _integer(field: str, x, low: int | None, high: int | None = None) -> int:
+    """An int (not a bool) in [low, high], and always a signed 64-bit one (what msgpack holds)."""
     if type(x) is not int:
         raise FieldError(field, f"must be an integer, got {_show(x)}")
     if low is not None and x < low:
-        raise FieldError(field, f"must be >= {low}, got {x}")
+        raise FieldError(field, f"must be >= {low}, got {_show(x)}")
     if high is not None and x > high:
-        raise FieldError(field, f"must be <= {high}, got {x}")
+        raise FieldError(field, f"must be <= {high}, got {_show(x)}")
+    if x > INT64_MAX:
+        raise FieldError(field, f"must be at most {INT64_MAX} (a 64-bit integer), got {_show(x)}")
+    if x < INT64_MIN:
+        raise FieldError(field, f"must be at least {INT64_MIN} (a 64-bit integer), got {_show(x)}")
     return x
 
 
-def _number(field: str, x) -> float:
-    if type(x) not in (int, float) or not math.isfinite(x):
-        raise FieldError(field, f"must be a finite number, got {_show(x)}")
-    return x
+def _number(field: str, x) -> int | float:
+    """An int (any size: callers bound it) or a finite float."""
+    if type(x) is int or (type(x) is float and math.isfinite(x)):
+        return x
+    raise FieldError(field, f"must be a finite number, got {_show(x)}")
 
 
 def _duration(x) -> float | None:
@@ -301,7 +325,10 @@ def _duration(x) -> float | None:
         return None
     if _number("duration_s", x) < 0:
         raise FieldError("duration_s", f"must be >= 0, got {_show(x)}")
-    return float(x)
+    try:
+        return float(x)
+    except OverflowError:  # an int beyond any float
+        raise FieldError("duration_s", f"must be a finite number, got {_show(x)}") from None
 
 
 def _text(field: str, x) -> str:
@@ -317,5 +344,13 @@ def _flag(field: str, x) -> bool:
 
 
 def _show(x) -> str:
-    text = json.dumps(x) if isinstance(x, (int, float, str, bool, type(None))) else repr(x)
+    """``x`` for a message: short, whatever it is (an int too long to print, deep nesting)."""
+    if type(x) is int and x.bit_length() > 128:
+        return f"an integer of {x.bit_length()} bits"
+    if isinstance(x, str) and len(x) > 60:
+        x = x[:70]  # before json.dumps: a string may be megabytes long
+    try:
+        text = json.dumps(x) if isinstance(x, (int, float, str, bool, type(None))) else _SHORT.repr(x)
+    except (RecursionError, ValueError):
+        text = f"a {type(x).__name__}"
     return text if len(text) <= 60 else text[:57] + "..."

@@ -10,12 +10,16 @@ import copy
 
 from hypothesis import strategies as st
 
+# Numbers beyond what a float or a 64-bit integer holds (float(10**400) raises OverflowError).
+HUGE_INTEGERS = [2**63, -(2**63) - 1, 2**64, 10**30, 10**400, -(10**400)]
+# Sizes whose amount is beyond any float or integer the codec holds ("9…9Mi" parses to inf as a float).
+HUGE_SIZES = ["9" * 400 + "Mi", "9" * 400 + ".5Gi", "1" + "0" * 5000 + "Ki", "9223372036854775808Mi", "8388608Ti"]
 # Scalars that stress validators: bools where ints go, huge and non-finite numbers, odd text.
 TRICKY_SCALARS = st.one_of(
     st.none(), st.booleans(),
-    st.integers(), st.sampled_from([0, -1, 1, 2**63, -(2**63) - 1, 2**64, 10**30]),
-    st.floats(allow_nan=True, allow_infinity=True),
-    st.text(max_size=8), st.sampled_from(["", "/", "a/b", "512Mi", "2Gi", "-1", "nan", "batch", "eq"]),
+    st.integers(), st.sampled_from([0, -1, 1, *HUGE_INTEGERS]),
+    st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([1e300, 1.7e308, 9.3e15]),
+    st.text(max_size=8), st.sampled_from(["", "/", "a/b", "512Mi", "2Gi", "-1", "nan", "batch", "eq", *HUGE_SIZES]),
 )
 
 json_values = st.recursive(

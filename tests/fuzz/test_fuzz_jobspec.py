@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import sys
 import tempfile
@@ -14,10 +15,12 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 sys.path.insert(0, os.path.dirname(__file__))
-from fuzzlib import json_values, mutated  # noqa: E402
+from fuzzlib import HUGE_INTEGERS, HUGE_SIZES, json_values, mutated  # noqa: E402
 
+from cellstate.codec import decode_job_record, encode_job_record  # noqa: E402
 from cellstate.jobspec import JobSpecError, load_jobs, parse_jobs  # noqa: E402
 from cellstate.keys import CellKeys  # noqa: E402
+from cellstate.model import JobRecord  # noqa: E402
 from tools.cli import main  # noqa: E402
 
 VALID_JOB = {"id": "web", "kind": "service", "tasks": 3, "cpu": 0.5, "memory": "512Mi", "disk": 10, "gpu": 1,
@@ -106,5 +109,88 @@ def test_refused_submit_writes_nothing(etcd_server, etcd_store, capsys, document
                          ids=["resource-beyond-64-bits", "priority-beyond-64-bits", "huge-cpu", "huge-memory"])
 def test_values_beyond_msgpack_are_refused_when_loading(change):
     """Found by fuzzing: these loaded fine and then crashed `omega submit` when packed."""
-    with pytest.raises(JobSpecError, match="cannot pack"):
+    (field,) = change
+    with pytest.raises(JobSpecError, match=f"field '{field}.*64-bit integer"):
         parse_jobs({**VALID_JOB, **change}, "big.json")
+
+
+# ------------------------------------------------------------ huge, infinite and deep input
+
+NUMERIC_FIELDS = ["tasks", "cpu", "memory", "disk", "gpu", "priority", "duration_s", "max_per_machine",
+                  "resources"]
+BEYOND = [*HUGE_INTEGERS, *HUGE_SIZES, 1e300, 1.7e308, 9.3e15, math.inf, -math.inf, math.nan, 10**18, 2**63 - 1]
+
+
+@settings(max_examples=300, deadline=None)
+@given(field=st.sampled_from(NUMERIC_FIELDS),
+       value=st.sampled_from(BEYOND) | st.integers() | st.floats() | st.integers(-(10**500), 10**500))
+def test_huge_and_infinite_numbers_are_refused_or_stored(field, value):
+    """Any number in any numeric field: a one-line JobSpecError naming the field, or a job
+    the codec packs (no OverflowError from float(10**400), int(inf) or round(cpu * 1000))."""
+    document = {**VALID_JOB, field: {"ssd": value} if field == "resources" else value}
+    try:
+        (job,) = parse_jobs(document, "big.json")
+    except JobSpecError as exc:
+        assert exc.field.startswith(field) and "\n" not in str(exc) and len(str(exc)) < 300, str(exc)
+    else:
+        assert decode_job_record("k", encode_job_record(JobRecord.new(job, 0.0))).job == job
+
+
+def _deep(opening: str, closing: str, depth: int = 100_000) -> str:
+    return opening * depth + closing * depth
+
+
+# (file name, text, what the one-line error must name)
+BAD_FILES = [
+    ("memory-400-digits.json", '{"id": "a", "kind": "batch", "tasks": 1, "cpu": 1, "memory": %s}' % ("9" * 400),
+     "'memory': must be at most"),
+    ("cpu-400-digits.json", '{"id": "a", "kind": "batch", "tasks": 1, "cpu": %s, "memory": 1}' % ("9" * 400),
+     "'cpu': must be at most"),
+    ("memory-inf-Mi.json", '{"id": "a", "kind": "batch", "tasks": 1, "cpu": 1, "memory": "%sMi"}' % ("9" * 400),
+     "'memory': must be at most"),
+    ("memory-inf-Mi.toml", 'id = "a"\nkind = "batch"\ntasks = 1\ncpu = 1\nmemory = "%sMi"\n' % ("9" * 400),
+     "'memory': must be at most"),
+    ("cpu-huge-float.toml", 'id = "a"\nkind = "batch"\ntasks = 1\ncpu = 1.7e308\nmemory = 1\n', "'cpu': must be at most"),
+    ("cpu-huge.json", '{"id": "a", "kind": "batch", "tasks": 1, "cpu": 1e300, "memory": 1}', "'cpu': must be at most"),
+    ("cpu-infinity.json", '{"id": "a", "kind": "batch", "tasks": 1, "cpu": Infinity, "memory": 1}',
+     "'cpu': must be a finite number"),
+    ("disk-1e400.json", '{"id": "a", "kind": "batch", "tasks": 1, "cpu": 1, "memory": 1, "disk": 1e400}',
+     "'disk': must be a finite number"),
+    ("duration-400-digits.json",
+     '{"id": "a", "kind": "batch", "tasks": 1, "cpu": 1, "memory": 1, "duration_s": %s}' % ("9" * 400),
+     "'duration_s': must be a finite number"),
+    ("priority-hex-5000-digits.toml",
+     'id = "a"\nkind = "batch"\ntasks = 1\ncpu = 1\nmemory = 1\npriority = 0x%s\n' % ("f" * 5000),
+     "'priority': must be at most"),
+    ("gpu-5000-digits.json", '{"id": "a", "kind": "batch", "tasks": 1, "cpu": 1, "memory": 1, "gpu": %s}' % ("9" * 5000),
+     "not valid JSON"),
+    ("deep-arrays.json", _deep("[", "]"), "not valid JSON: nested too deeply"),
+    ("deep-objects.json", _deep('{"a": ', "}"), "not valid JSON: nested too deeply"),
+    ("deep-in-a-field.json", '{"id": "a", "constraints": %s}' % _deep("[", "]"), "not valid JSON: nested too deeply"),
+    ("deep-arrays.toml", "a = " + _deep("[", "]"), "not valid TOML: nested too deeply"),
+    ("deep-tables.toml", "a = " + _deep("{b = ", "}"), "not valid TOML: nested too deeply"),
+    ("deep-400.json", _deep("[", "]", 400), "must be a table/object of fields"),
+]
+
+
+@pytest.mark.parametrize("name,text,message", BAD_FILES, ids=[name for name, _, _ in BAD_FILES])
+def test_huge_and_deep_input_is_a_one_line_error(etcd_server, etcd_store, capsys, tmp_path, name, text, message):
+    """Each used to end `omega submit` in a traceback (OverflowError, RecursionError, ValueError):
+    now exit 2, one line naming what is wrong, and nothing written."""
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(JobSpecError) as raised:
+        load_jobs(path)
+    assert "\n" not in str(raised.value) and message in str(raised.value), str(raised.value)[:300]
+    keys = CellKeys(cell=f"fuzz-huge-{os.getpid()}-{next(_cells)}")
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(VALID_JOB))
+    try:
+        status = main(["submit", str(good), str(path), "--endpoints", etcd_server.endpoints[0], "--cell", keys.cell])
+    except SystemExit as exit_:
+        status = exit_.code
+    err = capsys.readouterr().err
+    assert status == 2, err
+    assert err.count("\n") == 1 and message in err and "nothing submitted" in err, err[:500]
+    assert len(err) < 400, err
+    assert etcd_store.range(keys.prefix).kvs == ()
