@@ -5,6 +5,15 @@ The binary is looked up as ``$ETCD_BIN``, then ``etcd`` on PATH, then the one th
 directory (removed on stop unless ``keep_data``) and are stopped with SIGTERM,
 then SIGKILL; ``stop`` never leaves an orphan process.
 
+History is bounded by default: ``--auto-compaction-mode=revision`` keeping the last
+``DEFAULT_COMPACTION_RETENTION`` revisions, and a ``DEFAULT_QUOTA_BACKEND_BYTES`` backend quota.
+
+The ports of a cluster are recorded in ``DATA_DIR/etcd-cluster.json`` when it is first made and
+reused by every later start on that data directory, so a stopped cluster (or one member) can be
+started again and rejoin; a recorded port that is taken now is a one-line EtcdError.
+``EtcdCluster.supervise()`` restarts a member that exits on its own (a crash, a SIGKILL) on its
+data directory, at a bounded rate (``RestartPolicy``), while the others keep serving.
+
 With ``EtcdOptions(tls=TlsFiles(ca, cert, key))`` clients must use TLS (https
 URLs, ``--cert-file/--key-file``; with ``client_cert_auth`` also
 ``--client-cert-auth --trusted-ca-file``) and members talk to each other over TLS
@@ -16,6 +25,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import logging
 import os
 import shutil
 import signal
@@ -23,15 +33,26 @@ import socket
 import ssl
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 HOST = "127.0.0.1"
 DEFAULT_MAX_TXN_OPS = 10_000
 DEFAULT_MAX_REQUEST_BYTES = 32 * 1024 * 1024
+# History stays bounded: etcd's revision compactor (every 5 minutes in etcd 3.5) keeps the last
+# this many revisions; a watcher further behind relists (see replica.py). 0 turns it off.
+DEFAULT_COMPACTION_RETENTION = 10_000
+# The backend quota: past it etcd raises the NOSPACE alarm and refuses writes (reads still work).
+DEFAULT_QUOTA_BACKEND_BYTES = 4 * 1024**3
+CLUSTER_FILE = "etcd-cluster.json"  # in the data dir: member names, ports, scheme and token
+
+log = logging.getLogger(__name__)
 
 
 class EtcdError(RuntimeError):
@@ -118,11 +139,22 @@ class EtcdOptions:
 
     max_txn_ops: int = DEFAULT_MAX_TXN_OPS
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
-    quota_backend_bytes: int = 4 * 1024**3
+    quota_backend_bytes: int = DEFAULT_QUOTA_BACKEND_BYTES
+    auto_compaction_retention: int = DEFAULT_COMPACTION_RETENTION  # revisions kept; 0: no auto-compaction
     unsafe_no_fsync: bool = False
     extra_args: list[str] = field(default_factory=list)
     tls: TlsFiles | None = None
     client_cert_auth: bool = False  # with tls: clients must present a certificate signed by the CA
+
+    def history_args(self) -> list[str]:
+        """etcd flags bounding the history: backend quota and revision-based auto-compaction."""
+        if self.quota_backend_bytes < 0 or self.auto_compaction_retention < 0:
+            raise EtcdError("quota_backend_bytes and auto_compaction_retention must be >= 0")
+        args = ["--quota-backend-bytes", str(self.quota_backend_bytes)]
+        if self.auto_compaction_retention:
+            args += ["--auto-compaction-mode", "revision",
+                     "--auto-compaction-retention", str(self.auto_compaction_retention)]
+        return args
 
     def tls_args(self) -> list[str]:
         """etcd flags for client and peer TLS (none without ``tls``).
@@ -171,6 +203,15 @@ class EtcdMember:
     def endpoint(self) -> str:
         return f"{HOST}:{self.spec.client_port}"
 
+    @property
+    def pid(self) -> int | None:
+        return None if self.process is None else self.process.pid
+
+    @property
+    def exited(self) -> bool:
+        """The process ended on its own (``stop``/``kill`` forget their process, so not after those)."""
+        return self.process is not None and self.process.poll() is not None
+
     def command(self) -> list[str]:
         """The etcd command line of this member."""
         initial = ",".join(f"{m.name}={m.peer_url}" for m in self.cluster)
@@ -182,9 +223,8 @@ class EtcdMember:
             "--initial-cluster-state", "new",
             "--max-txn-ops", str(self.options.max_txn_ops),
             "--max-request-bytes", str(self.options.max_request_bytes),
-            "--quota-backend-bytes", str(self.options.quota_backend_bytes),
             "--listen-metrics-urls", "", "--log-level", "warn",
-        ]
+        ] + self.options.history_args()
         if self.options.unsafe_no_fsync:
             args.append("--unsafe-no-fsync")
         return args + self.options.tls_args() + list(self.options.extra_args)
@@ -259,12 +299,9 @@ class EtcdCluster:
         if self.options.tls is not None:
             self.options.tls.check()
         scheme = "http" if self.options.tls is None else "https"
-        specs = [
-            MemberSpec(f"m{i}", client_port if (i == 0 and client_port) else free_port(), free_port(), scheme)
-            for i in range(size)
-        ]
-        token = f"omega-{os.getpid()}-{id(self):x}"
+        specs, token, self.recorded = cluster_layout(self.data_root, size, client_port, scheme)
         self.members = [EtcdMember(s, specs, self.data_root, self.options, self.binary, token) for s in specs]
+        self.supervisor: Supervisor | None = None
         self._atexit = False
 
     @property
@@ -279,6 +316,8 @@ class EtcdCluster:
 
     def start(self, timeout: float = 30.0) -> EtcdCluster:
         """Start every member and wait until all are healthy; on failure stop them and raise."""
+        if self.recorded:
+            self.check_recorded_ports()
         try:
             for member in self.members:
                 member.launch()
@@ -290,6 +329,26 @@ class EtcdCluster:
             atexit.register(self.stop)
             self._atexit = True
         return self
+
+    def check_recorded_ports(self) -> None:
+        """One-line EtcdError naming a port recorded for this data dir that is taken now."""
+        for member in self.members:
+            if member.running:
+                continue
+            for role, port in (("client", member.spec.client_port), ("peer", member.spec.peer_port)):
+                try:
+                    check_port_free(port)
+                except EtcdError:
+                    raise EtcdError(f"{role} port {port} of member {member.spec.name}, recorded in "
+                                    f"{self.data_root / CLUSTER_FILE}, is in use now (is this cluster "
+                                    f"already running?)") from None
+
+    def supervise(self, policy: RestartPolicy | None = None, report: Callable[[str], None] | None = None,
+                  interval: float = 0.5) -> Supervisor:
+        """Start (once) a thread restarting members that exit on their own; ``stop`` ends it."""
+        if self.supervisor is None:
+            self.supervisor = Supervisor(self, policy or RestartPolicy(), report, interval).start()
+        return self.supervisor
 
     def wait_healthy(self, timeout: float = 30.0, members: list[EtcdMember] | None = None) -> None:
         """Block until the members answer healthy; EtcdError with the log tail otherwise."""
@@ -310,7 +369,10 @@ class EtcdCluster:
         self.wait_healthy(timeout, [member])
 
     def stop(self) -> None:
-        """Stop every member and remove the data directory unless kept."""
+        """Stop the supervisor and every member; remove the data directory unless kept."""
+        if self.supervisor is not None:
+            self.supervisor.stop()
+            self.supervisor = None
         for member in self.members:
             member.stop()
         if not self.keep_data:
@@ -324,6 +386,145 @@ class EtcdCluster:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def cluster_layout(data_root: Path, size: int, client_port: int | None,
+                   scheme: str) -> tuple[list[MemberSpec], str, bool]:
+    """(member specs, cluster token, whether they were recorded before) for ``data_root``.
+
+    The first start picks free ports (``client_port`` for m0 when given) and records them in
+    ``CLUSTER_FILE``; later starts reuse them, so members find each other at the peer URLs their
+    data was made with. EtcdError when the recorded cluster does not match the request.
+    """
+    path = data_root / CLUSTER_FILE
+    if path.exists():
+        try:
+            recorded = json.loads(path.read_text())
+            specs = [MemberSpec(m["name"], int(m["client_port"]), int(m["peer_port"]), recorded["scheme"])
+                     for m in recorded["members"]]
+            token = recorded["token"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise EtcdError(f"{path} is unreadable ({exc}); remove it only together with the member data") from None
+        if len(specs) != size:
+            raise EtcdError(f"{path} records a cluster of {len(specs)} member(s), not {size}")
+        if specs[0].scheme != scheme:
+            raise EtcdError(f"{path} records a cluster serving {specs[0].scheme}, not {scheme}")
+        if client_port and specs[0].client_port != client_port:
+            raise EtcdError(f"{path} records client port {specs[0].client_port} for m0, not {client_port}")
+        return specs, token, True
+    if size > 1 and any((data_root / f"m{i}.etcd").exists() for i in range(size)):
+        raise EtcdError(f"{data_root} holds member data but no {CLUSTER_FILE}: its peer ports are unknown")
+    ports: list[int] = [client_port] if client_port else []
+    while len(ports) < 2 * size:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    specs = [MemberSpec(f"m{i}", ports[i], ports[size + i], scheme) for i in range(size)]
+    token = f"omega-{os.getpid()}-{time.time_ns():x}"
+    record = {"scheme": scheme, "token": token,
+              "members": [{"name": s.name, "client_port": s.client_port, "peer_port": s.peer_port} for s in specs]}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    tmp.replace(path)
+    return specs, token, False
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    """How often the supervisor restarts a member: restart ``k`` within ``window_s`` waits
+    ``backoff_s * 2**k`` (at most ``max_backoff_s``); past ``max_restarts`` in the window the
+    member is left down."""
+
+    max_restarts: int = 5
+    window_s: float = 120.0
+    backoff_s: float = 0.5
+    max_backoff_s: float = 15.0
+
+
+class Supervisor:
+    """A thread restarting members that exit on their own, each on its ports and data dir.
+
+    Every action is reported through ``report`` (default: this module's logger). A member that
+    keeps exiting is left down after ``policy.max_restarts`` restarts within ``policy.window_s``;
+    ``quorum_lost`` is then true once too many members are left down for the cluster to serve.
+    """
+
+    def __init__(self, cluster: EtcdCluster, policy: RestartPolicy, report: Callable[[str], None] | None = None,
+                 interval: float = 0.5):
+        self.cluster = cluster
+        self.policy = policy
+        self.report = report or log.warning
+        self.interval = interval
+        self.restarts = {m.spec.name: 0 for m in cluster.members}   # total restarts per member
+        self.given_up: set[str] = set()
+        self._recent = {m.spec.name: deque() for m in cluster.members}  # restart times within the window
+        self._due: dict[str, float] = {}        # member -> when to restart it
+        self._awaiting: set[str] = set()        # restarted, not yet healthy
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="etcd-supervisor", daemon=True)
+
+    def start(self) -> Supervisor:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def quorum_lost(self) -> bool:
+        size = len(self.cluster.members)
+        return len(self.given_up) > size - (size // 2 + 1)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.check(time.monotonic())
+            except Exception as exc:  # never let the supervisor die silently
+                self.report(f"supervisor error: {exc!r}")
+
+    def check(self, now: float) -> None:
+        """One pass over the members (the thread calls this every ``interval``)."""
+        for member in self.cluster.members:
+            name = member.spec.name
+            if name in self.given_up or self._stop.is_set():
+                continue
+            if member.exited:
+                self._handle_exit(member, now)
+            elif name in self._awaiting and member.running and member.healthy():
+                self._awaiting.discard(name)
+                self.report(f"member {name} healthy again (pid {member.pid})")
+
+    def _handle_exit(self, member: EtcdMember, now: float) -> None:
+        name, policy = member.spec.name, self.policy
+        recent = self._recent[name]
+        while recent and now - recent[0] > policy.window_s:
+            recent.popleft()
+        if name not in self._due:
+            self._awaiting.discard(name)
+            if len(recent) >= policy.max_restarts:
+                self.given_up.add(name)
+                self.report(f"member {name} exited (status {member.process.returncode}) after {len(recent)} "
+                            f"restarts within {policy.window_s:g} s; leaving it down\n{member.log_tail(5)}")
+                return
+            delay = min(policy.backoff_s * 2 ** len(recent), policy.max_backoff_s)
+            self._due[name] = now + delay
+            self.report(f"member {name} (pid {member.pid}) exited with status {member.process.returncode}; "
+                        f"restarting it in {delay:g} s")
+            return
+        if now < self._due[name]:
+            return
+        del self._due[name]
+        recent.append(now)
+        self.restarts[name] += 1
+        try:
+            member.launch()  # on failure the exited process stays: retried with backoff, then given up
+        except (EtcdError, OSError) as exc:
+            self.report(f"member {name} could not be restarted: {exc}")
+            return
+        self._awaiting.add(name)
+        self.report(f"member {name} restarted (pid {member.pid}, restart {len(recent)} within "
+                    f"{policy.window_s:g} s)")
 
 
 def start_etcd(size: int = 1, **kwargs) -> EtcdCluster:

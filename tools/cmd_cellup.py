@@ -18,11 +18,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from cellstate.etcd_server import (
-    DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_TXN_OPS, EtcdCluster, EtcdError, EtcdOptions,
-)
+from cellstate.etcd_server import EtcdCluster, EtcdError, EtcdOptions, RestartPolicy
 from cellstate.keys import DEFAULT_ROOT
-from tools.cmd_etcd import serve_until_stopped
+from tools.cmd_etcd import add_server_flags, describe_members, serve_until_stopped, server_options
 
 
 def _cell_actions(sub):
@@ -37,23 +35,19 @@ def _cell_actions(sub):
 def register(sub) -> None:
     up = _cell_actions(sub).add_parser("up", help="run an etcd for cells (TLS + auth with --secure) until Ctrl-C")
     up.add_argument("--secure", action="store_true", help="TLS for clients and peers, etcd auth with cell roles")
-    up.add_argument("--members", type=int, default=1, help="cluster size (default 1)")
-    up.add_argument("--port", type=int, default=None, help="client port of the first member (default: free)")
     up.add_argument("--data-dir", default=None,
-                    help="keep etcd data, PKI and credentials here (default: a temp dir removed on exit)")
+                    help="keep etcd data (and the member ports), PKI and credentials here; starting again on "
+                         "it restarts the same cluster (default: a temp dir removed on exit)")
     up.add_argument("--cell", action="append", dest="cells", metavar="NAME",
                     help="a cell to create users for with --secure (repeat; default: default)")
     up.add_argument("--root", default=DEFAULT_ROOT, help=f"key root of the cells (default: {DEFAULT_ROOT})")
     up.add_argument("--token-ttl", default="24h", help="lifetime of auth tokens with --secure (default 24h)")
-    up.add_argument("--max-txn-ops", type=int, default=DEFAULT_MAX_TXN_OPS)
-    up.add_argument("--max-request-bytes", type=int, default=DEFAULT_MAX_REQUEST_BYTES)
-    up.add_argument("--no-fsync", action="store_true", help="unsafe: skip fsync (tests, demos)")
+    add_server_flags(up)
     up.set_defaults(func=run_up)
 
 
 def _options(args, data_dir: Path) -> EtcdOptions:
-    limits = dict(max_txn_ops=args.max_txn_ops, max_request_bytes=args.max_request_bytes,
-                  unsafe_no_fsync=args.no_fsync)
+    limits = server_options(args)
     if not args.secure:
         return EtcdOptions(**limits)
     from cellstate.security import secure_options
@@ -96,6 +90,7 @@ def _announce(cluster: EtcdCluster, creds_path: Path | None) -> None:
         print(f"  credentials (mode 0600): {creds_path}", flush=True)
         print(f"  export OMEGA_CREDENTIALS={creds_path}  # then: --as <cell>-scheduler|agent|monitor|recorder",
               flush=True)
+    describe_members(cluster)
 
 
 def run_up(args) -> int:
@@ -107,7 +102,7 @@ def run_up(args) -> int:
     try:
         cluster, creds_path = _start(args, data_dir)
         _announce(cluster, creds_path)
-        return serve_until_stopped(cluster)
+        return serve_until_stopped(cluster, RestartPolicy(max_restarts=args.max_restarts))
     finally:
         if temporary:
             shutil.rmtree(data_dir, ignore_errors=True)

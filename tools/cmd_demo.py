@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sys
 
-from cellstate.etcd_server import EtcdError
+from cellstate.etcd_server import DEFAULT_COMPACTION_RETENTION, DEFAULT_QUOTA_BACKEND_BYTES, EtcdError
 from cellstate.store import StoreError
 
 
@@ -43,6 +43,11 @@ def register(sub) -> None:
     demo.add_argument("--secure", action="store_true",
                       help="etcd with TLS and auth; every process logs in as its cell user")
     demo.add_argument("--cell", default="demo", help="cell name (default demo)")
+    demo.add_argument("--etcd-compaction-retention", type=int, default=DEFAULT_COMPACTION_RETENTION,
+                      metavar="REVISIONS", help="etcd auto-compaction keeps this many revisions; 0: off "
+                                                f"(default {DEFAULT_COMPACTION_RETENTION})")
+    demo.add_argument("--etcd-quota-bytes", type=int, default=DEFAULT_QUOTA_BACKEND_BYTES, metavar="BYTES",
+                      help=f"etcd backend quota (default {DEFAULT_QUOTA_BACKEND_BYTES})")
     demo.add_argument("--run-dir", metavar="DIR", help="logs of the processes here (default: a new temp dir)")
     demo.add_argument("--summary-json", metavar="FILE", help="also write the summary as JSON to FILE")
     demo.set_defaults(func=run)
@@ -62,7 +67,8 @@ def config_from_args(args):
             solver_schedulers=args.solver_schedulers,
             rate=args.rate, service_fraction=args.service_fraction, duration=args.duration, seed=args.seed,
             monitor=args.monitor, conflict_mode=args.conflict_mode, time_scale=args.time_scale,
-            steal_after=args.steal_after, secure=args.secure, cell=args.cell)
+            steal_after=args.steal_after, secure=args.secure, cell=args.cell,
+            etcd_compaction_retention=args.etcd_compaction_retention, etcd_quota_bytes=args.etcd_quota_bytes)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 

@@ -1,7 +1,8 @@
 """``run_demo``: a whole live cell on one machine.
 
-1. an embedded etcd (fsync on, a high ``--max-txn-ops``), with TLS and etcd auth when
-   ``secure`` (the users and passwords of ``omega cell up --secure``);
+1. an embedded etcd (fsync on, a high ``--max-txn-ops``, revision-based auto-compaction keeping
+   the last ``etcd_compaction_retention`` revisions and a ``etcd_quota_bytes`` backend quota),
+   with TLS and etcd auth when ``secure`` (the users and passwords of ``omega cell up --secure``);
 2. the cell's machines (``init_cell``, in-process);
 3. as separate processes, each in its own process group, logging to ``RUN_DIR/NAME.log``:
    the hollow machine agents (time running ``time_scale`` times faster, so batch tasks end
@@ -30,7 +31,9 @@ from typing import TextIO
 
 from cellstate.cellspec import CellSpec, init_cell
 from cellstate.check import check_cell
-from cellstate.etcd_server import EtcdCluster, EtcdOptions
+from cellstate.etcd_server import (
+    DEFAULT_COMPACTION_RETENTION, DEFAULT_QUOTA_BACKEND_BYTES, EtcdCluster, EtcdOptions,
+)
 from cellstate.etcd_store import EtcdStore
 from cellstate.keys import DEFAULT_ROOT, CellKeys
 from cellstate.store import StoreError
@@ -66,6 +69,8 @@ class DemoConfig:
     steal_after: float = 1.0
     secure: bool = False
     cell: str = "demo"
+    etcd_compaction_retention: int = DEFAULT_COMPACTION_RETENTION  # revisions etcd keeps; 0: no compaction
+    etcd_quota_bytes: int = DEFAULT_QUOTA_BACKEND_BYTES
 
     def __post_init__(self):
         checks = [("machines", self.machines >= 1), ("zones", 1 <= self.zones <= 26),
@@ -76,7 +81,9 @@ class DemoConfig:
                   ("service_fraction", 0 <= self.service_fraction <= 1), ("time_scale", self.time_scale > 0),
                   ("steal_after", self.steal_after >= 0),
                   ("duration", self.duration is None or self.duration > 0),
-                  ("cell", bool(self.cell) and "/" not in self.cell)]
+                  ("cell", bool(self.cell) and "/" not in self.cell),
+                  ("etcd_compaction_retention", self.etcd_compaction_retention >= 0),
+                  ("etcd_quota_bytes", self.etcd_quota_bytes >= 0)]
         for name, ok in checks:
             if not ok:
                 raise ValueError(f"demo {name}: invalid value {getattr(self, name)!r}")
@@ -112,11 +119,13 @@ class Demo:
     # -- start ----------------------------------------------------------------------------
 
     def start_etcd(self) -> None:
-        options = EtcdOptions(max_txn_ops=MAX_TXN_OPS)
+        limits = dict(max_txn_ops=MAX_TXN_OPS, auto_compaction_retention=self.config.etcd_compaction_retention,
+                      quota_backend_bytes=self.config.etcd_quota_bytes)
+        options = EtcdOptions(**limits)
         if self.config.secure:
             from cellstate.security import secure_options
 
-            options = secure_options(self.run_dir / "pki", max_txn_ops=MAX_TXN_OPS)
+            options = secure_options(self.run_dir / "pki", **limits)
         self.cluster = EtcdCluster(size=1, options=options).start()
         if self.config.secure:
             from cellstate.security import CREDENTIALS_FILE, secure_cells
