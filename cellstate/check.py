@@ -3,7 +3,7 @@
 Violation kinds:
   undecodable       a value the codec refuses (reported with its key, never skipped silently)
   bad-key           a key of the cell whose shape is not machines/{id}, jobs/{id}, allocs/{job}/{task}
-  key-mismatch      a value whose ids differ from its key's
+  key-mismatch      a value whose ids differ from its key's (another machine's valid value, …)
   ledger-mismatch   machine.allocated != sum of its allocs' resources
   task-count        machine.task_count != number of its allocs
   over-capacity     machine.allocated exceeds capacity
@@ -12,6 +12,13 @@ Violation kinds:
   task-out-of-range an alloc for a task index the job does not have
   task-state        a task whose char is 'a'/'r' without an alloc, or with an alloc but not 'a'/'r'
   task-accounting   pending + placed/running + finished/failed/killed != tasks
+
+A machine or job value that does not decode or is misfiled (another machine's valid value
+under ``machines/m1``) is reported once, under its own key, and then left out as the schedulers
+leave it out (quarantined): its ledger or task states are not checked, and allocations on that
+machine or of that job are not orphans; so the keys named are exactly the bad keys. An
+undecodable alloc leaves its task unjudged (its machine's ledger stays off by what it held: the
+bad value cannot say where that was); a misfiled alloc still counts on the machine it names.
 """
 
 from __future__ import annotations
@@ -66,8 +73,9 @@ class _Cell:
     machines: dict[str, Machine] = field(default_factory=dict)
     jobs: dict[str, JobRecord] = field(default_factory=dict)
     allocs: list[tuple[str, Alloc]] = field(default_factory=list)
-    undecodable_machines: set[str] = field(default_factory=set)
+    undecodable_machines: set[str] = field(default_factory=set)  # undecodable or misfiled
     undecodable_jobs: set[str] = field(default_factory=set)
+    bad_alloc_tasks: set[tuple[str, int]] = field(default_factory=set)
 
 
 def check_cell(store: Store, keys: CellKeys, revision: int | None = None) -> Report:
@@ -99,11 +107,18 @@ def _decode(keys: CellKeys, kvs: tuple[KeyValue, ...], report: Report) -> _Cell:
             _decode_one(kind, parts, kv, cell, report)
         except CodecError as exc:
             report.add("undecodable", kv.key, str(exc))
-            if kind == "machines":
-                cell.undecodable_machines.add(parts[0])
-            elif kind == "jobs":
-                cell.undecodable_jobs.add(parts[0])
+            _left_out(kind, parts, cell)
     return cell
+
+
+def _left_out(kind: str, parts: tuple[str, ...], cell: _Cell) -> None:
+    """Note the bad value of a key (kind, parts) so the checks leave it out."""
+    if kind == "machines":
+        cell.undecodable_machines.add(parts[0])
+    elif kind == "jobs":
+        cell.undecodable_jobs.add(parts[0])
+    elif kind == "allocs" and len(parts) == 2 and parts[1].isdigit():
+        cell.bad_alloc_tasks.add((parts[0], int(parts[1])))
 
 
 def _decode_one(kind: str, parts: tuple[str, ...], kv: KeyValue, cell: _Cell, report: Report) -> None:
@@ -111,17 +126,21 @@ def _decode_one(kind: str, parts: tuple[str, ...], kv: KeyValue, cell: _Cell, re
         machine = decode_machine(kv.key, kv.value)
         if machine.id != parts[0]:
             report.add("key-mismatch", kv.key, f"holds machine {machine.id!r}")
-        cell.machines[parts[0]] = machine
+            _left_out(kind, parts, cell)
+        else:
+            cell.machines[parts[0]] = machine
     elif kind == "jobs" and len(parts) == 1:
         record = decode_job_record(kv.key, kv.value)
         if record.id != parts[0]:
             report.add("key-mismatch", kv.key, f"holds job {record.id!r}")
-        cell.jobs[parts[0]] = record
+            _left_out(kind, parts, cell)
+        else:
+            cell.jobs[parts[0]] = record
     elif kind == "allocs" and len(parts) == 2:
         alloc = decode_alloc(kv.key, kv.value)
         if (alloc.job_id, str(alloc.task_index)) != parts:
             report.add("key-mismatch", kv.key, f"holds the alloc of {alloc.job_id}/{alloc.task_index}")
-        cell.allocs.append((kv.key, alloc))
+        cell.allocs.append((kv.key, alloc))  # (still held on its machine: counted, and maybe placed twice)
     else:
         report.add("bad-key", kv.key, f"unexpected key shape for {kind}")
 
@@ -178,7 +197,9 @@ def _check_tasks(keys: CellKeys, cell: _Cell, report: Report) -> None:
     for job_id, record in sorted(cell.jobs.items()):
         key = keys.job(job_id)
         with_alloc = allocated.get(job_id, set())
-        live_without = [i for i, c in enumerate(record.tasks) if c in _LIVE and i not in with_alloc]
+        unknown = {t for j, t in cell.bad_alloc_tasks if j == job_id} if cell.bad_alloc_tasks else ()
+        live_without = [i for i, c in enumerate(record.tasks) if c in _LIVE and i not in with_alloc
+                        and i not in unknown]  # (a task whose alloc key holds a bad value: not judged)
         alloc_not_live = sorted(i for i in with_alloc if i < len(record.tasks) and record.tasks[i] not in _LIVE)
         if live_without:
             report.add("task-state", key, f"task(s) {_few(live_without)} placed/running without an alloc")

@@ -7,6 +7,13 @@
              job records with the evicted tasks back to 'p';
     failure  get every compared key, decoded into fresh entries.
 
+Bad values are quarantined, never fatal: a failure-branch value that does not decode, or whose
+id is not its key's (``machines/m1`` holding machine m2), becomes a None entry (the machine
+takes no claims, the job is not placed) and is named in ``CommitOutcome.quarantined`` with its
+mod_revision. A plan entry whose id is not the id it is filed under is rejected
+(``PlanRejected``) before anything is sent: every key the txn writes is a key it compares (or a
+new alloc key), never one derived from a value.
+
 A plan with no claims only updates the job's reason (and first_attempt_at), guarded by the
 job's revision; if the record would not change, the txn writes nothing and only checks it.
 """
@@ -17,6 +24,7 @@ from collections import Counter
 from operator import itemgetter
 
 from cellstate.codec import decode_alloc, decode_job_record, decode_machine, encode_job_record
+from cellstate.codec_fields import CodecError
 from cellstate.codec_trusted import pack_alloc, pack_machine
 from cellstate.fastbuild import builder
 from cellstate.keys import CellKeys
@@ -122,8 +130,8 @@ class StoreCommitter:
         written: dict[str, bytes] = {}
         deleted: list[str] = []
         ledgers = list(new.values())
-        for machine_id, key, machine in zip(new, compared, ledgers):
-            written[key if machine.id == machine_id else self.keys.machine(machine.id)] = pack_machine(machine)
+        for key, machine in zip(compared, ledgers):  # (new_ledgers checked each id against its key)
+            written[key] = pack_machine(machine)
         job = plan.job.record
         allocs: dict[str, Alloc] = {}
         priority, scheduler, now = job.job.priority, plan.scheduler, plan.now
@@ -147,48 +155,71 @@ class StoreCommitter:
         """The outcome of a committed txn, with what it put as decoded entries at ``revision``."""
         ledgers, records, allocs = applied
         # CommitOutcome(True, revision, written=…, deleted=…, applied_*=…, applied=True), every
-        # field given in order (fresh_* empty): one per commit, without its dataclass __init__.
+        # field given in order (fresh_* and quarantined empty): one per commit, without its dataclass __init__.
         return _COMMIT_OUTCOME(True, revision, {}, None, False, {}, {}, written, deleted,
                                tuple([_MACHINE_ENTRY(m, revision) for m in ledgers]),
-                               tuple([_JOB_ENTRY(r, revision) for r in records]), allocs, True)
+                               tuple([_JOB_ENTRY(r, revision) for r in records]), allocs, True, {})
 
     # -- failure -------------------------------------------------------------------------
 
     def _failure(self, plan: Plan, revision: int, reads) -> CommitOutcome:
         """Decode the Gets of the failure branch (same order as the compares). A key still at
         the revision the plan saw holds the value the plan saw (a revision names one write):
-        the plan's entry is reused instead of decoding it again (most of a failed txn's keys)."""
+        the plan's entry is reused instead of decoding it again (most of a failed txn's keys).
+        A value that does not decode or names another id is quarantined: its entry is None
+        and ``quarantined`` names its key (see the module docstring)."""
         machine_ids = touched_machines(plan)
         values = [kvs[0] if kvs else None for kvs in reads]
-        fresh_machines = {mid: _fresh(kv, plan.machines[mid], self._machine_entry)
+        bad: dict[str, tuple[int, str]] = {}
+        fresh_machines = {mid: _fresh(kv, plan.machines[mid], _machine_entry, mid, bad)
                           for mid, kv in zip(machine_ids, values)}
         job_kvs = values[len(machine_ids):len(machine_ids) + 1 + len(plan.victims)]
-        fresh_job = _fresh(job_kvs[0], plan.job, self._job_entry)
-        victims = {victim: _fresh(kv, plan.victims[victim], self._job_entry)
+        fresh_job = _fresh(job_kvs[0], plan.job, _job_entry, plan.job.id, bad)
+        victims = {victim: _fresh(kv, plan.victims[victim], _job_entry, victim, bad)
                    for victim, kv in zip(plan.victims, job_kvs[1:])}
         alloc_kvs = values[len(machine_ids) + 1 + len(plan.victims):]
-        allocs = {task: _fresh(kv, plan.victim_allocs[task], self._alloc_entry)
+        allocs = {task: _fresh(kv, plan.victim_allocs[task], _alloc_entry, task, bad)
                   for task, kv in zip(plan.victim_allocs, alloc_kvs)}
-        return CommitOutcome(False, revision, fresh_machines, fresh_job, fresh_job is None, victims, allocs)
-
-    @staticmethod
-    def _machine_entry(kv: KeyValue | None) -> MachineEntry | None:
-        return None if kv is None else MachineEntry(decode_machine(kv.key, kv.value), kv.mod_revision)
-
-    @staticmethod
-    def _job_entry(kv: KeyValue | None) -> JobEntry | None:
-        return None if kv is None else JobEntry(decode_job_record(kv.key, kv.value), kv.mod_revision)
-
-    @staticmethod
-    def _alloc_entry(kv: KeyValue | None) -> AllocEntry | None:
-        return None if kv is None else AllocEntry(decode_alloc(kv.key, kv.value), kv.mod_revision)
+        deleted = fresh_job is None and job_kvs[0] is None  # (a quarantined job is unusable, not gone)
+        return CommitOutcome(False, revision, fresh_machines, fresh_job, deleted, victims, allocs, quarantined=bad)
 
 
-def _fresh(kv: KeyValue | None, seen, decode):
-    """The entry of a failure-branch read: ``seen`` if the key is still at its revision."""
-    if kv is not None and kv.mod_revision == seen.mod_revision:
+def _machine_entry(kv: KeyValue, ident: str) -> tuple[MachineEntry | None, str]:
+    machine = decode_machine(kv.key, kv.value)
+    if machine.id != ident:
+        return None, f"holds machine {machine.id!r}, not {ident!r}"
+    return MachineEntry(machine, kv.mod_revision), ""
+
+
+def _job_entry(kv: KeyValue, ident: str) -> tuple[JobEntry | None, str]:
+    record = decode_job_record(kv.key, kv.value)
+    if record.id != ident:
+        return None, f"holds job {record.id!r}, not {ident!r}"
+    return JobEntry(record, kv.mod_revision), ""
+
+
+def _alloc_entry(kv: KeyValue, ident: tuple[str, int]) -> tuple[AllocEntry | None, str]:
+    alloc = decode_alloc(kv.key, kv.value)
+    if (alloc.job_id, alloc.task_index) != ident:
+        return None, f"holds the alloc of {alloc.job_id}/{alloc.task_index}, not {ident[0]}/{ident[1]}"
+    return AllocEntry(alloc, kv.mod_revision), ""
+
+
+def _fresh(kv: KeyValue | None, seen, decode, ident, bad: dict[str, tuple[int, str]]):
+    """The entry of a failure-branch read: ``seen`` if the key is still at its revision, None
+    if the key is gone, else ``decode(kv, ident)``'s entry; a value that does not decode or
+    names another id than ``ident`` gives None and goes into ``bad`` (key -> (mod, why))."""
+    if kv is None:
+        return None
+    if kv.mod_revision == seen.mod_revision:
         return seen
-    return decode(kv)
+    try:
+        entry, why = decode(kv, ident)
+    except CodecError as exc:
+        entry, why = None, str(exc)
+    if entry is None:
+        bad[kv.key] = (kv.mod_revision, why)
+    return entry
 
 
 # -- plan arithmetic (pure) --------------------------------------------------------------
@@ -233,11 +264,16 @@ def _check_victim(plan: Plan, job_id: str, task: int, where: str, machine_id: st
     if job_id == plan.job.id or victim is None:
         raise ValueError(f"{where} evicts {job_id}/{task}, but the plan carries no victim record "
                          f"of job {job_id!r}")
+    if victim.id != job_id:
+        raise PlanRejected(f"{where} evicts {job_id}/{task}, but the plan files job {victim.id!r} under {job_id!r}")
     if not 0 <= task < victim.record.job.tasks or victim.record.tasks[task] not in "ar":
         raise ValueError(f"{where} evicts {job_id}/{task}, which is not placed or running")
     seen = plan.victim_allocs.get((job_id, task))
     if seen is None:
         raise ValueError(f"{where} evicts {job_id}/{task}, but the plan carries no allocation of it")
+    if seen.alloc.job_id != job_id or seen.alloc.task_index != task:
+        raise PlanRejected(f"{where} evicts {job_id}/{task}, but the plan files the alloc of "
+                           f"{seen.alloc.job_id}/{seen.alloc.task_index} under it")
     if seen.alloc.machine_id != machine_id:
         raise PlanRejected(f"{where} evicts {job_id}/{task} to make room on {machine_id!r}, but that "
                            f"task runs on {seen.alloc.machine_id!r}")
@@ -253,6 +289,9 @@ def new_ledgers(plan: Plan) -> dict[str, Machine]:
         entry = totals.get(claim.machine_id)
         if entry is None:
             seen = plan.machines[claim.machine_id].machine
+            if seen.id != claim.machine_id:  # the ledger written is the key compared: never another's
+                raise PlanRejected(f"plan of {plan.scheduler!r} for job {plan.job.id!r} files machine {seen.id!r} "
+                                   f"under {claim.machine_id!r}: its ledger would not be the key compared")
             totals[claim.machine_id] = entry = [seen, seen.allocated, seen.task_count]
         entry[1] = _plus(entry[1], claim.request)
         entry[2] += 1

@@ -130,10 +130,17 @@ class ReplicaView:
             self.replica.changed_ids.update(machines)
         jobs = {job.id: job for job in (outcome.fresh_job, *outcome.fresh_victims.values()) if job}
         gone_jobs = [job_id for job_id, job in outcome.fresh_victims.items() if job is None]
+        gone_machines = [mid for mid, m in machines.items() if m is None]
+        bad = outcome.quarantined
+        if bad:  # None entries of quarantined keys: unusable, not deleted (the replica quarantines them)
+            keys = self.replica.keys
+            gone_jobs = [job_id for job_id in gone_jobs if keys.job(job_id) not in bad]
+            gone_machines = [mid for mid in gone_machines if keys.machine(mid) not in bad]
         self.replica.apply_entries([m for m in machines.values() if m], jobs.values(),
-                                   revision=outcome.revision,
-                                   deleted_machines=[mid for mid, m in machines.items() if m is None],
+                                   revision=outcome.revision, deleted_machines=gone_machines,
                                    deleted_jobs=gone_jobs)
+        if bad:
+            self.replica.apply_quarantined(bad)
 
     def _note_fresh_machines(self, entries) -> None:
         """Raise the freed flag for fresh entries (read by a failed commit) that free room:

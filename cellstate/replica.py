@@ -282,6 +282,21 @@ class Replica(ReplicaState):
                 applied += 1
         return applied
 
+    def apply_quarantined(self, bad: Mapping[str, tuple[int, str]]) -> int:
+        """Quarantine values a failed commit read back (``CommitOutcome.quarantined``: key ->
+        (mod_revision, why)), each only if newer than what the replica holds: the key's value
+        is dropped and the key recorded as if the watch had brought the bad value (whose event
+        is then skipped). Returns how many changed."""
+        applied = 0
+        for key, (mod, why) in bad.items():
+            if self._newer(key, mod):
+                self._mod[key] = mod
+                kind, _, ident = key[self._plen:].partition("/")
+                self._forget(kind, key, ident)
+                self._reject(key, ValueError(why))
+                applied += 1
+        return applied
+
     def apply_commit(self, revision: int, machines: Iterable[MachineEntry] = (), jobs: Iterable[JobEntry] = (),
                      allocs: Mapping[str, Alloc] | None = None, deletes: Iterable[str] = ()) -> int:
         """``apply_local`` for a txn the caller committed at ``revision``, given as the decoded

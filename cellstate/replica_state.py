@@ -4,9 +4,12 @@
 machines, jobs and allocations decoded (by ``cellstate.codec``; the watch's puts ask the
 codec's memo of recent values first, without the decoder's call), ``stats/`` and
 ``conflicts/`` values raw, the mod_revision of every key it holds, and three indexes
-(pending jobs by kind, allocations by machine and by job). A value that fails to decode
-is reported to ``on_decode_error(key, error)``, recorded in ``quarantine`` and treated as
-absent; a later good value (or a delete) clears it.
+(pending jobs by kind, allocations by machine and by job). A value that fails to decode, or
+whose id is not its key's (``machines/{id}``, ``jobs/{id}``, ``allocs/{job}/{task}``), is
+quarantined, never fatal: reported to ``on_decode_error(key, error)`` once (not again while the
+key stays quarantined for the same reason), recorded in ``quarantine`` and treated as absent
+(a quarantined machine takes no claims, a quarantined job is not scheduled); a later good value
+(or a delete) clears it.
 
 Not thread-safe: one thread applies and reads (see ``cellstate.replica``).
 """
@@ -34,7 +37,8 @@ _EMPTY: dict = {}  # shared, never mutated: the answer for an unknown machine or
 
 def log_decode_error(key: str, error: Exception) -> None:
     """Default decode-error handler: a warning in the log."""
-    log.warning("cell replica: value of %s does not decode, treating the key as absent: %s", key, error)
+    log.warning("cell replica: quarantined %s (does not decode or names another id; treated as absent): %s",
+                key, error)
 
 
 class ReplicaState:
@@ -158,7 +162,10 @@ class ReplicaState:
             self.quarantine.pop(key, None)
 
     def _reject(self, key: str, error: Exception) -> None:
-        self.quarantine[key] = str(error)
+        why = str(error)
+        if self.quarantine.get(key) == why:
+            return  # reported when it came (the same bad value again, or read back by a failed commit)
+        self.quarantine[key] = why
         try:
             self.on_decode_error(key, error)
         except Exception:  # a faulty handler must not break the replica

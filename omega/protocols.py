@@ -129,6 +129,9 @@ class CommitOutcome:
     ``written``: together with ``deleted`` they are the whole txn (``applied`` says so)."""
     applied: bool = False
     """True when ``applied_*`` and ``deleted`` describe every change of the txn."""
+    quarantined: dict[str, tuple[int, str]] = field(default_factory=dict)
+    """On failure: compared keys whose read-back value does not decode or names another id
+    (key -> (mod_revision, why)); their ``fresh_*`` entry is None (unusable, not deleted)."""
 
 
 class PlanRejected(ValueError):
