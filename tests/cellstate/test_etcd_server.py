@@ -63,6 +63,11 @@ def test_cli_flags_reach_the_options():
     assert options["auto_compaction_retention"] == 123 and options["quota_backend_bytes"] == 456
     cell = build_parser().parse_args(["cell", "up"])
     assert server_options(cell)["auto_compaction_retention"] == DEFAULT_COMPACTION_RETENTION
+    from tools.cmd_demo import config_from_args
+
+    demo = config_from_args(build_parser().parse_args(["demo", "--etcd-compaction-retention", "7",
+                                                        "--etcd-quota-bytes", "8"]))
+    assert (demo.etcd_compaction_retention, demo.etcd_quota_bytes) == (7, 8)
 
 
 # -- ports recorded in the data dir ---------------------------------------------------------------------
