@@ -28,7 +28,8 @@ RECORD_MEMO = codec_memo()
 
 
 _SPEC_DEFAULTS = (("priority", 0), ("owner", ""), ("duration_s", None), ("gang", False),
-                  ("package", ""), ("different_machine", False), ("max_per_machine", 0))
+                  ("package", ""), ("different_machine", False), ("max_per_machine", 0),
+                  ("scheduler", ""))
 
 
 def _spec_map(job: Job) -> dict:
@@ -62,6 +63,8 @@ def _shaped_spec_map(job: Job) -> dict:
         d["different_machine"] = True
     if job.max_per_machine:
         d["max_per_machine"] = job.max_per_machine
+    if job.scheduler:
+        d["scheduler"] = job.scheduler
     if job.constraints:
         d["constraints"] = [_constraint_map(c) for c in job.constraints]
     return d
@@ -132,7 +135,13 @@ def _spec_from_map(key: str, d, prefix: str = "") -> Job:
         package=fc.text(key, prefix + "package", d.get("package", "")),
         different_machine=fc.flag(key, prefix + "different_machine", d.get("different_machine", False)),
         max_per_machine=fc.integer(key, prefix + "max_per_machine", d.get("max_per_machine", 0)),
+        scheduler=_scheduler_class(key, prefix + "scheduler", d.get("scheduler", "")),
     )
+
+
+def _scheduler_class(key: str, field: str, x) -> str:
+    """Empty (the kind's class) or a scheduler class name: an id (no \"/\")."""
+    return "" if x == "" and type(x) is str else fc.ident(key, field, x)
 
 
 def _constraints(key: str, field: str, x) -> tuple[Constraint, ...]:

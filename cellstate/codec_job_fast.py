@@ -39,7 +39,7 @@ NOT_A_TASK_STATE = str.maketrans("", "", TASK_CHARS)
 _TASK_BYTES = TASK_CHARS.encode()
 SPEC_FIELDS = frozenset(
     "id kind tasks request priority owner constraints duration_s gang package "
-    "different_machine max_per_machine".split())
+    "different_machine max_per_machine scheduler".split())
 RECORD_FIELDS = frozenset(
     "v t spec tasks submitted_at reason killed first_attempt_at placed_at".split())
 CONSTRAINT_FIELDS = frozenset(("attribute", "op", "values"))
@@ -109,6 +109,9 @@ def fast_spec(d: dict) -> Job | None:
     priority, owner, constraints = get("priority", 0), get("owner", ""), get("constraints")
     duration, gang, package = get("duration_s"), get("gang", False), get("package", "")
     different, most = get("different_machine", False), get("max_per_machine", 0)
+    scheduler = get("scheduler", "")
+    if type(scheduler) is not str or "/" in scheduler:
+        return None
     if type(priority) is not int or type(owner) is not str or type(package) is not str:
         return None
     if (gang is not False and gang is not True) or (different is not False and different is not True):
@@ -127,7 +130,7 @@ def fast_spec(d: dict) -> Job | None:
         if constraints is None:
             return None
     return _JOB(ident, kind, tasks, core_resources(cpu, memory, disk), priority, owner, constraints,
-                duration, gang, package, different, most)
+                duration, gang, package, different, most, scheduler)
 
 
 def fast_bare_spec(d: dict) -> Job | None:
@@ -239,6 +242,8 @@ def _spec_shape_ok(job) -> bool:
             or type(request.disk) is not int or request.disk < 0):
         return False
     if type(job.priority) is not int or type(job.owner) is not str or type(job.package) is not str:
+        return False
+    if type(job.scheduler) is not str or "/" in job.scheduler:
         return False
     if job.gang is not False and job.gang is not True:
         return False

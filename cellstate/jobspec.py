@@ -15,6 +15,7 @@ TOML; ``{"job": [...]}`` or a bare list in JSON). Fields of a job:
     constraints   list of {attribute, op (eq|in|not-in|exists), values}
     duration_s    seconds >= 0 (batch tasks); absent: runs until killed
     gang, different_machine: booleans;  max_per_machine: integer >= 0
+    scheduler     the scheduler class that serves it (e.g. "borg"); default: its kind's class
 
 Every problem raises ``JobSpecError`` naming the file, the job (``job[2] 'web'``, index from
 0) and the field. Unknown fields and duplicate ids within a file are rejected.
@@ -37,7 +38,7 @@ from cellstate.resources import Resources
 
 KNOWN_FIELDS = frozenset(
     "id kind tasks cpu memory disk gpu resources priority owner constraints duration_s gang "
-    "package different_machine max_per_machine".split())
+    "package different_machine max_per_machine scheduler".split())
 REQUIRED_FIELDS = ("id", "kind", "tasks", "cpu", "memory")
 _CONSTRAINT_FIELDS = frozenset(("attribute", "op", "values"))
 _UNITS = {"": Fraction(1), "Ki": Fraction(1, 1024), "Mi": Fraction(1), "Gi": Fraction(1024),
@@ -145,7 +146,8 @@ def job_to_mapping(job: Job) -> dict:
     if extra:
         d["resources"] = extra
     for name, default in (("priority", 0), ("owner", ""), ("duration_s", None), ("gang", False),
-                          ("package", ""), ("different_machine", False), ("max_per_machine", 0)):
+                          ("package", ""), ("different_machine", False), ("max_per_machine", 0),
+                          ("scheduler", "")):
         if getattr(job, name) != default:
             d[name] = getattr(job, name)
     if job.constraints:
@@ -200,7 +202,15 @@ def _build_job(d) -> Job:
         package=_text("package", d.get("package", "")),
         different_machine=_flag("different_machine", d.get("different_machine", False)),
         max_per_machine=_integer("max_per_machine", d.get("max_per_machine", 0), 0),
+        scheduler=_scheduler(d.get("scheduler", "")),
     )
+
+
+def _scheduler(x) -> str:
+    """The scheduler class that serves the job: empty (its kind's class) or a name without "/"."""
+    if not isinstance(x, str) or "/" in x or len(x) > 253:
+        raise FieldError("scheduler", f'must be a scheduler class name (a string without "/"), got {_show(x)}')
+    return x
 
 
 def _request(d: dict) -> Resources:

@@ -136,6 +136,14 @@ class Job:
     package: str = ""
     different_machine: bool = False
     max_per_machine: int = 0
+    scheduler: str = ""
+    """The scheduler class that serves the job (as Kubernetes' ``schedulerName``); empty: the
+    class named like its kind (``scheduler_class``)."""
+
+    @property
+    def scheduler_class(self) -> str:
+        """The class of scheduler that serves this job: ``scheduler``, else its kind's name."""
+        return self.scheduler or self.kind._value_
 
 
 @dataclass(frozen=True, slots=True)

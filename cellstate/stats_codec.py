@@ -2,7 +2,8 @@
 
 The value is a map ``{"v": SCHEMA_VERSION, "t": "stats", <every SchedulerStats field>}``:
 unlike cell values, every field is written and every field is required (the key is
-rewritten every second, so explicitness costs nothing). ``hot_machines`` is a list of
+rewritten every second, so explicitness costs nothing), but for ``quarantined``, read as 0
+when absent (a scheduler from before it). ``hot_machines`` is a list of
 ``{"machine", "conflicts", "winners": {name: count}}``, ``recent_conflicts`` a list of
 ``{"at", "job", "machines": [...], "winners": [...]}`` (``winners[i]`` won ``machines[i]``).
 
@@ -29,13 +30,15 @@ __all__ = ["CodecError", "encode_stats", "decode_stats"]
 
 _TEXT = ("host", "conflict_mode", "commit_mode")
 _TIMES = ("started_at", "updated_at")
-_COUNTS = ("pid", "attempts", "txns", "commits", "conflicts", "stale_retries", "retries", "jobs_placed",
+_COUNTS = ("pid", "attempts", "txns", "commits", "conflicts", "stale_retries", "job_conflicts", "retries",
+           "jobs_placed",
            "tasks_placed", "tasks_unplaced")
 _RATES = ("jobs_per_s", "placements_per_s")
 _PERCENTILES = ("decision_ms_p50", "decision_ms_p90", "decision_ms_p99")
 _STATS_FIELDS = ("name", "kind") + _TEXT + _TIMES + _COUNTS + _RATES + ("busyness",) + _PERCENTILES + (
     "hot_machines", "recent_conflicts")
-_ALLOWED = frozenset(("v", "t") + _STATS_FIELDS)
+_OPTIONAL = ("quarantined",)  # written always; read as 0 when absent (stats of schedulers before it)
+_ALLOWED = frozenset(("v", "t") + _STATS_FIELDS + _OPTIONAL)
 _HOT_FIELDS = frozenset(("machine", "conflicts", "winners"))
 _NOTE_FIELDS = frozenset(("at", "job", "machines", "winners"))
 _KINDS = {k: k for k in STATS_KINDS}
@@ -62,6 +65,7 @@ def _stats_map(s: SchedulerStats) -> dict:
                          for h in s.hot_machines]
     d["recent_conflicts"] = [{"at": n.at, "job": n.job, "machines": list(n.machines), "winners": list(n.winners)}
                              for n in s.recent_conflicts]
+    d["quarantined"] = s.quarantined
     return d
 
 
@@ -80,6 +84,7 @@ def _stats_from_map(key: str, d: dict) -> SchedulerStats:
     values["hot_machines"] = _bounded(key, "hot_machines", d["hot_machines"], HOT_MACHINES_MAX, _hot_machine)
     values["recent_conflicts"] = _bounded(key, "recent_conflicts", d["recent_conflicts"], RECENT_CONFLICTS_MAX,
                                           _conflict_note)
+    values["quarantined"] = fc.integer(key, "quarantined", d.get("quarantined", 0))
     return SchedulerStats(**values)
 
 

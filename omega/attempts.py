@@ -24,7 +24,9 @@ class Attempt:
     still fit the fresh ledgers and the job was unchanged, so the claims were resubmitted;
     see ``omega.modes``); the rest are conflicts (``conflict_transactions``), which with the
     committed txns give Omega's conflict fraction. ``conflicting_machines`` are the
-    machines of the claims rejected in conflicts, ``winners`` who last wrote them."""
+    machines of the claims rejected in conflicts, ``winners`` who last wrote them;
+    ``job_conflicts`` the conflicts that rejected no claim (only the job record had
+    changed: the cause was the job, not a machine)."""
 
     scheduler: str
     job_id: str
@@ -40,6 +42,7 @@ class Attempt:
     winners: tuple[str, ...] = ()
     """Who last wrote the conflicting machines (their ledgers' ``writer``)."""
     stale_retries: int = 0
+    job_conflicts: int = 0
 
     @property
     def conflict_transactions(self) -> int:

@@ -66,6 +66,7 @@ class _Tally:
     transactions: int = 0
     failed: int = 0
     stale: int = 0
+    job_conflicts: int = 0  # conflicts that rejected no claim: the job record had changed
     job_gone: bool = False
 
 
@@ -304,6 +305,8 @@ class OptimisticPlacer:
             tally.stale += 1
         else:
             _note_conflict(outcome, split, tally)
+            if not split.rejected:
+                tally.job_conflicts += 1
         st.conflicts.update({claim.task_index: why for claim, why in split.rejected})
         resolution = mode.strategy.resolve(split)
         tally.redecide.extend(resolution.redecide)
@@ -379,7 +382,7 @@ class OptimisticPlacer:
         record = _ATTEMPT(self.scheduler, st.job_id, attempt["decision_time_s"], attempt["claims"],
                           tuple(tally.committed), tuple(tally.conflicting), len(st.attempts), outcome,
                           tally.transactions, tally.failed, attempt["started_at"], tuple(tally.winners),
-                          tally.stale)
+                          tally.stale, tally.job_conflicts)
         st.attempts.append(record)
         if self.on_attempt is not None:
             self.on_attempt(record)

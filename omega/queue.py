@@ -3,13 +3,16 @@ among schedulers of one kind, and per-job backoff for jobs that did not fit.
 
 Order: priority descending; within a priority, owners take turns (each owner's
 oldest job first, owners ordered by their oldest submission); ties by job id.
-Sharing: each job belongs to one live peer by rendezvous hashing; a job pending
-longer than ``steal_after_s`` may be taken by any peer (a dead peer's share is
-not stranded while its lease runs out). A scheduler takes its own share first and
-steals only to fill the rest of a round, preferring the jobs it is next in line for
-(its rendezvous rank): with a backlog older than ``steal_after_s``, peers taking the
-same oldest jobs would only make each other's commits fail on the job's revision.
-Races stay safe: the commit compares the job's revision, so a task is never placed twice.
+Sharing: each job belongs to one live peer by rendezvous hashing over the peers the
+caller names (the live runtime: the schedulers of the job's class whose leased stats key
+exists), so a peer takes another's job only when that peer is gone (its lease expired).
+With ``steal_after_s`` set (None: never), a job pending that long may also be taken by
+any peer: a scheduler takes its own share first and steals only to fill the rest of a
+round, preferring the jobs it is next in line for (its rendezvous rank). Stealing makes
+peers race over jobs (their commits fail on the job's revision, with no machine
+contended); the fauxmaster's replays keep it (their peers never die) until they run the
+live loop. Races stay safe: the commit compares the job's revision, so a task is never
+placed twice.
 
 The order is pluggable (``make_order``): "fair" (above, the default) or "drf" (``omega.drf``:
 priority, then the owners' weighted dominant shares with progressive filling). Either way
@@ -139,7 +142,7 @@ class JobQueue:
     """Chooses the next jobs for scheduler ``me`` among ``peers`` of its kind, in ``order``."""
 
     me: str
-    steal_after_s: float = 2.0
+    steal_after_s: float | None = 2.0
     backoff_min_s: float = 0.2
     backoff_max_s: float = 5.0
     order: QueueOrder = field(default_factory=FairOrder)
@@ -172,7 +175,7 @@ class JobQueue:
         if len(crew) == 1:  # every job is its own: the first ``limit``, by priority (stable)
             return sorted(islice(ordered, max(limit, 0)), key=_minus_priority)
         candidates: list[tuple[int, int, int, JobEntry]] = []  # (-priority, rank, position, job)
-        own = 0
+        own, steal_after = 0, self.steal_after_s
         for position, entry in enumerate(ordered):
             rank = rendezvous_rank(entry.id, crew, self.me)
             if rank == 0:
@@ -180,7 +183,7 @@ class JobQueue:
                 own += 1
                 if own >= limit:
                     break  # later jobs rank below these
-            elif now - entry.record.submitted_at >= self.steal_after_s:
+            elif steal_after is not None and now - entry.record.submitted_at >= steal_after:
                 candidates.append((-entry.record.job.priority, rank, position, entry))
         candidates.sort(key=lambda c: c[:3])
         return [c[3] for c in candidates[:limit]]
@@ -203,7 +206,7 @@ class JobQueue:
             tracked.groups.pop(job_id, None)
         else:
             tracked.groups[job_id] = group
-        if held is None or held.record.submitted_at != entry.record.submitted_at:
+        if self.steal_after_s is not None and (held is None or held.record.submitted_at != entry.record.submitted_at):
             steal_at = entry.record.submitted_at + self.steal_after_s
             if steal_at > tracked.now:  # else next_steal_at would only drop it: time moves on
                 heapq.heappush(tracked.steal_at, (steal_at, job_id))
@@ -250,6 +253,8 @@ class JobQueue:
         after its submission); None if none will."""
         tracked = self._tracking()
         tracked.now = max(tracked.now, now)
+        if self.steal_after_s is None:
+            return None
         heap, jobs, steal, groups = tracked.steal_at, tracked.jobs, self.steal_after_s, tracked.groups
         while heap:
             t, job_id = heap[0]

@@ -8,8 +8,11 @@ event loop stays free for signals and for the stats task, which publishes every
 
   1. pump the view (apply the watch batches that are ready, without waiting);
      if machines freed resources since the last round, forget every job's backoff;
-  2. select up to ``batch_jobs`` pending jobs of the scheduler's kind (in the queue order,
-     fair or drf; shared with the live peers of the same kind by rendezvous hashing);
+  2. select up to ``batch_jobs`` pending jobs of the scheduler's class (a job's class is the
+     one it names, else its kind's: ``Job.scheduler_class``; this process's class is its
+     scheduler's kind), in the queue order (fair or drf), shared with the live peers of the
+     same class by rendezvous hashing: one owner per job, taken over by another peer only
+     when the owner's stats lease expired (``steal_after_s`` None, the default);
   3. place each (decide, commit, resolve conflicts); a job left with pending tasks is
      deferred (exponential backoff), a placed one forgotten; before each txn the view is
      pumped again (resource-fit rebases a plan that would only be a stale retry);
@@ -32,7 +35,6 @@ from typing import Callable, Iterable, Mapping, Protocol
 import anyio
 import anyio.to_thread
 
-from cellstate.model import JobKind
 from omega.attempts import Attempt, PlacementResult
 from omega.modes import CommitMode, ConflictMode
 from omega.occ import OptimisticPlacer
@@ -98,7 +100,7 @@ class RuntimeOptions:
     owner → weight for "drf" (default 1 each)."""
 
     batch_jobs: int = 16
-    steal_after_s: float = 2.0
+    steal_after_s: float | None = None
     stats_interval_s: float = 1.0
     idle_wait_s: float = 0.2
     error_wait_s: float = 1.0
@@ -111,7 +113,9 @@ class RuntimeOptions:
         check_order(self.order, self.drf_weights)
         if type(self.batch_jobs) is not int or self.batch_jobs < 1:
             raise ValueError(f"batch_jobs must be an int >= 1, got {self.batch_jobs!r}")
-        for name in ("steal_after_s", "duration_s"):
+        if self.steal_after_s is not None and not self.steal_after_s >= 0:
+            raise ValueError(f"steal_after_s must be >= 0 seconds or None, got {self.steal_after_s!r}")
+        for name in ("duration_s",):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must be >= 0 seconds, got {getattr(self, name)!r}")
         for name in ("stats_interval_s", "idle_wait_s", "error_wait_s"):
@@ -146,7 +150,7 @@ class SchedulerProcess:
         self.clock = clock or SystemClock()
         self.options = options
         self.observers = list(observers)
-        self.job_kind = JobKind(self.kind) if self.kind in {k.value for k in JobKind} else None  # borg: all
+        self.scheduler_class = self.kind  # the jobs it serves: those whose scheduler_class this is
         self.placer = OptimisticPlacer(self.name, committer, conflict_mode, commit_mode,
                                        retry or retry_policy_for(self.kind), self.clock, self._on_attempt,
                                        refresh=lambda: self.view.pump(0.0))
@@ -245,7 +249,8 @@ class SchedulerProcess:
         if self.view.take_freed():
             self.queue.reset()
         now = self.clock.now()
-        pending = self.view.pending_jobs(self.job_kind)
+        mine = self.scheduler_class
+        pending = [entry for entry in self.view.pending_jobs() if entry.record.job.scheduler_class == mine]
         if self.refused.jobs:
             pending = self.refused.candidates(pending)
         jobs = self.queue.select(pending, self.view.peers(self.kind), now, self.options.batch_jobs)
@@ -311,6 +316,7 @@ class SchedulerProcess:
                 decision_s=attempt.decision_time_s, busy_s=max(0.0, now - attempt.started_at),
                 txns=attempt.transactions, commits=attempt.transactions - attempt.failed_transactions,
                 conflicts=attempt.conflict_transactions, stale_retries=attempt.stale_retries,
+                job_conflicts=attempt.job_conflicts,
                 retries=int(attempt.retries > 0),
                 tasks_placed=len(attempt.committed), tasks_unplaced=unplaced, job_placed=job_placed,
                 conflict_machines=winners, job_id=attempt.job_id, now=now)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections import Counter, deque
 from dataclasses import dataclass
+from typing import Callable
 
 STATS_KINDS = ("batch", "service", "borg", "solver")
 WINDOW_S = 10.0
@@ -57,6 +58,8 @@ class SchedulerStats:
     commits: int = 0
     conflicts: int = 0
     stale_retries: int = 0
+    job_conflicts: int = 0
+    """Of ``conflicts``, those caused by the job record changing (no machine was contended)."""
     retries: int = 0
     jobs_placed: int = 0
     tasks_placed: int = 0
@@ -69,6 +72,9 @@ class SchedulerStats:
     decision_ms_p99: float = 0.0
     hot_machines: tuple[HotMachine, ...] = ()
     recent_conflicts: tuple[ConflictNote, ...] = ()
+    quarantined: int = 0
+    """Keys of the cell whose values the scheduler's view holds quarantined now (they do not
+    decode or name another id: left out of its decisions, never fatal)."""
 
     @property
     def conflict_fraction(self) -> float:
@@ -95,7 +101,8 @@ class _Attempt:
     tasks_placed: int
 
 
-_COUNT_ARGS = ("txns", "commits", "conflicts", "retries", "tasks_placed", "tasks_unplaced", "stale_retries")
+_COUNT_ARGS = ("txns", "commits", "conflicts", "retries", "tasks_placed", "tasks_unplaced", "stale_retries",
+               "job_conflicts")
 
 
 def _check_attempt(decision_s: float, busy_s: float, counts: dict[str, int], now: float) -> None:
@@ -136,18 +143,20 @@ class StatsRecorder:
         self._machine_conflicts: Counter[str] = Counter()
         self._machine_winners: dict[str, Counter[str]] = {}
         self._recent: deque[ConflictNote] = deque(maxlen=RECENT_CONFLICTS_MAX)
+        self.quarantine_probe: Callable[[], int] | None = None  # keys quarantined now (a view's count)
 
     def record_attempt(self, decision_s: float, busy_s: float, txns: int, commits: int, conflicts: int,
                        retries: int, tasks_placed: int, tasks_unplaced: int, job_placed: bool,
                        conflict_machines: dict[str, str], job_id: str, now: float,
-                       stale_retries: int = 0) -> None:
+                       stale_retries: int = 0, job_conflicts: int = 0) -> None:
         """Add one placement attempt (one decision and its transactions) that ended at ``now``.
         ``txns`` = ``commits`` + ``conflicts`` + ``stale_retries`` (failed txns that were
-        not conflicts, see ``omega.modes``). ``conflict_machines`` maps each machine of a
+        not conflicts, see ``omega.modes``); ``job_conflicts`` of the ``conflicts`` were
+        caused by the job record alone. ``conflict_machines`` maps each machine of a
         conflict to the winner (its ledger's writer). An attempt with ``conflicts`` > 0
         becomes a recent-conflict note."""
         counts = dict(zip(_COUNT_ARGS, (txns, commits, conflicts, retries, tasks_placed, tasks_unplaced,
-                                        stale_retries)))
+                                        stale_retries, job_conflicts)))
         _check_attempt(decision_s, busy_s, counts, now)
         if job_placed is not True and job_placed is not False:
             raise ValueError(f"record_attempt: job_placed must be a bool, got {job_placed!r}")
@@ -194,6 +203,7 @@ class StatsRecorder:
             decision_ms_p99=1000.0 * percentile(decisions, 99),
             hot_machines=self._hot_machines(),
             recent_conflicts=tuple(self._recent),
+            quarantined=self.quarantine_probe() if self.quarantine_probe is not None else 0,
         )
 
     def _span(self, now: float) -> float:

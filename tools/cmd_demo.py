@@ -38,8 +38,9 @@ def register(sub) -> None:
     demo.add_argument("--time-scale", type=float, default=30.0,
                       help="simulated seconds per real second for the agents: batch tasks end this much "
                            "faster (default 30)")
-    demo.add_argument("--steal-after", type=float, default=1.0, metavar="SECONDS",
-                      help="a job pending this long may be taken by any scheduler of its kind (default 1)")
+    demo.add_argument("--steal-after", type=float, default=None, metavar="SECONDS",
+                      help="a job pending this long may be taken by any scheduler of its class, which then "
+                           "race over it (default: never)")
     demo.add_argument("--secure", action="store_true",
                       help="etcd with TLS and auth; every process logs in as its cell user")
     demo.add_argument("--cell", default="demo", help="cell name (default demo)")

@@ -31,7 +31,7 @@ from omega.runtime import RuntimeOptions, SchedulerProcess
 from schedulers.chains import KINDS, make_scheduler
 from schedulers.plugin import PluginConfigError
 from tools.common import add_store_args, cell_keys, open_store
-from tools.scheduler_metrics import SchedulerMetrics
+from tools.scheduler_metrics import SchedulerMetrics, count_quarantine
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +53,9 @@ def register(sub) -> None:
     run.add_argument("--config", metavar="FILE.toml", help="scheduler config (plugins and their args, knobs)")
     run.add_argument("--batch-jobs", type=int, default=16, metavar="N",
                      help="jobs selected per scheduling round (default 16)")
-    run.add_argument("--steal-after", type=float, default=2.0, metavar="SECONDS",
-                     help="a job pending this long may be taken by any peer of the kind (default 2)")
+    run.add_argument("--steal-after", type=float, default=None, metavar="SECONDS",
+                     help="a job pending this long may be taken by any peer of the class, which then race "
+                          "over it (default: never; a peer's jobs move only when its lease expires)")
     run.add_argument("--order", default="fair", metavar="ORDER",
                      help="queue order: fair (default: priority, owners round-robin) | drf (priority, then "
                           "owners' dominant resource shares)")
@@ -153,6 +154,7 @@ def run_scheduler(args) -> int:
             scheduler, view, StoreCommitter(store, keys, max_txn_ops=args.max_txn_ops),
             LeasedStatsSink(store, keys, scheduler.name), conflict_mode=conflict, commit_mode=commit,
             retry=retry_policy_for(scheduler.kind, args.seed), options=options, observers=[metrics.observe])
+        count_quarantine(process, view, metrics)  # bad values left out: in the stats and the metrics
         try:
             if args.metrics_port is not None:
                 print(f"metrics on http://127.0.0.1:{metrics.serve(args.metrics_port)}/metrics", flush=True)

@@ -66,7 +66,7 @@ class DemoConfig:
     monitor: bool = True
     conflict_mode: str = "resource-fit"
     time_scale: float = 30.0
-    steal_after: float = 1.0
+    steal_after: float | None = None
     secure: bool = False
     cell: str = "demo"
     etcd_compaction_retention: int = DEFAULT_COMPACTION_RETENTION  # revisions etcd keeps; 0: no compaction
@@ -79,7 +79,7 @@ class DemoConfig:
                   ("borg_schedulers", self.borg_schedulers >= 0),
                   ("solver_schedulers", self.solver_schedulers >= 0), ("rate", self.rate >= 0),
                   ("service_fraction", 0 <= self.service_fraction <= 1), ("time_scale", self.time_scale > 0),
-                  ("steal_after", self.steal_after >= 0),
+                  ("steal_after", self.steal_after is None or self.steal_after >= 0),
                   ("duration", self.duration is None or self.duration > 0),
                   ("cell", bool(self.cell) and "/" not in self.cell),
                   ("etcd_compaction_retention", self.etcd_compaction_retention >= 0),
@@ -93,6 +93,18 @@ class DemoConfig:
     @property
     def schedulers(self) -> int:
         return self.batch_schedulers + self.service_schedulers + self.borg_schedulers + self.solver_schedulers
+
+    @property
+    def routes(self) -> str:
+        """The generator's ``--route``: jobs go to the borg and solver classes in proportion to
+        their schedulers' share of all schedulers (the others to their kind's class), so
+        every class has work and every job one class. Without a batch or a service scheduler,
+        every job goes to the borg and solver classes (in proportion to their schedulers)."""
+        generalists = self.borg_schedulers + self.solver_schedulers
+        whole = generalists if not (self.batch_schedulers and self.service_schedulers) else self.schedulers
+        shares = [(kind, n / whole) for kind, n in (("borg", self.borg_schedulers),
+                                                    ("solver", self.solver_schedulers)) if n]
+        return ",".join(f"{kind}={share:.4g}" for kind, share in shares)
 
     def scheduler_names(self) -> list[tuple[str, str]]:
         """(name, kind) of every scheduler: batch-0…, service-0…, borg-0…, solver-0…."""
@@ -166,12 +178,14 @@ class Demo:
         for i, (name, kind) in enumerate(c.scheduler_names()):
             self.children.start(name, ["scheduler", "run", "--kind", kind, "--name", name,
                                        "--seed", str(c.seed + i), "--conflict-mode", c.conflict_mode,
-                                       "--steal-after", f"{c.steal_after:g}", *self.child_args("scheduler")])
+                                       *(("--steal-after", f"{c.steal_after:g}") if c.steal_after is not None else ()),
+                                       *self.child_args("scheduler")])
         self.wait_for_schedulers()
         arrivals = c.duration if c.duration is not None else GENERATOR_FOREVER_S
         self.children.start("generator", ["generate", "--submit", "--rate", f"{c.rate:g}",
                                           "--duration", f"{arrivals:g}", "--seed", str(c.seed),
                                           "--service-fraction", f"{c.service_fraction:g}",
+                                          *(("--route", c.routes) if c.routes else ()),
                                           *self.child_args("scheduler")], expected_exit=True)
         self.started_at = time.monotonic()
 

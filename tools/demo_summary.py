@@ -37,6 +37,8 @@ class SchedulerSummary:
     txns: int = 0
     commits: int = 0
     conflicts: int = 0
+    job_conflicts: int = 0
+    """Of ``conflicts``, those caused by the job record alone (no machine contended)."""
     conflict_fraction: float = 0.0
     retries: int = 0
     tasks_placed: int = 0
@@ -76,13 +78,18 @@ class DemoSummary:
         return sum(s.conflicts for s in self.schedulers)
 
     @property
+    def job_conflicts(self) -> int:
+        return sum(s.job_conflicts for s in self.schedulers)
+
+    @property
     def ok(self) -> bool:
         """The invariants hold and no child failed."""
         return bool(self.check.get("ok")) and not self.failed_children
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
-        d.update(ok=self.ok, placements=self.placements, txns=self.txns, conflicts=self.conflicts)
+        d.update(ok=self.ok, placements=self.placements, txns=self.txns, conflicts=self.conflicts,
+                 job_conflicts=self.job_conflicts)
         return d
 
 
@@ -119,8 +126,8 @@ def scheduler_summary(name: str, kind: str, exit_code: int | None, final: dict |
         source, values = "lease", dataclasses.asdict(leased)
     else:
         return SchedulerSummary(name, kind, "none", exit_code)
-    counts = {f: int(values.get(f, 0)) for f in ("attempts", "txns", "commits", "conflicts", "retries",
-                                                  "tasks_placed", "jobs_placed")}
+    counts = {f: int(values.get(f, 0)) for f in ("attempts", "txns", "commits", "conflicts", "job_conflicts",
+                                                  "retries", "tasks_placed", "jobs_placed")}
     commits = counts["commits"]
     return SchedulerSummary(name, kind, source, exit_code, busyness=float(values.get("busyness", 0.0)),
                             conflict_fraction=counts["conflicts"] / commits if commits else 0.0, **counts)
@@ -163,6 +170,10 @@ def print_summary(summary: DemoSummary, out: TextIO) -> None:
         w(f"{s.name:<14}{s.kind:<9}{s.tasks_placed:>8}{s.jobs_placed:>7}{s.txns:>8}{s.commits:>9}"
           f"{s.conflicts:>11}{s.conflict_fraction:>7.3f}{s.busyness:>6.0%}  {s.source}\n")
     w(f"{'total':<23}{summary.placements:>8}{'':>7}{summary.txns:>8}{'':>9}{summary.conflicts:>11}\n")
+    if summary.conflicts:
+        job = summary.job_conflicts
+        w(f"conflicts by cause: machine {summary.conflicts - job}, job {job} "
+          f"({job / summary.conflicts:.1%} job: the job record changed, no machine contended)\n")
     w(f"machines up {summary.machines_up}/{summary.machines_total}; {summary.jobs} jobs; tasks "
       + ", ".join(f"{name} {n}" for name, n in summary.tasks.items()) + "\n")
     for u in summary.utilization:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterator
 
 from cellstate.model import Constraint, ConstraintOp, Job, JobKind
@@ -59,6 +59,10 @@ class WorkloadMix:
     spread_fraction: float = 0.6
     zones: tuple[str, ...] = ("zone-a", "zone-b", "zone-c")
     zone_constraint_fraction: float = 0.1
+    routes: tuple[tuple[str, float], ...] = ()
+    """(scheduler class, fraction): each job names that class with that probability (drawn
+    from a stream of its own, so routes change no other field); the rest name none and go
+    to their kind's class."""
 
     def __post_init__(self):
         if self.batch_rate < 0 or self.service_rate < 0 or not math.isfinite(self.batch_rate + self.service_rate):
@@ -66,6 +70,8 @@ class WorkloadMix:
                              f"service {self.service_rate}")
         if not self.batch_shapes or not self.service_shapes:
             raise ValueError("each kind needs at least one task shape")
+        if self.routes:
+            check_routes(self.routes)
 
 
 def generate(seed: int, duration_s: float, mix: WorkloadMix = WorkloadMix(),
@@ -81,7 +87,49 @@ def generate(seed: int, duration_s: float, mix: WorkloadMix = WorkloadMix(),
                     lambda rng, n: _batch_job(rng, mix, f"{prefix}b{n:06d}"))
     service = _stream(random.Random(f"{seed}/service"), mix.service_rate, duration_s,
                       lambda rng, n: _service_job(rng, mix, f"{prefix}s{n:06d}"))
-    return heapq.merge(batch, service, key=lambda item: item[0])
+    arrivals = heapq.merge(batch, service, key=lambda item: item[0])
+    return _routed(random.Random(f"{seed}/route"), mix.routes, arrivals) if mix.routes else arrivals
+
+
+def check_routes(routes) -> None:
+    """ValueError unless ``routes`` are (class name, fraction in [0, 1]) with fractions summing to <= 1."""
+    total = 0.0
+    for name, fraction in routes:
+        if not isinstance(name, str) or not name or "/" in name:
+            raise ValueError(f"route: scheduler class must be a non-empty name without '/', got {name!r}")
+        if not 0 <= fraction <= 1:
+            raise ValueError(f"route {name}: fraction must be in [0, 1], got {fraction!r}")
+        total += fraction
+    if total > 1 + 1e-9:
+        raise ValueError(f"route fractions sum to {total:g}, more than 1")
+
+
+def parse_routes(text: str) -> tuple[tuple[str, float], ...]:
+    """``"borg=0.25,solver=0.1"`` -> (("borg", 0.25), ("solver", 0.1)); ``"borg"`` alone is
+    ``borg=1``. ValueError naming what is wrong."""
+    routes = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, fraction = part.partition("=")
+        try:
+            value = float(fraction) if sep else 1.0
+        except ValueError:
+            raise ValueError(f"route {part!r}: fraction {fraction!r} is not a number") from None
+        routes.append((name.strip(), value))
+    if not routes:
+        raise ValueError(f"route {text!r}: expected CLASS[=FRACTION][,CLASS=FRACTION...]")
+    check_routes(routes)
+    return tuple(routes)
+
+
+def _routed(rng: random.Random, routes, arrivals) -> Iterator[tuple[float, Job]]:
+    for t, job in arrivals:
+        x, at = rng.random(), 0.0
+        for name, fraction in routes:
+            at += fraction
+            if x < at:
+                job = replace(job, scheduler=name)
+                break
+        yield t, job
 
 
 def _stream(rng: random.Random, rate: float, duration_s: float, make) -> Iterator[tuple[float, Job]]:

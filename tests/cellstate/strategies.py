@@ -84,6 +84,7 @@ def jobs(draw, max_tasks: int = 40) -> Job:
         package=draw(texts),
         different_machine=draw(st.booleans()),
         max_per_machine=draw(amounts),
+        scheduler=draw(st.just("") | ids),
     )
 
 

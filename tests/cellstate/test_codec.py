@@ -492,3 +492,16 @@ def test_core_vectors_are_shared_and_their_cache_is_bounded(monkeypatch):
     for cpu in range(10):
         assert codec_resources.core_resources(cpu, 1, 1) == Resources(cpu, 1, 1)
         assert len(codec_resources._INTERNED) <= 4
+
+
+@pytest.mark.parametrize("bad", ["a/b", 5, None, b"borg"], ids=["slash", "int", "none", "bytes"])
+def test_a_job_naming_a_bad_scheduler_class_is_refused(bad):
+    from dataclasses import replace as _replace
+
+    from cellstate.codec_job import validate_job
+    from cellstate.model import Job, JobKind
+    from cellstate.resources import Resources
+
+    job = _replace(Job("j", JobKind.BATCH, 1, Resources.of(1, 1)), scheduler=bad)
+    with pytest.raises(CodecError, match="scheduler"):
+        validate_job(job)

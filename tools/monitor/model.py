@@ -44,6 +44,10 @@ class SchedulerRow:
     decision_ms_p99: float
     stale_retries: int = 0
     """Failed txns that were not conflicts (resource-fit re-checks that still fit)."""
+    quarantined: int = 0
+    """Keys the scheduler's view holds quarantined (bad values it leaves out of decisions)."""
+    job_conflicts: int = 0
+    """Of ``conflicts``, those caused by the job record alone (no machine contended)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +110,8 @@ class MonitorFrame:
     hot_machines: tuple[HotSpot, ...]
     recent_conflicts: tuple[ConflictRow, ...]
     errors: tuple[str, ...] = ()
+    quarantined: int = 0
+    """Keys of the cell whose values the monitor's replica quarantined (each one also in ``errors``)."""
 
 
 def build_frame(replica: Replica, now: float, store_error: str = "") -> MonitorFrame:
@@ -127,6 +133,7 @@ def build_frame(replica: Replica, now: float, store_error: str = "") -> MonitorF
         hot_machines=merge_hot_machines(stats),
         recent_conflicts=merge_recent_conflicts(stats),
         errors=tuple(errors),
+        quarantined=len(replica.quarantine),
     )
 
 
@@ -148,7 +155,8 @@ def scheduler_row(s: SchedulerStats) -> SchedulerRow:
         jobs_per_s=s.jobs_per_s, placements_per_s=s.placements_per_s, txns=s.txns, commits=s.commits,
         conflicts=s.conflicts, conflict_fraction=s.conflict_fraction, retries=s.retries,
         busyness=s.busyness, decision_ms_p50=s.decision_ms_p50, decision_ms_p99=s.decision_ms_p99,
-        stale_retries=s.stale_retries,
+        quarantined=s.quarantined,
+        stale_retries=s.stale_retries, job_conflicts=s.job_conflicts,
     )
 
 

@@ -18,6 +18,9 @@ BAR_WIDTH = 40
 def render_frame(frame: MonitorFrame) -> Group:
     """The whole monitor screen for ``frame``."""
     parts = [header(frame)]
+    line = quarantine_line(frame)
+    if line is not None:
+        parts.append(line)
     if frame.errors:
         parts.append(Text("\n".join(frame.errors), style="bold red"))
     parts += [scheduler_table(frame), utilization_table(frame), pending_table(frame),
@@ -30,6 +33,18 @@ def header(frame: MonitorFrame) -> Text:
                          f"machines up {frame.machines_up}/{frame.machines_total}  ", clock(frame.at))
 
 
+def quarantine_line(frame: MonitorFrame) -> Text | None:
+    """One line when bad values are quarantined: how many keys the monitor sees, and how many
+    each scheduler that has some reports (None when there are none)."""
+    reported = [(r.name, r.quarantined) for r in frame.schedulers if r.quarantined]
+    if not frame.quarantined and not reported:
+        return None
+    text = f"quarantined: {frame.quarantined} bad value(s) in the cell, left out of decisions"
+    if reported:
+        text += "; schedulers report " + ", ".join(f"{name} {count}" for name, count in reported)
+    return Text(text, style="bold yellow")
+
+
 def clock(at: float, millis: bool = False) -> str:
     """Local wall-clock time of epoch ``at`` (HH:MM:SS[.mmm])."""
     stamp = time.strftime("%H:%M:%S", time.localtime(at))
@@ -39,13 +54,14 @@ def clock(at: float, millis: bool = False) -> str:
 def scheduler_table(frame: MonitorFrame) -> Table:
     table = Table(title="schedulers", expand=True, title_justify="left")
     for name, justify in (("scheduler", "left"), ("kind", "left"), ("alive", "center"), ("jobs/s", "right"),
-                          ("placements/s", "right"), ("txns", "right"), ("conflicts", "right"),
+                          ("placements/s", "right"), ("txns", "right"), ("conflicts m/j", "right"),
                           ("conflict frac", "right"), ("stale", "right"), ("retries", "right"), ("busy", "right"),
                           ("p50 ms", "right"), ("p99 ms", "right")):
         table.add_column(name, justify=justify, no_wrap=True)
     for r in frame.schedulers:
         table.add_row(r.name, r.kind, Text("●", "green") if r.alive else Text("✗", "red"),
-                      f"{r.jobs_per_s:.1f}", f"{r.placements_per_s:.1f}", str(r.txns), str(r.conflicts),
+                      f"{r.jobs_per_s:.1f}", f"{r.placements_per_s:.1f}", str(r.txns),
+                      f"{r.conflicts - r.job_conflicts}/{r.job_conflicts}",
                       Text(f"{r.conflict_fraction:.3f}", _severity(r.conflict_fraction, 0.1, 0.5)),
                       str(r.stale_retries), str(r.retries), Text(f"{r.busyness:.0%}", _severity(r.busyness, 0.5, 0.9)),
                       f"{r.decision_ms_p50:.1f}", f"{r.decision_ms_p99:.1f}")
@@ -117,12 +133,13 @@ def hot_table(frame: MonitorFrame) -> Table:
 
 def conflict_table(frame: MonitorFrame) -> Table:
     table = Table(title="recent conflicts (newest first)", expand=True, title_justify="left")
-    for name in ("time", "scheduler", "job", "machine ← winner"):
+    for name in ("time", "scheduler", "job", "cause", "machine ← winner"):
         table.add_column(name)
     for c in frame.recent_conflicts:
-        where = ", ".join(f"{m} ← {w or '?'}" for m, w in zip(c.machines, c.winners)) or "(job changed)"
-        table.add_row(clock(c.at, millis=True), c.scheduler, c.job, where)
+        where = ", ".join(f"{m} ← {w or '?'}" for m, w in zip(c.machines, c.winners))
+        table.add_row(clock(c.at, millis=True), c.scheduler, c.job, "machine" if c.machines else "job",
+                      where or "(job record changed)")
     if not frame.recent_conflicts:
-        table.add_row(Text("none", "dim"), "", "", "")
+        table.add_row(Text("none", "dim"), "", "", "", "")
     return table
 
