@@ -1,17 +1,26 @@
-"""Submitting and killing jobs: the writes a user (not a scheduler) makes to a cell."""
+"""Submitting and killing jobs: the writes a user (not a scheduler) makes to a cell.
+
+Submission is idempotent under retries: every txn is guarded by "job key missing", and a retry
+after a store error (whose txn may have committed) takes a job already stored with the same
+spec as submitted. ``submit_retrying`` retries through outages (tenacity) for a bounded time.
+"""
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
-from typing import Sequence
+from typing import Callable, Sequence
 
-from cellstate.codec import decode_alloc, decode_job_record, decode_machine, encode_job_record
+from tenacity import Retrying, retry_if_exception, stop_before_delay, wait_random_exponential
+
+from cellstate.codec import CodecError, decode_alloc, decode_job_record, decode_machine, encode_job_record
 from cellstate.codec_trusted import pack_machine
 from cellstate.keys import CellKeys
 from cellstate.model import Alloc, Job, JobRecord, Machine, TaskState
 from cellstate.fastbuild import builder
 from cellstate.store import (
-    Compare, CompareOp, CompareTarget, Delete, KeyValue, Op, Put, Store, StoreError, mod_revision_is,
+    Compacted, Compare, CompareOp, CompareTarget, Delete, KeyValue, Op, PermissionDenied, Put, Store, StoreError,
+    TxnTooLarge, mod_revision_is,
 )
 
 # Per-op framing allowance when packing a txn below the store's request-size limit.
@@ -47,10 +56,20 @@ class KillConflict(StoreError):
     """The job kept changing under ``kill_job`` for all its attempts."""
 
 
+class UnreadableRecord(ValueError):
+    """A value ``kill_job`` must read does not decode (a newer schema version, corruption): the
+    kill stops before its next txn; ``committed`` of its txns had gone through (0: nothing written)."""
+
+    def __init__(self, error: CodecError, committed: int):
+        self.error, self.committed = error, committed
+        written = "nothing written" if not committed else f"{committed} txn(s) of the kill had committed"
+        super().__init__(f"cannot read {error}; {written}")
+
+
 # ------------------------------------------------------------------------------ submit
 
 
-def submit_jobs(store: Store, keys: CellKeys, jobs: Sequence[Job], now: float) -> int:
+def submit_jobs(store: Store, keys: CellKeys, jobs: Sequence[Job], now: float, resubmit: bool = False) -> int:
     """Write ``JobRecord.new(job, now)`` for every job; return the store revision after it.
 
     Refuses the whole submission (JobsExist, nothing written) when any id is already in the
@@ -60,13 +79,22 @@ def submit_jobs(store: Store, keys: CellKeys, jobs: Sequence[Job], now: float) -
     writer of the same ids between those txns can then leave a prefix submitted (reported in
     ``JobsExist.committed``). ValueError on duplicate ids within ``jobs``; CodecError on an
     invalid job.
+
+    ``resubmit``: this call retries one that failed with a store error, so some or all of its
+    txns may have committed. A job already stored with the same spec then counts as submitted
+    (it is not written again); one stored with another spec, or a value that does not decode,
+    is still a clash (JobsExist).
     """
     if not jobs:
         raise ValueError("no jobs to submit")
     records = _encoded_records(keys, jobs, now)
+    if resubmit:
+        records, revision = _not_yet_stored(store, keys, jobs, records)
+        if not records:
+            return revision
     # one job (a replay's usual submission) is always one chunk
     chunks = [records] if len(records) == 1 else txn_chunks(records, store.max_txn_ops, store.max_request_bytes)
-    if len(chunks) > 1:
+    if len(chunks) > 1 and not resubmit:  # (a resubmission has just checked)
         _, present = store.get_many([key for key, _ in records])
         if present:
             raise JobsExist(_ids_of(keys, present))
@@ -80,6 +108,66 @@ def submit_jobs(store: Store, keys: CellKeys, jobs: Sequence[Job], now: float) -
         committed += len(chunk)
         revision = result.revision
     return revision
+
+
+def _not_yet_stored(store: Store, keys: CellKeys, jobs: Sequence[Job],
+                    records: list[tuple[str, bytes]]) -> tuple[list[tuple[str, bytes]], int]:
+    """The records whose job is not stored yet, and the revision read; JobsExist when a job is
+    stored with another spec (or a value that does not decode)."""
+    revision, present = store.get_many([key for key, _ in records])
+    if not present:
+        return records, revision
+    clashes = []
+    for job, (key, _) in zip(jobs, records):
+        kv = present.get(key)
+        if kv is not None:
+            try:
+                same = decode_job_record(kv.key, kv.value).job == job
+            except CodecError:
+                same = False
+            if not same:
+                clashes.append(job.id)
+    if clashes:
+        raise JobsExist(sorted(clashes))
+    return [(key, value) for key, value in records if key not in present], revision
+
+
+# Store errors a retry cannot cure: a clash, a refusal, a txn over the store's limits.
+_PERMANENT = (JobsExist, PermissionDenied, TxnTooLarge, Compacted)
+DEFAULT_RETRY_FOR_S = 60.0
+
+
+def transient(exc: BaseException) -> bool:
+    """A store error that may pass (the store unreachable, a leader lost, a broken stream)."""
+    return isinstance(exc, StoreError) and not isinstance(exc, _PERMANENT)
+
+
+def submit_retrying(store: Store, keys: CellKeys, jobs: Sequence[Job], now: float,
+                    retry_for: float = DEFAULT_RETRY_FOR_S,
+                    on_retry: Callable[[int, BaseException, float, float], None] | None = None,
+                    max_wait: float = 2.0) -> int:
+    """``submit_jobs``, retried through transient store errors until ``retry_for`` seconds have
+    passed (no retry starts after that; the last error is raised). Every retry is a
+    resubmission, so a job whose earlier txn committed without an answer counts as submitted
+    and is never written twice. ``on_retry(attempt, error, sleep_s, elapsed_s)`` is called
+    before each retry's wait (jittered exponential, at most ``max_wait`` s)."""
+    attempts = 0
+
+    def attempt() -> int:
+        nonlocal attempts
+        attempts += 1
+        return submit_jobs(store, keys, jobs, now, resubmit=attempts > 1)
+
+    def before_sleep(state) -> None:
+        if on_retry is not None:
+            on_retry(state.attempt_number, state.outcome.exception(), state.upcoming_sleep,
+                     time.monotonic() - started)
+
+    started = time.monotonic()
+    retrying = Retrying(retry=retry_if_exception(transient), stop=stop_before_delay(retry_for),
+                        wait=wait_random_exponential(multiplier=0.1, max=max_wait), before_sleep=before_sleep,
+                        reraise=True)
+    return retrying(attempt)
 
 
 def _encoded_records(keys: CellKeys, jobs: Sequence[Job], now: float) -> list[tuple[str, bytes]]:
@@ -128,13 +216,17 @@ def kill_job(store: Store, keys: CellKeys, job_id: str, attempts: int = 5,
     whole kill fits in ``store.max_txn_ops`` it is one txn; otherwise the allocs are released
     in several txns of whole machines (the job is marked killed by the first, so no scheduler
     places more tasks meanwhile). A lost race re-reads and retries, up to ``attempts`` times in
-    a row (KillConflict beyond). JobNotFound when the job is absent. Returns the revision;
-    ``released``, when given, gets every alloc the kill deleted appended.
+    a row (KillConflict beyond). JobNotFound when the job is absent; UnreadableRecord when the
+    job's record, an alloc or a machine does not decode (all are decoded before a txn is built).
+    Returns the revision; ``released``, when given, gets every alloc the kill deleted appended.
     """
-    conflicts = 0
+    conflicts = committed = 0
     while True:
-        job_kv, allocs, machines = _read_job_state(store, keys, job_id)
-        compares, ops, deleted = _kill_step(keys, job_kv, allocs, machines, store.max_txn_ops)
+        try:
+            job_kv, record, allocs, machines = _read_job_state(store, keys, job_id)
+        except CodecError as exc:
+            raise UnreadableRecord(exc, committed) from None
+        compares, ops, deleted = _kill_step(keys, job_kv, record, allocs, machines, store.max_txn_ops)
         result = store.txn(compares, ops, [])
         if not result.succeeded:
             conflicts += 1
@@ -142,6 +234,7 @@ def kill_job(store: Store, keys: CellKeys, job_id: str, attempts: int = 5,
                 raise KillConflict(f"job {job_id!r} changed during {attempts} kill attempts")
             continue
         conflicts = 0
+        committed += 1
         if released is not None:
             released.extend(deleted)
         if len(ops) - 1 >= _live_count(allocs, machines):
@@ -149,28 +242,30 @@ def kill_job(store: Store, keys: CellKeys, job_id: str, attempts: int = 5,
 
 
 def _read_job_state(store: Store, keys: CellKeys, job_id: str):
-    """The job's kv, its allocs (key -> (kv, Alloc)), and their machines (key -> kv or None)."""
+    """The job's kv and record, its allocs (key -> (kv, Alloc)), and their machines (key ->
+    (kv, Machine), or None when absent); CodecError when any of them does not decode."""
     job_kv = store.get(keys.job(job_id))
     if job_kv is None:
         raise JobNotFound(job_id)
+    record = decode_job_record(job_kv.key, job_kv.value)
     alloc_range = store.range(keys.job_allocs(job_id))
     allocs = {kv.key: (kv, decode_alloc(kv.key, kv.value)) for kv in alloc_range.kvs}
     machine_keys = sorted({keys.machine(a.machine_id) for _, a in allocs.values()})
     _, present = store.get_many(machine_keys) if machine_keys else (0, {})
-    machines = {key: present.get(key) for key in machine_keys}
-    return job_kv, allocs, machines
+    machines = {key: (kv, decode_machine(kv.key, kv.value)) if (kv := present.get(key)) else None
+                for key in machine_keys}
+    return job_kv, record, allocs, machines
 
 
 def _live_count(allocs: dict, machines: dict) -> int:
     """Ops needed to release everything: one delete per alloc and one put per present machine."""
-    return len(allocs) + sum(1 for kv in machines.values() if kv is not None)
+    return len(allocs) + sum(1 for entry in machines.values() if entry is not None)
 
 
-def _kill_step(keys: CellKeys, job_kv: KeyValue, allocs: dict, machines: dict,
+def _kill_step(keys: CellKeys, job_kv: KeyValue, record: JobRecord, allocs: dict, machines: dict,
                max_ops: int) -> tuple[list[Compare], list[Op], list[Alloc]]:
     """Compares and ops of one kill txn (the job record plus as many whole machines as fit),
     and the allocs it deletes."""
-    record = decode_job_record(job_kv.key, job_kv.value)
     by_machine: dict[str, list[tuple[str, KeyValue, Alloc]]] = {}
     for key, (kv, alloc) in sorted(allocs.items()):
         by_machine.setdefault(keys.machine(alloc.machine_id), []).append((key, kv, alloc))
@@ -179,12 +274,12 @@ def _kill_step(keys: CellKeys, job_kv: KeyValue, allocs: dict, machines: dict,
     released: list[int] = []
     deleted: list[Alloc] = []
     for machine_key, group in sorted(by_machine.items()):
-        machine_kv = machines[machine_key]
-        need = len(group) + (machine_kv is not None)
+        machine = machines[machine_key]
+        need = len(group) + (machine is not None)
         if ops and 1 + len(ops) + need > max_ops:
             break
-        compares.append(mod_revision_is(machine_key, machine_kv.mod_revision if machine_kv else 0))
-        ops.extend(_release_ops(machine_kv, group))
+        compares.append(mod_revision_is(machine_key, machine[0].mod_revision if machine else 0))
+        ops.extend(_release_ops(machine, group))
         compares.extend(mod_revision_is(key, kv.mod_revision) for key, kv, _ in group)
         released.extend(alloc.task_index for _, _, alloc in group)
         deleted.extend(alloc for _, _, alloc in group)
@@ -192,10 +287,10 @@ def _kill_step(keys: CellKeys, job_kv: KeyValue, allocs: dict, machines: dict,
     return compares, ops, deleted
 
 
-def _release_ops(machine_kv: KeyValue | None, group: list) -> list[Op]:
+def _release_ops(machine_entry: tuple[KeyValue, Machine] | None, group: list) -> list[Op]:
     ops: list[Op] = [Delete(key) for key, _, _ in group]
-    if machine_kv is not None:
-        machine: Machine = decode_machine(machine_kv.key, machine_kv.value)
+    if machine_entry is not None:
+        machine_kv, machine = machine_entry
         for _, _, alloc in group:
             machine = machine.with_release(alloc.resources)
         ops.append(Put(machine_kv.key, pack_machine(machine)))

@@ -10,6 +10,8 @@ import signal
 import sys
 import threading
 
+from cellstate.codec_fields import CodecError
+
 # Command modules, in the order they appear in --help.
 COMMAND_MODULES = [
     "tools.cmd_etcd",
@@ -70,6 +72,11 @@ def _run_command(argv: list[str] | None) -> int:
         return int(args.func(args) or 0)
     except UsageError as exc:
         parser.exit(2, f"omega: error: {exc}\n")
+    except CodecError as exc:
+        # A stored value this version cannot read (an unknown schema version…) that the command
+        # did not skip and count itself: one line naming the key and field, not a traceback.
+        logging.getLogger(__name__).debug("undecodable value", exc_info=True)
+        parser.exit(2, f"omega: error: {args.command}: cannot read {exc}\n")
     except Terminated:
         raise
     except KeyboardInterrupt:

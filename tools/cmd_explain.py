@@ -54,9 +54,14 @@ def run(args) -> int:
     scheduler = _scheduler(args)
     keys = cell_keys(args)
     with open_store(args) as store:
-        replica = Replica(store, keys)
+        # Values that do not decode (an unknown schema version…) are quarantined and told below,
+        # in one line, instead of one log warning each.
+        replica = Replica(store, keys, on_decode_error=lambda key, error: None)
         try:
             replica.sync()
+            why = replica.quarantine.get(keys.job(args.job))
+            if why is not None:
+                raise UsageError(f"job {args.job!r}: its record does not decode: {why}")
             result = explain(replica, args.job, args.task, scheduler.pipeline, args.top, scheduler)
         except StoreError as exc:
             print(f"omega: explain: {exc}", file=sys.stderr)
@@ -65,5 +70,9 @@ def run(args) -> int:
             raise UsageError(str(exc)) from None
         finally:
             replica.close()
+    if replica.quarantine:
+        why = next(iter(replica.quarantine.values()))
+        print(f"omega: explain: left out {len(replica.quarantine)} value(s) that do not decode (first: {why})",
+              file=sys.stderr)
     print(json.dumps(result.to_dict(), indent=2) if args.json else render(result))
     return 0

@@ -10,8 +10,10 @@ from cellstate.codec import decode_alloc, decode_job_record, decode_machine, enc
 from cellstate.etcd_store import EtcdStore
 from cellstate.model import Job, JobKind, JobRecord, TaskState
 from cellstate.resources import ZERO, Resources
-from cellstate.store import Put
-from cellstate.submit import JobNotFound, JobsExist, KillConflict, kill_job, submit_jobs, txn_chunks
+from cellstate.store import PermissionDenied, Put, TxnTooLarge, Unavailable
+from cellstate.submit import (
+    JobNotFound, JobsExist, KillConflict, UnreadableRecord, kill_job, submit_jobs, submit_retrying, txn_chunks,
+)
 
 REQUEST = Resources.of(1000, 1024)
 
@@ -143,3 +145,113 @@ def test_kill_retries_on_conflict(etcd_store, cell_keys, meddle, attempts, ok):
         with pytest.raises(KillConflict):
             kill_job(meddling, cell_keys, "victim", attempts=attempts)
         assert not stored_jobs(etcd_store, cell_keys)["victim"].killed
+
+
+# ----------------------------------------------------------- idempotent retries, unreadable records
+
+
+class AmbiguousStore:
+    """Delegates to a store; its first ``lose`` txns commit, then raise Unavailable as if the
+    answer had been lost (a restart or a leader loss right after the commit)."""
+
+    def __init__(self, store, lose: int, error=None):
+        self._store, self.lose, self.txns = store, lose, 0
+        self.error = error or Unavailable("etcd txn failed: UNAVAILABLE: answer lost")
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    def txn(self, compares, success, failure=()):
+        self.txns += 1
+        result = self._store.txn(compares, success, failure)
+        if self.lose:
+            self.lose -= 1
+            raise self.error
+        return result
+
+
+def _written_once(store, keys, jobs):
+    kvs = {kv.key: kv for kv in store.range(keys.kind_prefix("jobs")).kvs}
+    assert sorted(kvs) == sorted(keys.job(j.id) for j in jobs)
+    assert all(kv.version == 1 for kv in kvs.values()), "a job record was written twice"
+
+
+@pytest.mark.parametrize("store_fixture, lose, retried", [
+    ("etcd_store", 1, 1), ("etcd_store", 3, 1), ("small_store", 1, 1), ("small_store", 2, 2),
+], ids=["one-txn", "one-txn-all-stored-at-once", "split-first-chunk", "split-both-chunks"])
+def test_a_retry_after_a_lost_answer_submits_nothing_twice(request, cell_keys, store_fixture, lose, retried):
+    """The txn committed but its answer was lost: the retry finds the jobs stored with their
+    specs and counts them as submitted (it used to fail with 'already exist'); a split
+    submission writes only the chunks not stored yet (7 jobs, 4 per txn: two chunks)."""
+    store = AmbiguousStore(request.getfixturevalue(store_fixture), lose)
+    jobs = [job(f"r{i}") for i in range(7)]
+    retries = []
+    submit_retrying(store, cell_keys, jobs, 5.0, retry_for=30,
+                    on_retry=lambda *a: retries.append(a), max_wait=0.01)
+    assert len(retries) == retried and all(isinstance(error, Unavailable) for _, error, _, _ in retries)
+    _written_once(store, cell_keys, jobs)
+    assert stored_jobs(store, cell_keys) == {j.id: JobRecord.new(j, 5.0) for j in jobs}
+
+
+def test_a_resubmission_refuses_a_job_stored_with_another_spec(small_store, cell_keys):
+    submit_jobs(small_store, cell_keys, [job("same"), job("other", tasks=3)], now=1.0)
+    before = small_store.revision()
+    jobs = [job("same"), job("other", tasks=2), job("new")]
+    with pytest.raises(JobsExist) as err:
+        submit_jobs(small_store, cell_keys, jobs, now=2.0, resubmit=True)
+    assert err.value.job_ids == ("other",)
+    assert small_store.revision() == before
+
+
+def test_only_a_resubmission_takes_an_identical_stored_job_as_submitted(etcd_store, cell_keys):
+    """A first attempt cannot have committed anything: an id already there is a clash."""
+    submit_jobs(etcd_store, cell_keys, [job("twice")], now=1.0)
+    with pytest.raises(JobsExist):
+        submit_jobs(etcd_store, cell_keys, [job("twice"), job("fresh")], now=2.0)
+    submit_jobs(etcd_store, cell_keys, [job("twice"), job("fresh")], now=2.0, resubmit=True)
+    _written_once(etcd_store, cell_keys, [job("twice"), job("fresh")])
+
+
+@pytest.mark.parametrize("error", [PermissionDenied("etcd denied txn"), TxnTooLarge("too large")],
+                         ids=["permission-denied", "txn-too-large"])
+def test_permanent_store_errors_are_not_retried(etcd_store, cell_keys, error):
+    store = AmbiguousStore(etcd_store, lose=0)
+    store.txn = lambda *a, **k: (_ for _ in ()).throw(error)
+    with pytest.raises(type(error)):
+        submit_retrying(store, cell_keys, [job("p")], 1.0, retry_for=30, max_wait=0.01)
+
+
+def test_retrying_gives_up_with_the_last_error(etcd_server, cell_keys):
+    """An unreachable store: retried, then its last error raised once --retry-for is spent."""
+    from cellstate.etcd_server import free_port
+
+    retries = []
+    with EtcdStore([f"127.0.0.1:{free_port()}"], timeout=1.0) as dead:
+        with pytest.raises(Unavailable):
+            submit_retrying(dead, cell_keys, [job("x")], 1.0, retry_for=0.5,
+                            on_retry=lambda *a: retries.append(a), max_wait=0.05)
+    assert retries and [attempt for attempt, *_ in retries] == list(range(1, len(retries) + 1))
+
+
+def _corrupt(store, key, version=2):
+    import msgpack
+
+    kv = store.get(key)
+    value = msgpack.unpackb(kv.value)
+    value["v"] = version
+    store.put(key, msgpack.packb(value))
+
+
+@pytest.mark.parametrize("what", ["job", "machine", "alloc"])
+def test_kill_of_an_unreadable_record_writes_nothing(etcd_store, cell_keys, what):
+    """A record of an unknown schema version (a newer omega wrote it): UnreadableRecord naming
+    the key, before any txn (it used to escape as a CodecError traceback from `omega kill`)."""
+    _placed_cell(etcd_store, cell_keys)
+    key = {"job": cell_keys.job("victim"), "machine": cell_keys.machine("m1"),
+           "alloc": cell_keys.alloc("victim", 1)}[what]
+    _corrupt(etcd_store, key)
+    before = etcd_store.revision()
+    with pytest.raises(UnreadableRecord, match=f"cannot read {key}: field 'v': unknown schema version 2.*"
+                                               "nothing written"):
+        kill_job(etcd_store, cell_keys, "victim")
+    assert etcd_store.revision() == before

@@ -37,14 +37,16 @@ FILES = [GOOD_JOBS, BAD_JOBS, BAD_SWF, os.path.join(_TMP, "missing.json"), _TMP]
 OUTS = [os.path.join(_TMP, "out.omt"), os.path.join(_TMP, "out.omt.gz"), os.path.join(_TMP, "no-dir", "o.omt"),
         _TMP, ""]
 NAMES = ["m1", "m1,m2", "all", "", "/", "a/b", "x y", "batch"]
+RETRY_FOR = ["0", "0.2", "-1", "nan", "inf", "abc", ""]  # bounded: the store is dead, a retry waits it out
 BOOLEAN = None
 COMMON = {"--cell": NAMES, "--root": ["/omega", "", "x"], "--max-txn-ops": NUMBERS, "-v": BOOLEAN,
           "--help": BOOLEAN, "--bogus": BOOLEAN, "--endpoints": [DEAD, "", "nohost", "h:0", "h:99999", ","]}
 COMMANDS = {
-    ("submit",): ([GOOD_JOBS, BAD_JOBS, os.path.join(_TMP, "missing.json")], {}),
+    ("submit",): ([GOOD_JOBS, BAD_JOBS, os.path.join(_TMP, "missing.json")], {"--retry-for": RETRY_FOR}),
     ("kill",): (NAMES, {}),
     ("generate",): ([], {"--seed": NUMBERS, "--duration": NUMBERS, "--rate": NUMBERS,
-                         "--service-fraction": NUMBERS, "--prefix": NAMES, "--out": OUTS}),
+                         "--service-fraction": NUMBERS, "--prefix": NAMES, "--out": OUTS,
+                         "--retry-for": RETRY_FOR}),
     ("cell", "init"): ([], {"--spec": FILES, "--machines": NUMBERS, "--zones": NUMBERS,
                             "--racks-per-zone": NUMBERS, "--shape": ["4,8", "4,8,1:2", "x", "4", "-1,2", ""],
                             "--platforms": ["x,y:2", "a:0", ":", ""], "--packages": NUMBERS,
@@ -93,6 +95,8 @@ def argvs(draw, command: tuple[str, ...]):
         argv.insert(draw(st.integers(1, len(argv))), draw(st.sampled_from(NUMBERS + NAMES)))
     if "--endpoints" not in argv:
         argv += ["--endpoints", DEAD]
+    if command in (("submit",), ("generate",)) and "--retry-for" not in argv:
+        argv += ["--retry-for", "0"]  # the default retries the dead store for a minute
     if command == ("generate",) and "--out" not in argv:
         argv += ["--out", os.path.join(_TMP, "gen.json")]  # never --submit: it paces arrivals in real time
     if command in RUN_LIMIT:
@@ -146,3 +150,105 @@ def test_found_by_fuzzing(argv, status, message):
     """Each used to end in a traceback or exhaust memory."""
     got, _, err = run_cli(argv + ["--endpoints", DEAD])
     assert (got, message in err) == (status, True), err
+
+
+# ---------------------------------------------- records of an unknown schema version, huge input
+
+def _corrupt(store, key: str, version: int = 2) -> None:
+    """Rewrite the value of ``key`` as a newer omega would: schema version ``version``."""
+    import msgpack
+
+    value = msgpack.unpackb(store.get(key).value)
+    value["v"] = version
+    store.put(key, msgpack.packb(value))
+
+
+@pytest.fixture
+def unreadable_cell(etcd_server, etcd_store, cell_keys):
+    """A cell of 3 machines and two jobs whose ``victim`` (and machine ``m00001``) are stored
+    with schema version 2; yields the CLI's store flags."""
+    import time
+
+    from cellstate.cellspec import CellSpec, init_cell
+    from cellstate.jobspec import parse_jobs
+    from cellstate.submit import submit_jobs
+
+    init_cell(etcd_store, cell_keys, CellSpec(machines=3, seed=0))
+    submit_jobs(etcd_store, cell_keys, parse_jobs([{"id": name, "kind": "batch", "tasks": 2, "cpu": 1, "memory": 64}
+                                                   for name in ("victim", "fine")]), time.time())
+    _corrupt(etcd_store, cell_keys.job("victim"))
+    _corrupt(etcd_store, cell_keys.machine("m00001"))
+    yield ["--endpoints", etcd_server.endpoints[0], "--cell", cell_keys.cell]
+
+
+# command -> (exit status, text the output must hold, one-line error?)
+READERS = {
+    "kill": (["kill", "victim"], 2, "kill victim: cannot read", True),
+    "kill-other": (["kill", "fine"], 0, "killed job 'fine'", False),
+    "explain": (["explain", "victim"], 2, "job 'victim': its record does not decode", True),
+    "explain-other": (["explain", "fine"], 0, "left out 2 value(s) that do not decode", False),
+    "check": (["check"], 1, "undecodable", False),
+    "check-json": (["check", "--json"], 1, "undecodable", False),
+    "monitor": (["monitor", "--once"], 0, "", False),
+    "monitor-json": (["monitor", "--once", "--json"], 0, "", False),
+    "record": (["record", "--out", os.path.join(_TMP, "unknown-v.omt"), "--duration", "0.1"], 0,
+               "ignored 2 value(s) that did not decode", False),
+}
+
+
+@pytest.mark.parametrize("name", list(READERS))
+def test_records_of_an_unknown_schema_version(unreadable_cell, etcd_store, cell_keys, name):
+    """Every command that reads records turns one it cannot decode (here: schema version 2)
+    into a one-line error (exit 2, nothing written) or a counted skip; `omega kill` used to
+    end in a CodecError traceback."""
+    argv, status, text, one_line = READERS[name]
+    before = etcd_store.revision()
+    got, out, err = run_cli(argv + unreadable_cell)
+    assert got == status and text in out + err, (got, out[-500:], err[-500:])
+    assert "Traceback" not in out + err
+    if one_line:
+        assert err.count("\n") == 1 and "unknown schema version 2" in err, err
+    if got != 0:
+        assert etcd_store.revision() == before, "a refused command wrote to the cell"
+
+
+@pytest.mark.parametrize("field", ["header", "machine", "job"])
+def test_trace_records_of_an_unknown_version(tmp_path, field):
+    """`omega trace info` on a trace whose header or a record is of an unknown version: one line, exit 2."""
+    import msgpack
+
+    from cellstate.model import Job, JobKind, Machine
+    from cellstate.resources import Resources
+    from tools.trace.events import JobSubmit, MachineAdd
+    from tools.trace.format import TraceHeader, TraceWriter
+
+    good, bad = tmp_path / "good.omt", tmp_path / "bad.omt"
+    header = TraceHeader(source="test", created_at="2024-01-01T00:00:00+00:00", capacity_model="test")
+    with TraceWriter(good, header) as writer:
+        writer.write(MachineAdd(0.0, Machine("m1", Resources.of(1000, 1024))))
+        writer.write(JobSubmit(0.0, Job("j", JobKind.BATCH, 1, Resources.of(100, 1))))
+    records = list(msgpack.Unpacker(open(good, "rb"), raw=False))
+    target = {"header": records[0], "machine": records[1]["machine"], "job": records[2]["job"]}[field]
+    target["version" if field == "header" else "v"] = 99
+    bad.write_bytes(b"".join(msgpack.packb(r) for r in records))
+    status, _, err = run_cli(["trace", "info", str(bad)])
+    assert status == 2 and err.count("\n") == 1 and "99" in err, err
+
+
+HUGE_JOBS = {
+    "memory-400-digits": '{"id": "a", "kind": "batch", "tasks": 1, "cpu": 1, "memory": %s}' % ("9" * 400),
+    "memory-inf-Mi": '{"id": "a", "kind": "batch", "tasks": 1, "cpu": 1, "memory": "%sMi"}' % ("9" * 400),
+    "cpu-huge": '{"id": "a", "kind": "batch", "tasks": 1, "cpu": 1.7e308, "memory": 1}',
+    "nested-100k": "[" * 100_000 + "]" * 100_000,
+}
+
+
+@pytest.mark.parametrize("name", list(HUGE_JOBS))
+def test_submit_of_huge_numbers_and_deep_nesting(etcd_server, etcd_store, cell_keys, name):
+    """Each used to end `omega submit` in a traceback (OverflowError, RecursionError)."""
+    path = os.path.join(_TMP, f"{name}.json")
+    with open(path, "w") as f:
+        f.write(HUGE_JOBS[name])
+    status, _, err = run_cli(["submit", path, "--endpoints", etcd_server.endpoints[0], "--cell", cell_keys.cell])
+    assert status == 2 and err.count("\n") == 1 and "nothing submitted" in err, err[:500]
+    assert etcd_store.range(cell_keys.prefix).kvs == ()
