@@ -18,8 +18,10 @@ The recorder lists the cell's machines and jobs at one revision R (the initial s
   the record the recorder keeps); a job whose ``killed`` flag is set → ``job_kill``.
 
 Not recorded (no trace event for them): a machine draining (or up again after draining), placements
-made after the listing (a replay makes its own), deleted job keys. A value that does not decode is logged, counted in ``bad_values`` and
-ignored (the previous version, if any, stays the reference for the next diff).
+made after the listing (a replay makes its own), deleted job keys. A value that does not decode, or whose
+id is not its key's (``machines/m1`` holding machine m2's value), is quarantined, never fatal: counted
+in ``bad_values``, logged once per key (until a good value comes) and ignored (the previous
+version, if any, stays the reference for the next diff).
 
 After a broken watch the recorder resumes from the last revision it applied + 1 (giving up
 after ``give_up_after`` seconds of outage); after compaction it lists the cell again and
@@ -96,6 +98,7 @@ class Recorder:
         self._machines: dict[str, Machine] = {}
         self._jobs: dict[str, JobRecord] = {}
         self._stream: WatchStream | None = None
+        self._bad: set[str] = set()  # keys whose last value was refused (logged once)
         self._started = 0.0
         self._now = 0.0
 
@@ -124,12 +127,12 @@ class Recorder:
     def _initial(self, kv: KeyValue) -> None:
         kind, ident = self._parse(kv.key)
         if kind == "machines":
-            machine = self._decode(kv.key, decode_machine, kv.value)
+            machine = self._decode(kv.key, decode_machine, kv.value, ident)
             if machine is not None:
                 self._machines[ident] = machine
                 self._emit(MachineAdd(0.0, _unloaded(machine)))
         elif kind == "jobs":
-            record = self._decode(kv.key, decode_job_record, kv.value)
+            record = self._decode(kv.key, decode_job_record, kv.value, ident)
             if record is not None:
                 self._jobs[ident] = record
                 self._emit(JobSubmit(0.0, record.job))
@@ -138,8 +141,9 @@ class Recorder:
 
     def _initial_placements(self, revision: int) -> None:
         """``task_placed`` at t = 0 for each allocation at ``revision`` of a listed job and machine."""
+        prefix = len(self.keys.kind_prefix("allocs"))
         for kv in self.store.range(self.keys.kind_prefix("allocs"), revision).kvs:
-            alloc = self._decode(kv.key, decode_alloc, kv.value)
+            alloc = self._decode(kv.key, decode_alloc, kv.value, kv.key[prefix:])
             if alloc is not None and alloc.job_id in self._jobs and alloc.machine_id in self._machines:
                 self._emit(TaskPlaced(0.0, alloc.job_id, alloc.task_index, alloc.machine_id))
 
@@ -225,17 +229,18 @@ class Recorder:
     def _on_put(self, key: str, raw: bytes) -> None:
         kind, ident = self._parse(key)
         if kind == "machines":
-            machine = self._decode(key, decode_machine, raw)
+            machine = self._decode(key, decode_machine, raw, ident)
             if machine is not None:
                 self._machine_changed(self._machines.get(ident), machine)
                 self._machines[ident] = machine
         elif kind == "jobs":
-            record = self._decode(key, decode_job_record, raw)
+            record = self._decode(key, decode_job_record, raw, ident)
             if record is not None:
                 self._job_changed(self._jobs.get(ident), record)
                 self._jobs[ident] = record
 
     def _on_delete(self, key: str) -> None:
+        self._bad.discard(key)
         kind, ident = self._parse(key)
         if kind == "machines" and self._machines.pop(ident, None) is not None:
             self._emit(MachineRemove(self._now, ident))
@@ -281,13 +286,26 @@ class Recorder:
             return "", ""
         return (kind, parts[0]) if len(parts) == 1 else ("", "")
 
-    def _decode(self, key: str, decode, raw: bytes):
+    def _decode(self, key: str, decode, raw: bytes, ident: str):
+        """The value of ``key`` decoded, or None (counted, logged once per key) when it does not
+        decode or its id is not ``ident`` (a machine's or job's id, an alloc's "job/task")."""
         try:
-            return decode(key, raw)
+            value = decode(key, raw)
         except CodecError as exc:
-            self.stats.bad_values += 1
-            log.warning("recorder: value of %s does not decode, ignored: %s", key, exc)
-            return None
+            return self._refuse(key, str(exc))
+        found = f"{value.job_id}/{value.task_index}" if decode is decode_alloc else value.id
+        if found != ident:
+            return self._refuse(key, f"holds the value of {found!r}")
+        if self._bad:
+            self._bad.discard(key)
+        return value
+
+    def _refuse(self, key: str, why: str) -> None:
+        self.stats.bad_values += 1
+        if key not in self._bad:
+            self._bad.add(key)
+            log.warning("recorder: quarantined %s (does not decode or names another id), ignored: %s", key, why)
+        return None
 
 
 def _unloaded(machine: Machine) -> Machine:

@@ -12,7 +12,9 @@ thing due (a batch task end, a random failure, a repair) or new state arrives, t
 - ends the batch tasks that are due (one txn per job: machines' and job's revisions compared);
 - fails a random machine when the seeded failure clock says so, and repairs machines.
 
-Every txn is rebuilt from fresh replica state after a lost race (``TxnRunner``).
+Every txn is rebuilt from fresh replica state after a lost race (``TxnRunner``). A machine,
+job or alloc key whose value does not decode or names another id is quarantined by the replica
+(counted in ``omega_agent_quarantined_keys``) and left alone, never fatal.
 """
 
 from __future__ import annotations
@@ -183,6 +185,7 @@ class Agent:
             del self._seen[gone]
             self._running_on.pop(gone, None)
         self.metrics.machines.set(len(present))
+        self.metrics.quarantined.set(len(self.replica.quarantine))
         self.metrics.running_tasks.set(sum(self._running_on.values()))
 
     def _look_at(self, entry: MachineEntry, now: float) -> None:

@@ -21,6 +21,8 @@ class AgentMetrics(MetricsEndpoint):
         self.running_tasks = Gauge("omega_agent_running_tasks", "Tasks running on the agents' machines.",
                                    registry=r)
         self.machines = Gauge("omega_agent_machines", "Machines simulated by this process.", registry=r)
+        self.quarantined = Gauge("omega_agent_quarantined_keys", "Cell keys whose value the agents' replica "
+                                 "quarantined (does not decode or names another id; left alone).", registry=r)
 
     def value(self, name: str) -> float:
         """Current value of a sample (``omega_agent_tasks_finished_total``…), for tests and logs."""
