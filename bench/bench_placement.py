@@ -16,7 +16,10 @@ ledger and a put of an allocation (the placement commit's shape, without the job
 Scheduler runs: for each process count (resource-fit) and each other conflict mode (at the
 largest count): time from the submission to the last task placed, placements/s, conflict
 fraction (conflicts / successful txns, from the final stats; resource-fit's stale retries,
-failed txns whose claims all still fit, are counted apart), and ``check`` of the cell.
+failed txns whose claims all still fit, are counted apart; conflicts split by cause, machine
+or job), CPU seconds per 1,000 placements of the scheduler processes and of etcd apart (from
+/proc, between the submission and the last placement), and ``check`` of the cell.
+Peers share the jobs by rendezvous without stealing unless ``--steal-after`` is given.
 """
 
 from __future__ import annotations
@@ -105,8 +108,9 @@ def bare_ceiling(endpoint: str, processes: int, placements: int, claims: int, ma
 def start_scheduler(endpoint: str, cell: str, name: str, seed: int, mode: str, args) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "tools.cli", "scheduler", "run", "--kind", "batch", "--name", name,
            "--endpoints", endpoint, "--cell", cell, "--seed", str(seed), "--conflict-mode", mode,
-           "--max-txn-ops", str(args.max_txn_ops), "--batch-jobs", str(args.batch_jobs),
-           "--steal-after", str(args.steal_after)]
+           "--max-txn-ops", str(args.max_txn_ops), "--batch-jobs", str(args.batch_jobs)]
+    if args.steal_after is not None:
+        cmd += ["--steal-after", str(args.steal_after)]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     log = tempfile.NamedTemporaryFile("w+", prefix=f"omega-bench-{name}-", suffix=".log", delete=False)
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True, env=env)
@@ -139,7 +143,16 @@ def wait_until(predicate, timeout: float, what: str, interval: float = 0.05) -> 
         time.sleep(interval)
 
 
-def scheduler_run(store, endpoint: str, processes: int, mode: str, args, run_id: int) -> dict:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (/proc; 0.0 where /proc is missing)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def scheduler_run(store, endpoint: str, processes: int, mode: str, args, run_id: int, etcd_pid: int) -> dict:
     """Place the workload with ``processes`` scheduler processes; figures of the run."""
     keys = CellKeys(f"bench-place-{run_id}")
     init_cell(store, keys, CellSpec(machines=args.machines))
@@ -153,19 +166,25 @@ def scheduler_run(store, endpoint: str, processes: int, mode: str, args, run_id:
         wait_until(lambda: all(store.get(keys.stats(n)) for n in names), 30, "every stats key")
         jobs = [Job(f"j{i:05d}", JobKind.BATCH, args.tasks, REQUEST) for i in range(args.jobs)]
         counter = PlacedCounter(store, keys)
+        cpu_before = [cpu_seconds(p.pid) for p in procs], cpu_seconds(etcd_pid)
         start = time.perf_counter()
         submit_jobs(store, keys, jobs, time.time())
         total = args.jobs * args.tasks
         wait_until(lambda: counter.total() == total, 900, f"{total} tasks placed", interval=0)
         seconds = time.perf_counter() - start
+        scheduler_cpu = sum(cpu_seconds(p.pid) for p in procs) - sum(cpu_before[0])
+        etcd_cpu = cpu_seconds(etcd_pid) - cpu_before[1]
         counter.stream.cancel()
     finally:
         finals = [_stop(proc) for proc in procs]
     report = check_cell(store, keys)
     commits, conflicts = sum(f["commits"] for f in finals), sum(f["conflicts"] for f in finals)
     stale = sum(f.get("stale_retries", 0) for f in finals)
+    job_conflicts = sum(f.get("job_conflicts", 0) for f in finals)
     return dict(processes=processes, mode=mode, seconds=seconds, rate=total / seconds, commits=commits,
-                conflicts=conflicts, stale=stale, fraction=conflicts / commits if commits else 0.0,
+                conflicts=conflicts, job_conflicts=job_conflicts, stale=stale,
+                fraction=conflicts / commits if commits else 0.0,
+                scheduler_cpu_ms=1000.0 * scheduler_cpu / total * 1000, etcd_cpu_ms=1000.0 * etcd_cpu / total * 1000,
                 check_ok=report.ok, per_process=[f["tasks_placed"] for f in finals])
 
 
@@ -187,7 +206,8 @@ def main() -> None:
     parser.add_argument("--claims", type=int, default=100, help="claims per txn of the bare ceiling")
     parser.add_argument("--max-txn-ops", type=int, default=1_000)
     parser.add_argument("--batch-jobs", type=int, default=16)
-    parser.add_argument("--steal-after", type=float, default=2.0)
+    parser.add_argument("--steal-after", type=float, default=None,
+                        help="let peers steal jobs pending this long (default: never, one owner per job)")
     parser.add_argument("--no-fsync", action="store_true", help="start etcd with --unsafe-no-fsync")
     args = parser.parse_args()
     counts = [int(c) for c in args.processes.split(",")]
@@ -207,11 +227,13 @@ def main() -> None:
                   flush=True)
         runs = [(n, modes[0]) for n in counts] + [(max(counts), mode) for mode in modes[1:]]
         for run_id, (n, mode) in enumerate(runs):
-            r = scheduler_run(store, endpoint, n, mode, args, run_id)
+            r = scheduler_run(store, endpoint, n, mode, args, run_id, cluster.members[0].pid)
             print(f"{n} scheduler process(es), {mode}: {r['rate']:,.0f} placements/s ({r['seconds']:.1f} s; "
                   f"{r['rate'] / ceilings[n]:.2f} of the bare ceiling); txns {r['commits']:,} committed, "
-                  f"{r['conflicts']:,} conflicts, {r['stale']:,} stale retries, conflict fraction "
-                  f"{r['fraction']:.3f}; per process "
+                  f"{r['conflicts']:,} conflicts ({r['job_conflicts']:,} job-caused), {r['stale']:,} stale "
+                  f"retries ({r['stale'] / max(r['commits'], 1):.2f} per committed txn), conflict fraction "
+                  f"{r['fraction']:.3f}; CPU ms per 1,000 placements: schedulers {r['scheduler_cpu_ms']:,.0f}, "
+                  f"etcd {r['etcd_cpu_ms']:,.0f}; per process "
                   f"{r['per_process']}; check {'ok' if r['check_ok'] else 'FAILED'}", flush=True)
             if n == max(counts) and mode == modes[0]:
                 print(verdict(f"{n} scheduler processes", r["rate"], GOAL, "placements/s", True), flush=True)

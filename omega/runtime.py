@@ -74,7 +74,9 @@ class StatsSink(Protocol):
 
 
 class PlacingScheduler(Protocol):
-    """What the process needs of a scheduler (``schedulers.base.Scheduler``)."""
+    """What the process needs of a scheduler (``schedulers.base.Scheduler``). A scheduler may
+    also offer ``share_machines(peers)``: the process calls it with the live peers of its class
+    whenever they change (the batch scheduler then prefers machines apart from theirs)."""
 
     name: str
     kind: str
@@ -163,6 +165,9 @@ class SchedulerProcess:
         self._stats_lock = threading.Lock()
         self._stop = threading.Event()
         self._last_unplaced = 0
+        self._peers: list[str] = []
+        # optional: a scheduler told its live peers may prefer machines apart from theirs
+        self._share_machines = getattr(scheduler, "share_machines", None)
         self.final_stats: SchedulerStats | None = None
 
     # -- control ----------------------------------------------------------------------------
@@ -253,7 +258,11 @@ class SchedulerProcess:
         pending = [entry for entry in self.view.pending_jobs() if entry.record.job.scheduler_class == mine]
         if self.refused.jobs:
             pending = self.refused.candidates(pending)
-        jobs = self.queue.select(pending, self.view.peers(self.kind), now, self.options.batch_jobs)
+        peers = self.view.peers(self.kind)
+        if self._share_machines is not None and peers != self._peers:
+            self._share_machines(peers)
+        self._peers = peers
+        jobs = self.queue.select(pending, peers, now, self.options.batch_jobs)
         for n, entry in enumerate(jobs):
             if self._stop.is_set():
                 return n

@@ -9,6 +9,12 @@ resources hold the request (``schedulers.free_index``): the same machines are fo
 same order, the cursor ends in the same place and the rejection tally (the job's reason) is
 the same. Tasks of a job are identical and reservations only shrink what is free, so once
 a full scan finds nothing, the job's remaining tasks are unplaced with the same reason.
+
+Peers of the batch class (``share_machines``, called by the live runtime with the live
+peers): all of them order the machines by one shared shuffle and each starts its walks at a
+random point of its own equal part of that order, so peers prefer disjoint machines first
+and fewer commits fail on a machine another peer has just written. Alone (and in replays,
+which do not call it) a scheduler starts anywhere in its own shuffle, as before.
 """
 
 from __future__ import annotations
@@ -61,6 +67,17 @@ class BatchScheduler:
         self._hosts = HostMemo()  # a failing big job's hosts in the free index, across decisions
         self._index: FreeIndex | None = None
         self._indexed_chain: tuple[tuple, bool] = ((), False)  # (filters, chain_applies to them)
+        self._crew: tuple[str, ...] = ()  # the live peers of its class, itself included (share_machines)
+        self._part = (0, 0)  # the part of the ids its walks start in: [start, end)
+
+    def share_machines(self, crew) -> None:
+        """The live schedulers of this one's class (itself included or not): with more than
+        one, the machines are ordered by a shuffle every peer shares and this scheduler starts
+        its walks in its own part of it (see the module docstring)."""
+        crew = tuple(sorted(set(crew) | {self.name}))
+        if crew != self._crew:
+            self._crew = crew
+            self._count = -1  # order the ids again
 
     def decide(self, job: JobEntry, tasks: list[int], view: CellView) -> Decision:
         """Claims for ``tasks`` of ``job``, fitting cumulatively on ``view``."""
@@ -71,7 +88,8 @@ class BatchScheduler:
         spec = job.record.job
         reservations = Reservations(view, self._base_free, placements=self._placements)
         placement = reservations.placement(job.id)
-        self._cursor = self.rng.randrange(len(ids))
+        start, end = self._part
+        self._cursor = start + self.rng.randrange(end - start)
         index = self._index_for(view, spec.request)
         decision = new_decision([], {})
         claims, request = decision.claims, spec.request
@@ -88,9 +106,16 @@ class BatchScheduler:
         """The cached shuffled machine ids, refreshed when the machine count changed."""
         count = view.machine_count()
         if count != self._count:
-            self._ids = sorted(entry.id for entry in view.machines())
-            self.rng.shuffle(self._ids)
-            self._count = len(self._ids)
+            self._ids = ids = sorted(entry.id for entry in view.machines())
+            crew, n = self._crew, len(ids)
+            if len(crew) > 1:
+                random.Random(f"omega-batch-peers/{n}").shuffle(ids)  # the same order at every peer
+                at = crew.index(self.name)
+                self._part = (at * n // len(crew), max((at + 1) * n // len(crew), at * n // len(crew) + 1))
+            else:
+                self.rng.shuffle(ids)
+                self._part = (0, n)
+            self._count = n
             self._base_free.clear()
         return self._ids
 

@@ -145,3 +145,40 @@ def test_make_scheduler_kinds():
     assert make_scheduler("service", "s", 1, {}).kind == "service"
     with pytest.raises(ValueError, match="unknown scheduler kind 'borgish'"):
         make_scheduler("borgish", "x", 1, {})
+
+
+def _machines_chosen(crew, share: bool, jobs: int = 8, tasks: int = 10) -> dict[str, set[str]]:
+    """Machines each peer's decisions claim on its own copy of one roomy cell."""
+    chosen = {}
+    for seed, name in enumerate(crew):
+        view = roomy_cell(300)
+        scheduler = BatchScheduler(name, random.Random(seed))
+        if share:
+            scheduler.share_machines(crew)
+        for j in range(jobs):
+            entry = view.add_job(job(f"j{j}", tasks=tasks))
+            d = scheduler.decide(entry, list(range(tasks)), view)
+            assert d.unplaced == {}
+            chosen.setdefault(name, set()).update(c.machine_id for c in d.claims)
+    return chosen
+
+
+def _overlap(chosen: dict[str, set[str]]) -> int:
+    names = sorted(chosen)
+    return sum(len(chosen[a] & chosen[b]) for i, a in enumerate(names) for b in names[i + 1:])
+
+
+def test_peers_sharing_machines_start_in_their_own_parts_of_one_shared_order():
+    crew = ["b-0", "b-1", "b-2"]
+    shared, apart = _machines_chosen(crew, True), _machines_chosen(crew, False)
+    assert _overlap(shared) * 4 < _overlap(apart), (_overlap(shared), _overlap(apart))
+    orders = []
+    for name in crew:
+        s = BatchScheduler(name, random.Random(len(orders)))
+        s.share_machines(crew)
+        orders.append(s._machine_ids(roomy_cell(300)))
+    assert orders[0] == orders[1] == orders[2]  # one order for all peers
+    # alone, a scheduler keeps its own seeded shuffle (as replays, which never share)
+    alone, solo = BatchScheduler("b-0", random.Random(0)), BatchScheduler("b-0", random.Random(0))
+    alone.share_machines(["b-0"])
+    assert alone._machine_ids(roomy_cell(300)) == solo._machine_ids(roomy_cell(300))
