@@ -269,3 +269,20 @@ def test_cli_reports_an_unreachable_store(capsys):
         port = s.getsockname()[1]
     assert main(["monitor", "--once", "--endpoints", f"127.0.0.1:{port}"]) == 1
     assert "omega: monitor:" in capsys.readouterr().err
+
+
+def test_render_at_80_columns_keeps_the_scheduler_figures_readable(cell):
+    store, keys = cell
+    publish(store, keys, S1, ttl=30)
+    publish(store, keys, S2, ttl=30)
+    replica = Replica(store, keys)
+    replica.sync()
+    frame = build_frame(replica, NOW)
+    replica.close()
+    console = Console(record=True, width=80)
+    console.print(render_frame(frame))
+    text = console.export_text()
+    assert all(len(line) <= 80 for line in text.splitlines())
+    for expected in ("batch-1", "svc-1", "place/s", "confl m/j", "frac", "0.250", "stale", "busy", "p99 ms"):
+        assert expected in text, expected
+    assert "…" not in "".join(line for line in text.splitlines() if "batch-1" in line or "svc-1" in line)

@@ -23,7 +23,7 @@ def render_frame(frame: MonitorFrame) -> Group:
         parts.append(line)
     if frame.errors:
         parts.append(Text("\n".join(frame.errors), style="bold red"))
-    parts += [scheduler_table(frame), utilization_table(frame), pending_table(frame),
+    parts += [SchedulerTable(frame), utilization_table(frame), pending_table(frame),
               hot_table(frame), conflict_table(frame)]
     return Group(*parts)
 
@@ -51,22 +51,51 @@ def clock(at: float, millis: bool = False) -> str:
     return f"{stamp}.{int(at * 1000) % 1000:03d}" if millis else stamp
 
 
-def scheduler_table(frame: MonitorFrame) -> Table:
+WIDE = 110  # narrower consoles get the compact scheduler table (an 80-column terminal included)
+
+
+class SchedulerTable:
+    """The scheduler table, laid out for the console's width when rendered."""
+
+    def __init__(self, frame: MonitorFrame):
+        self.frame = frame
+
+    def __rich_console__(self, console, options):
+        yield scheduler_table(self.frame, compact=options.max_width < WIDE)
+
+
+def scheduler_table(frame: MonitorFrame, compact: bool = False) -> Table:
+    """One row per scheduler. ``compact`` (narrow consoles) keeps what tells the races apart:
+    name, alive, placements/s, conflicts by cause (machine/job), conflict fraction, stale
+    retries, busyness and p99 decision time."""
+    def alive(r):
+        return Text("●", "green") if r.alive else Text("✗", "red")
+
+    columns = [  # (header, compact header or None to drop it when compact, justify, cell)
+        ("scheduler", "scheduler", "left", lambda r: r.name),
+        ("kind", None, "left", lambda r: r.kind),
+        ("alive", "up", "center", alive),
+        ("jobs/s", None, "right", lambda r: f"{r.jobs_per_s:.1f}"),
+        ("placements/s", "place/s", "right", lambda r: f"{r.placements_per_s:.1f}"),
+        ("txns", None, "right", lambda r: str(r.txns)),
+        ("conflicts m/j", "confl m/j", "right", lambda r: f"{r.conflicts - r.job_conflicts}/{r.job_conflicts}"),
+        ("conflict frac", "frac", "right",
+         lambda r: Text(f"{r.conflict_fraction:.3f}", _severity(r.conflict_fraction, 0.1, 0.5))),
+        ("stale", "stale", "right", lambda r: str(r.stale_retries)),
+        ("retries", None, "right", lambda r: str(r.retries)),
+        ("busy", "busy", "right", lambda r: Text(f"{r.busyness:.0%}", _severity(r.busyness, 0.5, 0.9))),
+        ("p50 ms", None, "right", lambda r: f"{r.decision_ms_p50:.1f}"),
+        ("p99 ms", "p99 ms", "right", lambda r: f"{r.decision_ms_p99:.1f}"),
+    ]
+    if compact:
+        columns = [(short, short, justify, cell) for _, short, justify, cell in columns if short is not None]
     table = Table(title="schedulers", expand=True, title_justify="left")
-    for name, justify in (("scheduler", "left"), ("kind", "left"), ("alive", "center"), ("jobs/s", "right"),
-                          ("placements/s", "right"), ("txns", "right"), ("conflicts m/j", "right"),
-                          ("conflict frac", "right"), ("stale", "right"), ("retries", "right"), ("busy", "right"),
-                          ("p50 ms", "right"), ("p99 ms", "right")):
+    for name, _, justify, _ in columns:
         table.add_column(name, justify=justify, no_wrap=True)
     for r in frame.schedulers:
-        table.add_row(r.name, r.kind, Text("●", "green") if r.alive else Text("✗", "red"),
-                      f"{r.jobs_per_s:.1f}", f"{r.placements_per_s:.1f}", str(r.txns),
-                      f"{r.conflicts - r.job_conflicts}/{r.job_conflicts}",
-                      Text(f"{r.conflict_fraction:.3f}", _severity(r.conflict_fraction, 0.1, 0.5)),
-                      str(r.stale_retries), str(r.retries), Text(f"{r.busyness:.0%}", _severity(r.busyness, 0.5, 0.9)),
-                      f"{r.decision_ms_p50:.1f}", f"{r.decision_ms_p99:.1f}")
+        table.add_row(*(cell(r) for _, _, _, cell in columns))
     if not frame.schedulers:
-        table.add_row(Text("no live schedulers", "dim"), *[""] * 12)
+        table.add_row(Text("no live schedulers", "dim"), *[""] * (len(columns) - 1))
     return table
 
 
