@@ -11,7 +11,8 @@ Decoding is strict, like ``cellstate.codec``: it raises ``CodecError(key, field,
 non-msgpack bytes, a wrong tag or schema version, a missing or unknown field, a wrong type
 (``True`` is not an int; an int is accepted where a float is expected), a negative count,
 a negative or non-finite time, rate or percentile, busyness outside 0..1, percentiles out of
-order (p50 <= p90 <= p99), an unknown kind, an empty or "/"-containing name/machine/job id,
+order (p50 <= p90 <= p99), an empty or "/"-containing name/kind/machine/job id (any such kind
+is accepted: kinds are registered by the policy layer, which this codec does not know),
 more than HOT_MACHINES_MAX hot machines or RECENT_CONFLICTS_MAX conflict notes, a winner
 count below 1, or winners not parallel to machines. Encoding checks the value decodes back
 equal, so whatever is written decodes.
@@ -19,11 +20,13 @@ equal, so whatever is written decodes.
 
 from __future__ import annotations
 
+import sys
+
 from cellstate import codec_fields as fc
 from cellstate.codec_envelope import SCHEMA_VERSION, encode, unpack
 from cellstate.codec_fields import CodecError
 from omega.stats import (
-    HOT_MACHINES_MAX, RECENT_CONFLICTS_MAX, STATS_KINDS, ConflictNote, HotMachine, SchedulerStats,
+    HOT_MACHINES_MAX, RECENT_CONFLICTS_MAX, ConflictNote, HotMachine, SchedulerStats,
 )
 
 __all__ = ["CodecError", "encode_stats", "decode_stats"]
@@ -41,7 +44,6 @@ _OPTIONAL = ("quarantined",)  # written always; read as 0 when absent (stats of 
 _ALLOWED = frozenset(("v", "t") + _STATS_FIELDS + _OPTIONAL)
 _HOT_FIELDS = frozenset(("machine", "conflicts", "winners"))
 _NOTE_FIELDS = frozenset(("at", "job", "machines", "winners"))
-_KINDS = {k: k for k in STATS_KINDS}
 
 
 def encode_stats(stats: SchedulerStats) -> bytes:
@@ -75,7 +77,7 @@ def _stats_map(s: SchedulerStats) -> dict:
 def _stats_from_map(key: str, d: dict) -> SchedulerStats:
     fc.require(key, "", d, _STATS_FIELDS)
     fc.no_unknown(key, "", d, _ALLOWED)
-    values = {"name": fc.ident(key, "name", d["name"]), "kind": fc.member(key, "kind", d["kind"], _KINDS)}
+    values = {"name": fc.ident(key, "name", d["name"]), "kind": sys.intern(fc.ident(key, "kind", d["kind"]))}
     values.update((f, fc.text(key, f, d[f])) for f in _TEXT)
     values.update((f, fc.seconds(key, f, d[f])) for f in _TIMES + _RATES + _PERCENTILES)
     values.update((f, fc.integer(key, f, d[f])) for f in _COUNTS)

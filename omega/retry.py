@@ -4,7 +4,8 @@ The loop runs on tenacity; ``RetryPolicy`` supplies its stop and wait. The attem
 resets whenever an attempt made progress (committed at least one claim), so a big job
 that keeps winning a little each round is never abandoned; the backoff restarts with it.
 Waits are "full jitter" exponential (as tenacity's ``wait_random_exponential``) drawn
-from a seeded generator, so a replay is reproducible.
+from a seeded generator, so a replay is reproducible. A scheduler kind's default number of
+attempts is registered by the policy layer with its kind (``set_kind_attempts``).
 """
 
 from __future__ import annotations
@@ -43,13 +44,20 @@ class RetryPolicy:
         return attempts_without_progress >= self.max_attempts
 
 
-# Batch jobs are cheap to re-queue and many: give up sooner. Services are few and matter:
-# try harder. The Borg-style scheduler places both.
-DEFAULT_ATTEMPTS = {"batch": 3, "service": 8, "borg": 5, "solver": 5}
+_KIND_ATTEMPTS: dict[str, int] = {}
+"""Scheduler kind -> its default ``max_attempts``. The core names no kind: the policy
+layer's kind registry fills this (``schedulers.chains.register_kind``)."""
+
+
+def set_kind_attempts(kind: str, attempts: int) -> None:
+    """Make ``attempts`` the default ``max_attempts`` of scheduler ``kind``."""
+    if type(attempts) is not int or attempts < 1:
+        raise ValueError(f"scheduler kind {kind!r}: retry attempts must be an int >= 1, got {attempts!r}")
+    _KIND_ATTEMPTS[kind] = attempts
 
 
 def retry_policy_for(kind: str, seed: int | None = 0) -> RetryPolicy:
-    """The default policy of a scheduler kind; ValueError naming the known kinds."""
-    if kind not in DEFAULT_ATTEMPTS:
-        raise ValueError(f"unknown scheduler kind {kind!r}; known: {', '.join(DEFAULT_ATTEMPTS)}")
-    return RetryPolicy(max_attempts=DEFAULT_ATTEMPTS[kind], seed=seed)
+    """The default policy of a registered scheduler kind; ValueError naming the known kinds."""
+    if kind not in _KIND_ATTEMPTS:
+        raise ValueError(f"unknown scheduler kind {kind!r}; known: {', '.join(_KIND_ATTEMPTS)}")
+    return RetryPolicy(max_attempts=_KIND_ATTEMPTS[kind], seed=seed)

@@ -13,7 +13,6 @@ from collections import Counter, deque
 from dataclasses import dataclass
 from typing import Callable
 
-STATS_KINDS = ("batch", "service", "borg", "solver")
 WINDOW_S = 10.0
 DECISION_SAMPLES = 1_000
 HOT_MACHINES_MAX = 10
@@ -130,8 +129,8 @@ class StatsRecorder:
                  samples: int = DECISION_SAMPLES):
         if not name or "/" in name:
             raise ValueError(f'scheduler name must be non-empty without "/", got {name!r}')
-        if kind not in STATS_KINDS:
-            raise ValueError(f"scheduler kind must be one of {', '.join(STATS_KINDS)}, got {kind!r}")
+        if not isinstance(kind, str) or not kind or "/" in kind:
+            raise ValueError(f'scheduler kind must be a non-empty name without "/", got {kind!r}')
         if not window_s > 0 or samples < 1:
             raise ValueError(f"window_s must be > 0 and samples >= 1, got {window_s!r}, {samples!r}")
         self._identity = dict(name=name, kind=kind, pid=pid, host=host, started_at=float(started_at),

@@ -51,7 +51,7 @@ class BatchScheduler:
         if not isinstance(rng, random.Random):
             raise ValueError(f"BatchScheduler {name!r}: rng must be a random.Random, got {rng!r}")
         if pipeline is None:
-            from schedulers.chains import batch_pipeline
+            from schedulers.chain_spec import batch_pipeline
             pipeline = batch_pipeline({})
         self.name = name
         self.rng = rng

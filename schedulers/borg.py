@@ -117,7 +117,7 @@ class BorgScheduler:
         if not isinstance(rng, random.Random):
             raise PluginConfigError(f"borg {name!r}: rng must be a random.Random, got {rng!r}")
         if pipeline is None:
-            from schedulers.chains import borg_pipeline
+            from schedulers.chain_spec import borg_pipeline
             pipeline = borg_pipeline()
         self.name, self.rng, self.pipeline, self.k = name, rng, pipeline, k
         self.serves = _serves(serves)

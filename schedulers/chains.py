@@ -1,5 +1,9 @@
-"""Each scheduler kind's chain of plugins, wired in one function with a comment per stage,
-and ``make_scheduler``, which builds a scheduler from a kind, a name, a seed and a config.
+"""The scheduler kinds: ``KINDS`` (kind -> factory, filled by ``register_kind``; the four
+built-in kinds are registered here) and ``make_scheduler``, which builds a scheduler from a
+kind, a name, a seed and a config. Each built-in kind's default chain is wired in
+``schedulers.chain_spec`` (re-exported here: ``batch_pipeline``, ``service_pipeline``,
+``borg_pipeline``). Nothing in ``schedulers`` imports this module but ``chain_config`` and
+``api`` (docs/LAYERS.md).
 
 Config keys: ``plugins`` maps a plugin name of the chain to its args (a dict of its args
 dataclass fields); batch also takes ``k``, ``sample_size``, ``sample_rounds``. Any kind
@@ -15,62 +19,18 @@ from __future__ import annotations
 import random
 from typing import Any, Callable, Mapping
 
+from omega.retry import set_kind_attempts
 from schedulers.base import Scheduler
 from schedulers.batch import BatchScheduler
 from schedulers.borg import BorgScheduler
+from schedulers.chain_spec import ChainConfig, batch_pipeline, borg_pipeline, parse_chain, service_pipeline
 from schedulers.pipeline import Pipeline
 from schedulers.plugin import PluginConfigError
-from schedulers.registry import make_filter, make_scorer
 from schedulers.service import ServiceScheduler
 from schedulers.solver import SolverScheduler
 
-# Filters shared by both kinds, cheapest first; a machine is charged to the first that fails.
-_FILTERS = (
-    "machine_state",      # one enum test: draining/down machines never get new tasks
-    "different_machine",  # one int test on placed_here (already counted per machine)
-    "max_per_machine",    # likewise
-    "resources_fit",      # three integer compares (+ extras): the usual reason in a busy cell
-    "constraints",        # loops over the job's constraints and machine labels: last
-)
-
-
-def batch_pipeline(plugins: Mapping[str, Any]) -> Pipeline:
-    """Batch: the shared filters; rank the k sampled feasible machines by free resources."""
-    _check_plugin_names(plugins, _FILTERS + ("least_loaded",), "batch")
-    filters = [make_filter(name, plugins.get(name)) for name in _FILTERS]
-    stages = [
-        [(make_scorer("least_loaded", plugins.get("least_loaded")), 1.0)],  # the lighter machine wins
-    ]
-    return Pipeline(filters, stages)
-
-
-def service_pipeline(plugins: Mapping[str, Any]) -> Pipeline:
-    """Service: the shared filters; rank lexicographically — spread first, then load."""
-    _check_plugin_names(plugins, _FILTERS + ("zone_spread", "least_loaded"), "service")
-    filters = [make_filter(name, plugins.get(name)) for name in _FILTERS]
-    stages = [
-        [(make_scorer("zone_spread", plugins.get("zone_spread")), 1.0)],    # fewer of the job's tasks
-        [(make_scorer("least_loaded", plugins.get("least_loaded")), 1.0)],  # then the lighter machine
-    ]
-    return Pipeline(filters, stages)
-
-
-def borg_pipeline() -> Pipeline:
-    """Borg: the chain of the [borg] table of schedulers/default_chains.toml, commented there:
-    the shared filters; stage 0 priority_aware (no preemption first), stage 1 borg_hybrid
-    (packing without stranding, weight 3) + package_locality (weight 1)."""
-    from schedulers.chain_config import default_chain
-
-    return default_chain("borg").pipeline()
-
-
-def _check_plugin_names(plugins: Mapping[str, Any], chain: tuple[str, ...], kind: str) -> None:
-    if not isinstance(plugins, Mapping):
-        raise PluginConfigError(f"{kind}: 'plugins' must map plugin names to args, got {plugins!r}")
-    unknown = sorted(set(plugins) - set(chain))
-    if unknown:
-        raise PluginConfigError(f"{kind}: plugins {unknown} are not in the chain {list(chain)}")
-
+__all__ = ["KINDS", "KindFactory", "batch_pipeline", "borg_pipeline", "make_scheduler", "register_kind",
+           "service_pipeline"]
 
 _CHAIN_KEYS = ("plugins", "chain", "filters", "scorers")
 
@@ -86,8 +46,6 @@ def _split(config: Mapping[str, Any], allowed: tuple[str, ...], kind: str) -> tu
 
 def _configured_pipeline(config: Mapping[str, Any], kind: str) -> Pipeline | None:
     """The pipeline of a ``chain`` or ``filters``/``scorers`` config entry (None: default chain)."""
-    from schedulers.chain_config import ChainConfig, parse_chain
-
     given = [key for key in _CHAIN_KEYS if key in config]
     if not set(given) - {"plugins"}:
         return None
@@ -130,16 +88,41 @@ def _make_solver(name: str, seed: int, config: Mapping[str, Any]) -> Scheduler:
     return SolverScheduler(name, seed, config)
 
 
-KINDS: dict[str, Callable[[str, int, Mapping[str, Any]], Scheduler]] = {
-    "batch": _make_batch,
-    "service": _make_service,
-    "borg": _make_borg,
-    "solver": _make_solver,
-}
+KindFactory = Callable[[str, int, Mapping[str, Any]], Scheduler]
+"""``factory(name, seed, config)``: a scheduler of one kind (``config``: the kind's own keys)."""
+
+KINDS: dict[str, KindFactory] = {}
+"""Scheduler kind -> factory; filled by ``register_kind`` (read it, do not write it)."""
+
+
+def register_kind(kind: str, factory: KindFactory, *, retry_attempts: int = 5, replace: bool = False) -> None:
+    """Make ``kind`` a scheduler kind: ``make_scheduler(kind, name, seed, config)`` calls
+    ``factory(name, seed, config)`` (config: a mapping, ``{}`` when none was given), and the
+    optimistic loop of its schedulers gives a job up after ``retry_attempts`` attempts in a
+    row without progress (``omega.retry.retry_policy_for``). A kind is a name without "/"
+    (it names stats keys and scheduler classes); registering a known kind again is an error
+    unless ``replace``. The public entry point is ``schedulers.api.register_kind``."""
+    if not isinstance(kind, str) or not kind or "/" in kind or kind != kind.strip():
+        raise PluginConfigError(f'scheduler kind must be a non-empty name without "/" or spaces, got {kind!r}')
+    if not callable(factory):
+        raise PluginConfigError(f"scheduler kind {kind!r}: factory must be callable, got {factory!r}")
+    if kind in KINDS and not replace and KINDS[kind] is not factory:
+        raise PluginConfigError(f"scheduler kind {kind!r} is already registered (pass replace=True to replace it)")
+    set_kind_attempts(kind, retry_attempts)  # checks the count before anything is registered
+    KINDS[kind] = factory
+
+
+# Batch jobs are cheap to re-queue and many: give up sooner. Services are few and matter:
+# try harder. The Borg-style scheduler places both.
+register_kind("batch", _make_batch, retry_attempts=3)
+register_kind("service", _make_service, retry_attempts=8)
+register_kind("borg", _make_borg, retry_attempts=5)
+register_kind("solver", _make_solver, retry_attempts=5)
 
 
 def make_scheduler(kind: str, name: str, seed: int, config: Mapping[str, Any] | None = None) -> Scheduler:
-    """A scheduler of ``kind`` (one of KINDS) called ``name``; randomness seeded by ``seed``."""
+    """A scheduler of ``kind`` (one of KINDS: built in or registered) called ``name``;
+    randomness seeded by ``seed``."""
     maker = KINDS.get(str(kind))
     if maker is None:
         raise PluginConfigError(f"unknown scheduler kind {kind!r}; known: {sorted(KINDS)}")

@@ -90,7 +90,7 @@ class ServiceScheduler:
     def __init__(self, name: str, pipeline: Pipeline | None = None, exhaustive: bool = False) -> None:
         """``exhaustive``: always take the full scan (the baseline of the indexed search)."""
         if pipeline is None:
-            from schedulers.chains import service_pipeline
+            from schedulers.chain_spec import service_pipeline
             pipeline = service_pipeline({})
         if not isinstance(exhaustive, bool):
             raise ValueError(f"ServiceScheduler {name!r}: exhaustive must be a bool, got {exhaustive!r}")

@@ -190,6 +190,6 @@ def _flat(rank: tuple[float, ...]) -> int:
 
 @cache
 def _borg_chain():
-    from schedulers.chain_config import default_chain
+    from schedulers.chain_spec import default_chain
 
     return default_chain("borg").pipeline()

@@ -153,7 +153,8 @@ def test_record_attempt_rejects_bad_input(bad, message):
 
 
 @pytest.mark.parametrize("name,kind,message", [("", "batch", "name"), ("a/b", "batch", "name"),
-                                               ("s", "gpu", "kind")], ids=["empty", "slash", "kind"])
+                                               ("s", "a/b", "kind"), ("s", "", "kind")],
+                         ids=["empty", "slash", "kind", "empty-kind"])
 def test_recorder_rejects_bad_identity(name, kind, message):
     with pytest.raises(ValueError, match=message):
         StatsRecorder(name, kind)
