@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 
 from cellstate.store import StoreError
 from tools.common import add_store_args, cell_keys, open_store
@@ -44,6 +45,22 @@ def _scheduler(args):
         raise UsageError(str(exc)) from None
 
 
+def _live_of_class(replica, scheduler_class: str) -> tuple[str, ...]:
+    """Names of the live schedulers (leased stats keys) of ``scheduler_class``; stats that do not
+    decode are skipped."""
+    from cellstate.stats_codec import CodecError, decode_stats
+
+    names = []
+    for key, raw in replica.stats().items():
+        try:
+            stats = decode_stats(key, raw)
+        except CodecError:
+            continue
+        if stats.kind == scheduler_class:
+            names.append(stats.name)
+    return tuple(sorted(names))
+
+
 def run(args) -> int:
     from cellstate.replica import Replica
     from tools.cli import UsageError
@@ -63,6 +80,7 @@ def run(args) -> int:
             if why is not None:
                 raise UsageError(f"job {args.job!r}: its record does not decode: {why}")
             result = explain(replica, args.job, args.task, scheduler.pipeline, args.top, scheduler)
+            result = replace(result, served_by=_live_of_class(replica, result.scheduler_class))
         except StoreError as exc:
             print(f"omega: explain: {exc}", file=sys.stderr)
             return 1

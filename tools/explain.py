@@ -54,6 +54,10 @@ class Explanation:
     unschedulable: str | None = None
     preemption: dict[str, Any] | None = None
     chain: tuple[str, ...] = field(default=())
+    scheduler_class: str = ""
+    """The class of scheduler that serves the job (``Job.scheduler_class``)."""
+    served_by: tuple[str, ...] | None = None
+    """The live schedulers of that class (None: not looked up)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -102,7 +106,7 @@ def explain(view: CellView, job_id: str, task: int | None, pipeline: Pipeline, t
     unschedulable = None if scored else rejections.reason()
     preemption = _preemption(scheduler, view, job_id, task) if unschedulable else None
     return Explanation(job_id, task, count, len(scored), steps, tuple(scored[:top]), unschedulable, preemption,
-                       pipeline.names())
+                       pipeline.names(), spec.scheduler_class)
 
 
 def _score(pipeline: Pipeline, spec, machine, free, ctx) -> MachineScore:
@@ -133,8 +137,12 @@ def _preemption(scheduler, view: CellView, job_id: str, task: int) -> dict[str, 
 
 def render(ex: Explanation) -> str:
     """A human-readable report of ``ex``."""
-    lines = [f"job {ex.job_id} task {ex.task}: {ex.feasible} of {ex.machines} machines feasible",
-             f"chain: {' -> '.join(ex.chain)}", "filters (first failure removes the machine):"]
+    lines = [f"job {ex.job_id} task {ex.task}: {ex.feasible} of {ex.machines} machines feasible"]
+    if ex.served_by is not None:
+        lines.append(f"scheduler class {ex.scheduler_class}: served by {', '.join(ex.served_by)}" if ex.served_by
+                     else f"scheduler class {ex.scheduler_class}: no live scheduler serves it; the job waits "
+                          f"until one runs (omega scheduler run --kind {ex.scheduler_class})")
+    lines += [f"chain: {' -> '.join(ex.chain)}", "filters (first failure removes the machine):"]
     for step in ex.filters:
         why = ", ".join(f"{reason or '-'} ({n})" for reason, n in step.reasons)
         lines.append(f"  {step.plugin:<20} removed {step.removed:>6}" + (f"   {why}" if why else ""))

@@ -104,3 +104,24 @@ def test_cli_usage_errors(etcd_server, etcd_store, cell_keys):
         with pytest.raises(SystemExit) as info:
             main(base + extra)
         assert info.value.code == 2
+
+
+def test_cli_tells_which_scheduler_class_serves_the_job(etcd_server, etcd_store, cell_keys, capsys):
+    from cellstate.stats_sink import LeasedStatsSink
+    from omega.stats import SchedulerStats
+
+    _cell(etcd_store, cell_keys).close()
+    argv = ["explain", "--endpoints", etcd_server.endpoints[0], "--cell", cell_keys.cell,
+            "--root", cell_keys.root, "web", "1"]
+    assert main(argv) == 0
+    assert "scheduler class service: no live scheduler serves it" in capsys.readouterr().out
+    sink = LeasedStatsSink(etcd_store, cell_keys, "service-7")
+    try:
+        sink.publish(SchedulerStats("service-7", "service"))
+        assert main(argv) == 0
+        assert "scheduler class service: served by service-7" in capsys.readouterr().out
+        assert main(argv + ["--json"]) == 0
+        data = json.loads(capsys.readouterr().out)
+        assert (data["scheduler_class"], data["served_by"]) == ("service", ["service-7"])
+    finally:
+        sink.close()
