@@ -140,3 +140,5 @@ def _print_summary(result) -> None:
     if result.check is not None:
         state = "ok" if result.check["ok"] else f"{len(result.check['violations'])} VIOLATIONS"
         print(f"  invariants: {state}")
+    if result.fidelity is not None:
+        print("\n".join(result.fidelity.lines()))

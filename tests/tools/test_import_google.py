@@ -160,7 +160,7 @@ def test_a_task_running_through_the_window_is_still_running_when_the_replay_ends
     ])
     import_google2011(tasks, write_gz(tmp_path / "j.csv.gz", []), tmp_path / "x.omt", CapacityModel("uniform"))
     header, events = read_all(tmp_path / "x.omt")
-    assert "importer revision 2" in header.notes
+    assert "importer revision 3" in header.notes
     assert [e.job.duration_s for e in events if isinstance(e, JobSubmit)] == [None, None]
     result = replay(tmp_path / "x.omt", ReplayConfig(schedulers=[dict(name="b", kind="batch")]))
     assert result.sim_time_s == 50.0 and result.cell["initial_placed"] == 1

@@ -145,6 +145,8 @@ class SimCell:
         self.usage = UsageLedger()
         self.counters = CellCounters()
         self.submitted_at: dict[str, float] = {}
+        self.placed_log: dict[str, dict[int, float]] | None = None
+        """When set (a trace with per-task ground truth): job → task → when the replay first placed it."""
         self._down: set[str] = set()  # machines in the store that failed, were removed or came down
         # the schedulers' replicas decode each value once (a memory store shares the bytes);
         # the cell's own reads of a task's alloc, job and machine share those decodes too
@@ -277,8 +279,17 @@ class SimCell:
 
     def note_placed(self, plan: Plan) -> None:
         """Charge a committed plan and schedule the end of its batch tasks (one action: they end
-        together, ``duration_s`` after the commit)."""
+        together, ``duration_s`` after the commit); with a ``placed_log``, note when each task was
+        first placed."""
         spec = plan.job.record.job
+        log = self.placed_log
+        if log is not None:
+            first = log.get(spec.id)
+            if first is None:
+                first = log[spec.id] = {}
+            now = self.core.now
+            for claim in plan.claims:
+                first.setdefault(claim.task_index, now)
         for claim in plan.claims:
             self.usage.charge(claim.machine_id, claim.request.cpu, claim.request.memory)
             for victim_id, _ in claim.evicts:

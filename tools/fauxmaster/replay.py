@@ -24,6 +24,7 @@ from cellstate.keys import CellKeys
 from cellstate.memory_store import MemoryStore
 from tools.fauxmaster.cell import SimCell
 from tools.fauxmaster.clock import EventCore, VirtualClock
+from tools.fauxmaster.fidelity import Fidelity, compute_fidelity
 from tools.fauxmaster.initial_state import INITIAL_STATES
 from tools.fauxmaster.metrics import (
     JobJournal, SchedulerMetrics, UtilizationSample, WaitStats, busyness, conflict_fraction, sample_utilization,
@@ -119,6 +120,8 @@ class ReplayResult:
     waits_placed: list[float] = field(default_factory=list, repr=False)
     store: Any = field(default=None, repr=False, compare=False)
     keys: CellKeys | None = field(default=None, repr=False, compare=False)
+    fidelity: Fidelity | None = None
+    """Against the trace's ground truth (``tools.fauxmaster.fidelity``), when it has one."""
 
     @property
     def speedup(self) -> float:
@@ -134,6 +137,8 @@ class ReplayResult:
         out["wait_to_first_attempt"] = asdict(self.wait_to_first_attempt)
         out["wait_to_placed"] = asdict(self.wait_to_placed)
         out["utilization"] = [asdict(u) for u in self.utilization]
+        if self.fidelity is not None:  # a trace without ground truth: the same figures as before
+            out["fidelity"] = self.fidelity.to_dict()
         if include_wall:
             out["wall_time_s"] = self.wall_time_s
             out["speedup"] = self.speedup
@@ -226,6 +231,9 @@ def _run(trace_path, config: ReplayConfig, core: EventCore, store, keys: CellKey
     cell = SimCell(store, keys, core, wake=wake)
     journal = JobJournal(submitted=cell.submitted_at)
     with TraceFeed(trace_path, cell, core, config.until, config.initial_state) as feed:
+        truth = feed._reader.truth
+        if truth is not None and truth.unit == "task":
+            cell.placed_log = {}
         feed.write_initial_machines()
         for sc in config.schedulers:
             peers = [o.name for o in config.schedulers if (o.jobs or o.kind) == (sc.jobs or sc.kind)]
@@ -240,8 +248,16 @@ def _run(trace_path, config: ReplayConfig, core: EventCore, store, keys: CellKey
         sim_time = core.now
         events = feed.events
     samples.append(sample_utilization(sim_time, cell.usage))
-    return _result(trace_path, config, store, keys, schedulers, cell, journal, samples, sim_time, events,
-                   core, started)
+    result = _result(trace_path, config, store, keys, schedulers, cell, journal, samples, sim_time, events,
+                     core, started)
+    if truth is not None:  # after the replay: its cost is not in the replay's wall time
+        counters = cell.counters
+        not_placed = sum(counters.initial_not_placed.values())
+        if config.initial_state == "scheduled":  # every recorded t = 0 placement left to the schedulers
+            not_placed = counters.skipped.get("task_placed (initial_state=scheduled)", 0)
+        result.fidelity = compute_fidelity(truth, sim_time, cell.submitted_at, cell.placed_log,
+                                           journal.fully_placed, counters.initial_placed, not_placed, samples)
+    return result
 
 
 def _sample_every(core: EventCore, cell: SimCell, every: float, samples: list[UtilizationSample]) -> None:

@@ -14,6 +14,7 @@ import numpy as np
 from tools.fauxmaster.replay import ReplayResult
 
 PLOTS = ("utilization.png", "wait_cdf.png", "busyness.png")
+FIDELITY_PLOTS = ("fidelity_delay_cdf.png", "fidelity_occupancy.png")  # a trace with ground truth only
 MAX_POINTS = 1000  # per line of a plot over time
 
 
@@ -37,7 +38,10 @@ def write_html(result: ReplayResult, directory) -> Path:
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     write_json(result, out / "result.json")
-    for name, draw, height in zip(PLOTS, (_utilization, _wait_cdf, _busyness), (5.0, 3.6, 3.6)):
+    plots = list(zip(PLOTS, (_utilization, _wait_cdf, _busyness), (5.0, 3.6, 3.6)))
+    if result.fidelity is not None:
+        plots += list(zip(FIDELITY_PLOTS, (_fidelity_cdf, _fidelity_occupancy), (3.6, 3.6)))
+    for name, draw, height in plots:
         fig = plt.figure(figsize=(7, height))
         draw(fig, result)
         fig.tight_layout()
@@ -106,6 +110,57 @@ def _busyness(fig, result: ReplayResult) -> None:
     ax.set_title("Scheduler busyness")
 
 
+def _fidelity_cdf(fig, result: ReplayResult) -> None:
+    """Replay vs real submit -> placed delay CDFs over the whole population: a curve ends at the
+    fraction placed; the rest ("never") is counted in the legend, not dropped."""
+    f = result.fidelity
+    ax = fig.subplots()
+    for label, delays in (("real cell", f.real_delays), ("replay", f.replay_delays)):
+        n = len(delays)
+        placed = [d for d in delays if d != float("inf")]
+        if placed:
+            ax.step(placed, [(i + 1) / n for i in range(len(placed))], where="post",
+                    label=f"{label}: {len(placed):,} placed, {n - len(placed):,} never")
+        else:
+            ax.plot([], [], label=f"{label}: 0 placed, {n:,} never")
+    ax.set_xscale("symlog", linthresh=0.1)
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel(f"submit -> placed (s), per {f.unit}")
+    ax.set_ylabel(f"fraction of {f.tasks:,} {f.unit}s")
+    ax.set_title("Delay to placement: replay vs real cell")
+    ax.legend(loc="lower right", fontsize="small")
+
+
+def _fidelity_occupancy(fig, result: ReplayResult) -> None:
+    """The replay's utilization against the real cell's occupancy (same capacity; above 1: the real
+    cell ran more than the capacity model holds)."""
+    o = result.fidelity.occupancy
+    ax = fig.subplots()
+    if o:
+        t = [x / 3600 for x in o["t"]]
+        ax.plot(t, o["real_cpu"], label="real cpu", color="tab:blue", linestyle="--")
+        ax.plot(t, o["replay_cpu"], label="replay cpu", color="tab:blue")
+        ax.plot(t, o["real_memory"], label="real memory", color="tab:orange", linestyle="--")
+        ax.plot(t, o["replay_memory"], label="replay memory", color="tab:orange")
+        ax.axhline(1.0, color="grey", linewidth=0.8)
+        ax.set_ylim(0, max(1.05, max(o["real_cpu"] + o["real_memory"]) * 1.05))
+        ax.legend(loc="lower right", fontsize="small")
+    else:
+        ax.text(0.5, 0.5, "the trace records no occupancy", ha="center", va="center", transform=ax.transAxes)
+    ax.set_xlabel("virtual time (h)")
+    ax.set_ylabel("allocated / capacity")
+    ax.set_title("Utilization: replay vs real cell occupancy")
+
+
+def _fidelity_html(result: ReplayResult) -> str:
+    f = result.fidelity
+    if f is None:
+        return ""
+    lines = "<br>".join(html.escape(line.strip()) for line in f.lines())
+    images = "".join(f'<p><img src="{name}" alt="{name}"></p>' for name in FIDELITY_PLOTS)
+    return f"<h2>Fidelity</h2><p>{lines}</p><p><small>{html.escape(f.notes)}</small></p>{images}"
+
+
 def _page(result: ReplayResult) -> str:
     rows = "".join(
         f"<tr><td>{html.escape(s.name)}</td><td>{s.kind}</td><td>{s.conflict_mode}</td><td>{s.commit_mode}</td>"
@@ -124,6 +179,7 @@ unscheduled at the end.</p>
 <p>Wait to first attempt: mean {w1.mean:.2f} s, p90 {w1.p90:.2f} s, p99 {w1.p99:.2f} s ({w1.jobs} jobs).<br>
 Wait to fully placed: mean {w2.mean:.2f} s, p90 {w2.p90:.2f} s, p99 {w2.p99:.2f} s ({w2.jobs} jobs).</p>
 {images}
+{_fidelity_html(result)}
 <p><a href="result.json">result.json</a></p></body></html>
 """
 

@@ -23,11 +23,13 @@ from cellstate import codec_fields as fc
 from cellstate.codec_fields import CodecError
 from tools.trace.events import TraceEvent
 from tools.trace.records import FORMAT_VERSION, _decoders, event_from_record, event_record
+from tools.trace.truth import GroundTruth, truth_from_record, truth_record
 
 FORMAT_NAME = "omega-trace"
-READ_VERSIONS = (1, 2)
+READ_VERSIONS = (1, 2, 3)
 TIME_UNIT = "s"
 _HEADER_FIELDS = frozenset("format version source created_at capacity_model cell time_unit notes".split())
+_HEADER_FIELDS_V3 = _HEADER_FIELDS | {"ground_truth"}
 _CHUNK = 1 << 16
 _GZIP_MAGIC = b"\x1f\x8b"
 
@@ -47,6 +49,9 @@ class TraceHeader:
     notes: str = ""
     version: int = FORMAT_VERSION
     """The file's format version (read); a writer always writes FORMAT_VERSION."""
+    ground_truth: str = ""
+    """Version 3: what the truth record after the header holds, in words ("" = no truth record).
+    A writer given a ``truth`` fills it from the truth's notes when empty."""
 
 
 # ---------------------------------------------------------------- record maps
@@ -54,7 +59,8 @@ class TraceHeader:
 
 def _header_record(h: TraceHeader) -> dict:
     return {"format": FORMAT_NAME, "version": FORMAT_VERSION, "source": h.source, "created_at": h.created_at,
-            "capacity_model": h.capacity_model, "cell": h.cell, "time_unit": TIME_UNIT, "notes": h.notes}
+            "capacity_model": h.capacity_model, "cell": h.cell, "time_unit": TIME_UNIT, "notes": h.notes,
+            "ground_truth": h.ground_truth}
 
 
 def _header_from_record(key: str, d) -> TraceHeader:
@@ -64,13 +70,14 @@ def _header_from_record(key: str, d) -> TraceHeader:
     if d.get("version") not in READ_VERSIONS or type(d.get("version")) is not int:
         raise CodecError(key, "version", f"unknown version {d.get('version')!r} "
                          f"(this reader reads {', '.join(map(str, READ_VERSIONS))})")
-    fc.require(key, "", d, tuple(sorted(_HEADER_FIELDS)))
-    fc.no_unknown(key, "", d, _HEADER_FIELDS)
+    fields = _HEADER_FIELDS_V3 if d["version"] >= 3 else _HEADER_FIELDS
+    fc.require(key, "", d, tuple(sorted(fields)))
+    fc.no_unknown(key, "", d, fields)
     if d["time_unit"] != TIME_UNIT:
         raise fc.expected(key, "time_unit", repr(TIME_UNIT), d["time_unit"])
     return TraceHeader(*(fc.text(key, name, d[name])
                          for name in ("source", "created_at", "capacity_model", "cell", "notes")),
-                       version=d["version"])
+                       version=d["version"], ground_truth=fc.text(key, "ground_truth", d.get("ground_truth", "")))
 
 
 def _error(name: str, index: int, exc: CodecError) -> TraceError:
@@ -84,12 +91,13 @@ def _error(name: str, index: int, exc: CodecError) -> TraceError:
 class TraceWriter:
     """Writes a trace: the header at once, then ``write(event)`` per event, the end record on
     ``close()``. A path ending ``.gz`` is gzip-compressed; an open binary file is written as
-    is (and left open). Leaving the ``with`` block by an exception skips the end record, so
+    is (and left open). ``truth`` (format version 3) is written as the record after the header,
+    which announces it (``ground_truth``: the header's own text, else the truth's notes). Leaving the ``with`` block by an exception skips the end record, so
     the partial file reads as truncated; with ``atomic`` (a path only) the trace is written to
     a temporary file beside it, renamed to the path by a complete close and removed by an
     incomplete one, so a failed write leaves no file (and an older file at the path intact)."""
 
-    def __init__(self, target, header: TraceHeader, atomic: bool = False):
+    def __init__(self, target, header: TraceHeader, atomic: bool = False, truth: GroundTruth | None = None):
         self.name = os.fspath(target) if isinstance(target, (str, os.PathLike)) else getattr(target, "name", "<stream>")
         self._temp = None
         if isinstance(target, (str, os.PathLike)):
@@ -109,7 +117,19 @@ class TraceWriter:
         self._last_t = 0.0
         self._closed = False
         try:
+            if truth is not None:
+                from dataclasses import replace
+                header = replace(header, ground_truth=header.ground_truth or truth.notes or "ground truth")
+            elif header.ground_truth:
+                raise TraceError(f"trace {self.name}: the header announces ground truth but none was given")
             self._pack(_header_record(header))
+            if truth is not None:
+                try:
+                    record = truth_record(truth)
+                    truth_from_record("truth", record)  # checked as the reader will
+                except CodecError as exc:
+                    raise _error(self.name, 1, exc) from None
+                self._pack(record)
         except BaseException:
             self.close(complete=False)
             raise
@@ -201,8 +221,12 @@ class TraceReader:
         self._version = FORMAT_VERSION
         self._decoders = _decoders(FORMAT_VERSION)
         self._last_t = 0.0
+        self._not_events = 1  # records before the events: the header, and a truth record
+        self.truth: GroundTruth | None = None
+        """The file's ground truth (format version 3, when its header announces one)."""
 
     def read_header(self) -> TraceHeader:
+        """The header, and the truth record it announces (``self.truth``)."""
         record = self._next_record()
         try:
             header = _header_from_record("header", record)
@@ -210,6 +234,13 @@ class TraceReader:
             raise _error(self.name, 0, exc) from None
         self._version = header.version
         self._decoders = _decoders(header.version)
+        if header.ground_truth:
+            record = self._next_record()
+            try:
+                self.truth = truth_from_record("truth", record)
+            except CodecError as exc:
+                raise _error(self.name, self.index, exc) from None
+            self._not_events = 2
         return header
 
     def __iter__(self):
@@ -301,9 +332,10 @@ class TraceReader:
 
     def _check_end(self, record: dict) -> None:
         events = record.get("events")
-        if set(record) != {"type", "events"} or events != self.index - 1 or type(events) is not int:
+        read = self.index - self._not_events
+        if set(record) != {"type", "events"} or events != read or type(events) is not int:
             raise TraceError(f"trace {self.name}: record {self.index}: end record says "
-                             f"{events!r} events, read {self.index - 1}")
+                             f"{events!r} events, read {read}")
         if self._unpack_next() is not _EOF:
             raise TraceError(f"trace {self.name}: record {self.index + 1}: data after the end record")
 

@@ -34,15 +34,17 @@ from cellstate.resources import Resources
 from tools.trace.events import JobKill, JobSubmit, MachineAdd, TaskEnd, TaskEndStatus, TaskPlaced
 from tools.trace.format import TraceHeader, TraceWriter
 from tools.trace.progress import progress
+from tools.trace.truth import GroundTruth, Occupancy, sample_steps
 
 WINDOW_START_US = 600_000_000
 CPU_SCALE = 64_000  # millicores per normalized 1.0 (the largest machine)
 MEMORY_SCALE = 262_144  # MiB per normalized 1.0
 DISK_SCALE = 1_048_576  # MiB per normalized 1.0; every machine gets 1.0 (the trace has no disk capacities)
 PRODUCTION_PRIORITY = 9
-IMPORTER_REVISION = 2
+IMPORTER_REVISION = 3
 """Bumped when the same rows import differently (2: a job with no run time known in the window
-gets no modelled end; it was given the rest of the window). In each trace's header notes."""
+gets no modelled end; it was given the rest of the window; 3: the same events, and the ground
+truth: ``tools.trace.truth``, format version 3). In each trace's header notes."""
 KILL_COALESCE_US = 1_000_000
 SUBMIT, SCHEDULE, EVICT, FAIL, FINISH, KILL, LOST = range(7)
 _ENDS = {EVICT, FAIL, FINISH, KILL, LOST}
@@ -120,6 +122,10 @@ class Survey:
     job_kills: list[tuple[int, str]] = field(default_factory=list)  # (timestamp_us, job), sorted
     rows: int = 0
     last_us: int = 0
+    # ground truth: each batch's SUBMIT timestamp and (task, attempt) keys, in pass 2's order
+    batches: dict[str, tuple[int, list[tuple[int, int]]]] = field(default_factory=dict)
+    first_scheduled: dict[tuple[str, str, int], int] = field(default_factory=dict)  # (job, task, attempt) → ts
+    occupancy: list[tuple[float, int, int, int]] = field(default_factory=list)  # (t, d cpu, d memory, d tasks)
 
 
 @dataclass
@@ -172,6 +178,12 @@ def survey(task_events: str, job_events: str, limit: int | None = None) -> Surve
     machines: set[str] = set()
     attempts: dict[tuple[str, str], int] = defaultdict(int)
     started: dict[tuple[str, str, int], int] = {}
+    batch_ts: dict[str, int] = {}  # Google job → the timestamp of its latest batch
+    batch_count: dict[str, int] = defaultdict(int)
+    members: dict[str, list[tuple[int, int]]] = {}  # Google job → its latest batch's (task, attempt) keys
+    running: dict[tuple[str, str], tuple[int, int]] = {}  # (job, task) → its (cpu, memory) while scheduled
+    requests: dict[str, tuple[int, int]] = {}  # Google job → its last known (cpu, memory)
+    occupancy = s.occupancy
     with progress("survey", None) as advance:
         for number, row in read_rows(task_events, limit):
             ts, kind = _parse(task_events, number, row)
@@ -180,13 +192,36 @@ def survey(task_events: str, job_events: str, limit: int | None = None) -> Surve
                 machines.add(row[MACHINE])
             if row[DIFFERENT] == "1":
                 s.different_machine.add(job)
+            if row[CPU] and row[MEMORY]:
+                requests[job] = (max(1, math.ceil(float(row[CPU]) * CPU_SCALE)),
+                                 max(1, math.ceil(float(row[MEMORY]) * MEMORY_SCALE)))
             if kind == SUBMIT:
                 attempts[job, task] += 1
+                if batch_ts.get(job) != ts:  # pass 2's batch: a job's SUBMITs at one timestamp
+                    batch_ts[job] = ts
+                    n = batch_count[job]
+                    batch_count[job] = n + 1
+                    members[job] = []
+                    s.batches[f"g{job}" if n == 0 else f"g{job}.{n}"] = (ts, members[job])
+                members[job].append((int(task), attempts[job, task]))
             elif kind == SCHEDULE:
-                started[job, task, attempts[job, task]] = ts
-            elif kind == FINISH and (job, task, attempts[job, task]) in started:
                 key = (job, task, attempts[job, task])
-                s.run_times[key] = trace_time(ts) - trace_time(started[key])
+                started[key] = ts
+                s.first_scheduled.setdefault(key, ts)
+                request = requests.get(job, (1, 1))
+                old = running.get((job, task))
+                running[job, task] = request
+                if old is None:
+                    occupancy.append((trace_time(ts), request[0], request[1], 1))
+                else:  # scheduled again without an end: the new request replaces the old
+                    occupancy.append((trace_time(ts), request[0] - old[0], request[1] - old[1], 0))
+            elif kind in _ENDS:
+                old = running.pop((job, task), None)
+                if old is not None:
+                    occupancy.append((trace_time(ts), -old[0], -old[1], -1))
+                if kind == FINISH and (job, task, attempts[job, task]) in started:
+                    key = (job, task, attempts[job, task])
+                    s.run_times[key] = trace_time(ts) - trace_time(started[key])
             s.rows, s.last_us = number, ts
             if number % 20_000 == 0:
                 advance(20_000)
@@ -344,6 +379,35 @@ def google2011_events(task_events: str, s: Survey, capacity: CapacityModel, stat
                 yield from state.kill(trace_time(k_ts), job)
 
 
+def ground_truth(s: Survey, capacity: CapacityModel) -> GroundTruth:
+    """What the real cell did, from the survey: for each batch submitted after the window opened
+    (t > 0), each task's SUBMIT → first SCHEDULE delay of that attempt (None: not scheduled by
+    the last row), and the cell's occupancy (the requests of the tasks between their SCHEDULE and
+    their end) sampled every max(60 s, span / 1000) against the machines' capacity."""
+    horizon = trace_time(s.last_us)
+    submitted, delays = {}, {}
+    first = s.first_scheduled
+    for batch_id, (ts, members) in s.batches.items():
+        if ts <= WINDOW_START_US:
+            continue
+        t = trace_time(ts)
+        job = batch_id[1:].split(".")[0]
+        row = []
+        for task, attempt in sorted(members, key=lambda m: m[0]):  # pass 2's task order
+            at = first.get((job, str(task), attempt))
+            row.append(None if at is None else max(0.0, trace_time(at) - t))
+        submitted[batch_id], delays[batch_id] = t, row
+    caps = [capacity.capacity(m) for m in s.machine_ids]
+    times, (cpu, memory, tasks) = sample_steps(0.0, horizon, s.occupancy)
+    occupancy = Occupancy(times, cpu, memory, tasks, sum(c.cpu for c in caps), sum(c.memory for c in caps))
+    notes = ("google2011 ground truth (importer revision 3): per task of each batch submitted at t > 0, "
+             "SUBMIT -> first SCHEDULE of that attempt in seconds (nil: not scheduled by the last row); "
+             "occupancy: requests (the row's own, scaled as the tasks') of tasks between SCHEDULE and "
+             "EVICT/FAIL/FINISH/KILL/LOST, sampled every max(60 s, span / 1000), against the sum of the "
+             "machines' capacities under the capacity model")
+    return GroundTruth("task", horizon, submitted, delays, occupancy, notes)
+
+
 def import_google2011(task_events: str, job_events: str, out, capacity: CapacityModel | None = None,
                       limit: int | None = None, cell: str = "google-2011") -> ImportStats:
     """Write the omega trace of a task_events/job_events part pair to ``out``; the counts. On
@@ -358,7 +422,7 @@ def import_google2011(task_events: str, job_events: str, out, capacity: Capacity
         capacity_model=capacity.describe(), cell=cell,
         notes=f"importer revision {IMPORTER_REVISION}; t = max(0, timestamp_us/1e6 - 600); batches of "
               "same-timestamp SUBMITs per job; see docs/TRACE_FORMAT.md")
-    with TraceWriter(out, header, atomic=True) as writer:
+    with TraceWriter(out, header, atomic=True, truth=ground_truth(s, capacity)) as writer:
         for event in google2011_events(task_events, s, capacity, stats, limit):
             writer.write(event)
             stats.events[type(event).__name__] += 1

@@ -26,8 +26,9 @@ from tools.trace.events import (
     TraceEvent,
 )
 
-FORMAT_VERSION = 2
-# Event types a version's files may hold (version 2 added task_placed).
+FORMAT_VERSION = 3
+# Event types a version's files may hold (version 2 added task_placed; version 3 adds no event type:
+# its header may announce a ground-truth record, tools.trace.truth).
 _V1_TYPES = frozenset(("machine_add", "machine_remove", "machine_fail", "job_submit", "task_end", "job_kill"))
 _STATUSES = {s.value: s for s in TaskEndStatus}
 

@@ -23,6 +23,11 @@ from cellstate.resources import Resources
 from tools.trace.events import JobSubmit, MachineAdd
 from tools.trace.format import TraceHeader, TraceWriter
 from tools.trace.progress import progress
+from tools.trace.truth import GroundTruth
+
+IMPORTER_REVISION = 2
+"""Bumped when the same lines import differently (2: the same events, and the ground truth: each
+job's logged wait, ``tools.trace.truth``, format version 3). In each trace's header notes."""
 
 NODE_CPU = 1000
 DEFAULT_NODE_MEMORY_MIB = 1024
@@ -80,8 +85,9 @@ def checked_nodes(path: str, nodes: int, source: str = "--nodes") -> int:
     return nodes
 
 
-def parse_job(line: str, number: int, path: str) -> JobSubmit:
-    """The job_submit of one SWF job line; SWFError naming the line and the field."""
+def parse_job(line: str, number: int, path: str, waits: dict | None = None) -> JobSubmit:
+    """The job_submit of one SWF job line; SWFError naming the line and the field. With
+    ``waits``, the job's logged wait (field 3, None when -1: unknown) is stored under its id."""
     parts = line.split()
     if len(parts) != len(FIELDS):
         raise SWFError(f"{path}: line {number}: expected {len(FIELDS)} fields, got {len(parts)}")
@@ -107,21 +113,26 @@ def parse_job(line: str, number: int, path: str) -> JobSubmit:
     job = Job(id=f"j{int(values['job'])}", kind=JobKind.BATCH, tasks=int(procs),
               request=Resources(NODE_CPU, memory), owner=f"u{user}" if user >= 0 else "",
               duration_s=values["run_s"], gang=True)
+    if waits is not None:
+        waits[job.id] = values["wait_s"] if values["wait_s"] >= 0 else None
     return JobSubmit(values["submit_s"], job)
 
 
-def swf_events(path: str, nodes: int, node_memory_mib: int, stats: SWFStats, skip_bad: bool = False):
-    """machine_add for each node at t = 0, then a job_submit per valid job line."""
+def swf_events(path: str, nodes: int, node_memory_mib: int, stats: SWFStats, skip_bad: bool = False,
+               waits: dict | None = None):
+    """machine_add for each node at t = 0, then a job_submit per valid job line (with ``waits``:
+    each job's logged wait, ``parse_job``)."""
     for i in range(nodes):
         yield MachineAdd(0.0, Machine(id=f"n{i}", capacity=Resources(NODE_CPU, node_memory_mib)))
     stats.machines = nodes
     last = 0.0
+    wait = {} if waits is not None else None  # the line's wait, kept once the line is
     with _open(path) as f, progress("import swf") as advance:
         for number, line in enumerate(f, 1):
             if line.startswith(";") or not line.strip():
                 continue
             try:
-                event = parse_job(line, number, path)
+                event = parse_job(line, number, path, wait)
                 if event.t < last:
                     raise SWFError(f"{path}: line {number}: field submit_s: {event.t:g} is before the "
                                    f"previous job's {last:g}")
@@ -129,11 +140,33 @@ def swf_events(path: str, nodes: int, node_memory_mib: int, stats: SWFStats, ski
                 if not skip_bad:
                     raise
                 stats.bad_lines.append((number, str(exc)))
+                if wait:
+                    wait.clear()
                 continue
+            if waits is not None:
+                waits.update(wait)
+                wait.clear()
             last = event.t
             stats.jobs += 1
             advance()
             yield event
+
+
+def ground_truth(path: str, nodes: int, skip_bad: bool) -> GroundTruth:
+    """Each valid job line's logged wait (field 3) as its submit → start delay (``unit="job"``:
+    a gang starts whole); jobs whose wait is -1 (unknown) are left out; horizon: the last start."""
+    waits: dict[str, float | None] = {}
+    submitted: dict[str, float] = {}
+    for event in swf_events(path, nodes, 1, SWFStats(), skip_bad, waits):
+        if isinstance(event, JobSubmit):
+            submitted[event.job.id] = event.t
+    delays = {job: [wait] for job, wait in waits.items() if wait is not None and job in submitted}
+    submitted = {job: t for job, t in submitted.items() if job in delays}
+    horizon = max((submitted[job] + d[0] for job, d in delays.items()), default=0.0)
+    notes = (f"swf ground truth (importer revision {IMPORTER_REVISION}): each job's logged wait_s (field 3) as "
+             f"its submit -> start delay; {len(waits) - len(delays)} job(s) with an unknown wait (-1) left "
+             "out; no occupancy")
+    return GroundTruth("job", horizon, submitted, delays, None, notes)
 
 
 def import_swf(path: str, out, skip_bad: bool = False, nodes: int | None = None,
@@ -149,8 +182,9 @@ def import_swf(path: str, out, skip_bad: bool = False, nodes: int | None = None,
         capacity_model=f"swf: {nodes} machines, one per node, each {NODE_CPU} millicores and "
                        f"{node_memory_mib} MiB; a job = req_procs tasks of {NODE_CPU} millicores as a gang",
         cell=os.path.basename(path).removesuffix(".gz").removesuffix(".swf"),
-        notes="t = submit_s; duration_s = run_s; skip_bad=" + str(skip_bad))
-    with TraceWriter(out, trace_header, atomic=True) as writer:
+        notes=f"importer revision {IMPORTER_REVISION}; t = submit_s; duration_s = run_s; skip_bad={skip_bad}")
+    truth = ground_truth(path, nodes, skip_bad)
+    with TraceWriter(out, trace_header, atomic=True, truth=truth) as writer:
         for event in swf_events(path, nodes, node_memory_mib, stats, skip_bad):
             writer.write(event)
     return stats
