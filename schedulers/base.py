@@ -26,7 +26,13 @@ new_claim = builder(Claim)
 
 
 class Scheduler(Protocol):
-    """Decides where a job's pending tasks go on a read-only view; claims fit cumulatively."""
+    """Decides where a job's pending tasks go on a read-only view; claims fit cumulatively.
+
+    Optional declarations, read once by whoever runs it: ``unplaced_means_no_room`` (True: it
+    never preempts and leaves a task unplaced only when no machine passes its filters for it,
+    so a replay may skip its jobs while nothing fits; default False), ``pipeline`` (its chain
+    of plugins, whose traits the fast paths ask), ``share_machines(peers)`` (the runtime tells
+    it its live peers)."""
 
     name: str
     kind: str

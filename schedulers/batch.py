@@ -31,7 +31,7 @@ from schedulers.base import (
     new_claim,
     new_decision,
 )
-from schedulers.free_index import FreeIndex, chain_applies
+from schedulers.free_index import FreeIndex, chain_applies, first_fit
 from schedulers.pipeline import NO_MACHINES, Pipeline, Rejections
 from schedulers.placement_cache import HostMemo, PlacementCache
 from schedulers.plugin import JobPlacement, score_context
@@ -42,6 +42,9 @@ class BatchScheduler:
     """Randomized first fit / best of ``k`` sampled feasible machines."""
 
     kind = "batch"
+    unplaced_means_no_room = True
+    """It never preempts and leaves a task unplaced only when no machine passes its filters for
+    it (on the view plus its own claims): a replay may skip it while nothing fits (fit_memo)."""
 
     def __init__(self, name: str, rng: random.Random, k: int = 2, sample_size: int = 16,
                  sample_rounds: int = 3, pipeline: Pipeline | None = None) -> None:
@@ -66,7 +69,7 @@ class BatchScheduler:
         self._placements = PlacementCache()  # jobs' placements across decisions
         self._hosts = HostMemo()  # a failing big job's hosts in the free index, across decisions
         self._index: FreeIndex | None = None
-        self._indexed_chain: tuple[tuple, bool] = ((), False)  # (filters, chain_applies to them)
+        self._indexed_chain: tuple[tuple, bool, tuple] = ((), False, ((), None))  # (filters, chain_applies, first_fit)
         self._crew: tuple[str, ...] = ()  # the live peers of its class, itself included (share_machines)
         self._part = (0, 0)  # the part of the ids its walks start in: [start, end)
 
@@ -151,7 +154,7 @@ class BatchScheduler:
         """``chain_applies`` to the pipeline's filters, computed once per filters tuple."""
         filters = self.pipeline.filters
         if self._indexed_chain[0] is not filters:
-            self._indexed_chain = (filters, chain_applies(filters))
+            self._indexed_chain = (filters, chain_applies(filters), first_fit(filters))
         return self._indexed_chain[1]
 
     def _indexed_scan(self, index: FreeIndex, spec: Job, view: CellView, reservations: Reservations,
@@ -186,7 +189,7 @@ class BatchScheduler:
         ids, counts, placed = self._ids, rejections.counts, placement.machines
         for i in index.not_up():
             self._examine(spec, view, reservations, placed, ids[i], rejections)
-        before = self.pipeline.filters[:[f.name for f in self.pipeline.filters].index("resources_fit")]
+        before, fit = self._indexed_chain[2]  # the chain's resource fit: the index applies
         blocked: list[int] = []
         if self._may_reject_hosts(index, spec, view, before, max(placed.values(), default=0)):
             hosts = self._hosts.get(spec.id, placed, index, index.hosts, index.join_hosts, placement.stamp)
@@ -199,7 +202,7 @@ class BatchScheduler:
                     counts[key] = counts.get(key, 0) + len(hosts)
                     blocked.extend(hosts)
         for short, count in index.first_short(spec.request, blocked).items():
-            counts[("resources_fit", short)] = counts.get(("resources_fit", short), 0) + count
+            counts[(fit.name, short)] = counts.get((fit.name, short), 0) + count
 
     def _may_reject_hosts(self, index: FreeIndex, spec: Job, view: CellView, before, top: int) -> bool:
         """False when no filter of ``before`` rejects ``top`` tasks of the job on an up machine."""

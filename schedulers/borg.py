@@ -38,7 +38,7 @@ from schedulers.borg_cache import ScoreCache, Signer
 from schedulers.borg_index import LoadIndex
 from schedulers.borg_search import Search
 from schedulers.pipeline import NO_MACHINES, Pipeline
-from schedulers.plugin import PluginConfigError, ScoreContext
+from schedulers.plugin import PluginConfigError, ScoreContext, filter_traits, scorer_traits
 from schedulers.preemption import choose_victims, cost, preemptible
 from schedulers.reservation import Reservations
 
@@ -73,27 +73,30 @@ def _serves(value) -> tuple[JobKind, ...]:
 
 
 def _hybrid_args(pipeline: Pipeline):
-    """The args of the chain's borg_hybrid scorer (the packed walk estimates with them), or None."""
+    """The args of the chain's first scorer whose score is the borg_hybrid formula (the packed
+    walk estimates with them), or None."""
     for stage in pipeline.stages:
         for scorer, _ in stage:
-            if getattr(scorer, "name", None) == "borg_hybrid":
-                return scorer.args
+            traits = scorer_traits(scorer)
+            if traits.formula == "borg_hybrid":
+                return traits.args
     return None
 
 
 def _before_fit(pipeline: Pipeline) -> tuple[tuple, object | None]:
-    """(the filters before resources_fit, resources_fit) of the chain; ((), None) without it."""
+    """(the filters before the chain's first resource fit, that filter); ((), None) without one."""
     for i, f in enumerate(pipeline.filters):
-        if getattr(f, "name", None) == "resources_fit":
+        if filter_traits(f).resource_fit:
             return tuple(pipeline.filters[:i]), f
     return (), None
 
 
 def _checked_resources(pipeline: Pipeline) -> frozenset[str]:
-    """cpu and memory, less those the chain's resources_fit ignores (none without one)."""
+    """cpu and memory, less those the chain's first resource fit ignores (none without one)."""
     for f in pipeline.filters:
-        if getattr(f, "name", None) == "resources_fit":
-            return frozenset({"cpu", "memory"}) - set(f.args.ignore)
+        traits = filter_traits(f)
+        if traits.resource_fit:
+            return frozenset(r for r in ("cpu", "memory") if traits.compares(r))
     return frozenset()
 
 

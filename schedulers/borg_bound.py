@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from schedulers.plugin import scorer_traits
 from schedulers.plugins.borg_hybrid import BorgHybridArgs
 
 EPS = 1e-9  # rank tolerance of the proof (float rounding of the bound vs the scorer)
@@ -50,6 +51,12 @@ def hybrid_upper(cpu, memory, asked: tuple[int, int], args: BorgHybridArgs) -> n
     return np.where(has, 1.0 - least, 1.0)
 
 
+def _hybrid_with(scorer, args: BorgHybridArgs) -> bool:
+    """True when ``scorer`` declares the borg_hybrid formula with ``args`` (``ScorerTraits``)."""
+    traits = scorer_traits(scorer)
+    return traits.formula == "borg_hybrid" and traits.args == args
+
+
 class Prover:
     """Per stage of the chain (stage weight ``a`` of the borg_hybrid scorer with the index's
     args, ``c`` of the others, both over the stage's total): a rank bound ``a * h + c`` for
@@ -67,7 +74,7 @@ class Prover:
         stages = []
         for stage in pipeline.stages:
             total = sum(w for _, w in stage)
-            mine = sum(w for s, w in stage if getattr(s, "name", None) == "borg_hybrid" and s.args == hybrid)
+            mine = sum(w for s, w in stage if _hybrid_with(s, hybrid))
             stages.append((mine / total, (total - mine) / total) if total > 0 else (0.0, 0.0))
         return cls(stages) if any(a > 0 for a, _ in stages) else None
 

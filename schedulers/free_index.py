@@ -4,11 +4,13 @@ scheduler's shuffled machine order, kept current from the view's changed-machine
 the machines whose free resources hold the request (``candidates``), and count why the others
 were excluded (``first_short``) without running the filters on each of them.
 
-Exact for chains whose filters before ``resources_fit`` are machine_state (accepting only ``up``),
-different_machine and max_per_machine, with ``resources_fit`` ignoring nothing, and requests
-without extra resources (``applies``): a machine outside the candidates then fails
-``resources_fit`` on its first short resource (cpu, memory, disk, in that order), unless it
-holds a task of the job or is not up — those few are checked by the real filters.
+Exact for chains whose filters before the first resource fit pass any up machine without the
+job's tasks (``passes_unplaced``; those reading the state accepting only ``up``), with the
+resource fit comparing cpu, memory and disk, and requests without extra resources
+(``applies``): a machine outside the candidates then fails the resource fit on its first short
+resource (cpu, memory, disk, in that order), unless it holds a task of the job or is not up —
+those few are checked by the real filters. The filters' declared traits say so
+(``schedulers.plugin.FilterTraits``), not their names.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ import numpy as np
 from cellstate.model import MachineState
 from cellstate.resources import Resources
 from schedulers.machine_changes import MachineChanges
+from schedulers.plugin import filter_traits
 from schedulers.row_slots import sorted_distinct
 
-SAFE_BEFORE_FIT = frozenset(("machine_state", "different_machine", "max_per_machine"))
+_UP_ONLY = frozenset({MachineState.UP})
 _UNKNOWN = -1  # free amount of a machine that is gone: never a candidate
 _GONE = (_UNKNOWN, _UNKNOWN, _UNKNOWN, False)  # a gone machine's row
 _FOUND_KEPT = 64  # requests whose candidates are kept (and brought up to date by the moved rows)
@@ -38,15 +41,24 @@ def applies(filters, request: Resources) -> bool:
 
 
 def chain_applies(filters) -> bool:
-    """``applies`` for requests without extra resources (the filters' frozen args only)."""
+    """``applies`` for requests without extra resources (the filters' declared traits only)."""
     for f in filters:
-        if f.name == "resources_fit":
-            return not getattr(f.args, "ignore", ())
-        if f.name not in SAFE_BEFORE_FIT:
+        traits = filter_traits(f)
+        if traits.resource_fit:
+            return not traits.ignores  # compares cpu, memory and disk (and every extra)
+        if not traits.passes_unplaced:
             return False
-        if f.name == "machine_state" and set(f.args.accept) != {MachineState.UP}:
+        if traits.accepts_states is not None and traits.accepts_states != _UP_ONLY:
             return False
     return False
+
+
+def first_fit(filters):
+    """(the filters before the first resource fit, that resource fit); ((), None) without one."""
+    for i, f in enumerate(filters):
+        if filter_traits(f).resource_fit:
+            return tuple(filters[:i]), f
+    return (), None
 
 
 def _row_of(entry) -> tuple[int, int, int, bool]:

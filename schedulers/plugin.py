@@ -5,6 +5,13 @@ each plugin is a tiny object with a ``name``, built by a factory from a frozen a
 dataclass, and declares the job fields it ``reads`` (None: it cannot sign, which
 turns equivalence-class caching off). A filter's verdict may depend only on those
 job fields, the machine, the free resources and ``placed_here``.
+
+A plugin may also declare ``traits`` (``FilterTraits``, ``ScorerTraits``): what the schedulers'
+fast paths need to know to stay exact with it (its verdict only worsens as a decision
+reserves, it is a resource fit over these resources, which events can lift a rejection, its
+score is a known formula). The fast paths read them once per chain (``filter_traits``,
+``scorer_traits``), never a plugin's name or type; a plugin that declares nothing gets the
+safe default (no fast path relies on it: its scheduler takes the slow, general path).
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Iterable, Mapping, Protocol, TypeVar
 
 from cellstate.fastbuild import builder
-from cellstate.model import Job, Machine
+from cellstate.model import Job, Machine, MachineState
 from cellstate.resources import Resources
 
 
@@ -43,6 +50,78 @@ class Verdict:
     def never(plugin: str, reason: str) -> Verdict:
         """Unresolvable: preemption on this machine would not make the task fit."""
         return Verdict(False, plugin, reason, unresolvable=True)
+
+
+ROOM = "room"
+"""Event: a machine gained free room, came back up or was added (what a view reports as a
+freed machine, ``ReplicaView.take_freed_machines``)."""
+JOB = "job"
+"""Event: the job's own record changed (one of its tasks ended, was evicted back to pending,
+was placed by a peer; its spec changed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FilterTraits:
+    """What a filter promises, for the fast paths (the default promises nothing).
+
+    ``monotone_in_free``: within one decision its verdict on a machine only gets worse as
+    resources are reserved there (``free`` shrinks) and the job's tasks there grow
+    (``placed_here``); it reads nothing else that a decision changes.
+
+    ``resource_fit``: it passes a machine exactly when the task's request fits the free
+    amounts of every resource but ``ignores`` (``compares(name)``), and when it fails it
+    returns ``Verdict(False, self.name, <the first short resource>)`` in the order cpu,
+    memory, disk, then the request's extra resources (``unresolvable`` when the capacity
+    itself is short) — what ``resources_fit`` does, so indexes of free amounts can stand
+    in for it and count its reasons.
+
+    ``passes_unplaced``: on a machine whose state it accepts that holds none of the job's
+    tasks it passes, and elsewhere its verdict reads only the job and ``placed_here`` (and
+    rejects from some count of tasks on: more tasks never pass where fewer failed).
+
+    ``accepts_states``: the machine states it passes (None: it does not read the state).
+
+    ``lifted_by``: the events (``ROOM``, ``JOB``) after which a machine it rejected may
+    pass; None: unknown (anything may, e.g. time or other jobs' placements)."""
+
+    monotone_in_free: bool = False
+    resource_fit: bool = False
+    ignores: frozenset[str] = frozenset()
+    passes_unplaced: bool = False
+    accepts_states: frozenset[MachineState] | None = None
+    lifted_by: frozenset[str] | None = None
+
+    def compares(self, resource: str) -> bool:
+        """True when a resource fit compares ``resource`` (False for any other filter)."""
+        return self.resource_fit and resource not in self.ignores
+
+
+@dataclass(frozen=True, slots=True)
+class ScorerTraits:
+    """What a scorer promises, for the fast paths (the default promises nothing).
+    ``formula``: its score equals the built-in formula of that name with ``args`` (an args
+    dataclass of that formula: ``"least_loaded"`` (``LeastLoadedArgs``), ``"zone_spread"``
+    (``ZoneSpreadArgs``), ``"borg_hybrid"`` (``BorgHybridArgs``)), so a search that indexes
+    or bounds that formula stays exact with it."""
+
+    formula: str | None = None
+    args: Any = None
+
+
+NO_FILTER_TRAITS = FilterTraits()
+NO_SCORER_TRAITS = ScorerTraits()
+
+
+def filter_traits(plugin: Any) -> FilterTraits:
+    """The traits ``plugin`` declares (its ``traits`` attribute), else none."""
+    traits = getattr(plugin, "traits", None)
+    return traits if isinstance(traits, FilterTraits) else NO_FILTER_TRAITS
+
+
+def scorer_traits(plugin: Any) -> ScorerTraits:
+    """The traits ``plugin`` declares (its ``traits`` attribute), else none."""
+    traits = getattr(plugin, "traits", None)
+    return traits if isinstance(traits, ScorerTraits) else NO_SCORER_TRAITS
 
 
 class Filter(Protocol):

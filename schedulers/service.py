@@ -86,6 +86,7 @@ class ServiceScheduler:
     Deterministic: equally ranked machines are broken by machine id."""
 
     kind = "service"
+    unplaced_means_no_room = True  # never preempts; unplaced only when no machine passes (fit_memo)
 
     def __init__(self, name: str, pipeline: Pipeline | None = None, exhaustive: bool = False) -> None:
         """``exhaustive``: always take the full scan (the baseline of the indexed search)."""

@@ -54,7 +54,7 @@ def no_room_reason(search: SpreadSearch, spec: Job, placement: JobPlacement, hos
 def _blocked_hosts(search: SpreadSearch, spec: Job, placement: JobPlacement, hosts: Hosts | None,
                    tally: Rejections) -> np.ndarray:
     """Rows of the listed hosts that a filter before resources_fit rejects, their verdicts
-    tallied. Those filters (``service_search._PASS_UNPLACED``) read only the job, its count of tasks on the
+    tallied. Those filters (declaring ``passes_unplaced``) read only the job, its count of tasks on the
     machine and (machine_state) the machine's state, which every listed machine has
     accepted; each rejects from some count on. So none rejects any host when none rejects
     the largest count on some listed machine; else the verdict is computed once per count

@@ -16,8 +16,10 @@ list stays passed over: each (job, list) keeps a cursor. Reserved machines move 
 list at once and back to the view's ledger at the index's next sync (``restore``). A released gang makes
 room again: cursors are dropped.
 
-Used only for chains it is exact for (``fast_chain``): the known monotone filters and the
-ranking stages [zone_spread], [least_loaded]; anything else takes the full scan.
+Used only for chains it is exact for (``fast_chain``): filters that declare their verdicts
+monotone (``FilterTraits``), among them a resource fit, and the ranking stages
+[zone_spread], [least_loaded] (scorers declaring those formulas); anything else takes the
+full scan.
 
 Vectorized: a job's first search of a decision checks that some listed machine has room
 for its request at all (a list's first key usually shows it; else one compare per resource
@@ -47,21 +49,12 @@ from cellstate.model import Job, Machine, MachineState
 from cellstate.resources import Resources
 from schedulers.class_list import ClassList
 from schedulers.pipeline import Pipeline
-from schedulers.plugin import JobPlacement, ScoreContext, score_context
-from schedulers.plugins.constraints import Constraints
-from schedulers.plugins.different_machine import DifferentMachine
-from schedulers.plugins.least_loaded import LeastLoaded
-from schedulers.plugins.machine_state import MachineStateFilter
-from schedulers.plugins.max_per_machine import MaxPerMachine
-from schedulers.plugins.resources_fit import ResourcesFit
-from schedulers.plugins.zone_spread import ZoneSpread
+from schedulers.plugin import Filter, JobPlacement, Scorer, ScoreContext, filter_traits, score_context, scorer_traits
 from schedulers.placement_cache import HostMemo
 from schedulers.reservation import Reservations
 from schedulers.service_index import MachineIndex
 from schedulers.service_reason import no_room_reason
 
-_MONOTONE_FILTERS = (MachineStateFilter, DifferentMachine, MaxPerMachine, ResourcesFit, Constraints)
-_PASS_UNPLACED = (MachineStateFilter, DifferentMachine, MaxPerMachine)  # pass listed machines without the job
 _FIT_ORDER = ("cpu", "memory", "disk")  # the order resources_fit checks the core resources in
 _FIRST_HITS = 16  # a list's machines with room usually pass at once: the rest are listed only if not
 _HEAD = 32  # a list's first keys past a cursor checked one by one (a vector compare costs ~10k instructions)
@@ -75,8 +68,8 @@ class FastChain:
     resources: tuple[str, ...]
     accept: frozenset[MachineState] | None
     by_machine: bool
-    loaded: LeastLoaded
-    fits: ResourcesFit
+    loaded: Scorer
+    fits: Filter
     keyed_reasons: bool
     """True when, for a listed machine without the job's tasks that is short of a least_loaded
     resource, the first failing filter is ``fits`` naming the first such resource."""
@@ -86,26 +79,31 @@ class FastChain:
 
 def fast_chain(pipeline: Pipeline) -> FastChain | None:
     """The chain's shape when the indexed search ranks exactly as the full scan, else None:
-    only known filters (whose verdicts only worsen as a decision reserves), a resources_fit
-    that checks every least_loaded resource (no clamped scores), stages [zone_spread],
-    [least_loaded]."""
+    only filters whose verdicts only worsen as a decision reserves (``monotone_in_free``), a
+    resource fit that compares every least_loaded resource (no clamped scores), stages
+    [zone_spread], [least_loaded] (scorers whose ``formula`` these are). Asks the plugins'
+    declared traits (``schedulers.plugin``), once per chain."""
     stages = pipeline.stages
     if len(stages) != 2 or len(stages[0]) != 1 or len(stages[1]) != 1:
         return None
     spread, loaded = stages[0][0][0], stages[1][0][0]
-    if type(spread) is not ZoneSpread or type(loaded) is not LeastLoaded:
+    spread_traits, loaded_traits = scorer_traits(spread), scorer_traits(loaded)
+    if spread_traits.formula != "zone_spread" or loaded_traits.formula != "least_loaded":
         return None
-    if not all(type(f) in _MONOTONE_FILTERS for f in pipeline.filters):
+    traits = [filter_traits(f) for f in pipeline.filters]
+    if not all(t.monotone_in_free for t in traits):
         return None
-    resources = tuple(loaded.args.resources)
-    fits = [f for f in pipeline.filters if type(f) is ResourcesFit]
-    if not fits or any(set(f.args.ignore) & set(resources) for f in fits):
+    resources = tuple(loaded_traits.args.resources)
+    fits = [i for i, t in enumerate(traits) if t.resource_fit]
+    if not fits or any(not traits[i].compares(r) for i in fits for r in resources):
         return None
-    states = [f for f in pipeline.filters if type(f) is MachineStateFilter]
-    accept = frozenset.intersection(*(frozenset(f.args.accept) for f in states)) if states else None
-    before = pipeline.filters[:pipeline.filters.index(fits[0])]
-    keyed = resources == _FIT_ORDER[:len(resources)] and all(type(f) in _PASS_UNPLACED for f in before)
-    return FastChain(resources, accept, spread.args.machines, loaded, fits[0], keyed, tuple(before))
+    states = [t.accepts_states for t in traits if t.accepts_states is not None]
+    accept = frozenset.intersection(*states) if states else None
+    first = fits[0]
+    before = pipeline.filters[:first]
+    keyed = resources == _FIT_ORDER[:len(resources)] and all(t.passes_unplaced for t in traits[:first])
+    return FastChain(resources, accept, spread_traits.args.machines, loaded, pipeline.filters[first], keyed,
+                     tuple(before))
 
 
 class Hosts(NamedTuple):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from cellstate.model import Job, Machine
 from cellstate.resources import Resources
-from schedulers.plugin import PluginConfigError, ScoreContext, build_args
+from schedulers.plugin import PluginConfigError, ScoreContext, ScorerTraits, build_args
 from schedulers.plugins.fit_math import checked_resources, left_fractions
 
 NAME = "borg_hybrid"
@@ -62,6 +62,7 @@ class BorgHybrid:
 
     def __init__(self, args: BorgHybridArgs) -> None:
         self.args = args
+        self.traits = ScorerTraits(NAME, args)  # its score is this formula: searches may index or bound it
 
     def score(self, job: Job, machine: Machine, free: Resources, ctx: ScoreContext) -> float:
         args = self.args

@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 from cellstate.model import Constraint, ConstraintOp, Job, Machine
 from cellstate.resources import Resources
-from schedulers.plugin import PluginConfigError, Verdict, build_args
+from schedulers.plugin import ROOM, FilterTraits, PluginConfigError, Verdict, build_args
 
 NAME = "constraints"
 _MAX_CACHED = 4096  # verdicts kept per distinct constraint
@@ -78,6 +78,8 @@ class Constraints:
 
     name = NAME
     reads = frozenset({"constraints"})
+    # machines' attributes are fixed: only a machine added (a freed one) can meet them anew
+    traits = FilterTraits(monotone_in_free=True, lifted_by=frozenset({ROOM}))
 
     def __init__(self, args: ConstraintsArgs) -> None:
         self.args = args

@@ -8,7 +8,7 @@ from operator import attrgetter
 
 from cellstate.model import Job, Machine
 from cellstate.resources import Resources
-from schedulers.plugin import PluginConfigError, ScoreContext, build_args
+from schedulers.plugin import PluginConfigError, ScoreContext, ScorerTraits, build_args
 
 NAME = "least_loaded"
 _CORE = frozenset(("cpu", "memory", "disk"))
@@ -36,6 +36,7 @@ class LeastLoaded:
 
     def __init__(self, args: LeastLoadedArgs) -> None:
         self.args = args
+        self.traits = ScorerTraits(NAME, args)  # its score is this formula: searches may index or bound it
         names = args.resources
         if len(names) > 1 and set(names) <= _CORE:
             self._amounts = attrgetter(*names)  # a tuple of the named core fields, in C

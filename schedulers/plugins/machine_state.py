@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from cellstate.model import Job, Machine, MachineState
 from cellstate.resources import Resources
-from schedulers.plugin import PluginConfigError, Verdict, build_args
+from schedulers.plugin import ROOM, FilterTraits, PluginConfigError, Verdict, build_args
 
 NAME = "machine_state"
 
@@ -36,6 +36,8 @@ class MachineStateFilter:
     def __init__(self, args: MachineStateArgs) -> None:
         self.args = args
         self._accept = frozenset(args.accept)
+        self.traits = FilterTraits(monotone_in_free=True, passes_unplaced=True, accepts_states=self._accept,
+                                   lifted_by=frozenset({ROOM}))  # a machine coming (back) up is a freed one
         self._ok = Verdict.fit(NAME)
         self._no = {s: Verdict.never(NAME, s.value) for s in MachineState}
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from cellstate.model import Job, Machine
 from cellstate.resources import Resources
-from schedulers.plugin import PluginConfigError, Verdict, build_args
+from schedulers.plugin import JOB, ROOM, FilterTraits, PluginConfigError, Verdict, build_args
 
 NAME = "max_per_machine"
 
@@ -27,6 +27,8 @@ class MaxPerMachine:
 
     name = NAME
     reads = frozenset({"max_per_machine"})
+    # the job's tasks leaving the machine lift it (the job's record changes, the machine frees room)
+    traits = FilterTraits(monotone_in_free=True, passes_unplaced=True, lifted_by=frozenset({ROOM, JOB}))
 
     def __init__(self, args: MaxPerMachineArgs) -> None:
         self.args = args

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from cellstate.model import Job, Machine
 from cellstate.resources import Resources
-from schedulers.plugin import PluginConfigError, Verdict, build_args
+from schedulers.plugin import ROOM, FilterTraits, PluginConfigError, Verdict, build_args
 
 NAME = "resources_fit"
 
@@ -33,6 +33,8 @@ class ResourcesFit:
     def __init__(self, args: ResourcesFitArgs) -> None:
         self.args = args
         self._ignore = frozenset(args.ignore)
+        self.traits = FilterTraits(monotone_in_free=True, resource_fit=True, ignores=self._ignore,
+                                   lifted_by=frozenset({ROOM}))
         self._ok = Verdict.fit(NAME)
         self._unfit: dict[str, Verdict] = {}
         self._never: dict[str, Verdict] = {}

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from cellstate.model import Job, Machine
 from cellstate.resources import Resources
-from schedulers.plugin import PluginConfigError, ScoreContext, build_args
+from schedulers.plugin import PluginConfigError, ScoreContext, ScorerTraits, build_args
 
 NAME = "zone_spread"
 
@@ -33,6 +33,7 @@ class ZoneSpread:
 
     def __init__(self, args: ZoneSpreadArgs) -> None:
         self.args = args
+        self.traits = ScorerTraits(NAME, args)  # its score is this formula: searches may index or bound it
 
     def score(self, job: Job, machine: Machine, free: Resources, ctx: ScoreContext) -> float:
         placement = ctx.placement

@@ -20,17 +20,20 @@ not make a shape (constraints, tasks placed). It is released when its record cha
 ended, was evicted back to pending, a peer placed some…) or when its group's request finds
 room as above; it sleeps with its group if the group falls asleep.
 
-Why a skipped decision would have found nothing: the chains' filters are per machine
-(machine_state, different_machine, max_per_machine, resources_fit, constraints) and scorers do
-not decide feasibility. An asleep group's request had no room on any up machine when a
+Why a skipped decision would have found nothing: the chain's filters each declare that only a
+machine freeing room (``ROOM``) or the job's record changing (``JOB``) can lift a rejection
+(``FilterTraits.lifted_by``; the built-in machine_state, different_machine, max_per_machine,
+resources_fit and constraints do) and scorers do not decide feasibility. An asleep group's request had no room on any up machine when a
 shape covered it (the shape's own decision saw none, and every machine that freed room since
 was tested at the next refresh), and every machine that freed room since was tested against
 the request: the others only grew their ledgers. So no up machine has room for it now,
 whatever the job's constraints, its tasks placed or its record's changes. A solo job failed
 on every machine at its decision; a machine that has not freed room since still fails, one
 that freed room but lacks room for a task fails ``resources_fit``, and the job's own tasks
-leaving a machine change its record. Only for schedulers that do not preempt (batch,
-service): a preempting decision may find room by eviction as other tasks arrive.
+leaving a machine change its record. Only for schedulers that declare
+``unplaced_means_no_room`` (batch, service: they do not preempt and leave a task unplaced only
+when no machine passes their filters for it): a preempting decision may find room by
+eviction as other tasks arrive (``memo_applies``).
 
 Incremental (``refresh``): each round looks only at the jobs whose record changed, the jobs
 noted since, the machines that freed room and the shapes added since. The requests of asleep
@@ -51,11 +54,30 @@ from cellstate.model import MachineState
 from cellstate.resources import Resources
 from omega.attempts import AttemptOutcome, PlacementResult
 from omega.protocols import JobEntry
+from schedulers.plugin import JOB, ROOM, filter_traits
 from schedulers.row_slots import RowSlots, with_row
 
-NON_PREEMPTING_KINDS = frozenset(("batch", "service"))
 _FOUND_NO_MORE = (AttemptOutcome.NOTHING_FITS, AttemptOutcome.COMMITTED)
 _NEVER = np.iinfo(np.int64).max  # a removed request's row: fits in nothing
+
+_LIFTED_BY_KNOWN = frozenset({ROOM, JOB})  # events the memo follows: freed machines, changed records
+
+
+def memo_applies(scheduler) -> bool:
+    """True when the memo is exact for ``scheduler``: it declares ``unplaced_means_no_room``
+    and every filter of its chain declares that only ``ROOM`` and ``JOB`` events lift its
+    rejections (read once, when the replayed scheduler is set up)."""
+    if getattr(scheduler, "unplaced_means_no_room", False) is not True:
+        return False
+    pipeline = getattr(scheduler, "pipeline", None)
+    if pipeline is None:
+        return False
+    for f in pipeline.filters:
+        lifted_by = filter_traits(f).lifted_by
+        if lifted_by is None or not lifted_by <= _LIFTED_BY_KNOWN:
+            return False
+    return True
+
 
 PendingLookup = Callable[[str], JobEntry | None]
 """job id → its entry if it is pending for this scheduler (its kinds, not killed), else None."""

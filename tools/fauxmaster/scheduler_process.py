@@ -36,7 +36,7 @@ from omega.refusals import RefusedJobs
 from omega.retry import retry_policy_for
 from schedulers.chains import KINDS, make_scheduler
 from tools.fauxmaster.clock import EventCore, Process, VirtualClock
-from tools.fauxmaster.fit_memo import NON_PREEMPTING_KINDS, NothingFitsMemo
+from tools.fauxmaster.fit_memo import NothingFitsMemo, memo_applies
 
 DECISION_TIME_MODES = ("modelled", "measured")
 SELECT_BATCH = 16  # jobs taken from one fair ordering of the queue before ordering it again
@@ -143,7 +143,7 @@ class SimScheduler:
                                        retry_policy_for(config.kind, config.seed), clock, self._on_attempt)
         self.queue = JobQueue(config.name, order=make_order(config.order, self.view, config.drf_weights))
         self.memo = (NothingFitsMemo(self.view, CommitMode.parse(config.commit_mode) is CommitMode.ALL_OR_NOTHING)
-                     if skip_nothing_fits and config.kind in NON_PREEMPTING_KINDS else None)
+                     if skip_nothing_fits and memo_applies(self.scheduler) else None)
         self.refused = RefusedJobs()  # refused jobs stay out until they change
         self.view.track_changed_jobs()
         lookups = [self.view.replica.pending_lookup(kind) for kind in self.kinds]
