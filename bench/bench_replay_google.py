@@ -5,6 +5,12 @@ with the default schedulers (one batch, one service; Omega's modelled decision t
 in-memory store (no history), once per initial state (``--initial-state``: the recorded t = 0
 cell, the tasks scheduled again, or both, the default), and prints virtual seconds per wall
 second (and per CPU second) of each. Goal: >= 300x. ``--profile`` writes a pyinstrument profile (HTML, or text for a .txt name).
+
+Fidelity (issue 20): beside the speed, the replay's fidelity against the trace's ground truth
+(``tools.fauxmaster.fidelity``; goals: initial_pending_fraction <= 0.01, scheduled_ratio >= 0.95,
+delay p50/p90 ratios in [0.5, 2]). ``--kth`` also replays the KTH SP2 SWF log (imported once,
+cached; its own 100 nodes; ``--max-txn-ops 256`` so its gangs of up to 100 processors can be
+placed) and prints the replay's job wait p50 against the logged one (goal: within 2x).
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from bench.bench_common import interpreter, verdict  # noqa: E402
 from tools.fauxmaster.replay import ReplayConfig, replay  # noqa: E402
 from tools.trace.format import FORMAT_VERSION  # noqa: E402
 from tools.trace.google2011 import IMPORTER_REVISION, CapacityModel, import_google2011  # noqa: E402
+from tools.trace.swf import IMPORTER_REVISION as SWF_REVISION  # noqa: E402
+from tools.trace.swf import import_swf  # noqa: E402
 from tools.trace.shared import traces_dir  # noqa: E402
 
 TRACES = traces_dir() / "google-2011"
@@ -42,6 +50,40 @@ def imported_trace() -> Path:
     return out
 
 
+def imported_kth() -> Path:
+    """The KTH SP2 SWF log as an omega trace, imported once per temp dir (bad lines skipped)."""
+    out = Path(tempfile.gettempdir()) / f"omega-bench-kth-sp2.v{FORMAT_VERSION}.i{SWF_REVISION}.omt"
+    if not out.exists():
+        tmp = out.with_suffix(f".{os.getpid()}.tmp")
+        import_swf(str(traces_dir() / "swf" / "KTH-SP2-1996-2.1-cln.swf.gz"), tmp, skip_bad=True)
+        tmp.rename(out)
+    return out
+
+
+def run_kth(until: float | None) -> None:
+    """Replay KTH SP2 and print the replay's wait p50 against the logged one."""
+    from tools.trace.format import read_trace
+
+    trace = imported_kth()
+    _, reader = read_trace(trace)
+    with reader:
+        horizon = reader.truth.horizon
+    config = ReplayConfig(until=until or horizon, check=False, max_txn_ops=256, sample_every_s=3600.0)
+    cpu_started = time.process_time()
+    result = replay(trace, config)
+    cpu = time.process_time() - cpu_started
+    f = result.fidelity
+    print(f"== KTH SP2 (SWF, 100 nodes, max_txn_ops 256): virtual {result.sim_time_s:,.0f} s, wall "
+          f"{result.wall_time_s:.1f} s, cpu {cpu:.1f} s, {result.jobs_submitted:,} jobs, "
+          f"{result.jobs_unscheduled:,} unscheduled at the end")
+    print("\n".join(f.lines()))
+    ratio = f.delay_p50_ratio
+    print(f"KTH SP2 wait p50: replay {f.replay_delay['p50']:,.0f} s vs logged {f.real_delay['p50']:,.0f} s "
+          f"(ratio {'n/a' if ratio is None else f'{ratio:.3f}'}; goal within 2x: "
+          f"{'met' if ratio is not None and 0.5 <= ratio <= 2 else 'MISSED'}; over {f.both_placed:,} jobs both "
+          f"placed, replay never placed {f.real_only:,})")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--hours", type=float, default=1.56, help="virtual hours to replay (default 1.56)")
@@ -56,6 +98,10 @@ def main() -> int:
     parser.add_argument("--digest", action="store_true", help="also print digests of the figures (wall times "
                         "left out) and of every key and value of the final cell, to check that a change of "
                         "the replay's code left what it simulates unchanged")
+    parser.add_argument("--kth", action="store_true", help="also replay the KTH SP2 SWF log and print its wait "
+                        "fidelity (replay wait p50 vs the logged one)")
+    parser.add_argument("--kth-until", type=float, default=None, help="virtual seconds of KTH SP2 to replay "
+                        "(default: the whole log, to its last logged start)")
     parser.add_argument("--profile", metavar="OUT", help="write a pyinstrument profile here (HTML; text if "
                         "OUT ends with .txt)")
     args = parser.parse_args()
@@ -70,6 +116,8 @@ def main() -> int:
         config = ReplayConfig(schedulers=schedulers, until=until, check=False, initial_state=mode)
         profile = args.profile if len(modes) == 1 else _suffixed(args.profile, mode)
         run_once(trace, config, profile, args.digest)
+    if args.kth:
+        run_kth(args.kth_until)
     return 0
 
 
@@ -97,6 +145,8 @@ def run_once(trace: Path, config: ReplayConfig, profile: str | None, digest: boo
     print_figures(result)
     print(f"process CPU time {cpu:.1f} s: {result.sim_time_s / cpu:.1f} virtual s per CPU s (the host is shared: "
           f"wall time includes waiting for a CPU)")
+    if result.fidelity is not None:
+        print("\n".join(result.fidelity.lines()))
     if digest:
         print_digests(result)
     print(verdict(f"replay speed ({config.initial_state})", result.speedup, GOAL, "virtual s per wall s",
@@ -116,8 +166,15 @@ def _progress_printer(wall_started: float, cpu_started: float, every_s: float = 
 
 
 def print_digests(result) -> None:
-    """sha256 of the figures without wall times, and of the final cell's keys and values."""
-    figures = hashlib.sha256(result.to_json(include_wall=False).encode()).hexdigest()
+    """sha256 of the figures without wall times (and without the fidelity section, which has its
+    own), and of the final cell's keys and values."""
+    import json
+
+    plain = result.to_dict(include_wall=False)
+    fidelity = plain.pop("fidelity", None)
+    figures = hashlib.sha256(json.dumps(plain, indent=2, sort_keys=True).encode()).hexdigest()
+    if fidelity is not None:
+        print(f"digest fidelity {hashlib.sha256(json.dumps(fidelity, sort_keys=True).encode()).hexdigest()[:16]}")
     cell = hashlib.sha256()
     for kv in result.store.range(result.keys.prefix).kvs:
         cell.update(kv.key.encode())

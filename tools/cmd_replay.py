@@ -15,6 +15,7 @@ import sys
 
 from cellstate.store import StoreError
 from tools.common import DEFAULT_ENDPOINTS
+from tools.plugin_args import add_plugin_arg, load_plugin_args
 
 DEFAULT_SPEC = "batch:batch,service:service"
 
@@ -48,6 +49,7 @@ def register(sub) -> None:
     p.add_argument("--no-check", action="store_true", help="skip the invariant check of the final cell")
     p.add_argument("--json", metavar="OUT", help="write the result as JSON")
     p.add_argument("--html", metavar="DIR", help="write an HTML report with plots (needs matplotlib)")
+    add_plugin_arg(p)
     p.set_defaults(func=run_replay)
 
 
@@ -97,6 +99,7 @@ def run_replay(args) -> int:
     from tools.fauxmaster.report import rich_progress, write_html, write_json
     from tools.trace.format import TraceError
 
+    load_plugin_args(args)
     try:
         config = ReplayConfig(
             schedulers=parse_schedulers(args.schedulers, args.seed, args.t_job, args.t_task, args.order,
@@ -107,6 +110,7 @@ def run_replay(args) -> int:
             max_txn_ops=args.max_txn_ops)
     except (ValueError, OSError) as exc:
         raise UsageError(str(exc)) from None
+    _check_before_replay(args)  # a bad input or output path fails now, not after the replay
     try:
         with rich_progress(sys.stderr.isatty()) as progress:
             result = replay(args.file, config, progress)
@@ -121,6 +125,40 @@ def run_replay(args) -> int:
     if args.html:
         print(f"report: {write_html(result, args.html)}")
     return 0 if result.check is None or result.check["ok"] else 1
+
+
+def _check_before_replay(args) -> None:
+    """UsageError (one line naming the file) for a trace that is missing, unreadable or truncated
+    (``tools.trace.format.check_complete``), or a ``--json`` / ``--html`` path that cannot be
+    written: checked before the replay, whose result would otherwise be lost."""
+    from tools.cli import UsageError
+    from tools.trace.format import TraceError, check_complete
+
+    try:
+        check_complete(args.file)
+    except OSError as exc:
+        raise UsageError(f"trace {args.file}: {exc.strerror or exc}") from None
+    except TraceError as exc:
+        raise UsageError(str(exc)) from None
+    for flag, path, directory in (("--json", args.json, False), ("--html", args.html, True)):
+        if path:
+            why = _unwritable(path, directory)
+            if why:
+                raise UsageError(f"{flag} {path}: {why}")
+
+
+def _unwritable(path: str, directory: bool) -> str | None:
+    """Why ``path`` (a file, or a directory to create or fill) cannot be written, or None."""
+    if os.path.exists(path):
+        if os.path.isdir(path) != directory:
+            return "is a directory" if not directory else "exists and is not a directory"
+        return None if os.access(path, os.W_OK) else "permission denied"
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        return f"{parent} is not a directory"
+    return None if os.access(parent, os.W_OK | os.X_OK) else f"cannot create it in {parent} (permission denied)"
 
 
 def _print_summary(result) -> None:

@@ -87,6 +87,12 @@ def run_info(args) -> int:
         raise UsageError(str(exc)) from None
     for name in ("source", "created_at", "cell", "capacity_model", "notes"):
         print(f"{name}: {getattr(header, name)}")
+    truth = events.truth
+    if truth is not None:
+        scheduled = sum(d is not None for v in truth.delays.values() for d in v)
+        occupancy = "" if truth.occupancy is None else f", occupancy at {len(truth.occupancy.t)} times"
+        print(f"ground_truth: per {truth.unit}, {len(truth.delays):,} jobs, {truth.tasks():,} {truth.unit}s "
+              f"({scheduled:,} scheduled by {truth.horizon:,.1f} s){occupancy}; {truth.notes}")
     for name, n in sorted(counts.items()):
         print(f"{name}: {n}")
     span = "no events" if first is None else f"{first:.3f} .. {last:.3f} s ({last - first:.3f} s)"

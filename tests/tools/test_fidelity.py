@@ -190,3 +190,32 @@ def test_swf_importer_keeps_logged_waits(tmp_path):
     assert "1 job(s) with an unknown wait" in truth.notes
     f = replay(out, {"until": 100.0}).fidelity  # a replay stops at the last submission unless told
     assert f.unit == "job" and f.horizon_s == 10.0 and f.tasks == 2 and f.real_scheduled == 2
+
+
+def test_bad_inputs_and_outputs_fail_before_the_replay(tmp_path, capsys):
+    """A truncated trace (gzip or plain) or an unwritable --json/--html path: one line naming the
+    file, exit 2, nothing replayed (no summary printed)."""
+    trace = google_excerpt(tmp_path)
+    data = trace.read_bytes()
+    cut = tmp_path / "cut.omt"
+    cut.write_bytes(data[:-3])
+    compressed = gzip.compress(data)
+    cut_gz = tmp_path / "cut.omt.gz"
+    cut_gz.write_bytes(compressed[:len(compressed) // 2])
+    whole_gz = tmp_path / "whole.omt.gz"
+    whole_gz.write_bytes(compressed)
+    (tmp_path / "dir").mkdir()
+    cases = [([str(cut)], "cut.omt: truncated (it does not end with an end record)"),
+             ([str(cut_gz)], "cut.omt.gz: truncated (compressed stream ends early)"),
+             ([str(tmp_path / "missing.omt")], "missing.omt: No such file or directory"),
+             ([str(trace), "--json", str(tmp_path / "dir")], "--json " + str(tmp_path / "dir") + ": is a directory"),
+             ([str(trace), "--html", str(trace)], ": exists and is not a directory"),
+             ([str(trace), "--json", str(trace / "x.json")], "is not a directory")]
+    for argv, message in cases:
+        with pytest.raises(SystemExit) as info:
+            cli_main(["replay", *argv])
+        assert info.value.code == 2
+        captured = capsys.readouterr()
+        assert message in captured.err and len(captured.err.strip().splitlines()) == 1, captured.err
+        assert "virtual s in" not in captured.out
+    assert cli_main(["replay", str(whole_gz), "--json", str(tmp_path / "new" / "r.json")]) == 0

@@ -207,6 +207,43 @@ def read_trace(path) -> tuple[TraceHeader, TraceReader]:
     return header, reader
 
 
+_END_PREFIX = msgpack.packb({"type": "end", "events": 0})[:-1]  # the end record up to its count
+
+
+def check_complete(path) -> None:
+    """TraceError naming the file unless it is readable to its end and ends with an end record:
+    a cut gzip stream (decompressed to its end, without parsing) or a file cut before its end
+    record is refused before a replay starts, not after it ran for minutes (or, with ``until``,
+    not at all). The records themselves are checked as they are read."""
+    name = os.path.basename(os.fspath(path))
+    with open(path, "rb") as raw:
+        gz = raw.read(2) == _GZIP_MAGIC
+        raw.seek(0)
+        if gz:
+            tail = b""
+            try:
+                with gzip.GzipFile(fileobj=raw) as f:
+                    while chunk := f.read1(1 << 20):
+                        tail = (tail + chunk)[-32:]
+            except EOFError:
+                raise TraceError(f"trace {name}: truncated (compressed stream ends early)") from None
+            except (OSError, zlib.error) as exc:
+                raise TraceError(f"trace {name}: corrupt compressed data ({exc})") from None
+        else:
+            raw.seek(0, os.SEEK_END)
+            raw.seek(max(0, raw.tell() - 32))
+            tail = raw.read()
+    at = tail.rfind(_END_PREFIX)
+    if at < 0:
+        raise TraceError(f"trace {name}: truncated (it does not end with an end record)")
+    try:
+        count = msgpack.unpackb(tail[at:])  # exactly the end record, nothing after it
+    except Exception:
+        count = None
+    if not (type(count) is dict and count.get("type") == "end"):
+        raise TraceError(f"trace {name}: truncated (it does not end with an end record)")
+
+
 class TraceReader:
     """Iterates the events of one trace file, checking every record as it goes."""
 
