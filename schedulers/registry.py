@@ -1,4 +1,7 @@
-"""The flat plugin registry: name -> factory(args: args dataclass | dict | None)."""
+"""The flat plugin registry: name -> factory(args: args dataclass | dict | None).
+
+The built-in plugins are listed here; ``register_filter``/``register_scorer`` add others
+(public: ``schedulers.api``), after which chains name them like the built-in ones."""
 
 from __future__ import annotations
 
@@ -39,6 +42,27 @@ SCORERS: dict[str, Callable[..., Scorer]] = {
     package_locality.NAME: package_locality.factory,
     priority_aware.NAME: priority_aware.factory,
 }
+
+
+def register_filter(name: str, factory: Callable[..., Filter], *, replace: bool = False) -> None:
+    """Make ``name`` a filter of chains: ``factory(args)`` builds it (args: a mapping of its
+    args, None for defaults, or its args object)."""
+    _register(FILTERS, "filter", name, factory, replace)
+
+
+def register_scorer(name: str, factory: Callable[..., Scorer], *, replace: bool = False) -> None:
+    """Make ``name`` a scorer of chains (see ``register_filter``)."""
+    _register(SCORERS, "scorer", name, factory, replace)
+
+
+def _register(table: dict[str, Callable[..., Any]], what: str, name: str, factory, replace: bool) -> None:
+    if not isinstance(name, str) or not name or name != name.strip():
+        raise PluginConfigError(f"{what} name must be a non-empty string without surrounding spaces, got {name!r}")
+    if not callable(factory):
+        raise PluginConfigError(f"{what} {name!r}: factory must be callable, got {factory!r}")
+    if name in FILTERS.keys() | SCORERS.keys() and not replace and table.get(name) is not factory:
+        raise PluginConfigError(f"plugin {name!r} is already registered (pass replace=True to replace it)")
+    table[name] = factory
 
 
 def make_filter(name: str, args: Any = None) -> Filter:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tools.plugin_args import add_plugin_arg, load_plugin_args
+
 
 # The experiments of tools.fauxmaster.experiments (kept here so building the parser imports
 # no scheduler code; a test checks the two lists agree).
@@ -27,6 +29,7 @@ def register(sub) -> None:
                    help="queue order of every scheduler: fair (default) | drf")
     p.add_argument("--drf-weight", action="append", default=[], metavar="OWNER=W",
                    help="owner weight under --order drf (default 1; repeatable)")
+    add_plugin_arg(p)
     p.set_defaults(func=run_experiment_command)
 
 
@@ -37,6 +40,7 @@ def run_experiment_command(args) -> int:
     from tools.fauxmaster.experiments import run_experiment
     from tools.trace.format import TraceError
 
+    load_plugin_args(args)
     try:
         overrides = Overrides(args.batch_kind, args.order, parse_weight_flags(args.drf_weight))
     except ValueError as exc:

@@ -31,6 +31,7 @@ from omega.runtime import RuntimeOptions, SchedulerProcess
 from schedulers.chains import KINDS, make_scheduler
 from schedulers.plugin import PluginConfigError
 from tools.common import add_store_args, cell_keys, open_store
+from tools.plugin_args import add_plugin_arg, load_plugin_args
 from tools.scheduler_metrics import SchedulerMetrics, count_quarantine
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,8 @@ def register(sub) -> None:
     scheduler = sub.add_parser("scheduler", help="scheduler processes")
     scheduler_sub = scheduler.add_subparsers(dest="scheduler_command", required=True, metavar="ACTION")
     run = scheduler_sub.add_parser("run", help="serve a cell until interrupted")
-    run.add_argument("--kind", required=True, help=f"scheduler kind: {' | '.join(sorted(KINDS))}")
+    run.add_argument("--kind", required=True,
+                     help=f"scheduler kind: {' | '.join(sorted(KINDS))}, or one a --plugin module registers")
     run.add_argument("--name", help="scheduler name (default: KIND-PID)")
     run.add_argument("--conflict-mode", default="resource-fit", help="sequence | resource-fit (default)")
     run.add_argument("--commit-mode", default="incremental", help="incremental (default) | all-or-nothing")
@@ -67,6 +69,7 @@ def register(sub) -> None:
                      help="keep retrying an unreachable store this long at start (default 30)")
     run.add_argument("--duration", type=float, default=0.0, metavar="SECONDS",
                      help="stop after this long (default 0: until SIGINT/SIGTERM)")
+    add_plugin_arg(run)
     add_store_args(run)
     run.set_defaults(func=run_scheduler)
 
@@ -89,6 +92,7 @@ def build_parts(args):
     """(scheduler, conflict mode, commit mode, runtime options) of the flags; UsageError otherwise."""
     from tools.cli import UsageError
 
+    load_plugin_args(args)
     if args.kind not in KINDS:
         raise UsageError(f"--kind must be one of {', '.join(sorted(KINDS))}, got {args.kind!r}")
     name = args.name or f"{args.kind}-{os.getpid()}"
