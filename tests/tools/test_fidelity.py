@@ -219,3 +219,14 @@ def test_bad_inputs_and_outputs_fail_before_the_replay(tmp_path, capsys):
         assert message in captured.err and len(captured.err.strip().splitlines()) == 1, captured.err
         assert "virtual s in" not in captured.out
     assert cli_main(["replay", str(whole_gz), "--json", str(tmp_path / "new" / "r.json")]) == 0
+
+
+def test_job_events_rows_of_another_shape_are_counted(tmp_path):
+    task_events, job_events = tmp_path / "te.csv.gz", tmp_path / "je.csv.gz"
+    with gzip.open(task_events, "wt") as f:
+        f.write(",".join(task_row(S + 1_000_000, 1, 0, "", 0)) + "\n")
+    with gzip.open(job_events, "wt") as f:
+        f.write("1,,1,5,u,0\n")  # 6 columns: dropped
+        f.write(f"{S + 2_000_000},,1,5,u,0,n,l\n")  # a kill, 8 columns
+    stats = import_google2011(str(task_events), str(job_events), tmp_path / "g.omt", CapacityModel("uniform"))
+    assert stats.skipped["job_events rows dropped (not 8 columns)"] == 1

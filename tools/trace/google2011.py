@@ -122,6 +122,7 @@ class Survey:
     job_kills: list[tuple[int, str]] = field(default_factory=list)  # (timestamp_us, job), sorted
     rows: int = 0
     last_us: int = 0
+    dropped_job_rows: int = 0  # job_events rows without 8 columns
     # ground truth: each batch's SUBMIT timestamp and (task, attempt) keys, in pass 2's order
     batches: dict[str, tuple[int, list[tuple[int, int]]]] = field(default_factory=dict)
     first_scheduled: dict[tuple[str, str, int], int] = field(default_factory=dict)  # (job, task, attempt) → ts
@@ -227,7 +228,10 @@ def survey(task_events: str, job_events: str, limit: int | None = None) -> Surve
                 advance(20_000)
     s.machine_ids = sorted(machines, key=int)
     for number, row in read_rows(job_events):
-        if len(row) >= 4 and row[3] == str(KILL):
+        if len(row) != 8:  # job_events has 8 columns: a row of another shape is dropped, and counted
+            s.dropped_job_rows += 1
+            continue
+        if row[3] == str(KILL):
             if not row[0].isdecimal():
                 raise GoogleTraceError(f"{job_events}: line {number}: bad timestamp {row[0]!r}")
             if int(row[0]) <= s.last_us:
@@ -415,6 +419,8 @@ def import_google2011(task_events: str, job_events: str, out, capacity: Capacity
     capacity = capacity or CapacityModel()
     s = survey(task_events, job_events, limit)
     stats = ImportStats()
+    if s.dropped_job_rows:
+        stats.skipped["job_events rows dropped (not 8 columns)"] = s.dropped_job_rows
     header = TraceHeader(
         source=f"google clusterdata-2011-2 task_events={task_events} job_events={job_events}"
                + (f" limit={limit} rows" if limit is not None else ""),
