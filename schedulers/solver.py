@@ -78,7 +78,9 @@ class SolverScheduler:
             return planned
         items: list[Item] = [(job, tasks)]
         if self.config.lookahead_jobs:
-            others = [e for e in fair_order(view.pending_jobs()) if e.id != job.id]
+            named = job.record.job.scheduler  # a job naming its class: look ahead at that class's jobs only
+            others = [e for e in fair_order(view.pending_jobs())
+                      if e.id != job.id and (not named or e.record.job.scheduler == named)]
             items += [(e, e.record.pending_tasks()) for e in others[:self.config.lookahead_jobs]]
         decisions = self._decide_items(items, view)
         self._plans = {e.id: (e.mod_revision, tuple(t), decisions[e.id]) for e, t in items[1:]}

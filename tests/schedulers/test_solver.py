@@ -224,7 +224,11 @@ class NullSink:
 
 
 def test_scheduler_process_round_with_the_solver_kind():
-    store, keys = seeded_store([job(f"j{n}", 3, cpu=1000, memory=1024) for n in range(4)])
+    from dataclasses import replace
+
+    # a solver process serves the jobs that name its class; a batch-class job is not its to place
+    store, keys = seeded_store([replace(job(f"j{n}", 3, cpu=1000, memory=1024), scheduler="solver") for n in range(4)]
+                               + [job("batch-class", 3, cpu=1000, memory=1024)])
     process = SchedulerProcess(make_scheduler("solver", "solver-1", 1, {"lookahead_jobs": 8}),
                                ReplicaView(store, keys), StoreCommitter(store, keys), NullSink(), clock=Clock())
     assert process.work_round() == 4
