@@ -12,6 +12,10 @@ Violation kinds:
   task-out-of-range an alloc for a task index the job does not have
   task-state        a task whose char is 'a'/'r' without an alloc, or with an alloc but not 'a'/'r'
   task-accounting   pending + placed/running + finished/failed/killed != tasks
+  orphaned-reservation  an alloc of a pending task while its job has no gang key: an
+                    orphaned gang reservation (docs/CELLSTATE.md, "Gangs larger than one
+                    transaction"); with a gang key it is a reservation in progress, legal
+  undecodable/bad-key also cover ``gangs/{job}`` values (reservation records)
 
 A machine or job value that does not decode or is misfiled (another machine's valid value
 under ``machines/m1``) is reported once, under its own key, and then left out as the schedulers
@@ -26,6 +30,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from cellstate.codec import decode_alloc, decode_job_record, decode_machine
+from cellstate.codec_gang import decode_gang
 from cellstate.codec_fields import CodecError
 from cellstate.keys import CellKeys
 from cellstate.model import Alloc, JobRecord, Machine, TaskState
@@ -76,6 +81,7 @@ class _Cell:
     undecodable_machines: set[str] = field(default_factory=set)  # undecodable or misfiled
     undecodable_jobs: set[str] = field(default_factory=set)
     bad_alloc_tasks: set[tuple[str, int]] = field(default_factory=set)
+    gangs: set[str] = field(default_factory=set)  # jobs with a gang key (a reservation in progress)
 
 
 def check_cell(store: Store, keys: CellKeys, revision: int | None = None) -> Report:
@@ -136,6 +142,11 @@ def _decode_one(kind: str, parts: tuple[str, ...], kv: KeyValue, cell: _Cell, re
             _left_out(kind, parts, cell)
         else:
             cell.jobs[parts[0]] = record
+    elif kind == "gangs" and len(parts) == 1:
+        cell.gangs.add(parts[0])  # (held even if its value is bad: the key is what guards)
+        gang = decode_gang(kv.key, kv.value)
+        if gang.job_id != parts[0]:
+            report.add("key-mismatch", kv.key, f"holds the reservation of job {gang.job_id!r}")
     elif kind == "allocs" and len(parts) == 2:
         alloc = decode_alloc(kv.key, kv.value)
         if (alloc.job_id, str(alloc.task_index)) != parts:
@@ -201,6 +212,12 @@ def _check_tasks(keys: CellKeys, cell: _Cell, report: Report) -> None:
         live_without = [i for i, c in enumerate(record.tasks) if c in _LIVE and i not in with_alloc
                         and i not in unknown]  # (a task whose alloc key holds a bad value: not judged)
         alloc_not_live = sorted(i for i in with_alloc if i < len(record.tasks) and record.tasks[i] not in _LIVE)
+        reserved = [i for i in alloc_not_live if record.tasks[i] == "p"]
+        if reserved:  # a gang reservation: legal while its gang key exists (docs/CELLSTATE.md)
+            alloc_not_live = [i for i in alloc_not_live if record.tasks[i] != "p"]
+            if job_id not in cell.gangs:
+                report.add("orphaned-reservation", key, f"orphaned gang reservation: pending task(s) "
+                           f"{_few(reserved)} have an alloc but the job has no gang key")
         if live_without:
             report.add("task-state", key, f"task(s) {_few(live_without)} placed/running without an alloc")
         if alloc_not_live:

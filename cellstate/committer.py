@@ -76,6 +76,12 @@ class StoreCommitter:
         self.keys = keys
         self.max_txn_ops = store.max_txn_ops if max_txn_ops is None else max_txn_ops
         self.max_claims_per_txn = claims_per_txn(self.max_txn_ops)
+        from cellstate.gang_commit import GangCommits  # (it builds on this module)
+        self.gangs = GangCommits(self)
+        """Gangs larger than one txn: reserved in chunks, placed by one last txn (omega's GangCommitter)."""
+
+    def gang_placed(self, plan: Plan) -> None:
+        """Called with a gang's final plan (every claim) once ``gangs.finish`` committed it."""
 
     def commit(self, plan: Plan) -> CommitOutcome:
         """Run the plan's txn; PlanTooLarge if it exceeds the op or request-size limit,

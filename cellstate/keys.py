@@ -5,6 +5,7 @@
     {root}/cells/{cell}/allocs/{job_id}/{task}     Alloc: one task on one machine
     {root}/cells/{cell}/stats/{scheduler}          scheduler stats (leased: vanish with their process)
     {root}/cells/{cell}/conflicts/{scheduler}/{n}  recent conflicts (leased)
+    {root}/cells/{cell}/gangs/{job_id}             a gang reservation in progress (leased)
 
 Ids may not contain "/" (validated by the codec and the job-spec loader).
 """
@@ -19,7 +20,7 @@ from cellstate.store import Get
 _GET = builder(Get)
 
 DEFAULT_ROOT = "/omega"
-KINDS = ("machines", "jobs", "allocs", "stats", "conflicts")
+KINDS = ("machines", "jobs", "allocs", "stats", "conflicts", "gangs")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +64,9 @@ class CellKeys:
 
     def stats(self, scheduler: str) -> str:
         return f"{self.prefix}stats/{scheduler}"
+
+    def gang(self, job_id: str) -> str:
+        return f"{self.prefix}gangs/{job_id}"
 
     def conflict(self, scheduler: str, seq: int) -> str:
         return f"{self.prefix}conflicts/{scheduler}/{seq:012d}"

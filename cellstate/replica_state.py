@@ -59,11 +59,12 @@ class ReplicaState:
         self._job_prefix, self._machine_prefix = keys.kind_prefix("jobs"), keys.kind_prefix("machines")
         self._put_kind = {
             "machines": self._put_machine, "jobs": self._put_job, "allocs": self._put_alloc,
-            "stats": self._put_stats, "conflicts": self._put_conflict,
+            "stats": self._put_stats, "conflicts": self._put_conflict, "gangs": self._put_gang,
         }
         self.quarantine: dict[str, str] = {}  # key -> why its value was refused
         self.stats_raw: dict[str, bytes] = {}
         self.conflicts_raw: dict[str, bytes] = {}
+        self.gangs_raw: dict[str, bytes] = {}  # gangs/{job} (reservations in progress): raw, by key
         self._mod: dict[str, int] = {}  # key -> mod_revision (or a local delete's revision)
         self._machines: dict[str, MachineEntry] = {}
         self._jobs: dict[str, JobEntry] = {}
@@ -78,7 +79,7 @@ class ReplicaState:
 
     def _reset(self) -> None:
         """Forget everything (every dict is cleared in place)."""
-        for held in (self.quarantine, self.stats_raw, self.conflicts_raw, self._mod, self._machines, self._jobs,
+        for held in (self.quarantine, self.stats_raw, self.conflicts_raw, self.gangs_raw, self._mod, self._machines, self._jobs,
                      self._allocs, self._allocs_on, self._allocs_of, *self._pending.values()):
             held.clear()
 
@@ -188,6 +189,8 @@ class ReplicaState:
             self.stats_raw.pop(key, None)
         elif kind == "conflicts":
             self.conflicts_raw.pop(key, None)
+        elif kind == "gangs":
+            self.gangs_raw.pop(key, None)
 
     # -- by kind ----------------------------------------------------------------------------
 
@@ -346,3 +349,6 @@ class ReplicaState:
 
     def _put_conflict(self, key: str, ident: str, raw: bytes, mod: int) -> None:
         self.conflicts_raw[key] = raw
+
+    def _put_gang(self, key: str, ident: str, raw: bytes, mod: int) -> None:
+        self.gangs_raw[key] = raw

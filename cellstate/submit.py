@@ -221,12 +221,23 @@ def kill_job(store: Store, keys: CellKeys, job_id: str, attempts: int = 5,
     Returns the revision; ``released``, when given, gets every alloc the kill deleted appended.
     """
     conflicts = committed = 0
+    recheck = False  # a gang reservation was in progress: look again once everything is released
+    revision = 0
     while True:
         try:
             job_kv, record, allocs, machines = _read_job_state(store, keys, job_id)
         except CodecError as exc:
             raise UnreadableRecord(exc, committed) from None
-        compares, ops, deleted = _kill_step(keys, job_kv, record, allocs, machines, store.max_txn_ops)
+        # A gang reservation in progress (gangs/{job}) adds allocations without writing the job
+        # record: the kill deletes the gang key, so none can land afterwards, and reads again.
+        gang = store.get(keys.gang(job_id))
+        if recheck and not allocs and gang is None:
+            return revision
+        compares, ops, deleted = _kill_step(keys, job_kv, record, allocs, machines,
+                                            store.max_txn_ops - (gang is not None))
+        if gang is not None:
+            ops.append(Delete(gang.key))
+            recheck = True
         result = store.txn(compares, ops, [])
         if not result.succeeded:
             conflicts += 1
@@ -235,9 +246,10 @@ def kill_job(store: Store, keys: CellKeys, job_id: str, attempts: int = 5,
             continue
         conflicts = 0
         committed += 1
+        revision = result.revision
         if released is not None:
             released.extend(deleted)
-        if len(ops) - 1 >= _live_count(allocs, machines):
+        if len(ops) - 1 - (gang is not None) >= _live_count(allocs, machines) and not recheck:
             return result.revision
 
 

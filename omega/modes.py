@@ -19,7 +19,9 @@ Commit mode: what happens to the claims.
   INCREMENTAL     keep what is valid: retry the kept claims at once (rebased on the fresh
                   revisions); rejected tasks go back to the scheduler; big plans are split.
   ALL_OR_NOTHING  gang: a decision must place every task; any rejection sends the whole job
-                  back; a gang larger than one transaction is refused (PlanTooLarge).
+                  back; a gang larger than one transaction is reserved in chunks and placed
+                  by one last txn (``omega.gangs``), or refused (PlanTooLarge) by a committer
+                  without ``gangs``.
 
 ``drop_unfit`` re-checks a plan's claims with the same cumulative fit before a later chunk of
 a split decision goes out.

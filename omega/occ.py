@@ -5,7 +5,9 @@ One *attempt* = one decision by the scheduler and the transactions it leads to:
      or for a gang; afterwards only the tasks sent back by the commit mode);
   2. ``decide(job_entry, tasks, view)`` → claims and reasons for the tasks left out;
   3. commit the claims in transactions of at most ``committer.max_claims_per_txn`` claims
-     (incremental: split; all-or-nothing: one txn or ``PlanTooLarge``); after each txn the
+     (incremental: split; all-or-nothing: one txn, or, for a gang larger than one txn,
+     reservations in chunks made final by one last txn through the committer's ``gangs``,
+     ``omega.gangs``; ``PlanTooLarge`` without them); after each txn the
      view takes in the outcome (``apply_outcome``);
   4. on a failed txn the conflict mode splits the claims against the fresh state read in
      the same round trip; the commit mode says which to retry at once (rebased on the fresh
@@ -27,6 +29,7 @@ from tenacity import Retrying, retry_if_result
 
 from cellstate.fastbuild import builder
 from omega.attempts import Attempt, AttemptOutcome, PlacementResult, classify
+from omega.gangs import has_reservations, place_in_chunks
 from omega.modes import CommitMode, ConflictMode, ConflictSplit, check_gang_size, victims_of
 from omega.protocols import (
     Claim, Clock, CommitOutcome, Committer, Decide, Decision, JobEntry, PlacementView, Plan, PlanTooLarge,
@@ -89,6 +92,7 @@ class OptimisticPlacer:
         self.clock = clock
         self.on_attempt = on_attempt
         self.refresh = refresh
+        self._gangs = getattr(committer, "gangs", None)  # a GangCommitter: gangs larger than one txn
         self._seen: dict[str, tuple[str, list[int]]] = {}  # job id → (task states, pending tasks) last read
         # one loop for every placement: its stop and wait read the placement it is called with
         self._retrying = Retrying(
@@ -135,6 +139,9 @@ class OptimisticPlacer:
             return True
         started = self.clock.now()
         if mode is CommitMode.ALL_OR_NOTHING:
+            if self._gangs is not None and (len(tasks) > self.committer.max_claims_per_txn
+                                            or has_reservations(st.view, entry)):
+                return place_in_chunks(self, st, entry, tasks, started, _Tally())
             self._refuse_oversized_gang(st, entry, tasks, started)
         decision, decision_time = self._decide(st, entry, tasks)
         decision = mode.strategy.admit(entry, tasks, decision)

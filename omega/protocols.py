@@ -151,6 +151,45 @@ class Committer(Protocol):
     def commit(self, plan: Plan) -> CommitOutcome: ...
 
 
+@dataclass(slots=True)
+class GangHold:
+    """A gang reservation in progress: the job's gang key, created at ``create_revision`` on
+    ``lease`` by ``scheduler`` (``GangCommitter.begin``); ``reserved`` allocations so far."""
+
+    job_id: str
+    scheduler: str
+    lease: int
+    create_revision: int
+    started_at: float
+    reserved: int = 0
+
+
+class GangCommitter(Protocol):
+    """Commits an all-or-nothing job larger than one transaction: reservations in chunks under a
+    leased gang key, made final by one last txn (``cellstate.gang_commit``). A committer offers
+    it as its ``gangs`` attribute; without one, such a gang is refused (``PlanTooLarge``)."""
+
+    max_claims_per_txn: int
+
+    def begin(self, job: JobEntry, scheduler: str, now: float) -> GangHold | None:
+        """Hold the job (None: another holds it)."""
+        ...
+
+    def keep_alive(self, hold: GangHold) -> bool: ...
+
+    def reserve(self, hold: GangHold, plan: Plan) -> tuple[CommitOutcome, bool]:
+        """One chunk of reservations; the outcome and whether the hold is lost."""
+        ...
+
+    def finish(self, hold: GangHold, plan: Plan) -> CommitOutcome: ...
+
+    def release(self, hold: GangHold) -> list[CommitOutcome]:
+        """Release every reservation of the job (not placed or running tasks' allocs)."""
+        ...
+
+    def end(self, hold: GangHold) -> None: ...
+
+
 class Refreshable(Protocol):
     """A view that can take in what a commit did (written keys on success, the fresh
     compared entries on failure) without waiting for its watch."""

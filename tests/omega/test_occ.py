@@ -130,11 +130,14 @@ def test_incremental_plan_larger_than_one_txn_is_split(request, backend):
 
 
 def test_oversized_gang_is_refused_and_keeps_its_reason():
+    """By a committer without ``gangs`` (StoreCommitter's reserve it in chunks: test_gangs.py)."""
     store, keys = MemoryStore(max_txn_ops=20), CellKeys("gang")
     seed(store, keys, [machine(f"m{i}", cpu=8000) for i in range(5)], [batch_job("g", 25, gang=True)])
     attempts, decide, view = [], RecordingDecide(), ReplicaView(store, keys)
+    committer = StoreCommitter(store, keys)
+    committer.gangs = None
     with pytest.raises(PlanTooLarge, match=r"gang job 'g' has 25 tasks.*at most 9 claims"):
-        placer(store, keys, commit=INC, attempts=attempts).place("g", view, decide)
+        placer(store, keys, commit=INC, attempts=attempts, committer=committer).place("g", view, decide)
     assert [a.outcome for a in attempts] == [O.TOO_LARGE] and decide.calls == []
     record = view.job("g").record
     assert record.tasks == "p" * 25 and "gang too large" in record.reason and "limit 9" in record.reason

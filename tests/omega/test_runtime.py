@@ -82,9 +82,11 @@ def test_freed_machine_resets_backoff_and_places_deferred_job(etcd_store, cell_k
 
 def test_refused_gang_is_not_tried_again_when_room_frees(etcd_store, cell_keys):
     """A gang larger than one transaction is refused once (its reason written), then left out:
-    freed room resets the backoff of the other jobs, not its refusal."""
+    freed room resets the backoff of the other jobs, not its refusal. (By a committer without
+    ``gangs``: StoreCommitter's reserve such a gang in chunks, tests/omega/test_gangs.py.)"""
     add_machines(etcd_store, cell_keys, 2)
     committer = StoreCommitter(etcd_store, cell_keys)
+    committer.gangs = None
     gang = replace(batch_jobs("gang", 1, tasks=committer.max_claims_per_txn + 1, cpu=10)[0], gang=True)
     submit(etcd_store, cell_keys, [gang])
     outcomes: list = []

@@ -1,5 +1,6 @@
-"""A replayed scheduler refuses a gang larger than one transaction once, then leaves it out
-until it changes, however often the cell frees room (omega/refusals.py)."""
+"""A replayed gang larger than one transaction: placed by reservations in chunks and one last
+txn (omega/gangs.py), not refused; before, it was refused once and then left out until it
+changed (omega/refusals.py, still used for plans the committer cannot take at all)."""
 
 from __future__ import annotations
 
@@ -26,16 +27,16 @@ def refused_gang_trace(path, kill_at: float | None) -> str:
 
 @pytest.mark.parametrize("skip_nothing_fits", [True, False], ids=["with-memo", "without-memo"])
 @pytest.mark.parametrize("kill_at", [None, 10.0], ids=["kept", "killed"])
-def test_refused_gang_is_taken_once(tmp_path, skip_nothing_fits, kill_at):
+def test_a_gang_larger_than_one_txn_is_placed_in_chunks(tmp_path, skip_nothing_fits, kill_at):
     schedulers = []
     config = ReplayConfig(schedulers=[dict(name="b", kind="batch", seed=1)], until=30.0,
                           skip_nothing_fits=skip_nothing_fits)
     result = replay(refused_gang_trace(tmp_path / "t.omt", kill_at), config,
                     setup=lambda made, core: schedulers.extend(made))
     tally = schedulers[0].tally
-    assert tally.too_large == 1
-    assert result.schedulers[0].tasks_placed == 40  # every small job, none of the gang
-    assert tally.jobs_taken < 60  # the small jobs and the gang's one refusal (it was ~one per freed room)
+    assert tally.too_large == 0
+    assert result.schedulers[0].tasks_placed == 70 + 40  # the gang (at t = 0) and every small job
+    assert tally.jobs_taken < 60
     assert result.check["ok"], result.check["violations"]
 
 

@@ -133,6 +133,10 @@ class ObservedCommitter(StoreCommitter):
             self.on_commit(plan)
         return outcome
 
+    def gang_placed(self, plan: Plan) -> None:
+        """A gang larger than one txn, placed by its last txn (its reservations were not placements)."""
+        self.on_commit(plan)
+
 
 class SimCell:
     """The store side of a replay (see the module docstring)."""

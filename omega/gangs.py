@@ -1,0 +1,207 @@
+"""Gangs larger than one transaction: reserved in chunks, placed all at once.
+
+An all-or-nothing job whose pending tasks do not fit one txn's claims (or that carries
+reservations left by a scheduler that died: allocations of pending tasks) is placed through
+the committer's ``gangs`` (``omega.protocols.GangCommitter``):
+
+  1. hold the job: its gang key, on a lease of ours (held by another: the job waits);
+  2. release any reservation left (a dead scheduler's: allocations of tasks not placed or
+     running), under our hold, so nothing of it can land afterwards;
+  3. decide every pending task on the view pinned at the job's revision; all or nothing;
+  4. reserve the claims in chunks of the committer's claims per txn; a chunk compares the
+     machines (resource-fit rebasing as for a placement: claims that still fit go again at
+     once), the job's revision and our gang key; claims that no longer fit are decided again
+     on the fresh view, the reserved ones stay; bounded by the retry policy;
+  5. finish: one txn puts the job record with every task 'a' and deletes the gang key.
+
+Before the finish the job's tasks stay pending: no partial gang is ever visible as placed.
+Anything else (a change of the job record, the hold lost, giving up, an error) releases the
+reservations and the hold; a scheduler that dies leaves them to its lease's expiry and to the
+next scheduler that takes the job (step 2). docs/CELLSTATE.md has the transactions.
+"""
+
+from __future__ import annotations
+
+from cellstate.fastbuild import builder
+from omega.attempts import AttemptOutcome, classify
+from omega.modes import CommitMode, drop_unfit
+from omega.protocols import Claim, GangCommitter, GangHold, JobEntry, Plan, PlanTooLarge, PlacementView
+
+_PLAN = builder(Plan)
+
+
+def has_reservations(view: PlacementView, entry: JobEntry) -> bool:
+    """True when the view holds an allocation of one of the job's pending tasks (a reservation,
+    maybe orphaned by a scheduler that died)."""
+    states = entry.record.tasks
+    n = len(states)
+    return any(a.task_index < n and states[a.task_index] == "p" for a in view.allocs_of(entry.id))
+
+
+class _Abort(Exception):
+    """The reservation cannot go on (job changed or gone, hold lost): release, retry later."""
+
+
+def place_in_chunks(placer, st, entry: JobEntry, tasks: list[int], started: float, tally) -> bool:
+    """One attempt of a gang through ``placer.committer.gangs`` (see the module docstring).
+    True when there is nothing to retry (placed, nothing fits, held by another, given up)."""
+    gangs: GangCommitter = placer.committer.gangs
+    attempt = {"decision_time_s": 0.0, "claims": (), "started_at": started}
+    hold = gangs.begin(entry, placer.scheduler, placer.clock.now())
+    if hold is None:  # another scheduler is reserving it (or its hold has not expired yet)
+        placer._emit(st, attempt, tally, AttemptOutcome.NOTHING_FITS)
+        return True
+    placed = finished = False
+    try:
+        for outcome in gangs.release(hold):  # what a dead scheduler left
+            st.view.apply_outcome(outcome)
+        finished, placed = _reserve_and_finish(placer, gangs, hold, st, tasks, attempt, tally)
+    except _Abort:
+        finished = False
+    finally:
+        if not placed:
+            _release(gangs, hold, st.view)
+    if placed:
+        st.no_progress = 0
+        attempt["claims"] = tuple(tally.committed)
+        placer._record_committed(st, tally)
+    elif not finished:
+        st.no_progress += 1
+        st.todo = list(tasks)
+    placer._emit(st, attempt, tally, classify(attempt["claims"], tuple(tally.committed)))
+    if finished and not placed and st.unplaced and not st.job_gone:
+        fresh = st.view.job(st.job_id)
+        if fresh is not None:
+            placer._write_reason(st, fresh, type(tally)())
+    return finished or placed
+
+
+def _release(gangs: GangCommitter, hold: GangHold, view) -> None:
+    """Release every reservation of the hold and end it; while an error propagates, an error
+    here is dropped (the lease's expiry and the next holder release instead)."""
+    import sys
+
+    propagating = sys.exc_info()[0] is not None
+    try:
+        for outcome in gangs.release(hold):
+            view.apply_outcome(outcome)
+        gangs.end(hold)
+    except Exception:
+        if not propagating:
+            raise
+
+
+def _reserve_and_finish(placer, gangs: GangCommitter, hold: GangHold, st, tasks: list[int], attempt: dict,
+                        tally) -> tuple[bool, bool]:
+    """(finished, placed)."""
+    view = st.view
+    entry = view.job(st.job_id)
+    if entry is None:
+        st.job_gone = True
+        return True, False
+    pinned = entry.mod_revision  # the job must stay at this revision until the finish
+    tasks = [i for i in tasks if entry.record.tasks[i] == "p"] if not entry.record.killed else []
+    if not tasks:
+        return True, False
+    strategy = CommitMode.ALL_OR_NOTHING.strategy
+    decision, elapsed = placer._decide(st, entry, tasks)
+    decision = strategy.admit(entry, tasks, decision)
+    attempt["decision_time_s"] += elapsed
+    attempt["claims"] = tuple(decision.claims)
+    st.unplaced.update(decision.unplaced)
+    if not decision.claims:
+        return True, False
+    if any(c.evicts for c in decision.claims):
+        raise PlanTooLarge(f"gang job {st.job_id!r} has {len(tasks)} tasks to place, more than one transaction "
+                           f"holds, and a reservation in chunks cannot evict tasks")
+    reserved: dict[int, Claim] = {}
+    todo = list(decision.claims)
+    limit = gangs.max_claims_per_txn
+    idle = 0
+    while todo:
+        redo: list[int] = []
+        for i in range(0, len(todo), limit):
+            redo += _reserve_chunk(placer, gangs, hold, st, pinned, todo[i:i + limit], reserved, tally)
+        if not redo:
+            break
+        idle = 0 if len(reserved) > 0 and len(redo) < len(todo) else idle + 1
+        if placer.retry.exhausted(idle):
+            for task in redo:
+                st.unplaced[task] = f"gave up reserving the gang ({st.conflicts.get(task, 'conflicting commits')})"
+            return True, False
+        entry = _pinned(view, st, pinned)
+        decision, elapsed = placer._decide(st, entry, sorted(redo))
+        attempt["decision_time_s"] += elapsed
+        claimed = {c.task_index for c in decision.claims}
+        if claimed != set(redo):
+            first = next(iter(decision.unplaced.values()), "not every task was placed")
+            why = f"gang of {len(tasks)} tasks: only {len(reserved) + len(claimed)} fit ({first})"
+            st.unplaced.update({i: why for i in tasks})
+            return True, False
+        todo = list(decision.claims)
+    entry = _pinned(view, st, pinned)
+    claims = tuple(reserved[i] for i in tasks)
+    for task in tasks:
+        st.unplaced.pop(task, None)
+    plan = _PLAN(entry, claims, {}, placer.scheduler, dict(st.unplaced), placer.clock.now(), {}, {})
+    outcome = gangs.finish(hold, plan)
+    view.apply_outcome(outcome)
+    tally.transactions += 1
+    if not outcome.committed:
+        tally.failed += 1
+        tally.job_conflicts += 1
+        raise _Abort()
+    tally.committed.extend(claims)
+    return True, True
+
+
+def _pinned(view, st, pinned: int) -> JobEntry:
+    """The job as the reservation began; _Abort when it is gone or changed since."""
+    entry = view.job(st.job_id)
+    if entry is None:
+        st.job_gone = True
+        raise _Abort()
+    if entry.mod_revision != pinned:
+        raise _Abort()
+    return entry
+
+
+def _reserve_chunk(placer, gangs: GangCommitter, hold: GangHold, st, pinned: int, claims: list[Claim],
+                   reserved: dict[int, Claim], tally) -> list[int]:
+    """Reserve ``claims`` (one txn, retried at once with the claims that still fit after a
+    conflict); the tasks to decide again."""
+    _pinned(st.view, st, pinned)
+    plan, gone = placer._plan(st, claims)
+    redo = list(gone)
+    if plan is None:
+        raise _Abort()
+    plan, back = drop_unfit(plan)
+    redo += back
+    for _ in range(placer.retry.max_attempts):
+        if not plan.claims:
+            return redo
+        if plan.job.mod_revision != pinned:
+            raise _Abort()
+        plan = placer._refreshed(st, plan)
+        if hold.reserved and not gangs.keep_alive(hold):
+            raise _Abort()
+        outcome, lost = gangs.reserve(hold, plan)
+        st.view.apply_outcome(outcome)
+        tally.transactions += 1
+        if outcome.committed:
+            reserved.update((c.task_index, c) for c in plan.claims)
+            return redo
+        tally.failed += 1
+        fresh = outcome.fresh_job
+        if lost or fresh is None or fresh.mod_revision != pinned:
+            tally.job_conflicts += 1
+            raise _Abort()
+        before = len(tally.redecide)
+        plan = placer._resolve(st, CommitMode.INCREMENTAL, plan, outcome, tally)
+        redo += tally.redecide[before:]
+        del tally.redecide[before:]
+        if plan is None:
+            raise _Abort()
+    if plan is not None:
+        redo += [c.task_index for c in plan.claims]
+    return redo
