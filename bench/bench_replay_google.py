@@ -78,7 +78,7 @@ def run_kth(until: float | None) -> None:
           f"{result.jobs_unscheduled:,} unscheduled at the end")
     print("\n".join(f.lines()))
     ratio = f.delay_p50_ratio
-    print(f"KTH SP2 wait p50: replay {f.replay_delay['p50']:,.0f} s vs logged {f.real_delay['p50']:,.0f} s "
+    print(f"KTH SP2 wait p50: replay {f.replay_delay['p50']:,.2f} s vs logged {f.real_delay['p50']:,.2f} s "
           f"(ratio {'n/a' if ratio is None else f'{ratio:.3f}'}; goal within 2x: "
           f"{'met' if ratio is not None and 0.5 <= ratio <= 2 else 'MISSED'}; over {f.both_placed:,} jobs both "
           f"placed, replay never placed {f.real_only:,})")
@@ -173,13 +173,14 @@ def print_digests(result) -> None:
     plain = result.to_dict(include_wall=False)
     fidelity = plain.pop("fidelity", None)
     figures = hashlib.sha256(json.dumps(plain, indent=2, sort_keys=True).encode()).hexdigest()
-    if fidelity is not None:
-        print(f"digest fidelity {hashlib.sha256(json.dumps(fidelity, sort_keys=True).encode()).hexdigest()[:16]}")
+
     cell = hashlib.sha256()
     for kv in result.store.range(result.keys.prefix).kvs:
         cell.update(kv.key.encode())
         cell.update(kv.value)
-    print(f"digest figures {figures[:16]} cell {cell.hexdigest()[:16]}")
+    print(f"digest figures {figures[:16]} cell {cell.hexdigest()[:16]}")  # first: bench/side_by_side.sh shows it
+    if fidelity is not None:
+        print(f"digest fidelity {hashlib.sha256(json.dumps(fidelity, sort_keys=True).encode()).hexdigest()[:16]}")
 
 
 def print_figures(result) -> None:

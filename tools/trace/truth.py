@@ -20,7 +20,7 @@ with the workload, so a replay can be checked against it (``tools.fauxmaster.fid
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from cellstate import codec_fields as fc
 from cellstate.codec_fields import CodecError
@@ -57,7 +57,6 @@ class GroundTruth:
     delays: dict[str, list[float | None]]
     occupancy: Occupancy | None = None
     notes: str = ""
-    extra: dict = field(default_factory=dict, compare=False)  # not stored
 
     def __post_init__(self):
         if self.unit not in UNITS:
