@@ -27,6 +27,7 @@ from cellstate.codec import decode_alloc, decode_job_record, decode_machine, enc
 from cellstate.codec_fields import CodecError
 from cellstate.codec_trusted import pack_alloc, pack_machine
 from cellstate.fastbuild import builder
+from cellstate.gang_commit import GangCommits
 from cellstate.keys import CellKeys
 from cellstate.model import Alloc, JobRecord, Machine, MachineState, TaskState, with_states
 from cellstate.resources import Resources
@@ -76,7 +77,6 @@ class StoreCommitter:
         self.keys = keys
         self.max_txn_ops = store.max_txn_ops if max_txn_ops is None else max_txn_ops
         self.max_claims_per_txn = claims_per_txn(self.max_txn_ops)
-        from cellstate.gang_commit import GangCommits  # (it builds on this module)
         self.gangs = GangCommits(self)
         """Gangs larger than one txn: reserved in chunks, placed by one last txn (omega's GangCommitter)."""
 
@@ -372,3 +372,7 @@ def victim_records(plan: Plan) -> dict[str, JobRecord]:
             evicted.setdefault(job_id, []).append(task)
     return {job_id: plan.victims[job_id].record.with_tasks(tasks, TaskState.PENDING)
             for job_id, tasks in evicted.items()}
+
+
+StoreCommitter.plan_rules = (check_plan, new_ledgers, updated_record)
+"""The plan arithmetic ``GangCommits`` shares (handed over: it may not import this module)."""

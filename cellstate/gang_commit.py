@@ -28,7 +28,6 @@ from cellstate.codec import decode_alloc, decode_job_record, decode_machine, enc
 from cellstate.codec_fields import CodecError
 from cellstate.codec_gang import GangRecord, encode_gang
 from cellstate.codec_trusted import pack_alloc, pack_machine
-from cellstate.committer import check_plan, new_ledgers, updated_record
 from cellstate.keys import CellKeys
 from cellstate.lifecycle_txn import released
 from cellstate.model import Alloc, TaskState
@@ -60,6 +59,7 @@ class GangCommits:
         self.max_txn_ops: int = committer.max_txn_ops
         self.max_claims_per_txn: int = committer.max_claims_per_txn
         self.ttl = ttl
+        self._check_plan, self._new_ledgers, self._updated_record = committer.plan_rules
 
     # -- holding the job ---------------------------------------------------------------------
 
@@ -108,8 +108,8 @@ class GangCommits:
         the hold is lost (the gang key is gone or another's)."""
         if plan.victims or any(c.evicts for c in plan.claims):
             raise PlanTooLarge(f"gang job {plan.job.id!r}: a reservation in chunks cannot evict tasks")
-        check_plan(plan)
-        ledgers = new_ledgers(plan)
+        self._check_plan(plan)
+        ledgers = self._new_ledgers(plan)
         committer = self.committer
         compares, keys, gets = committer._compares(plan, ledgers)
         gang_key = self.keys.gang(hold.job_id)
@@ -153,7 +153,7 @@ class GangCommits:
         """Put the job record with every claimed task 'a' and delete the gang key, if the job and
         the hold are unchanged; then the lease is revoked. ``plan.claims`` are the reserved claims
         (their machines are not compared: their ledgers already hold them)."""
-        record = updated_record(plan)
+        record = self._updated_record(plan)
         job_key, gang_key = self.keys.job(plan.job.id), self.keys.gang(hold.job_id)
         value = encode_job_record(record)
         result = self.store.txn([mod_revision_is(job_key, plan.job.mod_revision),
