@@ -1,6 +1,7 @@
 """``StoreCommitter``: a placement plan as ONE store transaction (Omega §3.4).
 
     compare  mod_revision == seen for every touched machine, the job and every victim job;
+             create_revision == 0 (missing) for every claimed task's alloc key;
     success  put each touched machine with its new ledger (seen ledger + claims - evictions),
              put allocs/{job}/{task} per claim, put the job record (claimed tasks 'a',
              reason, first_attempt_at, placed_at), delete evicted allocs and put the victim
@@ -42,7 +43,7 @@ _JOB_ENTRY, _COMMIT_OUTCOME = builder(JobEntry), builder(CommitOutcome)
 _RESOURCES = builder(Resources)
 # Txn ops by the hundred per commit: built without their dataclass __init__ (cellstate.fastbuild).
 _PUT, _GET, _COMPARE = builder(Put), builder(Get), builder(Compare)
-_MOD, _EQ = CompareTarget.MOD, CompareOp.EQ
+_MOD, _CREATE, _EQ = CompareTarget.MOD, CompareTarget.CREATE, CompareOp.EQ
 _DOWN = MachineState.DOWN
 
 
@@ -88,8 +89,8 @@ class StoreCommitter:
         ValueError if the plan is inconsistent (claims for tasks that are not pending, …)."""
         check_plan(plan)
         ledgers = new_ledgers(plan)
-        compares, keys, gets = self._compares(plan, ledgers)
-        success, written, deleted, applied = self._writes(plan, ledgers, keys)
+        compares, keys, gets, alloc_keys = self._compares(plan, ledgers)
+        success, written, deleted, applied = self._writes(plan, ledgers, keys, alloc_keys)
         ops = len(compares) if len(compares) > len(success) else len(success)
         if ops > self.max_txn_ops:
             raise PlanTooLarge(f"plan for job {plan.job.id!r} ({len(plan.claims)} claims) needs {ops} "
@@ -108,7 +109,10 @@ class StoreCommitter:
     def _compares(self, plan: Plan, ledgers: dict[str, Machine]):
         """Compares, the compared keys in order: touched machines (those of ``ledgers``), the
         job, victim jobs (each ``mod_revision_is(key, seen)``, built without the dataclass
-        ``__init__``), and the failure branch's Gets of those keys."""
+        ``__init__``), and the failure branch's Gets of those keys; then the claims' alloc keys,
+        each compared missing (``create_revision == 0``: a task is never placed over an
+        allocation the view has not seen yet, such as a dead scheduler's gang reservation),
+        which the failure branch does not read back."""
         keys, compares, gets = [], [], []
         reads = self.keys.machine_reads
         for machine_id in ledgers:
@@ -125,14 +129,19 @@ class StoreCommitter:
             keys.append(key)
             compares.append(_COMPARE(key, _MOD, _EQ, entry.mod_revision))
         gets += [_GET(key, False) for key in keys[len(gets):]]
-        return compares, keys, gets
+        alloc = self.keys.alloc
+        job_id = plan.job.id
+        alloc_keys = [alloc(job_id, claim.task_index) for claim in plan.claims]
+        compares += [_COMPARE(key, _CREATE, _EQ, 0) for key in alloc_keys]
+        return compares, keys, gets, alloc_keys
 
-    def _writes(self, plan: Plan, new: dict[str, Machine], compared: list[str]):
+    def _writes(self, plan: Plan, new: dict[str, Machine], compared: list[str], alloc_keys: list[str]):
         """Success ops, the {key: value} put, the keys deleted, and the values put as
         objects: (ledgers, job records, {alloc key: Alloc}). Values are built here from the
         plan's decoded entries, so they take the codec's trusted encoders (field checks
         instead of a decode-back; same bytes, same errors). ``compared`` are the keys
-        ``_compares`` gave, whose strings the writes of the same keys reuse."""
+        ``_compares`` gave, whose strings the writes of the same keys reuse, and ``alloc_keys`` the
+        claims' alloc keys, in claim order."""
         written: dict[str, bytes] = {}
         deleted: list[str] = []
         ledgers = list(new.values())
@@ -141,8 +150,7 @@ class StoreCommitter:
         job = plan.job.record
         allocs: dict[str, Alloc] = {}
         priority, scheduler, now = job.job.priority, plan.scheduler, plan.now
-        for claim in plan.claims:
-            key = self.keys.alloc(job.id, claim.task_index)
+        for claim, key in zip(plan.claims, alloc_keys):
             allocs[key] = alloc = _ALLOC(job.id, claim.task_index, claim.machine_id, claim.request,
                                          priority, scheduler, now, False)
             written[key] = pack_alloc(alloc)

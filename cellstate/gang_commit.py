@@ -111,7 +111,7 @@ class GangCommits:
         self._check_plan(plan)
         ledgers = self._new_ledgers(plan)
         committer = self.committer
-        compares, keys, gets = committer._compares(plan, ledgers)
+        compares, keys, gets, _ = committer._compares(plan, ledgers)
         gang_key = self.keys.gang(hold.job_id)
         compares.append(_created_at(gang_key, hold.create_revision))
         gets.append(Get(gang_key))
