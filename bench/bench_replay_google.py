@@ -29,6 +29,7 @@ from bench.bench_common import interpreter, verdict  # noqa: E402
 from tools.fauxmaster.replay import ReplayConfig, replay  # noqa: E402
 from tools.trace.format import FORMAT_VERSION  # noqa: E402
 from tools.trace.google2011 import IMPORTER_REVISION, CapacityModel, import_google2011  # noqa: E402
+from tools.trace.google2011_cell import CELL_MODELS, CellModel  # noqa: E402
 from tools.trace.swf import IMPORTER_REVISION as SWF_REVISION  # noqa: E402
 from tools.trace.swf import import_swf  # noqa: E402
 from tools.trace.shared import traces_dir  # noqa: E402
@@ -37,14 +38,18 @@ TRACES = traces_dir() / "google-2011"
 GOAL = 300.0
 
 
-def imported_trace() -> Path:
-    """Part 0 as an omega trace, imported once per temp dir (and trace format and importer revision)."""
-    out = Path(tempfile.gettempdir()) / f"omega-bench-google2011-part0.v{FORMAT_VERSION}.i{IMPORTER_REVISION}.omt"
+def imported_trace(cell_model: str = "plain") -> Path:
+    """Part 0 as an omega trace, imported once per temp dir (and trace format, importer revision
+    and cell model: the plain one keeps its old name, so an older tree's bench shares it)."""
+    suffix = "" if cell_model == "plain" else f".{cell_model}"
+    out = Path(tempfile.gettempdir()) / (f"omega-bench-google2011-part0.v{FORMAT_VERSION}.i{IMPORTER_REVISION}"
+                                         f"{suffix}.omt")
     if not out.exists():
         started = time.perf_counter()
         tmp = out.with_suffix(f".{os.getpid()}.tmp")
         import_google2011(str(TRACES / "task_events/part-00000-of-00500.csv.gz"),
-                          str(TRACES / "job_events/part-00000-of-00500.csv.gz"), tmp, CapacityModel("mix", 0))
+                          str(TRACES / "job_events/part-00000-of-00500.csv.gz"), tmp, CapacityModel("mix", 0),
+                          cell_model=CellModel(cell_model))
         tmp.rename(out)
         print(f"imported part 0 in {time.perf_counter() - started:.1f} s -> {out}")
     return out
@@ -95,6 +100,9 @@ def main() -> int:
     parser.add_argument("--initial-state", choices=("recorded", "scheduled", "both"), default="both",
                         help="start from the recorded t = 0 placements, schedule them again, or run both "
                              "(default)")
+    parser.add_argument("--cell-model", choices=CELL_MODELS, default="plain",
+                        help="the import's cell model (default plain: the cell an older tree's bench replays, "
+                             "for side-by-side speed; overcommit: Borg's reclamation, the fidelity goals' cell)")
     parser.add_argument("--digest", action="store_true", help="also print digests of the figures (wall times "
                         "left out) and of every key and value of the final cell, to check that a change of "
                         "the replay's code left what it simulates unchanged")
@@ -105,8 +113,9 @@ def main() -> int:
     parser.add_argument("--profile", metavar="OUT", help="write a pyinstrument profile here (HTML; text if "
                         "OUT ends with .txt)")
     args = parser.parse_args()
-    trace = imported_trace()
+    trace = imported_trace(args.cell_model)
     print(f"interpreter {interpreter()}")
+    print(f"cell model {args.cell_model} (mix capacity model, seed 0)")
     schedulers = [dict(name=f"batch{i}", kind="batch", seed=i) for i in range(args.batch)]
     schedulers.append(dict(name="service", kind=args.service_scheduler, jobs="service"))
     until = args.until if args.until is not None else args.hours * 3600

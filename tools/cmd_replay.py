@@ -165,6 +165,8 @@ def _print_summary(result) -> None:
     print(f"{result.trace}: {result.sim_time_s:,.1f} virtual s in {result.wall_time_s:,.2f} s "
           f"({result.speedup:,.0f}x), {result.events:,} events, {result.jobs_submitted:,} jobs, "
           f"{result.jobs_unscheduled:,} unscheduled at the end")
+    if result.capacity_model:
+        print(f"  cell (trace header): {result.capacity_model}")
     not_placed = result.cell.get("initial_not_placed") or {}
     if result.cell.get("initial_placed") or not_placed:
         print(f"  recorded t = 0 state: {result.cell['initial_placed']:,} tasks on their recorded machines, "

@@ -13,7 +13,18 @@ def register(sub) -> None:
     google.add_argument("--task-events", required=True, help="task_events part file (.csv.gz)")
     google.add_argument("--job-events", required=True, help="job_events part file (.csv.gz)")
     google.add_argument("--out", required=True, help="output trace (.omt, or .omt.gz to compress)")
-    google.add_argument("--capacity-model", choices=("mix", "uniform"), default="mix")
+    google.add_argument("--capacity-model", choices=("mix", "uniform"), default="mix",
+                        help="physical capacities of machines the machine_events table does not give "
+                             "(default mix: the published 2011 mix, drawn per machine by --seed)")
+    google.add_argument("--cell-model", choices=("plain", "overcommit"), default="plain",
+                        help="plain (default): every task against capacity; overcommit: Borg's resource "
+                             "reclamation, production (priority >= 9) against physical capacity, every task "
+                             "against physical x (1 + reclaim), machines raised to hold the recorded t = 0 "
+                             "state (docs/TRACE_FORMAT.md)")
+    google.add_argument("--reclaim", default="auto", help="overcommit: the reclaimable share, 'auto' (default: "
+                        "the trace's own t = 0 overcommit) or a number >= 0")
+    google.add_argument("--machine-events", default=None, metavar="FILE",
+                        help="the trace's machine_events part file: real capacities, machines added and removed")
     google.add_argument("--seed", type=int, default=0, help="seed of the capacity draw (default 0)")
     google.add_argument("--limit", type=int, default=None, help="read only the first N task event rows")
     google.set_defaults(func=run_import_google)
@@ -36,15 +47,25 @@ def run_import_google(args) -> int:
     from tools.cli import UsageError
     from tools.trace.format import TraceError
     from tools.trace.google2011 import CapacityModel, GoogleTraceError, import_google2011
+    from tools.trace.google2011_cell import CellModel, MachineEventsError, parse_reclaim
 
     started = time.perf_counter()
     try:
+        reclaim = parse_reclaim(args.reclaim)
+        cell_model = CellModel(args.cell_model, reclaim)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    try:
         stats = import_google2011(args.task_events, args.job_events, args.out,
-                                  CapacityModel(args.capacity_model, args.seed), limit=args.limit)
-    except (OSError, GoogleTraceError, TraceError) as exc:
+                                  CapacityModel(args.capacity_model, args.seed), limit=args.limit,
+                                  cell_model=cell_model, machine_events=args.machine_events)
+    except (OSError, GoogleTraceError, TraceError, MachineEventsError) as exc:
         raise UsageError(str(exc)) from None
     counts = ", ".join(f"{name} {n}" for name, n in stats.events.items())
     print(f"{args.out}: {stats.rows} rows → {counts} in {time.perf_counter() - started:.1f} s")
+    print(f"  cell model {cell_model.name}" + (f", reclaim {args.reclaim}" if cell_model.name == "overcommit" else "")
+          + (f", machine_events {args.machine_events}" if args.machine_events else "")
+          + " (the header's capacity_model states it in full: omega trace info)")
     for why, n in stats.skipped.items():
         print(f"  {why}: {n}")
     return 0

@@ -64,6 +64,8 @@ class Fidelity:
     occupancy: dict[str, list] | None
     goals: dict[str, bool | None]
     notes: str
+    capacity_model: str = ""
+    """The trace header's statement of the cell (capacities, cell model: docs/TRACE_FORMAT.md)."""
     real_delays: list[float] = field(default_factory=list, repr=False)
     replay_delays: list[float] = field(default_factory=list, repr=False)
 
@@ -99,6 +101,8 @@ class Fidelity:
             out.append(f"  occupancy: real cpu mean {o['real_cpu_mean']:.3f} (memory {o['real_memory_mean']:.3f}) "
                        f"of the capacity, replay cpu mean {o['replay_cpu_mean']:.3f} (memory "
                        f"{o['replay_memory_mean']:.3f}), over {len(o['t'])} samples")
+        if self.capacity_model:
+            out.append(f"  the replayed cell (trace header): {self.capacity_model}")
         return out
 
 
@@ -139,7 +143,8 @@ def cdf_points(delays_sorted: list[float], points: int = CDF_POINTS) -> list[flo
 
 def compute_fidelity(truth: GroundTruth, sim_time: float, submitted_at: dict[str, float],
                      placed_log: dict[str, dict[int, float]] | None, fully_placed: dict[str, float],
-                     initial_placed: int, initial_not_placed: int, samples: list | None = None) -> Fidelity:
+                     initial_placed: int, initial_not_placed: int, samples: list | None = None,
+                     capacity_model: str = "") -> Fidelity:
     """The fidelity of a replay that ended at ``sim_time`` (see the module docstring).
     ``submitted_at``: job → its submission in the replay; ``placed_log``: job → task → first
     placement (``unit="task"``); ``fully_placed``: job → its full placement (``unit="job"``);
@@ -198,7 +203,7 @@ def compute_fidelity(truth: GroundTruth, sim_time: float, submitted_at: dict[str
         real_delay=real_stats, replay_delay=replay_stats, cdf=cdf,
         occupancy=_occupancy(truth, horizon, samples or []),
         goals={name: _goal(name, value) for name, value in values.items()},
-        notes=truth.notes, real_delays=real_sorted, replay_delays=replay_sorted, **values)
+        notes=truth.notes, capacity_model=capacity_model, real_delays=real_sorted, replay_delays=replay_sorted, **values)
 
 
 def _occupancy(truth: GroundTruth, horizon: float, samples: list) -> dict[str, list] | None:

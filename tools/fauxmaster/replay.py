@@ -122,6 +122,9 @@ class ReplayResult:
     keys: CellKeys | None = field(default=None, repr=False, compare=False)
     fidelity: Fidelity | None = None
     """Against the trace's ground truth (``tools.fauxmaster.fidelity``), when it has one."""
+    capacity_model: str = field(default="", repr=False, compare=False)
+    """The trace header's statement of the cell (not in ``to_dict``: the figures of a trace
+    without ground truth stay as they were; the fidelity section carries it)."""
 
     @property
     def speedup(self) -> float:
@@ -231,7 +234,7 @@ def _run(trace_path, config: ReplayConfig, core: EventCore, store, keys: CellKey
     cell = SimCell(store, keys, core, wake=wake)
     journal = JobJournal(submitted=cell.submitted_at)
     with TraceFeed(trace_path, cell, core, config.until, config.initial_state) as feed:
-        truth = feed._reader.truth
+        truth, capacity_model = feed._reader.truth, feed.header.capacity_model
         if truth is not None and truth.unit == "task":
             cell.placed_log = {}
         feed.write_initial_machines()
@@ -250,13 +253,15 @@ def _run(trace_path, config: ReplayConfig, core: EventCore, store, keys: CellKey
     samples.append(sample_utilization(sim_time, cell.usage))
     result = _result(trace_path, config, store, keys, schedulers, cell, journal, samples, sim_time, events,
                      core, started)
+    result.capacity_model = capacity_model
     if truth is not None:  # after the replay: its cost is not in the replay's wall time
         counters = cell.counters
         not_placed = sum(counters.initial_not_placed.values())
         if config.initial_state == "scheduled":  # every recorded t = 0 placement left to the schedulers
             not_placed = counters.skipped.get("task_placed (initial_state=scheduled)", 0)
         result.fidelity = compute_fidelity(truth, sim_time, cell.submitted_at, cell.placed_log,
-                                           journal.fully_placed, counters.initial_placed, not_placed, samples)
+                                           journal.fully_placed, counters.initial_placed, not_placed, samples,
+                                           capacity_model)
     return result
 
 

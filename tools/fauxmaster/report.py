@@ -174,6 +174,7 @@ def _page(result: ReplayResult) -> str:
 <p>{result.sim_time_s:,.0f} virtual s in {result.wall_time_s:,.1f} wall s ({result.speedup:,.0f}x);
 {result.events:,} trace events; {result.jobs_submitted:,} jobs submitted, {result.jobs_unscheduled:,}
 unscheduled at the end.</p>
+<p><small>The cell (trace header): {html.escape(result.capacity_model)}</small></p>
 <table><tr><th>scheduler</th><th>kind</th><th>conflict mode</th><th>commit mode</th><th>busyness</th>
 <th>conflict fraction</th><th>attempts</th><th>tasks placed</th></tr>{rows}</table>
 <p>Wait to first attempt: mean {w1.mean:.2f} s, p90 {w1.p90:.2f} s, p99 {w1.p99:.2f} s ({w1.jobs} jobs).<br>

@@ -17,6 +17,13 @@ and the job kills. Pass 2 emits the events (rules in docs/TRACE_FORMAT.md):
   ``m{machine}``, emitted once t = 0 is over for the tasks still live then (a replay may start
   from this recorded state); later SCHEDULE and UPDATE_* rows carry no event (the replayed
   schedulers decide placement).
+
+The cell (``tools.trace.google2011_cell``): machine capacities from the seeded capacity model or,
+with ``machine_events``, the trace's own table (machines added and removed after t = 0 become
+``machine_add`` / ``machine_remove``); the cell model ``plain`` (every task against capacity) or
+``overcommit`` (Borg's reclamation: production against physical capacity, every task against a
+schedulable capacity with a reclaimable share; production requests carry ``prod_cpu`` /
+``prod_memory``). Both are stated in the header's ``capacity_model``.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from __future__ import annotations
 import csv
 import gzip
 import hashlib
+import heapq
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -31,8 +39,11 @@ from datetime import UTC, datetime
 
 from cellstate.model import Job, JobKind, Machine
 from cellstate.resources import Resources
-from tools.trace.events import JobKill, JobSubmit, MachineAdd, TaskEnd, TaskEndStatus, TaskPlaced
+from tools.trace.events import JobKill, JobSubmit, MachineAdd, MachineRemove, TaskEnd, TaskEndStatus, TaskPlaced
 from tools.trace.format import TraceHeader, TraceWriter
+from tools.trace.google2011_cell import (
+    ADD, PROD_CPU, PROD_MEMORY, CellModel, MachineEvents, Overcommit, overcommit_cell, read_machine_events,
+)
 from tools.trace.progress import progress
 from tools.trace.truth import GroundTruth, Occupancy, sample_steps
 
@@ -243,8 +254,9 @@ def survey(task_events: str, job_events: str, limit: int | None = None) -> Surve
 class _Batches:
     """Pass 2 state: which batch (our job) and index each live Google task maps to."""
 
-    def __init__(self, s: Survey, stats: ImportStats):
+    def __init__(self, s: Survey, stats: ImportStats, prod_extra: bool = False):
         self.survey, self.stats = s, stats
+        self.prod_extra = prod_extra  # overcommit: production requests carry prod_cpu / prod_memory
         self.attempts: dict[tuple[str, str], int] = defaultdict(int)
         self.task_of: dict[tuple[str, str], tuple[str, int]] = {}  # (job, task) → (batch id, index)
         self.live: dict[str, int] = {}  # batch id → tasks not yet ended
@@ -274,6 +286,9 @@ class _Batches:
         runs = [self.survey.run_times.get((job, r[TASK], self.attempts[job, r[TASK]])) for r in rows]
         known = [x for x in runs if x is not None]
         service = priority >= PRODUCTION_PRIORITY
+        if service and self.prod_extra:
+            request = Resources(request.cpu, request.memory, request.disk,
+                                ((PROD_CPU, request.cpu), (PROD_MEMORY, request.memory)))
         duration = max(known) if known else None  # none ended in the window: no modelled end (censored)
         for index, r in enumerate(rows):
             self.task_of[job, r[TASK]] = (batch_id, index)
@@ -341,10 +356,16 @@ class _Batches:
 
 def google2011_events(task_events: str, s: Survey, capacity: CapacityModel, stats: ImportStats,
                       limit: int | None = None):
-    """Pass 2: the trace's events in time order."""
+    """Pass 2: the trace's events in time order (the plain cell of the capacity model)."""
     for machine_id in s.machine_ids:
         yield MachineAdd(0.0, Machine(id=f"m{machine_id}", capacity=capacity.capacity(machine_id)))
-    state = _Batches(s, stats)
+    yield from _task_events(task_events, s, stats, limit)
+
+
+def _task_events(task_events: str, s: Survey, stats: ImportStats, limit: int | None = None,
+                 prod_extra: bool = False):
+    """Pass 2 without the machines: the jobs' and tasks' events in time order."""
+    state = _Batches(s, stats, prod_extra)
     kills = list(s.job_kills)
     kill_at = {job: ts for ts, job in kills}
     current = 0
@@ -383,7 +404,7 @@ def google2011_events(task_events: str, s: Survey, capacity: CapacityModel, stat
                 yield from state.kill(trace_time(k_ts), job)
 
 
-def ground_truth(s: Survey, capacity: CapacityModel) -> GroundTruth:
+def ground_truth(s: Survey, capacity: CapacityModel | list[Resources]) -> GroundTruth:
     """What the real cell did, from the survey: for each batch submitted after the window opened
     (t > 0), each task's SUBMIT → first SCHEDULE delay of that attempt (None: not scheduled by
     the last row), and the cell's occupancy (the requests of the tasks between their SCHEDULE and
@@ -401,35 +422,136 @@ def ground_truth(s: Survey, capacity: CapacityModel) -> GroundTruth:
             at = first.get((job, str(task), attempt))
             row.append(None if at is None else max(0.0, trace_time(at) - t))
         submitted[batch_id], delays[batch_id] = t, row
-    caps = [capacity.capacity(m) for m in s.machine_ids]
+    caps = capacity if isinstance(capacity, list) else [capacity.capacity(m) for m in s.machine_ids]
     times, (cpu, memory, tasks) = sample_steps(0.0, horizon, s.occupancy)
     occupancy = Occupancy(times, cpu, memory, tasks, sum(c.cpu for c in caps), sum(c.memory for c in caps))
     notes = ("google2011 ground truth (importer revision 3): per task of each batch submitted at t > 0, "
              "SUBMIT -> first SCHEDULE of that attempt in seconds (nil: not scheduled by the last row); "
              "occupancy: requests (the row's own, scaled as the tasks') of tasks between SCHEDULE and "
              "EVICT/FAIL/FINISH/KILL/LOST, sampled every max(60 s, span / 1000), against the sum of the "
-             "machines' capacities under the capacity model")
+             "machines' capacities at t = 0 under the capacity model (overcommit: the schedulable capacity)")
     return GroundTruth("task", horizon, submitted, delays, occupancy, notes)
 
 
 def import_google2011(task_events: str, job_events: str, out, capacity: CapacityModel | None = None,
-                      limit: int | None = None, cell: str = "google-2011") -> ImportStats:
+                      limit: int | None = None, cell: str = "google-2011", cell_model: CellModel | None = None,
+                      machine_events: str | None = None) -> ImportStats:
     """Write the omega trace of a task_events/job_events part pair to ``out``; the counts. On
-    an error nothing is written at ``out``."""
+    an error nothing is written at ``out``. ``cell_model``: plain (default) or overcommit;
+    ``machine_events``: the trace's machine_events part file (real capacities, machines added
+    and removed), else the capacity model's seeded draw (``tools.trace.google2011_cell``)."""
     capacity = capacity or CapacityModel()
+    cell_model = cell_model or CellModel()
     s = survey(task_events, job_events, limit)
     stats = ImportStats()
     if s.dropped_job_rows:
         stats.skipped["job_events rows dropped (not 8 columns)"] = s.dropped_job_rows
+    if cell_model.name == "plain" and machine_events is None:  # the cell of importer revision 3, unchanged
+        machines = [Machine(id=f"m{m}", capacity=capacity.capacity(m)) for m in s.machine_ids]
+        text, events = capacity.describe(), _task_events(task_events, s, stats, limit)
+    else:
+        machines, text, events = _cell(task_events, s, capacity, cell_model, machine_events, stats, limit)
     header = TraceHeader(
         source=f"google clusterdata-2011-2 task_events={task_events} job_events={job_events}"
+               + (f" machine_events={machine_events}" if machine_events else "")
                + (f" limit={limit} rows" if limit is not None else ""),
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
-        capacity_model=capacity.describe(), cell=cell,
+        capacity_model=text, cell=cell,
         notes=f"importer revision {IMPORTER_REVISION}; t = max(0, timestamp_us/1e6 - 600); batches of "
               "same-timestamp SUBMITs per job; see docs/TRACE_FORMAT.md")
-    with TraceWriter(out, header, atomic=True, truth=ground_truth(s, capacity)) as writer:
-        for event in google2011_events(task_events, s, capacity, stats, limit):
+    truth = ground_truth(s, [m.capacity for m in machines])
+    with TraceWriter(out, header, atomic=True, truth=truth) as writer:
+        for machine in machines:
+            writer.write(MachineAdd(0.0, machine))
+        stats.events["MachineAdd"] += len(machines)
+        for event in events:
             writer.write(event)
             stats.events[type(event).__name__] += 1
     return stats
+
+
+def _physical(s: Survey, capacity: CapacityModel, machine_events: str | None,
+              stats: ImportStats) -> tuple[list[str], dict[str, Resources], MachineEvents | None, str]:
+    """The machine ids up at t = 0, their physical capacities, the machine_events table and the
+    capacities in words."""
+    if machine_events is None:
+        return (list(s.machine_ids), {m: capacity.capacity(m) for m in s.machine_ids}, None,
+                "physical capacities: " + capacity.describe())
+    table = read_machine_events(machine_events, WINDOW_START_US, s.last_us)
+    ids = sorted(set(s.machine_ids) | set(table.at_open), key=int)
+    physical = {}
+    for m in ids:
+        physical[m] = _capacity_of(m, table.at_open.get(m, (None, None)), capacity, stats,
+                                   "machine not up in machine_events at t = 0" if m not in table.at_open else "")
+    if table.updates_ignored:
+        stats.skipped["machine_events UPDATE rows after t = 0 (not applied: no capacity-change event)"] = \
+            table.updates_ignored
+    return ids, physical, table, (
+        f"physical capacities: machine_events={machine_events} (normalized CPUs and memory scaled as the "
+        f"tasks'; each machine's last ADD/UPDATE at or before the window opens; ADD/REMOVE after it -> "
+        f"machine_add/machine_remove; blank amounts and machines it lacks: " + capacity.describe() + ")")
+
+
+def _capacity_of(machine_id: str, amounts: tuple[float | None, float | None], capacity: CapacityModel,
+                 stats: ImportStats, missing: str = "") -> Resources:
+    """Physical capacity of a machine from machine_events amounts (blanks: the capacity model's draw)."""
+    cpu, memory = amounts
+    if cpu is None or memory is None:
+        stats.skipped[missing or "machine_events capacity blank (drawn from the capacity model)"] += 1
+        drawn = capacity.normalized(machine_id)
+        cpu = drawn[0] if cpu is None else cpu
+        memory = drawn[1] if memory is None else memory
+    return Resources(round(cpu * CPU_SCALE), round(memory * MEMORY_SCALE), DISK_SCALE)
+
+
+def _cell(task_events: str, s: Survey, capacity: CapacityModel, cell_model: CellModel, machine_events: str | None,
+          stats: ImportStats, limit: int | None):
+    """(the machines at t = 0, the capacity model in words, the other events in time order) of
+    the cell model and capacities (``tools.trace.google2011_cell``). The overcommit model reads
+    pass 2's t = 0 events first (its capacities hold the recorded t = 0 state), then hands them on."""
+    ids, physical, table, text = _physical(s, capacity, machine_events, stats)
+    overcommit = cell_model.name == "overcommit"
+    events = _task_events(task_events, s, stats, limit, prod_extra=overcommit)
+    oc: Overcommit | None = None
+    if overcommit:
+        prefix, jobs, placed = [], {}, []
+        for event in events:
+            prefix.append(event)
+            if event.t > 0:
+                break
+            if isinstance(event, JobSubmit):
+                jobs[event.job.id] = event.job
+            elif isinstance(event, TaskPlaced) and event.job_id in jobs:
+                job = jobs[event.job_id]
+                placed.append((event.machine_id[1:], job.request, job.priority >= PRODUCTION_PRIORITY))
+        oc = overcommit_cell(physical, placed, cell_model.reclaim, CPU_SCALE, MEMORY_SCALE)
+        events = _chain(prefix, events)
+        text = oc.describe(CPU_SCALE, MEMORY_SCALE) + "; " + text
+        machines = [Machine(id=f"m{m}", capacity=oc.capacity(m)) for m in ids]
+    else:
+        text = "cell model plain (every task against capacity); " + text
+        machines = [Machine(id=f"m{m}", capacity=physical[m]) for m in ids]
+    if table is not None and table.later:
+        events = heapq.merge(events, _machine_changes(table, capacity, oc, stats), key=_T)
+    return machines, text, events
+
+
+def _T(event) -> float:
+    return event.t
+
+
+def _chain(prefix: list, rest):
+    yield from prefix
+    yield from rest
+
+
+def _machine_changes(table: MachineEvents, capacity: CapacityModel, oc: Overcommit | None, stats: ImportStats):
+    """machine_add / machine_remove of the machine_events rows after t = 0, in time order."""
+    for ts, machine_id, kind, cpu, memory in table.later:
+        t = trace_time(ts)
+        if kind == ADD:
+            phys = _capacity_of(machine_id, (cpu, memory), capacity, stats)
+            cap = phys if oc is None else oc.later(phys.cpu, phys.memory, phys.disk)
+            yield MachineAdd(t, Machine(id=f"m{machine_id}", capacity=cap))
+        else:
+            yield MachineRemove(t, f"m{machine_id}")
