@@ -11,6 +11,10 @@ Fidelity (issue 20): beside the speed, the replay's fidelity against the trace's
 delay p50/p90 ratios in [0.5, 2]). ``--kth`` also replays the KTH SP2 SWF log (imported once,
 cached; its own 100 nodes; ``--max-txn-ops 256`` so its gangs of up to 100 processors can be
 placed) and prints the replay's job wait p50 against the logged one (goal: within 2x).
+
+``--cell-model overcommit`` imports part 0 with Borg's overcommit cell (docs/TRACE_FORMAT.md, "Cell
+models and machine_events"; cached under its own name): the cell of the fidelity goals. The default,
+``plain``, is the cell an older tree's bench replays, so ``bench/side_by_side.sh`` compares like with like.
 """
 
 from __future__ import annotations
