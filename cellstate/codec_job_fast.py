@@ -25,6 +25,7 @@ Nothing here imports ``cellstate.codec_job`` (it imports this module).
 from __future__ import annotations
 
 import math
+import re
 from math import copysign
 
 from cellstate.codec_resources import core_resources
@@ -41,7 +42,13 @@ SPEC_FIELDS = frozenset(
     "id kind tasks request priority owner constraints duration_s gang package "
     "different_machine max_per_machine scheduler".split())
 RECORD_FIELDS = frozenset(
-    "v t spec tasks submitted_at reason killed first_attempt_at placed_at".split())
+    "v t spec tasks task_runs submitted_at reason killed first_attempt_at placed_at".split())
+RUNS_MIN_TASKS = 1024
+"""A record of at least this many tasks stores its task states as runs (``task_runs``,
+``"300a700p"``) when that is shorter than half the plain string: a placement then rewrites
+O(runs) bytes of states, not O(tasks). Smaller records keep the plain ``tasks`` string."""
+_RUNS = re.compile("|".join(f"{c}+" for c in TASK_CHARS))
+_RUN_PAIRS = re.compile(f"([1-9][0-9]*)([{TASK_CHARS}])")
 CONSTRAINT_FIELDS = frozenset(("attribute", "op", "values"))
 _JOB_KINDS = {k.value: k for k in JobKind}
 _OPS = {o.value: o for o in ConstraintOp}
@@ -59,6 +66,10 @@ def fast_record(d: dict) -> JobRecord | None:
     if not RECORD_FIELDS.issuperset(d):
         return None
     spec, states = d.get("spec"), d.get("tasks")
+    if "task_runs" in d:
+        if states is not None:
+            return None  # both: the generic path names the problem
+        states = expand_runs(d["task_runs"])
     if type(spec) is not dict or type(states) is not str:
         return None
     job = fast_spec(spec)
@@ -203,6 +214,39 @@ def record_fields_ok(r: JobRecord) -> bool:
     # _time_ok of each, its usual answers without the call
     return (first is None or (type(first) is float and 0.0 < first < _INF) or _time_ok(first)) and (
         placed is None or (type(placed) is float and 0.0 < placed < _INF) or _time_ok(placed))
+
+
+def task_runs(states: str) -> str | None:
+    """``states`` as runs (``"3a2p"`` for ``"aaapp"``) when it has at least ``RUNS_MIN_TASKS``
+    tasks and the runs take less than half its length; None otherwise (store it plain)."""
+    n = len(states)
+    if n < RUNS_MIN_TASKS:
+        return None
+    budget, parts = n // 2, []
+    size = 0
+    for m in _RUNS.finditer(states):
+        start, end = m.span()
+        part = f"{end - start}{states[start]}"
+        size += len(part)
+        if size >= budget:
+            return None
+        parts.append(part)
+    return "".join(parts)
+
+
+def expand_runs(runs) -> str | None:
+    """The task-state string of a ``task_runs`` value, or None when it is not well formed
+    (a str of count-char pairs, counts positive without leading zeros, no two neighbouring
+    pairs of one char: the canonical form ``task_runs`` gives)."""
+    if type(runs) is not str or not runs:
+        return None
+    pairs = _RUN_PAIRS.findall(runs)
+    if sum(len(n) + 1 for n, _ in pairs) != len(runs):
+        return None
+    for (_, a), (_, b) in zip(pairs, pairs[1:]):
+        if a == b:
+            return None
+    return "".join(c * int(n) for n, c in pairs)
 
 
 def task_states_ok(states: str) -> bool:

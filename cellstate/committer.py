@@ -1,7 +1,7 @@
 """``StoreCommitter``: a placement plan as ONE store transaction (Omega §3.4).
 
     compare  mod_revision == seen for every touched machine, the job and every victim job;
-             create_revision == 0 (missing) for every claimed task's alloc key;
+             for a gang, create_revision == 0 (missing) for every claimed task's alloc key;
     success  put each touched machine with its new ledger (seen ledger + claims - evictions),
              put allocs/{job}/{task} per claim, put the job record (claimed tasks 'a',
              reason, first_attempt_at, placed_at), delete evicted allocs and put the victim
@@ -109,10 +109,11 @@ class StoreCommitter:
     def _compares(self, plan: Plan, ledgers: dict[str, Machine]):
         """Compares, the compared keys in order: touched machines (those of ``ledgers``), the
         job, victim jobs (each ``mod_revision_is(key, seen)``, built without the dataclass
-        ``__init__``), and the failure branch's Gets of those keys; then the claims' alloc keys,
-        each compared missing (``create_revision == 0``: a task is never placed over an
-        allocation the view has not seen yet, such as a dead scheduler's gang reservation),
-        which the failure branch does not read back."""
+        ``__init__``), and the failure branch's Gets of those keys; then, for a gang, the claims'
+        alloc keys, each compared missing (``create_revision == 0``: a task is never placed over
+        an allocation the view has not seen yet, a dead scheduler's gang reservation, which
+        wrote allocs without the job record), which the failure branch does not read back.
+        Other jobs' allocs are always written with their record, so its revision guards them."""
         keys, compares, gets = [], [], []
         reads = self.keys.machine_reads
         for machine_id in ledgers:
@@ -132,7 +133,8 @@ class StoreCommitter:
         alloc = self.keys.alloc
         job_id = plan.job.id
         alloc_keys = [alloc(job_id, claim.task_index) for claim in plan.claims]
-        compares += [_COMPARE(key, _CREATE, _EQ, 0) for key in alloc_keys]
+        if plan.job.record.job.gang:
+            compares += [_COMPARE(key, _CREATE, _EQ, 0) for key in alloc_keys]
         return compares, keys, gets, alloc_keys
 
     def _writes(self, plan: Plan, new: dict[str, Machine], compared: list[str], alloc_keys: list[str]):

@@ -505,3 +505,58 @@ def test_a_job_naming_a_bad_scheduler_class_is_refused(bad):
     job = _replace(Job("j", JobKind.BATCH, 1, Resources.of(1, 1)), scheduler=bad)
     with pytest.raises(CodecError, match="scheduler"):
         validate_job(job)
+
+
+def _big_record(states: str):
+    from cellstate.model import Job, JobKind, JobRecord
+    from cellstate.resources import Resources
+
+    job = Job("big", JobKind.BATCH, len(states), Resources.of(1, 1))
+    return JobRecord(job, states, submitted_at=1.0)
+
+
+@pytest.mark.parametrize("states", [
+    "a" * 5000 + "p" * 995_000,                       # a million tasks being placed: two runs
+    "p" * 1024,                                       # the smallest record stored as runs
+    "r" * 700 + "a" * 300 + "f" * 24 + "x" + "k" + "p" * 998,
+], ids=["million", "threshold", "every-state"])
+def test_a_big_record_stores_its_task_states_as_runs_and_decodes_back(states):
+    import msgpack
+
+    from cellstate.codec_job import decode_job_record, encode_job_record
+    from cellstate.codec_job_fast import fast_record
+
+    record = _big_record(states)
+    raw = encode_job_record(record)
+    stored = msgpack.unpackb(raw)
+    assert "tasks" not in stored and stored["task_runs"][0].isdigit()
+    assert len(raw) < 200  # O(runs), not O(tasks)
+    assert decode_job_record("k", bytes(raw)) == record  # a fresh bytes object: no memo
+    assert fast_record(stored) == record
+
+
+def test_records_below_the_threshold_or_with_many_runs_stay_plain():
+    import msgpack
+
+    from cellstate.codec_job import encode_job_record
+
+    for states in ("p" * 1023, "ar" * 600):
+        assert msgpack.unpackb(encode_job_record(_big_record(states)))["tasks"] == states
+
+
+@pytest.mark.parametrize("runs, problem", [
+    ("3a3a", "canonical"), ("03a1020p", "canonical"), ("1023p", "1024 task states"), ("1024q", "canonical"),
+    ("", "canonical"), (5, "canonical"),
+])
+def test_bad_task_runs_are_refused(runs, problem):
+    import msgpack
+
+    from cellstate.codec_job import decode_job_record
+
+    good = msgpack.unpackb(__import__("cellstate.codec_job", fromlist=["x"]).encode_job_record(_big_record("p" * 1024)))
+    bad = dict(good, task_runs=runs)
+    with pytest.raises(CodecError, match=problem):
+        decode_job_record("k", msgpack.packb(bad))
+    both = dict(good, tasks="p" * 1024)
+    with pytest.raises(CodecError, match="exactly one of tasks and task_runs"):
+        decode_job_record("k", msgpack.packb(both))

@@ -291,12 +291,15 @@ def test_a_plan_placing_on_a_down_machine_is_rejected(store, keys, state):
         assert StoreCommitter(store, keys).commit(plan).committed
 
 
-def test_a_claim_never_lands_on_an_allocation_the_plan_did_not_see(store, keys):
-    """Per-task guard: a claimed task's alloc key must be missing. An alloc written without the
-    job record (a gang reservation the view has not caught up with) fails the commit instead of
-    being overwritten (which would leave its machine charged for an alloc nobody has)."""
+def test_a_gang_claim_never_lands_on_an_allocation_the_plan_did_not_see(store, keys):
+    """Per-task guard of a gang: a claimed task's alloc key must be missing. An alloc written
+    without the job record (a gang reservation the view has not caught up with) fails the commit
+    instead of being overwritten (which would leave its machine charged for an alloc nobody has)."""
     m1, m2 = seed_machine(store, keys, "m1"), seed_machine(store, keys, "m2")
     job = seed_job(store, keys, "j", tasks=2)
+    job = JobEntry(replace(job.record, job=replace(job.record.job, gang=True)), job.mod_revision)
+    put(store, keys.job("j"), encode_job_record(job.record))
+    job = JobEntry(job.record, store.get(keys.job("j")).mod_revision)
     reserved = Alloc("j", 0, "m2", REQ, 0, "rival", 1.0, False)
     put(store, keys.alloc("j", 0), encode_alloc(reserved))
     plan = Plan(job, (Claim(0, "m1", REQ), Claim(1, "m1", REQ)), {"m1": m1}, "us")
