@@ -12,8 +12,8 @@ from cellstate import codec_fields as fc
 from cellstate.codec_envelope import SCHEMA_VERSION, encode, encode_map, envelope, pack_plain, unpack
 from cellstate.codec_fields import CodecError
 from cellstate.codec_job_fast import (
-    CONSTRAINT_FIELDS, MAX_TASKS, NOT_A_TASK_STATE, RECORD_FIELDS, SPEC_FIELDS, TASK_CHARS, expand_runs,
-    fast_bare_spec, fast_record, record_fields_ok, shaped_spec_map, task_runs,
+    CONSTRAINT_FIELDS, MAX_TASKS, NOT_A_TASK_STATE, RECORD_FIELDS, SPEC_FIELDS, TASK_CHARS, compress_states,
+    expand_states, fast_bare_spec, fast_record, record_fields_ok, shaped_spec_map,
 )
 from cellstate.codec_memo import codec_memo
 from cellstate.codec_resources import encode_resources, resources_from_map
@@ -173,12 +173,12 @@ def _constraint(key: str, field: str, c) -> Constraint:
 
 def _record_map(r: JobRecord, spec: dict | None = None) -> dict:
     """The map form of ``r``; ``spec``: its spec's map form, when the caller has it."""
-    runs = task_runs(r.tasks) if type(r.tasks) is str else None
+    packed = compress_states(r.tasks) if type(r.tasks) is str else None
     d = {"v": SCHEMA_VERSION, "t": "job", "spec": _spec_map(r.job) if spec is None else spec}
-    if runs is None:
+    if packed is None:
         d["tasks"] = r.tasks
     else:
-        d["task_runs"] = runs
+        d["tasks_z"] = packed
     if r.submitted_at:
         d["submitted_at"] = r.submitted_at
     if r.reason:
@@ -231,14 +231,14 @@ def _record_from_map(key: str, d: dict) -> JobRecord:
     fc.require(key, "", d, ("spec",))
     fc.no_unknown(key, "", d, RECORD_FIELDS)
     job = _spec_from_map(key, d["spec"], "spec.")
-    if ("tasks" in d) == ("task_runs" in d):
-        raise CodecError(key, "tasks", "expected exactly one of tasks and task_runs")
+    if ("tasks" in d) == ("tasks_z" in d):
+        raise CodecError(key, "tasks", "expected exactly one of tasks and tasks_z")
     if "tasks" in d:
         states = fc.text(key, "tasks", d["tasks"])
     else:
-        states = expand_runs(d["task_runs"])
+        states = expand_states(d["tasks_z"])
         if states is None:
-            raise fc.expected(key, "task_runs", 'runs of task states such as "3a2p" (canonical)', d["task_runs"])
+            raise fc.expected(key, "tasks_z", f"zlib bytes of at most {MAX_TASKS} task states", d["tasks_z"])
     if len(states) != job.tasks:
         raise CodecError(key, "tasks", f"expected {job.tasks} task states (spec.tasks), got {len(states)}")
     if states.translate(NOT_A_TASK_STATE):

@@ -25,7 +25,7 @@ Nothing here imports ``cellstate.codec_job`` (it imports this module).
 from __future__ import annotations
 
 import math
-import re
+from zlib import compress as _compress, decompressobj as _decompressobj, error as _ZlibError
 from math import copysign
 
 from cellstate.codec_resources import core_resources
@@ -42,13 +42,12 @@ SPEC_FIELDS = frozenset(
     "id kind tasks request priority owner constraints duration_s gang package "
     "different_machine max_per_machine scheduler".split())
 RECORD_FIELDS = frozenset(
-    "v t spec tasks task_runs submitted_at reason killed first_attempt_at placed_at".split())
-RUNS_MIN_TASKS = 1024
-"""A record of at least this many tasks stores its task states as runs (``task_runs``,
-``"300a700p"``) when that is shorter than half the plain string: a placement then rewrites
-O(runs) bytes of states, not O(tasks). Smaller records keep the plain ``tasks`` string."""
-_RUNS = re.compile("|".join(f"{c}+" for c in TASK_CHARS))
-_RUN_PAIRS = re.compile(f"([1-9][0-9]*)([{TASK_CHARS}])")
+    "v t spec tasks tasks_z submitted_at reason killed first_attempt_at placed_at".split())
+STATES_Z_MIN_TASKS = 1024
+"""A record of at least this many tasks stores its task states deflated (``tasks_z``, zlib
+bytes) when that is under half the plain string's length: a placement then rewrites bytes that
+follow the states' entropy (a huge job being placed, ``a…ap…p``, compresses ~1000x), not one
+byte per task. Smaller records keep the plain ``tasks`` string (the same bytes as before)."""
 CONSTRAINT_FIELDS = frozenset(("attribute", "op", "values"))
 _JOB_KINDS = {k.value: k for k in JobKind}
 _OPS = {o.value: o for o in ConstraintOp}
@@ -66,10 +65,10 @@ def fast_record(d: dict) -> JobRecord | None:
     if not RECORD_FIELDS.issuperset(d):
         return None
     spec, states = d.get("spec"), d.get("tasks")
-    if "task_runs" in d:
+    if "tasks_z" in d:
         if states is not None:
             return None  # both: the generic path names the problem
-        states = expand_runs(d["task_runs"])
+        states = expand_states(d["tasks_z"])
     if type(spec) is not dict or type(states) is not str:
         return None
     job = fast_spec(spec)
@@ -216,37 +215,29 @@ def record_fields_ok(r: JobRecord) -> bool:
         placed is None or (type(placed) is float and 0.0 < placed < _INF) or _time_ok(placed))
 
 
-def task_runs(states: str) -> str | None:
-    """``states`` as runs (``"3a2p"`` for ``"aaapp"``) when it has at least ``RUNS_MIN_TASKS``
-    tasks and the runs take less than half its length; None otherwise (store it plain)."""
+def compress_states(states: str) -> bytes | None:
+    """``states`` deflated (zlib, level 1) when it has at least ``STATES_Z_MIN_TASKS`` tasks and
+    that takes less than half its length; None otherwise (store it plain)."""
     n = len(states)
-    if n < RUNS_MIN_TASKS:
+    if n < STATES_Z_MIN_TASKS:
         return None
-    budget, parts = n // 2, []
-    size = 0
-    for m in _RUNS.finditer(states):
-        start, end = m.span()
-        part = f"{end - start}{states[start]}"
-        size += len(part)
-        if size >= budget:
-            return None
-        parts.append(part)
-    return "".join(parts)
+    packed = _compress(states.encode(), 1)
+    return packed if len(packed) < n // 2 else None
 
 
-def expand_runs(runs) -> str | None:
-    """The task-state string of a ``task_runs`` value, or None when it is not well formed
-    (a str of count-char pairs, counts positive without leading zeros, no two neighbouring
-    pairs of one char: the canonical form ``task_runs`` gives)."""
-    if type(runs) is not str or not runs:
+def expand_states(packed) -> str | None:
+    """The task-state string of a ``tasks_z`` value, or None when it is not a zlib stream of at
+    most ``MAX_TASKS`` ASCII characters (the caller checks them and the length)."""
+    if type(packed) is not bytes or not packed:
         return None
-    pairs = _RUN_PAIRS.findall(runs)
-    if sum(len(n) + 1 for n, _ in pairs) != len(runs):
+    inflate = _decompressobj()
+    try:
+        raw = inflate.decompress(packed, MAX_TASKS + 1)
+    except _ZlibError:
         return None
-    for (_, a), (_, b) in zip(pairs, pairs[1:]):
-        if a == b:
-            return None
-    return "".join(c * int(n) for n, c in pairs)
+    if len(raw) > MAX_TASKS or not inflate.eof or inflate.unused_data or not raw.isascii():
+        return None
+    return raw.decode()
 
 
 def task_states_ok(states: str) -> bool:

@@ -516,11 +516,12 @@ def _big_record(states: str):
 
 
 @pytest.mark.parametrize("states", [
-    "a" * 5000 + "p" * 995_000,                       # a million tasks being placed: two runs
-    "p" * 1024,                                       # the smallest record stored as runs
+    "a" * 5000 + "p" * 995_000,                       # a million tasks being placed
+    "p" * 1024,                                       # the smallest record stored deflated
     "r" * 700 + "a" * 300 + "f" * 24 + "x" + "k" + "p" * 998,
-], ids=["million", "threshold", "every-state"])
-def test_a_big_record_stores_its_task_states_as_runs_and_decodes_back(states):
+    "ar" * 600,                                       # fragmented states deflate too
+], ids=["million", "threshold", "every-state", "fragmented"])
+def test_a_big_record_stores_its_task_states_deflated_and_decodes_back(states):
     import msgpack
 
     from cellstate.codec_job import decode_job_record, encode_job_record
@@ -529,34 +530,35 @@ def test_a_big_record_stores_its_task_states_as_runs_and_decodes_back(states):
     record = _big_record(states)
     raw = encode_job_record(record)
     stored = msgpack.unpackb(raw)
-    assert "tasks" not in stored and stored["task_runs"][0].isdigit()
-    assert len(raw) < 200  # O(runs), not O(tasks)
+    assert "tasks" not in stored and type(stored["tasks_z"]) is bytes
+    assert len(raw) < 200 + len(states) // 8  # bytes follow the states' entropy, not one per task
     assert decode_job_record("k", bytes(raw)) == record  # a fresh bytes object: no memo
     assert fast_record(stored) == record
 
 
-def test_records_below_the_threshold_or_with_many_runs_stay_plain():
+def test_records_below_the_threshold_stay_plain():
     import msgpack
 
     from cellstate.codec_job import encode_job_record
 
-    for states in ("p" * 1023, "ar" * 600):
-        assert msgpack.unpackb(encode_job_record(_big_record(states)))["tasks"] == states
+    states = "p" * 1023
+    assert msgpack.unpackb(encode_job_record(_big_record(states)))["tasks"] == states
 
 
-@pytest.mark.parametrize("runs, problem", [
-    ("3a3a", "canonical"), ("03a1020p", "canonical"), ("1023p", "1024 task states"), ("1024q", "canonical"),
-    ("", "canonical"), (5, "canonical"),
+@pytest.mark.parametrize("packed, problem", [
+    (b"not zlib", "zlib"), (__import__("zlib").compress(b"p" * 1023), "1024 task states"),
+    (__import__("zlib").compress(b"q" * 1024), "unknown task state"), (b"", "zlib"), ("text", "zlib"),
+    (__import__("zlib").compress(b"p" * 1024) + b"x", "zlib"),
 ])
-def test_bad_task_runs_are_refused(runs, problem):
+def test_bad_deflated_task_states_are_refused(packed, problem):
     import msgpack
 
-    from cellstate.codec_job import decode_job_record
+    from cellstate.codec_job import decode_job_record, encode_job_record
 
-    good = msgpack.unpackb(__import__("cellstate.codec_job", fromlist=["x"]).encode_job_record(_big_record("p" * 1024)))
-    bad = dict(good, task_runs=runs)
+    good = msgpack.unpackb(encode_job_record(_big_record("p" * 1024)))
+    bad = dict(good, tasks_z=packed)
     with pytest.raises(CodecError, match=problem):
         decode_job_record("k", msgpack.packb(bad))
     both = dict(good, tasks="p" * 1024)
-    with pytest.raises(CodecError, match="exactly one of tasks and task_runs"):
+    with pytest.raises(CodecError, match="exactly one of tasks and tasks_z"):
         decode_job_record("k", msgpack.packb(both))
