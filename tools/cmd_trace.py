@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import Counter
 
@@ -86,8 +87,18 @@ def run_import_swf(args) -> int:
     except (OSError, TraceError) as exc:
         raise UsageError(str(exc)) from None
     print(f"{args.out}: {stats.machines} machines, {stats.jobs} jobs in {time.perf_counter() - started:.1f} s")
+    print(f"  {stats.summary()}")
     if stats.bad_lines:
         print(f"  skipped {len(stats.bad_lines)} bad line(s), first: {stats.bad_lines[0][1]}")
+    if stats.unusable:
+        print(f"  skipped {len(stats.unusable)} unusable line(s), first: {stats.unusable[0][1]}")
+    assumed = {name: n for name, n in stats.assumed.items() if n}
+    if assumed or stats.unusable:
+        from tools.trace.swf import ASSUMPTIONS
+        what = "; ".join(f"{name} {n:,}x ({ASSUMPTIONS[name]})" for name, n in assumed.items())
+        print(f"warning: {args.file}: " + (f"assumed for unknown (-1) fields: {what}" if what else "")
+              + ("; " if what and stats.unusable else "")
+              + (f"{len(stats.unusable):,} row(s) unusable and skipped" if stats.unusable else ""), file=sys.stderr)
     return 0
 
 

@@ -26,22 +26,27 @@ def read_all(path):
 
 
 @pytest.mark.parametrize("older", [None, b"an older trace"], ids=["no-file", "older-file"])
-def test_kth_log_stops_at_its_one_bad_line_and_writes_nothing(tmp_path, older):
-    out = tmp_path / "kth.omt"
+def test_bad_line_stops_the_import_and_writes_nothing(tmp_path, older):
+    out = tmp_path / "x.omt"
     if older is not None:
         out.write_bytes(older)
-    with pytest.raises(SWFError, match=r"KTH-SP2-1996-2.1-cln.swf.gz: line 27323: field req_procs"):
-        import_swf(KTH, out)
-    assert [p.name for p in tmp_path.iterdir()] == ([] if older is None else ["kth.omt"])  # no temp file left
+    with pytest.raises(SWFError, match=r"x.swf: line 5: field run_s: not a number"):
+        import_swf(swf(tmp_path, GOOD + GOOD.replace("100", "abc", 1)), out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["x.swf"] if older is None else ["x.omt", "x.swf"])
     assert older is None or out.read_bytes() == older
 
 
-def test_kth_log_with_skip_bad(tmp_path):
-    stats = import_swf(KTH, tmp_path / "kth.omt", skip_bad=True)
+@pytest.mark.parametrize("skip_bad", [False, True])
+def test_kth_log_skips_and_counts_its_one_unusable_line(tmp_path, skip_bad):
+    stats = import_swf(KTH, tmp_path / "kth.omt", skip_bad=skip_bad)
     header, events = read_all(tmp_path / "kth.omt")
     jobs = [e.job for e in events if isinstance(e, JobSubmit)]
     assert stats.jobs == len(jobs) == 28_476 - 1
-    assert [n for n, _ in stats.bad_lines] == [27_323]
+    assert stats.bad_lines == [] and [n for n, _ in stats.unusable] == [27_323]
+    assert "line 27323: field req_procs: unknown (-1), and alloc_procs too" in stats.unusable[0][1]
+    # every KTH row logs req_mem_KB as -1: memory 0 assumed, counted; the one unusable row is not counted
+    assert stats.assumed == {"run_s": 0, "req_procs": 0, "req_mem_KB": 28_475, "wait_s": 0, "user": 0}
+    assert "req_mem_KB 28,475" in header.notes and "unusable rows skipped: 1" in header.notes
     assert sum(isinstance(e, MachineAdd) for e in events) == stats.machines == 100
     assert all(j.gang and j.kind is JobKind.BATCH and 1 <= j.tasks <= 100 for j in jobs)
     assert jobs[0].id == "j15" and events[100].t == 599_850 and jobs[0].duration_s == 3477
@@ -57,8 +62,9 @@ def swf(tmp_path, body, header=HEADER):
 BAD = [
     ("too-few-fields", "1 10 5\n", "line 4: expected 18 fields, got 3"),
     ("not-a-number", GOOD.replace("100", "abc", 1), "line 4: field run_s: not a number: 'abc'"),
-    ("negative-run", GOOD.replace("100", "-1", 1), "line 4: field run_s: invalid value -1"),
-    ("no-processors", GOOD.replace("  2  -1  -1  2", "  -1  -1  -1  -1"), "line 4: field req_procs"),
+    ("negative-run", GOOD.replace("100", "-3", 1), "line 4: field run_s: invalid value -3"),
+    ("negative-run-from-req-time", GOOD.replace("100", "-1", 1).replace("200", "-5"),
+     "line 4: field run_s: invalid value -5 (req_time_s for an unknown run_s)"),
     ("fractional-procs", GOOD.replace("  2  200", "  2.5  200"), "line 4: field req_procs: invalid value 2.5"),
     ("negative-submit", GOOD.replace("  10  ", "  -3  ", 1), "line 4: field submit_s: invalid value -3"),
     ("submit-goes-back", GOOD + GOOD.replace("  10  ", "  9  ", 1), "line 5: field submit_s: 9 is before"),
@@ -74,6 +80,34 @@ def test_bad_lines_name_line_and_field(tmp_path, body, message):
     assert message in str(info.value)
     stats = import_swf(path, tmp_path / "x.omt", skip_bad=True)
     assert len(stats.bad_lines) == 1 and message in stats.bad_lines[0][1]
+
+
+UNUSABLE = [
+    ("no-processors", GOOD.replace("  2  -1  -1  2", "  -1  -1  -1  -1"), "field req_procs: unknown (-1)"),
+    ("no-run-time", GOOD.replace("100", "-1", 1).replace("200", "-1"), "field run_s: unknown (-1)"),
+    ("no-submit-time", GOOD.replace("  10  ", "  -1  ", 1), "field submit_s: unknown (-1)"),
+]
+
+
+@pytest.mark.parametrize("body, message", [u[1:] for u in UNUSABLE], ids=[u[0] for u in UNUSABLE])
+def test_unusable_lines_are_skipped_and_counted_without_skip_bad(tmp_path, body, message):
+    stats = import_swf(swf(tmp_path, GOOD.replace("  1  10", "  0  10") + body), tmp_path / "x.omt")
+    assert stats.jobs == 1 and stats.bad_lines == []
+    assert len(stats.unusable) == 1 and "line 5: " + message in stats.unusable[0][1]
+    assert "unusable rows skipped: 1" in read_all(tmp_path / "x.omt")[0].notes
+
+
+def test_unknown_fields_are_assumed_and_counted(tmp_path):
+    # run_s, req_procs, req_mem_KB, wait_s and user all -1; req_time_s 200 and alloc_procs 2 known
+    line = "  1  10  -1  -1  2  -1  -1  -1  200  -1  1  -1  3  -1 -1 -1 -1 -1\n"
+    stats = import_swf(swf(tmp_path, line + GOOD.replace("  1  10", "  2  20")), tmp_path / "x.omt")
+    header, events = read_all(tmp_path / "x.omt")
+    job = events[-2].job
+    assert (job.tasks, job.request, job.duration_s, job.owner) == (2, Resources(1000, 0), 200.0, "")
+    assert stats.jobs == 2 and stats.unusable == [] and stats.bad_lines == []
+    assert stats.assumed == {"run_s": 1, "req_procs": 1, "req_mem_KB": 1, "wait_s": 1, "user": 1}
+    assert ("unknown (-1) fields assumed: run_s 1, req_procs 1, req_mem_KB 1, wait_s 1, user 1; "
+            "unusable rows skipped: 0; bad rows skipped: 0") in header.notes
 
 
 def test_good_line_becomes_a_gang_job(tmp_path):
@@ -100,7 +134,10 @@ def test_header_without_node_count_is_an_error(tmp_path):
 def test_cli_import_and_info(tmp_path, capsys):
     out = str(tmp_path / "x.omt.gz")
     assert main(["import", "swf", swf(tmp_path, GOOD + GOOD.replace("  1  10", "  2  20")), "--out", out]) == 0
-    assert "4 machines, 2 jobs" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "4 machines, 2 jobs" in captured.out and "warning" not in captured.err
+    assert ("unknown (-1) fields assumed: run_s 0, req_procs 0, req_mem_KB 0, wait_s 0, user 0; "
+            "unusable rows skipped: 0; bad rows skipped: 0") in captured.out
     assert main(["trace", "info", out]) == 0
     lines = capsys.readouterr().out.splitlines()
     counts = Counter(dict(line.split(": ") for line in lines if line.split(":")[0] in ("JobSubmit", "MachineAdd")))
@@ -115,3 +152,14 @@ def test_cli_reports_bad_input_as_usage_error(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "line 4: expected 18 fields" in err and "(--skip-bad skips and counts such lines)" in err
     assert f"nothing written to {tmp_path / 'x.omt'}" in err and not (tmp_path / "x.omt").exists()
+
+
+def test_cli_warns_of_assumptions_and_unusable_rows(tmp_path, capsys):
+    body = GOOD.replace("2048", "-1") + GOOD.replace("  1  10  5  100  2  -1  -1  2", "  2  20  5  100  -1  -1  -1  -1")
+    assert main(["import", "swf", swf(tmp_path, body), "--out", str(tmp_path / "x.omt")]) == 0
+    captured = capsys.readouterr()
+    assert "req_mem_KB 1," in captured.out and "unusable rows skipped: 1" in captured.out
+    assert "skipped 1 unusable line(s), first: " in captured.out
+    warning = [line for line in captured.err.splitlines() if line.startswith("warning: ")]
+    assert len(warning) == 1 and "req_mem_KB 1x (unknown requested memory: 0 MiB" in warning[0]
+    assert "1 row(s) unusable and skipped" in warning[0]

@@ -6,6 +6,13 @@ processor each (1000 millicores; memory = ``req_mem_KB`` per processor rounded u
 0 when unknown), running ``run_s`` seconds. The cell has one machine per node (header
 ``MaxNodes``, else ``MaxProcs``): 1000 millicores and ``node_memory_mib`` (default 1024 MiB:
 SWF headers carry no node memory). Status, queue and the other fields are not used.
+
+``-1`` is the format's "unknown" in any field. Where the importer can assume something it does, and
+counts each assumption per field (``SWFStats.assumed``, ``ASSUMPTIONS`` says what is assumed): the
+row is kept. A row that cannot become a job even so (unknown submit time, no processor count, no
+run time nor requested time) is valid SWF, so it is skipped and counted (``SWFStats.unusable``)
+without ``--skip-bad``; a malformed row (field count, not a number, a negative value other than -1,
+a submit before the previous row's) stays an error unless ``skip_bad``.
 """
 
 from __future__ import annotations
@@ -25,9 +32,11 @@ from tools.trace.format import TraceHeader, TraceWriter
 from tools.trace.progress import progress
 from tools.trace.truth import GroundTruth
 
-IMPORTER_REVISION = 2
+IMPORTER_REVISION = 3
 """Bumped when the same lines import differently (2: the same events, and the ground truth: each
-job's logged wait, ``tools.trace.truth``, format version 3). In each trace's header notes."""
+job's logged wait, ``tools.trace.truth``, format version 3; 3: ``-1`` (unknown) accepted where
+something can be assumed, rows that cannot be used skipped and counted, the counts in the header's
+notes). In each trace's header notes."""
 
 NODE_CPU = 1000
 DEFAULT_NODE_MEMORY_MIB = 1024
@@ -36,6 +45,16 @@ MAX_MEMORY_KB = 1024 * (2**63 - 1)  # the request in MiB must fit a msgpack int6
 FIELDS = ("job", "submit_s", "wait_s", "run_s", "alloc_procs", "avg_cpu_s", "used_mem_KB", "req_procs",
           "req_time_s", "req_mem_KB", "status", "user", "group", "app", "queue", "partition", "prev_job",
           "think_s")
+UNKNOWN = -1.0
+ASSUMPTIONS = {
+    "run_s": "unknown run time: the requested time req_time_s (the user's upper bound)",
+    "req_procs": "unknown requested processors: the allocated alloc_procs",
+    "req_mem_KB": "unknown requested memory: 0 MiB per task (only cpu counts)",
+    "wait_s": "unknown wait: the job is left out of the ground truth",
+    "user": "unknown user: no owner",
+}
+"""What the importer assumes for a field logged as -1, per field (the only fields it uses that may be
+unknown; ``job`` must be known; the others are not used, so their -1 needs no assumption)."""
 _HEADER_LINE = re.compile(r";\s*(\w+):\s*(.*?)\s*$")
 
 
@@ -43,11 +62,23 @@ class SWFError(ValueError):
     """A bad SWF line or header; names the file and line number."""
 
 
+class SWFUnusable(SWFError):
+    """A valid SWF line that cannot become a job (a field it needs is -1 with nothing to assume)."""
+
+
 @dataclass
 class SWFStats:
     jobs: int = 0
     machines: int = 0
     bad_lines: list[tuple[int, str]] = field(default_factory=list)  # (line number, why), with skip_bad
+    unusable: list[tuple[int, str]] = field(default_factory=list)  # (line number, why): valid, unusable
+    assumed: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ASSUMPTIONS, 0))  # per field
+
+    def summary(self) -> str:
+        """One line: each field's assumption count (every field, zero or not) and the rows left out."""
+        assumed = ", ".join(f"{name} {n:,}" for name, n in self.assumed.items())
+        return (f"unknown (-1) fields assumed: {assumed}; unusable rows skipped: {len(self.unusable):,}; "
+                f"bad rows skipped: {len(self.bad_lines):,}")
 
 
 def _open(path: str):
@@ -85,9 +116,12 @@ def checked_nodes(path: str, nodes: int, source: str = "--nodes") -> int:
     return nodes
 
 
-def parse_job(line: str, number: int, path: str, waits: dict | None = None) -> JobSubmit:
-    """The job_submit of one SWF job line; SWFError naming the line and the field. With
-    ``waits``, the job's logged wait (field 3, None when -1: unknown) is stored under its id."""
+def parse_job(line: str, number: int, path: str, waits: dict | None = None,
+              assumed: dict | None = None) -> JobSubmit:
+    """The job_submit of one SWF job line; SWFError naming the line and the field (SWFUnusable when
+    the line is valid but a field it needs is unknown). With ``waits``, the job's logged wait (field
+    3, None when -1: unknown) is stored under its id; with ``assumed``, each field whose -1 was
+    replaced by an assumption (``ASSUMPTIONS``) is counted there."""
     parts = line.split()
     if len(parts) != len(FIELDS):
         raise SWFError(f"{path}: line {number}: expected {len(FIELDS)} fields, got {len(parts)}")
@@ -99,20 +133,37 @@ def parse_job(line: str, number: int, path: str, waits: dict | None = None) -> J
             raise SWFError(f"{path}: line {number}: field {name}: not a number: {text!r}") from None
         if not math.isfinite(values[name]):
             raise SWFError(f"{path}: line {number}: field {name}: not finite: {text!r}")
-    procs = values["req_procs"] if values["req_procs"] != -1 else values["alloc_procs"]
+    unknown = [name for name in ASSUMPTIONS if values[name] == UNKNOWN]
+    if values["submit_s"] == UNKNOWN:
+        raise SWFUnusable(f"{path}: line {number}: field submit_s: unknown (-1): no submit time")
+    if values["req_procs"] == UNKNOWN and values["alloc_procs"] == UNKNOWN:
+        raise SWFUnusable(f"{path}: line {number}: field req_procs: unknown (-1), and alloc_procs too: "
+                          "no processor count")
+    run = values["run_s"]
+    if run == UNKNOWN:
+        if values["req_time_s"] == UNKNOWN:
+            raise SWFUnusable(f"{path}: line {number}: field run_s: unknown (-1), and req_time_s too: "
+                              "no run time")
+        run = values["req_time_s"]
+    procs = values["req_procs"] if values["req_procs"] != UNKNOWN else values["alloc_procs"]
     checks = (("job", values["job"] >= 0), ("submit_s", values["submit_s"] >= 0),
-              ("run_s", values["run_s"] >= 0),
+              ("run_s", run >= 0),
               ("req_procs", 1 <= procs <= MAX_TASKS and procs == int(procs)),
               ("req_mem_KB", values["req_mem_KB"] <= MAX_MEMORY_KB))
     for name, ok in checks:
         if not ok:
-            shown = f"{procs:g} (req_procs/alloc_procs)" if name == "req_procs" else f"{values[name]:g}"
+            shown = (f"{procs:g} (req_procs/alloc_procs)" if name == "req_procs" else
+                     f"{run:g} (req_time_s for an unknown run_s)" if name == "run_s" and run != values[name]
+                     else f"{values[name]:g}")
             raise SWFError(f"{path}: line {number}: field {name}: invalid value {shown}")
     memory = math.ceil(values["req_mem_KB"] / 1024) if values["req_mem_KB"] > 0 else 0
     user = int(values["user"])
     job = Job(id=f"j{int(values['job'])}", kind=JobKind.BATCH, tasks=int(procs),
               request=Resources(NODE_CPU, memory), owner=f"u{user}" if user >= 0 else "",
-              duration_s=values["run_s"], gang=True)
+              duration_s=run, gang=True)
+    if assumed is not None:
+        for name in unknown:
+            assumed[name] += 1
     if waits is not None:
         waits[job.id] = values["wait_s"] if values["wait_s"] >= 0 else None
     return JobSubmit(values["submit_s"], job)
@@ -127,37 +178,47 @@ def swf_events(path: str, nodes: int, node_memory_mib: int, stats: SWFStats, ski
     stats.machines = nodes
     last = 0.0
     wait = {} if waits is not None else None  # the line's wait, kept once the line is
+    assumed = dict.fromkeys(ASSUMPTIONS, 0)  # the line's assumptions, counted once the line is kept
     with _open(path) as f, progress("import swf") as advance:
         for number, line in enumerate(f, 1):
             if line.startswith(";") or not line.strip():
                 continue
             try:
-                event = parse_job(line, number, path, wait)
+                event = parse_job(line, number, path, wait, assumed)
                 if event.t < last:
                     raise SWFError(f"{path}: line {number}: field submit_s: {event.t:g} is before the "
                                    f"previous job's {last:g}")
             except SWFError as exc:
-                if not skip_bad:
+                if isinstance(exc, SWFUnusable):
+                    stats.unusable.append((number, str(exc)))
+                elif not skip_bad:
                     raise
-                stats.bad_lines.append((number, str(exc)))
+                else:
+                    stats.bad_lines.append((number, str(exc)))
                 if wait:
                     wait.clear()
+                assumed = dict.fromkeys(ASSUMPTIONS, 0)
                 continue
             if waits is not None:
                 waits.update(wait)
                 wait.clear()
+            if any(assumed.values()):
+                for name, n in assumed.items():
+                    stats.assumed[name] += n
+                assumed = dict.fromkeys(ASSUMPTIONS, 0)
             last = event.t
             stats.jobs += 1
             advance()
             yield event
 
 
-def ground_truth(path: str, nodes: int, skip_bad: bool) -> GroundTruth:
+def ground_truth(path: str, nodes: int, skip_bad: bool, stats: SWFStats | None = None) -> GroundTruth:
     """Each valid job line's logged wait (field 3) as its submit → start delay (``unit="job"``:
-    a gang starts whole); jobs whose wait is -1 (unknown) are left out; horizon: the last start."""
+    a gang starts whole); jobs whose wait is -1 (unknown) are left out; horizon: the last start.
+    ``stats``: the pass's counts (the same as the import's)."""
     waits: dict[str, float | None] = {}
     submitted: dict[str, float] = {}
-    for event in swf_events(path, nodes, 1, SWFStats(), skip_bad, waits):
+    for event in swf_events(path, nodes, 1, stats if stats is not None else SWFStats(), skip_bad, waits):
         if isinstance(event, JobSubmit):
             submitted[event.job.id] = event.t
     delays = {job: [wait] for job, wait in waits.items() if wait is not None and job in submitted}
@@ -175,15 +236,17 @@ def import_swf(path: str, out, skip_bad: bool = False, nodes: int | None = None,
     error nothing is written at ``out``."""
     header = read_header(path)
     nodes = checked_nodes(path, nodes) if nodes is not None else node_count(path, header)
-    stats = SWFStats()
+    survey = SWFStats()
+    truth = ground_truth(path, nodes, skip_bad, survey)
     trace_header = TraceHeader(
         source=f"swf {path} ({header.get('Computer', '?')}, {header.get('Installation', '?')})",
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
         capacity_model=f"swf: {nodes} machines, one per node, each {NODE_CPU} millicores and "
                        f"{node_memory_mib} MiB; a job = req_procs tasks of {NODE_CPU} millicores as a gang",
         cell=os.path.basename(path).removesuffix(".gz").removesuffix(".swf"),
-        notes=f"importer revision {IMPORTER_REVISION}; t = submit_s; duration_s = run_s; skip_bad={skip_bad}")
-    truth = ground_truth(path, nodes, skip_bad)
+        notes=f"importer revision {IMPORTER_REVISION}; t = submit_s; duration_s = run_s; skip_bad={skip_bad}; "
+              f"{survey.summary()}")
+    stats = SWFStats()
     with TraceWriter(out, trace_header, atomic=True, truth=truth) as writer:
         for event in swf_events(path, nodes, node_memory_mib, stats, skip_bad):
             writer.write(event)
