@@ -177,6 +177,8 @@ def _print_summary(result) -> None:
     w1, w2 = result.wait_to_first_attempt, result.wait_to_placed
     print(f"  wait to first attempt mean {w1.mean:.2f} s (p90 {w1.p90:.2f}, p99 {w1.p99:.2f}); "
           f"to placed mean {w2.mean:.2f} s (p90 {w2.p90:.2f}, p99 {w2.p99:.2f})")
+    if result.losses:
+        print("  losses: " + ", ".join(f"{name.replace('_', ' ')} {n:,}" for name, n in result.losses.items()))
     if result.check is not None:
         state = "ok" if result.check["ok"] else f"{len(result.check['violations'])} VIOLATIONS"
         print(f"  invariants: {state}")

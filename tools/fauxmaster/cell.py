@@ -115,6 +115,9 @@ class CellCounters:
     """Recorded t = 0 placements written (``initial_state="recorded"``)."""
     initial_not_placed: dict[str, int] = field(default_factory=dict)
     """Recorded t = 0 placements left pending for the schedulers, by reason."""
+    durations_ignored: int = 0
+    """Jobs submitted with a ``duration_s`` the replay ignores: only batch jobs end after their
+    duration (``note_placed``); a service job's tasks end only by the trace's task_end / job_kill."""
 
     def skip(self, why: str) -> None:
         self.skipped[why] = self.skipped.get(why, 0) + 1
@@ -262,6 +265,8 @@ class SimCell:
         for job in fresh:
             submitted_at[job.id] = now
             tasks += job.tasks
+            if job.duration_s is not None and job.kind is not JobKind.BATCH:
+                counters.durations_ignored += 1
         counters.jobs_submitted += len(fresh)
         counters.tasks_submitted += tasks
         self.wake()

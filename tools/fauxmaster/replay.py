@@ -122,6 +122,8 @@ class ReplayResult:
     keys: CellKeys | None = field(default=None, repr=False, compare=False)
     fidelity: Fidelity | None = None
     """Against the trace's ground truth (``tools.fauxmaster.fidelity``), when it has one."""
+    losses: dict[str, int] = field(default_factory=dict)
+    """What the replay did not apply as the trace has it, every count zero or not (``LOSSES``)."""
     capacity_model: str = field(default="", repr=False, compare=False)
     """The trace header's statement of the cell (not in ``to_dict``: the figures of a trace
     without ground truth stay as they were; the fidelity section carries it)."""
@@ -140,6 +142,7 @@ class ReplayResult:
         out["wait_to_first_attempt"] = asdict(self.wait_to_first_attempt)
         out["wait_to_placed"] = asdict(self.wait_to_placed)
         out["utilization"] = [asdict(u) for u in self.utilization]
+        out["losses"] = dict(self.losses)
         if self.fidelity is not None:  # a trace without ground truth: the same figures as before
             out["fidelity"] = self.fidelity.to_dict()
         if include_wall:
@@ -285,6 +288,30 @@ def _progress_hook(core: EventCore, progress, until):
     return hook
 
 
+LOSSES = {
+    "durations_ignored": "jobs whose duration_s the replay ignores (not batch: their tasks end only by the "
+                         "trace's task_end / job_kill)",
+    "gang_refusals": "refusals of a job the cell can never commit as it stands (PlanTooLarge: a gang of more "
+                     "tasks than one txn holds, or a plan over the request size limit), all schedulers",
+    "jobs_refused_at_end": "jobs still held out as refused when the replay stopped (RefusedJobs)",
+    "events_skipped": "trace events skipped (CellCounters.skipped, by reason in cell.skipped)",
+    "initial_not_placed": "recorded t = 0 placements that did not fit, left pending for the schedulers",
+}
+"""The replay's losses (``ReplayResult.losses``), in the order shown: name -> what it counts."""
+
+
+def replay_losses(schedulers, counters) -> dict[str, int]:
+    """Every ``LOSSES`` count of a finished replay (the schedulers' tallies and refusals, the cell's
+    counters)."""
+    return {
+        "durations_ignored": counters.durations_ignored,
+        "gang_refusals": sum(s.tally.too_large for s in schedulers),
+        "jobs_refused_at_end": sum(len(s.refused) for s in schedulers),
+        "events_skipped": sum(counters.skipped.values()),
+        "initial_not_placed": sum(counters.initial_not_placed.values()),
+    }
+
+
 def _result(trace_path, config, store, keys, schedulers, cell, journal, samples, sim_time, events, core,
             started) -> ReplayResult:
     first = schedulers[0]
@@ -301,7 +328,8 @@ def _result(trace_path, config, store, keys, schedulers, cell, journal, samples,
         events=events, schedulers=metrics, wait_to_first_attempt=WaitStats.of(waits_first),
         wait_to_placed=WaitStats.of(waits_placed), jobs_submitted=cell.counters.jobs_submitted,
         jobs_unscheduled=unscheduled, cell=asdict(cell.counters), utilization=samples, check=report,
-        config=plain_config, waits_first=waits_first, waits_placed=waits_placed, store=store, keys=keys)
+        config=plain_config, waits_first=waits_first, waits_placed=waits_placed, store=store, keys=keys,
+        losses=replay_losses(schedulers, cell.counters))
 
 
 def _scheduler_metrics(s: SimScheduler, sim_time: float) -> SchedulerMetrics:

@@ -161,6 +161,16 @@ def _fidelity_html(result: ReplayResult) -> str:
     return f"<h2>Fidelity</h2><p>{lines}</p><p><small>{html.escape(f.notes)}</small></p>{images}"
 
 
+def _losses_html(result: ReplayResult) -> str:
+    """Every loss count, zero or not, with what it counts (``tools.fauxmaster.replay.LOSSES``)."""
+    from tools.fauxmaster.replay import LOSSES
+
+    rows = "".join(f"<tr><td>{html.escape(name)}</td><td>{n:,}</td>"
+                   f"<td style=\"text-align:left\">{html.escape(LOSSES.get(name, ''))}</td></tr>"
+                   for name, n in result.losses.items())
+    return f"<h2>Losses</h2><table><tr><th>what</th><th>count</th><th></th></tr>{rows}</table>"
+
+
 def _page(result: ReplayResult) -> str:
     rows = "".join(
         f"<tr><td>{html.escape(s.name)}</td><td>{s.kind}</td><td>{s.conflict_mode}</td><td>{s.commit_mode}</td>"
@@ -179,6 +189,7 @@ unscheduled at the end.</p>
 <th>conflict fraction</th><th>attempts</th><th>tasks placed</th></tr>{rows}</table>
 <p>Wait to first attempt: mean {w1.mean:.2f} s, p90 {w1.p90:.2f} s, p99 {w1.p99:.2f} s ({w1.jobs} jobs).<br>
 Wait to fully placed: mean {w2.mean:.2f} s, p90 {w2.p90:.2f} s, p99 {w2.p99:.2f} s ({w2.jobs} jobs).</p>
+{_losses_html(result)}
 {images}
 {_fidelity_html(result)}
 <p><a href="result.json">result.json</a></p></body></html>
