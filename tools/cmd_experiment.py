@@ -76,8 +76,10 @@ def print_report(report, console=None) -> None:
     console.print(table)
     console.print(f"[bold]setup:[/bold] {report.setup}")
     console.print(f"[bold]paper:[/bold] {report.paper}")
-    colour = "green" if report.verdict.reproduced else "red"
+    colour = "green" if report.verdict.reproduced else "yellow" if report.verdict.inconclusive else "red"
     console.print(f"[bold {colour}]{report.verdict.text}[/bold {colour}]")
+    for warning in report.verdict.warnings:
+        console.print(f"[bold yellow]warning:[/bold yellow] {warning}", markup=True, highlight=False)
     if not report.runs_ok:
         console.print("[bold red]cell invariants were violated in at least one run[/bold red]")
     console.print(f"({report.wall_s:.1f} s wall)\n")

@@ -14,7 +14,11 @@ from omega.protocols import MachineEntry
 from tools.cli import main
 from tools.cmd_experiment import NAMES, format_cell
 from tools.fauxmaster.architectures import CodePath, MultiPath, OfferBroker
-from tools.fauxmaster.experiment_runs import Overrides, clearly_larger, run_case
+from tools.fauxmaster.experiment_runs import (
+    MIN_EVENTS, Overrides, RunFigures, clearly_larger, conflict_setup_warnings, counts_conclusive, run_case,
+    verdict_of,
+)
+from tools.fauxmaster.metrics import SchedulerMetrics
 from tools.fauxmaster.experiments import QUICK, names, run_experiment
 from tools.fauxmaster.scheduler_process import SchedulerConfig
 from tools.fauxmaster.synthetic import SyntheticSpec, synthetic_events, write_synthetic_trace
@@ -52,8 +56,11 @@ def test_each_experiment_yields_its_table_and_a_computed_verdict(reports, name):
     assert all(c.key in row for row in report.rows for c in report.columns)
     assert report.runs_ok
     assert isinstance(report.verdict.reproduced, bool)
-    assert report.verdict.text.startswith("direction REPRODUCED" if report.verdict.reproduced
-                                          else "direction NOT reproduced")
+    expected = ("direction REPRODUCED" if report.verdict.reproduced else "direction INCONCLUSIVE"
+                if report.verdict.inconclusive else "direction NOT reproduced")
+    assert report.verdict.text.startswith(expected)
+    assert not (report.verdict.reproduced and report.verdict.inconclusive)
+    assert report.verdict.warnings == ()  # the synthetic traces have both kinds of jobs
     assert report.paper and report.setup
 
 
@@ -230,3 +237,53 @@ def test_a_trace_of_the_initial_state_only_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit) as info:
         main(["experiment", "conflict-modes", "--trace", str(trace)])
     assert info.value.code == 2 and "all 2 events are at t = 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("a, n_a, b, n_b, conclusive", [
+    (2, 25_800, 0, 25_800, False),      # the case: 2 conflicts against 0 is noise
+    (0, 25_800, 0, 25_800, False),      # 0 against 0: nothing to tell either way
+    (MIN_EVENTS - 1, 100, 0, 100, False),  # below MIN_EVENTS together
+    (30, 1000, 10, 1000, True),         # 0.03 vs 0.01: 20 apart, noise sqrt(40) ~ 6.3 -> over 2 sigma
+    (55, 1000, 45, 1000, False),        # 10 apart, noise sqrt(100) = 10 -> within 2 sigma
+    (20, 2000, 5, 1000, False),         # 0.01 vs 0.005: 0.005 apart, noise 0.0032 -> within 2 sigma
+    (40, 1000, 10, 1000, True),
+], ids=["two-vs-zero", "zero-vs-zero", "under-min-events", "clear", "within-noise", "rates-within-noise",
+        "rates-clear"])
+def test_a_comparison_of_counts_needs_enough_events(a, n_a, b, n_b, conclusive):
+    assert counts_conclusive(a, n_a, b, n_b) is conclusive
+
+
+@pytest.mark.parametrize("outcomes, state", [
+    (["yes"], "REPRODUCED"), (["yes", "inconclusive"], "INCONCLUSIVE"), (["inconclusive"], "INCONCLUSIVE"),
+    (["no", "inconclusive"], "NOT reproduced"), (["yes", "no"], "NOT reproduced")])
+def test_verdict_states(outcomes, state):
+    verdict = verdict_of(outcomes, "d")
+    assert verdict.text == f"direction {state}: d"
+    assert verdict.reproduced is (state == "REPRODUCED") and verdict.inconclusive is (state == "INCONCLUSIVE")
+
+
+def _metrics(name: str, transactions: int) -> SchedulerMetrics:
+    return SchedulerMetrics(name, "batch", "resource-fit", "incremental", 0.0, 0.0, transactions, transactions,
+                            0, 0, 0.0, 1, transactions, 0, 0.0)
+
+
+@pytest.mark.parametrize("schedulers, warned", [
+    ([("b", 10)], "one scheduler only"), ([("b", 10), ("s", 0)], "only b committed anything"),
+    ([("b", 10), ("s", 3)], None)], ids=["one-scheduler", "one-active", "two-active"])
+def test_a_conflict_setup_that_cannot_produce_the_effect_is_warned(schedulers, warned):
+    f = RunFigures({}, [_metrics(n, t) for n, t in schedulers], 10.0, 1.0, True)
+    warnings = conflict_setup_warnings("run", f)
+    assert (warnings == []) if warned is None else (len(warnings) == 1 and warned in warnings[0])
+
+
+def test_conflict_modes_on_a_trace_without_service_jobs_warns_and_prints(tmp_path, capsys):
+    trace = tmp_path / "batch-only.omt"
+    with TraceWriter(trace, TraceHeader("test", "2024-01-01T00:00:00Z", "4 cores")) as writer:
+        for i in range(4):
+            writer.write(MachineAdd(0.0, Machine(f"m{i}", Resources(4000, 8192))))
+        for j in range(6):
+            writer.write(JobSubmit(float(j), Job(f"j{j}", JobKind.BATCH, 2, Resources(1000, 512), duration_s=2.0)))
+    assert main(["experiment", "conflict-modes", "--quick", "--trace", str(trace)]) == 0
+    printed = " ".join(capsys.readouterr().out.split())  # rich wraps lines
+    assert "only batch committed anything" in printed and "cannot produce the effect" in printed
+    assert "direction INCONCLUSIVE" in printed and "fewer than 10 conflicts" in printed

@@ -11,6 +11,8 @@ fit, which Omega's fine-grained store would have accepted — is not a conflict)
 
 from __future__ import annotations
 
+import math
+
 import tempfile
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -159,6 +161,55 @@ def clearly_larger(a: float, b: float) -> bool:
     return ratio(a, b) >= MIN_EFFECT
 
 
+MIN_EVENTS = 10
+"""A comparison of event counts (conflicts) means something only with at least this many events
+on the two sides together: below it, one seed decides (2 conflicts against 0 is noise)."""
+NOISE_SIGMAS = 2.0
+"""... and only when the two rates differ by more than this many standard deviations of their
+Poisson noise: a count c has noise sqrt(c), so rates c_a / n_a and c_b / n_b differ by more than
+noise when |c_a/n_a - c_b/n_b| > NOISE_SIGMAS * sqrt(c_a / n_a² + c_b / n_b²)."""
+
+
+def counts_conclusive(a: int, n_a: int, b: int, n_b: int) -> bool:
+    """Whether ``a`` events in ``n_a`` trials against ``b`` in ``n_b`` differ by more than noise:
+    ``a + b >= MIN_EVENTS`` and the rates differ by more than ``NOISE_SIGMAS`` Poisson standard
+    deviations (``n`` of 0 counts as 1). A modelling rule, the same for every experiment and trace."""
+    if a + b < MIN_EVENTS:
+        return False
+    n_a, n_b = max(n_a, 1), max(n_b, 1)
+    noise = math.sqrt(a / n_a**2 + b / n_b**2)
+    return abs(a / n_a - b / n_b) > NOISE_SIGMAS * noise
+
+
+def compared(larger: bool, conclusive: bool = True) -> str:
+    """One comparison's outcome: "yes" (in the paper's direction, clearly), "no", or
+    "inconclusive" (too few events to tell, whatever the ratio)."""
+    return "inconclusive" if not conclusive else ("yes" if larger else "no")
+
+
+def verdict_of(outcomes: list[str], detail: str, warnings: list[str] | None = None) -> Verdict:
+    """REPRODUCED when every comparison is "yes"; NOT reproduced when any is "no"; INCONCLUSIVE
+    otherwise (some had too few events and none went against)."""
+    if "no" in outcomes:
+        return Verdict(False, detail, warnings=tuple(warnings or ()))
+    inconclusive = "inconclusive" in outcomes
+    return Verdict(not inconclusive, detail, inconclusive, tuple(warnings or ()))
+
+
+def conflict_setup_warnings(label: str, f: RunFigures) -> list[str]:
+    """Why the run ``label`` cannot show conflicts between schedulers: fewer than two schedulers,
+    or fewer than two that made any transaction (a trace without jobs for one of them)."""
+    if len(f.schedulers) < 2:
+        return [f"{label}: one scheduler only ({', '.join(s.name for s in f.schedulers)}): conflicts need "
+                "two schedulers committing concurrently, so this set-up cannot produce the effect"]
+    active = [s.name for s in f.schedulers if s.transactions > 0]
+    if len(active) < 2:
+        return [f"{label}: only {', '.join(active) or 'no scheduler'} committed anything (the trace has no jobs "
+                "for the others): conflicts need two schedulers committing concurrently, so this set-up "
+                "cannot produce the effect"]
+    return []
+
+
 # ------------------------------------------------------------------------ reports
 
 @dataclass(frozen=True, slots=True)
@@ -176,10 +227,15 @@ class Verdict:
 
     reproduced: bool
     detail: str
+    inconclusive: bool = False
+    """Too few events to tell (``verdict_of``); ``reproduced`` is then False."""
+    warnings: tuple[str, ...] = ()
+    """Why the set-up cannot produce the effect (e.g. one scheduler only in a conflict experiment)."""
 
     @property
     def text(self) -> str:
-        return f"direction {'REPRODUCED' if self.reproduced else 'NOT reproduced'}: {self.detail}"
+        state = "INCONCLUSIVE" if self.inconclusive else "REPRODUCED" if self.reproduced else "NOT reproduced"
+        return f"direction {state}: {self.detail}"
 
 
 @dataclass

@@ -18,8 +18,9 @@ from typing import Any, Callable
 from cellstate.model import JobKind
 from tools.fauxmaster.architectures import CodePath, MultiPath, OfferBroker
 from tools.fauxmaster.experiment_runs import (
-    BATCH_T_JOB, BATCH_T_TASK, T_TASK, Bench, Column, ExperimentReport, Overrides, RunFigures, Sizing, Verdict,
-    clearly_larger, pair, ratio,
+    BATCH_T_JOB, BATCH_T_TASK, MIN_EVENTS, NOISE_SIGMAS, T_TASK, Bench, Column, ExperimentReport, Overrides,
+    RunFigures, Sizing, Verdict,
+    clearly_larger, compared, conflict_setup_warnings, counts_conclusive, pair, ratio, verdict_of,
 )
 from tools.fauxmaster.experiment_scaling import batch_scaling
 from tools.fauxmaster.scheduler_process import SchedulerConfig
@@ -57,6 +58,9 @@ def architectures(bench: Bench) -> ExperimentReport:
     wait = {name: f.of("batch").wait_placed.mean for name, f in runs.items()}
     shared = wait["shared-state"]
     reproduced = clearly_larger(wait["monolithic"], shared) and clearly_larger(wait["two-level"], shared)
+    warnings = [] if runs["shared-state"].of("service").jobs else [
+        "the trace has no service jobs: the monolithic scheduler's head-of-line blocking behind slow service "
+        "decisions cannot occur, so this set-up cannot produce the effect"]
     detail = (f"mean batch wait to placed: shared-state {shared:.2f} s vs monolithic {wait['monolithic']:.2f} s "
               f"({ratio(wait['monolithic'], shared):.1f}x) and two-level {wait['two-level']:.2f} s "
               f"({ratio(wait['two-level'], shared):.1f}x)")
@@ -75,7 +79,8 @@ def architectures(bench: Bench) -> ExperimentReport:
         "scheduler; shared-state keeps batch wait low.",
         f"{bench.describe()}; service t_job {t_svc:g} s, batch t_job {BATCH_T_JOB:g} s, t_task {T_TASK:g} s; "
         f"two-level offers: all free machines nobody holds",
-        columns, rows, Verdict(reproduced, detail), runs_ok=all(f.invariants_ok for f in runs.values()))
+        columns, rows, Verdict(reproduced, detail, warnings=tuple(warnings)),
+        runs_ok=all(f.invariants_ok for f in runs.values()))
 
 
 def _architecture_row(name: str, f: RunFigures) -> dict[str, Any]:
@@ -94,23 +99,29 @@ def _architecture_row(name: str, f: RunFigures) -> dict[str, Any]:
 
 def tjob_sweep(bench: Bench) -> ExperimentReport:
     trace = bench.trace()
-    rows = []
+    rows, warnings = [], []
     ok = True
     for t_job in bench.sizing.tjob_sweep:
         f = bench.run(trace, pair(service_t_job=t_job))
         ok &= f.invariants_ok
+        warnings += conflict_setup_warnings(f"service t_job {t_job:g} s", f)
         rows.append({"t_job": t_job, "service_busyness": f.busyness(["service"]),
+                     "service_conflicts": f.conflicts(["service"]), "service_txns_ok": _successful(f, ["service"]),
                      "service_conflict_fraction": f.conflict_fraction(["service"]),
                      "batch_conflict_fraction": f.conflict_fraction(["batch"]),
                      "service_wait_placed": f.of("service").wait_placed.mean,
                      "service_unscheduled": f.of("service").unscheduled})
     first, last = rows[0], rows[-1]
     busy_up = clearly_larger(last["service_busyness"], first["service_busyness"])
-    conflict_up = clearly_larger(last["service_conflict_fraction"], first["service_conflict_fraction"])
+    conflict_up = compared(
+        clearly_larger(last["service_conflict_fraction"], first["service_conflict_fraction"]),
+        counts_conclusive(last["service_conflicts"], last["service_txns_ok"],
+                          first["service_conflicts"], first["service_txns_ok"]))
     detail = (f"t_job {first['t_job']:g} -> {last['t_job']:g} s: service busyness {first['service_busyness']:.3f} -> "
               f"{last['service_busyness']:.3f} ({_monotone(rows, 'service_busyness')}), conflict fraction "
               f"{first['service_conflict_fraction']:.3f} -> {last['service_conflict_fraction']:.3f} "
-              f"({_monotone(rows, 'service_conflict_fraction')})")
+              f"({_monotone(rows, 'service_conflict_fraction')}; {first['service_conflicts']} -> "
+              f"{last['service_conflicts']} conflicts{_noise(conflict_up)})")
     columns = [Column("t_job", "service t_job (s)", "g"), Column("service_busyness", "service busyness", ".3f"),
                Column("service_conflict_fraction", "service conflict fraction", ".3f"),
                Column("batch_conflict_fraction", "batch conflict fraction", ".3f"),
@@ -121,7 +132,19 @@ def tjob_sweep(bench: Bench) -> ExperimentReport:
         "Omega §4.2 (Fig. 6/7): as t_job(service) grows, the service scheduler gets busier and its "
         "conflict fraction rises (longer decisions see more concurrent change).",
         f"{bench.describe()}; shared-state, batch t_job {BATCH_T_JOB:g} s, resource-fit, incremental",
-        columns, rows, Verdict(busy_up and conflict_up, detail), runs_ok=ok)
+        columns, rows, verdict_of([compared(busy_up), conflict_up], detail, warnings), runs_ok=ok)
+
+
+def _successful(f: RunFigures, names: list[str] | None = None) -> int:
+    """Successful transactions of the named schedulers (all if None): the conflicts' denominator."""
+    return sum(s.transactions - s.failed_transactions for s in f.schedulers if names is None or s.name in names)
+
+
+def _noise(outcome: str) -> str:
+    """The detail's note when a comparison of counts was too small to mean something."""
+    return (f"; inconclusive: fewer than {MIN_EVENTS} conflicts on both sides together, or a difference "
+            f"within {NOISE_SIGMAS:g} sigma of their Poisson noise (sqrt of the counts)"
+            if outcome == "inconclusive" else "")
 
 
 def _monotone(rows: list[dict], key: str) -> str:
@@ -136,20 +159,30 @@ def _modes_spec(bench: Bench) -> SyntheticSpec:
     return bench.sizing.spec.with_batch_rate(bench.sizing.modes_batch_factor)
 
 
-def _mode_rows(bench: Bench, label: str, variants: dict[str, dict]) -> tuple[list[dict], bool]:
+def _mode_rows(bench: Bench, label: str, variants: dict[str, dict]) -> tuple[list[dict], bool, list[str]]:
     trace = bench.trace(_modes_spec(bench))
-    rows, ok = [], True
+    rows, ok, warnings = [], True, []
     for name, modes in variants.items():
         f = bench.run(trace, pair(service_t_job=1.0, **modes))
         ok &= f.invariants_ok
+        warnings += conflict_setup_warnings(name, f)
         rows.append({label: name, "conflict_fraction": f.conflict_fraction(),
                      "batch_conflict_fraction": f.conflict_fraction(["batch"]),
                      "service_conflict_fraction": f.conflict_fraction(["service"]),
                      "failed_txns": sum(s.failed_transactions for s in f.schedulers),
-                     "stale_retries": sum(f.stale.values()), "conflicts": f.conflicts(),
+                     "stale_retries": sum(f.stale.values()), "conflicts": f.conflicts(), "txns_ok": _successful(f),
                      "busyness": f.busyness(), "batch_wait_placed": f.of("batch").wait_placed.mean,
                      "unscheduled": f.of("batch").unscheduled + f.of("service").unscheduled})
-    return rows, ok
+    return rows, ok, warnings
+
+
+def _mode_verdict(rows: list[dict], larger: int, smaller: int, detail: str, warnings: list[str]) -> Verdict:
+    """Row ``larger``'s conflict fraction clearly above row ``smaller``'s, on enough conflicts."""
+    a, b = rows[larger], rows[smaller]
+    outcome = compared(clearly_larger(a["conflict_fraction"], b["conflict_fraction"]),
+                       counts_conclusive(a["conflicts"], a["txns_ok"], b["conflicts"], b["txns_ok"]))
+    detail += f"; {a['conflicts']} vs {b['conflicts']} conflicts in {a['txns_ok']:,} vs {b['txns_ok']:,} txns"
+    return verdict_of([outcome], detail + _noise(outcome), warnings)
 
 
 def _mode_columns(label: str, header: str) -> list[Column]:
@@ -161,7 +194,7 @@ def _mode_columns(label: str, header: str) -> list[Column]:
 
 
 def conflict_modes(bench: Bench) -> ExperimentReport:
-    rows, ok = _mode_rows(bench, "mode", {"coarse (sequence)": {"conflict": "sequence"},
+    rows, ok, warnings = _mode_rows(bench, "mode", {"coarse (sequence)": {"conflict": "sequence"},
                                           "fine (resource-fit)": {"conflict": "resource-fit"}})
     coarse, fine = rows[0]["conflict_fraction"], rows[1]["conflict_fraction"]
     detail = f"conflict fraction coarse {coarse:.4f} vs fine {fine:.4f}: {ratio(coarse, fine):.1f}x (paper 2-3x)"
@@ -171,11 +204,11 @@ def conflict_modes(bench: Bench) -> ExperimentReport:
         "sequence-number detection.",
         f"{bench.describe(_modes_spec(bench))}; shared-state, batch t_job {BATCH_T_JOB:g} s, service t_job 1 s, "
         f"incremental",
-        _mode_columns("mode", "conflict detection"), rows, Verdict(clearly_larger(coarse, fine), detail), runs_ok=ok)
+        _mode_columns("mode", "conflict detection"), rows, _mode_verdict(rows, 0, 1, detail, warnings), runs_ok=ok)
 
 
 def commit_modes(bench: Bench) -> ExperimentReport:
-    rows, ok = _mode_rows(bench, "mode", {"incremental": {"commit": "incremental"},
+    rows, ok, warnings = _mode_rows(bench, "mode", {"incremental": {"commit": "incremental"},
                                           "all-or-nothing (gang)": {"commit": "all-or-nothing"}})
     incremental, gang = rows[0]["conflict_fraction"], rows[1]["conflict_fraction"]
     detail = (f"conflict fraction gang {gang:.4f} vs incremental {incremental:.4f}: "
@@ -186,7 +219,7 @@ def commit_modes(bench: Bench) -> ExperimentReport:
         "compared with incremental ones.",
         f"{bench.describe(_modes_spec(bench))}; shared-state, batch t_job {BATCH_T_JOB:g} s, service t_job 1 s, "
         f"resource-fit",
-        _mode_columns("mode", "commit mode"), rows, Verdict(clearly_larger(gang, incremental), detail), runs_ok=ok)
+        _mode_columns("mode", "commit mode"), rows, _mode_verdict(rows, 1, 0, detail, warnings), runs_ok=ok)
 
 
 EXPERIMENTS: dict[str, Callable[[Bench], ExperimentReport]] = {
