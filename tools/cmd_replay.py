@@ -45,7 +45,8 @@ def register(sub) -> None:
     p.add_argument("--initial-state", choices=("recorded", "scheduled"), default="recorded",
                    help="recorded (default): start from the trace's t = 0 task_placed events where they "
                         "fit; scheduled: the schedulers place every task submitted at t = 0")
-    p.add_argument("--sample-every", type=float, default=60.0, help="utilization sample period (virtual s)")
+    p.add_argument("--sample-every", type=float, default=60.0, help="utilization sample period (virtual s, default 60); it grows with the span so that a "
+                        "replay holds at most 4,000 samples (tools.fauxmaster.replay.MAX_SAMPLES)")
     p.add_argument("--no-check", action="store_true", help="skip the invariant check of the final cell")
     p.add_argument("--json", metavar="OUT", help="write the result as JSON")
     p.add_argument("--html", metavar="DIR", help="write an HTML report with plots (needs matplotlib)")
@@ -177,6 +178,8 @@ def _print_summary(result) -> None:
     w1, w2 = result.wait_to_first_attempt, result.wait_to_placed
     print(f"  wait to first attempt mean {w1.mean:.2f} s (p90 {w1.p90:.2f}, p99 {w1.p99:.2f}); "
           f"to placed mean {w2.mean:.2f} s (p90 {w2.p90:.2f}, p99 {w2.p99:.2f})")
+    print(f"  utilization: {len(result.utilization):,} samples, every {result.utilization_interval_s:,.0f} virtual s "
+          f"(at least --sample-every; grows with the span to bound the samples)")
     if result.losses:
         print("  losses: " + ", ".join(f"{name.replace('_', ' ')} {n:,}" for name, n in result.losses.items()))
     if result.check is not None:

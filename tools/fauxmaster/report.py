@@ -11,7 +11,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from tools.fauxmaster.replay import ReplayResult
+from tools.fauxmaster.replay import MAX_SAMPLES, ReplayResult
 
 PLOTS = ("utilization.png", "wait_cdf.png", "busyness.png")
 FIDELITY_PLOTS = ("fidelity_delay_cdf.png", "fidelity_occupancy.png")  # a trace with ground truth only
@@ -72,20 +72,27 @@ def _utilization(fig, result: ReplayResult) -> None:
     """Cpu and memory utilization (0..1) above the load's std/mean across machines; a long run's
     samples averaged over bins (``binned_means``)."""
     samples = result.utilization
-    t, (cpu, memory, cv) = binned_means([u.t / 3600 for u in samples],
+    unit, label = time_unit(samples[-1].t if samples else 0.0)
+    t, (cpu, memory, cv) = binned_means([u.t / unit for u in samples],
                                         [[u.cpu for u in samples], [u.memory for u in samples],
                                          [u.load_cv for u in samples]])
     top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=(3, 2))
     top.plot(t, cpu, label="cpu")
     top.plot(t, memory, label="memory")
-    top.set_ylim(0, 1.02)
+    top.set_ylim(0, max([1.02] + [v * 1.05 for v in cpu + memory]))  # above 1: an overcommitted cell
     top.set_ylabel("allocated / capacity")
     averaged = f" (means of {-(-len(samples) // len(t))} samples)" if samples and len(t) < len(samples) else ""
-    top.set_title(f"Utilization over time{averaged}")
+    every = f", sampled every {result.utilization_interval_s:,.0f} s" if result.utilization_interval_s else ""
+    top.set_title(f"Utilization over time{every}{averaged}")
     top.legend(loc="lower right")
     bottom.plot(t, cv, color="tab:green")
     bottom.set_ylabel("load std / mean")
-    bottom.set_xlabel("virtual time (h)")
+    bottom.set_xlabel(f"virtual time ({label})")
+
+
+def time_unit(span_s: float) -> tuple[float, str]:
+    """Seconds per unit of a plot's time axis and its label: hours up to 72 h, days beyond."""
+    return (86_400.0, "days") if span_s > 72 * 3600 else (3600.0, "h")
 
 
 def _wait_cdf(fig, result: ReplayResult) -> None:
@@ -189,6 +196,8 @@ unscheduled at the end.</p>
 <th>conflict fraction</th><th>attempts</th><th>tasks placed</th></tr>{rows}</table>
 <p>Wait to first attempt: mean {w1.mean:.2f} s, p90 {w1.p90:.2f} s, p99 {w1.p99:.2f} s ({w1.jobs} jobs).<br>
 Wait to fully placed: mean {w2.mean:.2f} s, p90 {w2.p90:.2f} s, p99 {w2.p99:.2f} s ({w2.jobs} jobs).</p>
+<p>Utilization: {len(result.utilization):,} samples, every {result.utilization_interval_s:,.0f} virtual s
+(the interval grows with the span so that a replay holds at most {2 * MAX_SAMPLES:,} samples).</p>
 {_losses_html(result)}
 {images}
 {_fidelity_html(result)}
