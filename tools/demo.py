@@ -9,7 +9,7 @@
    during the demo), the schedulers (``batch-0``…, ``service-0``…, ``borg-0``…), and, once
    every scheduler has published its stats, the workload generator;
 4. in the foreground the live conflict monitor (or, with ``monitor=False``, a status line
-   every few seconds), until Ctrl-C, SIGTERM, ``duration`` seconds, or a child that fails.
+   every few seconds), until Ctrl-C, SIGTERM, SIGHUP, ``duration`` seconds, or a child that fails.
 
 Then it stops the generator, the schedulers (reading their stats first; they print their
 final stats on exit), the agents and etcd, in that order — SIGTERM to each process group,
@@ -284,8 +284,10 @@ class Demo:
 
 
 class SignalGuard:
-    """Running: SIGTERM acts as Ctrl-C, and a watchdog interrupts the main thread when a child
-    fails. ``shield()`` (while stopping): Ctrl-C and SIGTERM are only noted, so stopping runs to
+    """Running: SIGTERM and SIGHUP act as Ctrl-C (the children run in process groups of their
+    own, so a closed terminal reaches only the demo, which must stop them), and a watchdog
+    interrupts the main thread when a child fails. ``shield()`` (while stopping): Ctrl-C,
+    SIGTERM and SIGHUP are only noted, so stopping runs to
     its end. ``restore()``: the previous handlers. Outside the main thread it does nothing."""
 
     def __init__(self, demo: Demo):
@@ -298,8 +300,9 @@ class SignalGuard:
 
     def __enter__(self) -> SignalGuard:
         if self.active:
-            self.previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+            self.previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
             signal.signal(signal.SIGTERM, _raise_interrupt)
+            signal.signal(signal.SIGHUP, _raise_interrupt)  # the terminal closed: stop the cell, leave nothing
             self.thread.start()
         return self
 

@@ -53,8 +53,10 @@ def _refused(endpoint: str) -> bool:
 
 def test_demo_places_conflicts_and_leaves_a_clean_cell(tmp_path):
     summary_path = tmp_path / "summary.json"
+    # 200 machines: with one owner per job, conflicts are over machines only, and a smaller cell
+    # makes them certain within the run whatever the host's speed
     cmd = [sys.executable, "-m", "tools.cli", "demo", "--duration", str(DEMO_SECONDS), "--no-monitor",
-           "--summary-json", str(summary_path), "--run-dir", str(tmp_path / "run")]
+           "--machines", "200", "--summary-json", str(summary_path), "--run-dir", str(tmp_path / "run")]
     done = subprocess.run(cmd, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=DEMO_SECONDS + 70)
     assert done.returncode == 0, f"demo exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     summary = json.loads(summary_path.read_text())
@@ -67,6 +69,27 @@ def test_demo_places_conflicts_and_leaves_a_clean_cell(tmp_path):
     assert summary["utilization"][0]["allocated"] > 0
     assert "invariant check" in done.stdout and "clean" in done.stdout
     assert all(_gone(child["pid"]) for child in summary["children"].values()), summary["children"]
+    assert all(_refused(endpoint) for endpoint in summary["etcd_endpoints"]), "etcd still answers"
+
+
+def test_a_closed_terminal_stops_the_whole_demo(tmp_path):
+    """SIGHUP (the terminal closed) stops the demo like Ctrl-C: its children run in process
+    groups of their own, so the demo must stop them; nothing is left running."""
+    summary_path, run_dir = tmp_path / "summary.json", tmp_path / "run"
+    cmd = [sys.executable, "-m", "tools.cli", "demo", "--duration", "120", "--no-monitor", "--machines", "50",
+           "--summary-json", str(summary_path), "--run-dir", str(run_dir)]
+    demo = subprocess.Popen(cmd, cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        for line in demo.stdout:
+            if "running" in line:  # "agents …, schedulers …, generator at … running"
+                break
+        demo.send_signal(signal.SIGHUP)
+        out, _ = demo.communicate(timeout=90)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+    summary = json.loads(summary_path.read_text())
+    assert summary["children"] and all(_gone(child["pid"]) for child in summary["children"].values()), out
     assert all(_refused(endpoint) for endpoint in summary["etcd_endpoints"]), "etcd still answers"
 
 
