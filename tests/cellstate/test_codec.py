@@ -517,9 +517,9 @@ def _big_record(states: str):
 
 @pytest.mark.parametrize("states", [
     "a" * 5000 + "p" * 995_000,                       # a million tasks being placed
-    "p" * 1024,                                       # the smallest record stored deflated
-    "r" * 700 + "a" * 300 + "f" * 24 + "x" + "k" + "p" * 998,
-    "ar" * 600,                                       # fragmented states deflate too
+    "p" * 4096,                                       # the smallest record stored deflated
+    "r" * 2700 + "a" * 300 + "f" * 24 + "x" + "k" + "p" * 1070,
+    "ar" * 2048,                                      # fragmented states deflate too
 ], ids=["million", "threshold", "every-state", "fragmented"])
 def test_a_big_record_stores_its_task_states_deflated_and_decodes_back(states):
     import msgpack
@@ -540,25 +540,28 @@ def test_records_below_the_threshold_stay_plain():
     import msgpack
 
     from cellstate.codec_job import encode_job_record
+    from cellstate.codec_job_fast import STATES_Z_MIN_TASKS
 
-    states = "p" * 1023
+    assert STATES_Z_MIN_TASKS == 4096  # the figures in docs/CELLSTATE.md and BENCHMARKS.md
+
+    states = "p" * (STATES_Z_MIN_TASKS - 1)
     assert msgpack.unpackb(encode_job_record(_big_record(states)))["tasks"] == states
 
 
 @pytest.mark.parametrize("packed, problem", [
-    (b"not zlib", "zlib"), (__import__("zlib").compress(b"p" * 1023), "1024 task states"),
-    (__import__("zlib").compress(b"q" * 1024), "unknown task state"), (b"", "zlib"), ("text", "zlib"),
-    (__import__("zlib").compress(b"p" * 1024) + b"x", "zlib"),
+    (b"not zlib", "zlib"), (__import__("zlib").compress(b"p" * 4095), "4096 task states"),
+    (__import__("zlib").compress(b"q" * 4096), "unknown task state"), (b"", "zlib"), ("text", "zlib"),
+    (__import__("zlib").compress(b"p" * 4096) + b"x", "zlib"),
 ])
 def test_bad_deflated_task_states_are_refused(packed, problem):
     import msgpack
 
     from cellstate.codec_job import decode_job_record, encode_job_record
 
-    good = msgpack.unpackb(encode_job_record(_big_record("p" * 1024)))
+    good = msgpack.unpackb(encode_job_record(_big_record("p" * 4096)))
     bad = dict(good, tasks_z=packed)
     with pytest.raises(CodecError, match=problem):
         decode_job_record("k", msgpack.packb(bad))
-    both = dict(good, tasks="p" * 1024)
+    both = dict(good, tasks="p" * 4096)
     with pytest.raises(CodecError, match="exactly one of tasks and tasks_z"):
         decode_job_record("k", msgpack.packb(both))
