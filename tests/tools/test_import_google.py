@@ -82,7 +82,7 @@ def test_part0_ends_refer_to_live_tasks(part0):
         elif isinstance(e, JobKill):
             assert e.job_id in tasks
     assert sum(isinstance(e, TaskEnd) and e.status is TaskEndStatus.FINISHED for e in events) > 40_000
-    assert 10_000 < len(censored) < 30_000  # 19,541 in part 0 (docs/TRACE_FORMAT.md)
+    assert 5_000 < len(censored) < 30_000  # 9,063 batches in part 0 (19,541 before importer revision 4)
 
 
 @needs_part0
@@ -166,7 +166,7 @@ def test_a_task_running_through_the_window_is_still_running_when_the_replay_ends
     ])
     import_google2011(tasks, write_gz(tmp_path / "j.csv.gz", []), tmp_path / "x.omt", CapacityModel("uniform"))
     header, events = read_all(tmp_path / "x.omt")
-    assert "importer revision 3" in header.notes
+    assert "importer revision 4" in header.notes
     assert [e.job.duration_s for e in events if isinstance(e, JobSubmit)] == [None, None]
     result = replay(tmp_path / "x.omt", ReplayConfig(schedulers=[dict(name="b", kind="batch")]))
     assert result.sim_time_s == 50.0 and result.cell["initial_placed"] == 1
@@ -221,3 +221,52 @@ def test_cli_import_google2011(tmp_path, capsys):
     header, events = read_all(out)
     assert "google2011-uniform" in header.capacity_model
     assert len({e.machine.capacity for e in events if isinstance(e, MachineAdd)}) == 1
+
+
+def test_submissions_pending_together_form_one_batch(tmp_path):
+    """Importer revision 4: a batch is the consecutive SUBMIT rows of a job with no SCHEDULE of the
+    job between them (after t = 0), no other row of a task of the batch, equal priority and requests
+    and no task twice; submitted at its last row. Ground truth delays stay per task from its own SUBMIT."""
+    tasks = write_gz(tmp_path / "t.csv.gz", [
+        # t = 0: job 1's rows interleave SUBMIT and SCHEDULE (the recorded state): one batch of 2;
+        # task 2 asks for more cpu: a batch of its own (not inflated)
+        task_row(0, 1, 0, "", 0), task_row(0, 1, 0, 10, 1), task_row(0, 1, 1, "", 0), task_row(0, 1, 1, 11, 1),
+        task_row(0, 1, 2, "", 0, cpu=0.5), task_row(0, 1, 2, 12, 1, cpu=0.5),
+        # job 2 at 10, 10.2 and 10.5 s, pending together: one batch of 3 submitted at 10.5 s
+        task_row(S + 10_000_000, 2, 0, "", 0), task_row(S + 10_200_000, 2, 1, "", 0),
+        task_row(S + 10_500_000, 2, 2, "", 0),
+        task_row(S + 12_000_000, 2, 0, 10, 1), task_row(S + 12_000_000, 2, 1, 11, 1),
+        # job 2 submits again after a SCHEDULE of it: a new batch
+        task_row(S + 13_000_000, 2, 3, "", 0), task_row(S + 13_000_000, 2, 4, "", 0),
+        task_row(S + 14_000_000, 2, 2, 12, 1), task_row(S + 14_000_000, 2, 3, 12, 1),
+        # job 3: a task that fails before it runs and is submitted again: two batches
+        task_row(S + 20_000_000, 3, 0, "", 0), task_row(S + 20_000_000, 3, 1, "", 0),
+        task_row(S + 21_000_000, 3, 0, "", 3), task_row(S + 22_000_000, 3, 0, "", 0),
+        # job 4: a row at another priority: its own batch
+        task_row(S + 30_000_000, 4, 0, "", 0), task_row(S + 30_000_000, 4, 1, "", 0, priority=2),
+        task_row(S + 50_000_000, 5, 0, "", 0),  # the window's last row
+    ])
+    out = tmp_path / "x.omt"
+    stats = import_google2011(tasks, write_gz(tmp_path / "j.csv.gz", []), out, CapacityModel("uniform"))
+    header, events = read_all(out)
+    submits = {e.job.id: e for e in events if isinstance(e, JobSubmit)}
+    assert {k: (e.t, e.job.tasks) for k, e in submits.items()} == {
+        "g1": (0.0, 2), "g1.1": (0.0, 1), "g2": (10.5, 3), "g2.1": (13.0, 2),
+        "g3": (20.0, 2), "g3.1": (22.0, 1), "g4": (30.0, 1), "g4.1": (30.0, 1), "g5": (50.0, 1)}
+    assert submits["g1"].job.request.cpu == CPU_SCALE // 4 and submits["g1.1"].job.request.cpu == CPU_SCALE // 2
+    assert (submits["g4"].job.priority, submits["g4.1"].job.priority) == (0, 2)
+    placed = {(e.job_id, e.task): e.machine_id for e in events if isinstance(e, TaskPlaced)}
+    assert placed == {("g1", 0): "m10", ("g1", 1): "m11", ("g1.1", 0): "m12"}
+    # job 3 task 0 failed while pending: its end names g3's task 0
+    assert [(e.job_id, e.task) for e in events if isinstance(e, TaskEnd)] == [("g3", 0)]
+    grouping = {k.removeprefix("inferred grouping: "): n for k, n in stats.skipped.items()
+                if k.startswith("inferred grouping: ")}
+    assert grouping["SUBMIT rows"] == 14 and grouping["batches (replayed jobs)"] == 9
+    assert grouping["SUBMIT rows in batches of 2+ rows"] == 9
+    assert grouping["batches split: priority or request differs"] == 2
+    assert grouping["batch span max ms"] == 500
+    assert "importer revision 4" in header.notes and "batches (replayed jobs) 9" in header.notes
+    # the ground truth: each task's own SUBMIT -> first SCHEDULE (job 2 task 0: 10 -> 12 s)
+    truth = read_trace(out)[1].truth
+    assert truth.submitted["g2"] == 10.5
+    assert truth.delays["g2"] == pytest.approx([2.0, 1.8, 3.5]) and truth.delays["g2.1"] == [1.0, None]

@@ -6,10 +6,16 @@ and the job kills. Pass 2 emits the events (rules in docs/TRACE_FORMAT.md):
 
 - time: ``t = max(0, timestamp_us / 1e6 - 600)`` (the window opens at 600 s; 0 = initial state);
 - every machine id seen → ``machine_add`` at t = 0, capacity from the capacity model;
-- the SUBMITs of one Google job at one timestamp form one ``job_submit`` ("batch"): ids
-  ``g{job}`` then ``g{job}.1``, ``g{job}.2``…; its tasks are the batch's task indices in
-  ascending order; request = per-resource maximum over the batch; priority = the maximum;
-  kind = service when priority >= 9 (production band) else batch;
+- the SUBMIT rows of one Google job that the real scheduler had pending together form one
+  ``job_submit`` ("batch", importer revision 4): consecutive SUBMIT rows of the job with no
+  SCHEDULE of that job in between (the scheduler had acted on the job) and no other row of a
+  task already in the batch (it ended or changed), with the same priority and requests
+  (a row that differs starts a new batch: nothing is inflated) and no task twice; after t = 0 a
+  batch is submitted at its last row's time (the real cell scheduled none of its tasks before
+  it: a SCHEDULE would have closed the group); at t = 0 (the recorded state) SCHEDULE rows do
+  not close a group, and t = 0 rows never join a later batch. Ids ``g{job}`` then ``g{job}.1``,
+  ``g{job}.2``… in the order the batches open; its tasks are the batch's task indices in
+  ascending order; kind = service when priority >= 9 (production band) else batch;
 - FINISH → ``task_end finished``; EVICT, FAIL, KILL, LOST → ``task_end failed`` (a task the
   trace resubmits later is a new batch); a job KILL → ``job_kill`` of every batch of that job
   with live tasks, emitted at the first task KILL of the job within 1 s before it;
@@ -52,10 +58,12 @@ CPU_SCALE = 64_000  # millicores per normalized 1.0 (the largest machine)
 MEMORY_SCALE = 262_144  # MiB per normalized 1.0
 DISK_SCALE = 1_048_576  # MiB per normalized 1.0; every machine gets 1.0 (the trace has no disk capacities)
 PRODUCTION_PRIORITY = 9
-IMPORTER_REVISION = 3
+IMPORTER_REVISION = 4
 """Bumped when the same rows import differently (2: a job with no run time known in the window
 gets no modelled end; it was given the rest of the window; 3: the same events, and the ground
-truth: ``tools.trace.truth``, format version 3). In each trace's header notes."""
+truth: ``tools.trace.truth``, format version 3; 4: a batch is the rows of a job pending together,
+not the rows of one timestamp, and rows with different requests are never one batch). In each
+trace's header notes."""
 KILL_COALESCE_US = 1_000_000
 SUBMIT, SCHEDULE, EVICT, FAIL, FINISH, KILL, LOST = range(7)
 _ENDS = {EVICT, FAIL, FINISH, KILL, LOST}
@@ -134,8 +142,11 @@ class Survey:
     rows: int = 0
     last_us: int = 0
     dropped_job_rows: int = 0  # job_events rows without 8 columns
-    # ground truth: each batch's SUBMIT timestamp and (task, attempt) keys, in pass 2's order
-    batches: dict[str, tuple[int, list[tuple[int, int]]]] = field(default_factory=dict)
+    # ground truth: each batch's submit timestamp (its last row's) and (task, attempt, own SUBMIT timestamp)
+    batches: dict[str, tuple[int, list[tuple[int, int, int]]]] = field(default_factory=dict)
+    batch_of: dict[int, str] = field(default_factory=dict)  # SUBMIT row number → its batch id
+    batch_last: dict[str, int] = field(default_factory=dict)  # batch id → the row number of its last row
+    grouping: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # what the grouping inferred
     first_scheduled: dict[tuple[str, str, int], int] = field(default_factory=dict)  # (job, task, attempt) → ts
     occupancy: list[tuple[float, int, int, int]] = field(default_factory=list)  # (t, d cpu, d memory, d tasks)
 
@@ -190,9 +201,10 @@ def survey(task_events: str, job_events: str, limit: int | None = None) -> Surve
     machines: set[str] = set()
     attempts: dict[tuple[str, str], int] = defaultdict(int)
     started: dict[tuple[str, str, int], int] = {}
-    batch_ts: dict[str, int] = {}  # Google job → the timestamp of its latest batch
     batch_count: dict[str, int] = defaultdict(int)
-    members: dict[str, list[tuple[int, int]]] = {}  # Google job → its latest batch's (task, attempt) keys
+    # Google job → its open batch: (id, (at t = 0, priority, cpu, memory, disk), task ids)
+    open_batch: dict[str, tuple[str, tuple, set[str]]] = {}
+    grouping = s.grouping
     running: dict[tuple[str, str], tuple[int, int]] = {}  # (job, task) → its (cpu, memory) while scheduled
     requests: dict[str, tuple[int, int]] = {}  # Google job → its last known (cpu, memory)
     occupancy = s.occupancy
@@ -207,15 +219,30 @@ def survey(task_events: str, job_events: str, limit: int | None = None) -> Surve
             if row[CPU] and row[MEMORY]:
                 requests[job] = (max(1, math.ceil(float(row[CPU]) * CPU_SCALE)),
                                  max(1, math.ceil(float(row[MEMORY]) * MEMORY_SCALE)))
+            if kind != SUBMIT and job in open_batch and (
+                    ts > WINDOW_START_US if kind == SCHEDULE else task in open_batch[job][2]):
+                # a SCHEDULE of the job after t = 0 (the scheduler acted on it), or any row of a task
+                # in the open batch (it ended or changed): the batch is closed
+                del open_batch[job]
             if kind == SUBMIT:
                 attempts[job, task] += 1
-                if batch_ts.get(job) != ts:  # pass 2's batch: a job's SUBMITs at one timestamp
-                    batch_ts[job] = ts
+                key = (ts <= WINDOW_START_US, row[PRIORITY], row[CPU], row[MEMORY], row[DISK])
+                current = open_batch.get(job)
+                if current is None or current[1] != key or task in current[2]:
+                    if current is not None:  # the job's rows go on, but this one cannot join
+                        grouping["batches split: priority or request differs" if current[1][1:] != key[1:]
+                                 else "batches split: t = 0 rows and later rows" if current[1] != key
+                                 else "batches split: a task submitted twice"] += 1
                     n = batch_count[job]
                     batch_count[job] = n + 1
-                    members[job] = []
-                    s.batches[f"g{job}" if n == 0 else f"g{job}.{n}"] = (ts, members[job])
-                members[job].append((int(task), attempts[job, task]))
+                    current = open_batch[job] = (f"g{job}" if n == 0 else f"g{job}.{n}", key, set())
+                    s.batches[current[0]] = (ts, [])
+                batch_id, _, tasks = current
+                tasks.add(task)
+                s.batches[batch_id][1].append((int(task), attempts[job, task], ts))
+                s.batches[batch_id] = (ts, s.batches[batch_id][1])  # submitted at its last row
+                s.batch_of[number] = batch_id
+                s.batch_last[batch_id] = number
             elif kind == SCHEDULE:
                 key = (job, task, attempts[job, task])
                 started[key] = ts
@@ -238,6 +265,14 @@ def survey(task_events: str, job_events: str, limit: int | None = None) -> Surve
             if number % 20_000 == 0:
                 advance(20_000)
     s.machine_ids = sorted(machines, key=int)
+    sizes = [len(members) for _, members in s.batches.values()]
+    grouping["SUBMIT rows"] = sum(sizes)
+    grouping["batches (replayed jobs)"] = len(sizes)
+    grouping["SUBMIT rows in batches of 2+ rows"] = sum(n for n in sizes if n > 1)
+    spans = sorted(ts - members[0][2] for ts, members in s.batches.values() if ts > WINDOW_START_US)
+    if spans:  # how far a batch's submission lags its first row (after t = 0)
+        grouping["batch span p99 ms (first to last row, t > 0)"] = spans[int(0.99 * (len(spans) - 1))] // 1000
+        grouping["batch span max ms"] = spans[-1] // 1000
     for number, row in read_rows(job_events):
         if len(row) != 8:  # job_events has 8 columns: a row of another shape is dropped, and counted
             s.dropped_job_rows += 1
@@ -264,22 +299,20 @@ class _Batches:
         self.members: dict[str, list[tuple[str, str]]] = {}  # batch id → its (job, task) keys
         self.last_request: dict[str, Resources] = {}
         self.killed: set[str] = set()
-        self.pending: dict[str, list[list[str]]] = {}  # this timestamp's SUBMIT rows by job
+        self.pending: dict[str, list[list[str]]] = defaultdict(list)  # open batch id → its SUBMIT rows so far
         self.running_at_open: dict[tuple[str, str], str] = {}  # (job, task) → machine of its t = 0 SCHEDULE
 
-    def submit_row(self, row: list[str]) -> None:
+    def submit_row(self, number: int, row: list[str], t: float):
+        """Buffer a SUBMIT row in its batch (the survey's grouping); the batch's job_submit at its
+        last row."""
         self.attempts[row[JOB], row[TASK]] += 1
-        self.pending.setdefault(row[JOB], []).append(row)
+        batch_id = self.survey.batch_of[number]
+        self.pending[batch_id].append(row)
+        if self.survey.batch_last[batch_id] == number:
+            rows = self.pending.pop(batch_id)
+            yield JobSubmit(t, self._batch(row[JOB], batch_id, sorted(rows, key=lambda r: int(r[TASK])), t))
 
-    def flush(self, t: float):
-        """One job_submit per Google job among the buffered SUBMIT rows."""
-        for job, rows in self.pending.items():
-            yield JobSubmit(t, self._batch(job, sorted(rows, key=lambda r: int(r[TASK])), t))
-        self.pending = {}
-
-    def _batch(self, job: str, rows: list[list[str]], t: float) -> Job:
-        n = len(self.batches[job])
-        batch_id = f"g{job}" if n == 0 else f"g{job}.{n}"
+    def _batch(self, job: str, batch_id: str, rows: list[list[str]], t: float) -> Job:
         self.batches[job].append(batch_id)
         request = self._request(job, rows)
         priority = max(int(r[PRIORITY]) for r in rows)
@@ -374,7 +407,6 @@ def _task_events(task_events: str, s: Survey, stats: ImportStats, limit: int | N
         for number, row in read_rows(task_events, limit):
             ts, kind = _parse(task_events, number, row)
             if ts != current:
-                yield from state.flush(trace_time(current))
                 if opening and ts > WINDOW_START_US:
                     opening = False
                     yield from state.initial_placements()
@@ -385,7 +417,7 @@ def _task_events(task_events: str, s: Survey, stats: ImportStats, limit: int | N
                 current = ts
             t, job = trace_time(ts), row[JOB]
             if kind == SUBMIT:
-                state.submit_row(row)
+                yield from state.submit_row(number, row, t)
             elif kind == KILL and 0 <= kill_at.get(job, -1) - ts <= KILL_COALESCE_US:
                 if job not in state.killed:
                     yield from state.kill(t, job)
@@ -396,7 +428,6 @@ def _task_events(task_events: str, s: Survey, stats: ImportStats, limit: int | N
             stats.rows = number
             if number % 20_000 == 0:
                 advance(20_000)
-        yield from state.flush(trace_time(current))
         if opening:
             yield from state.initial_placements()
         for k_ts, job in kills:
@@ -406,7 +437,7 @@ def _task_events(task_events: str, s: Survey, stats: ImportStats, limit: int | N
 
 def ground_truth(s: Survey, capacity: CapacityModel | list[Resources]) -> GroundTruth:
     """What the real cell did, from the survey: for each batch submitted after the window opened
-    (t > 0), each task's SUBMIT → first SCHEDULE delay of that attempt (None: not scheduled by
+    (t > 0), each task's own SUBMIT → first SCHEDULE delay of that attempt (None: not scheduled by
     the last row), and the cell's occupancy (the requests of the tasks between their SCHEDULE and
     their end) sampled every max(60 s, span / 1000) against the machines' capacity."""
     horizon = trace_time(s.last_us)
@@ -418,15 +449,15 @@ def ground_truth(s: Survey, capacity: CapacityModel | list[Resources]) -> Ground
         t = trace_time(ts)
         job = batch_id[1:].split(".")[0]
         row = []
-        for task, attempt in sorted(members, key=lambda m: m[0]):  # pass 2's task order
-            at = first.get((job, str(task), attempt))
-            row.append(None if at is None else max(0.0, trace_time(at) - t))
+        for task, attempt, own in sorted(members, key=lambda m: m[0]):  # pass 2's task order
+            at = first.get((job, str(task), attempt))  # from the task's own SUBMIT, as before revision 4
+            row.append(None if at is None else max(0.0, trace_time(at) - trace_time(own)))
         submitted[batch_id], delays[batch_id] = t, row
     caps = capacity if isinstance(capacity, list) else [capacity.capacity(m) for m in s.machine_ids]
     times, (cpu, memory, tasks) = sample_steps(0.0, horizon, s.occupancy)
     occupancy = Occupancy(times, cpu, memory, tasks, sum(c.cpu for c in caps), sum(c.memory for c in caps))
-    notes = ("google2011 ground truth (importer revision 3): per task of each batch submitted at t > 0, "
-             "SUBMIT -> first SCHEDULE of that attempt in seconds (nil: not scheduled by the last row); "
+    notes = (f"google2011 ground truth (importer revision {IMPORTER_REVISION}): per task of each batch submitted "
+             "at t > 0 (at its last SUBMIT row), the task's own SUBMIT -> first SCHEDULE of that attempt in seconds (nil: not scheduled by the last row); "
              "occupancy: requests (the row's own, scaled as the tasks') of tasks between SCHEDULE and "
              "EVICT/FAIL/FINISH/KILL/LOST, sampled every max(60 s, span / 1000), against the sum of the "
              "machines' capacities at t = 0 under the capacity model (overcommit: the schedulable capacity)")
@@ -446,6 +477,8 @@ def import_google2011(task_events: str, job_events: str, out, capacity: Capacity
     stats = ImportStats()
     if s.dropped_job_rows:
         stats.skipped["job_events rows dropped (not 8 columns)"] = s.dropped_job_rows
+    for what, n in s.grouping.items():  # printed with the import summary
+        stats.skipped[f"inferred grouping: {what}"] = n
     if cell_model.name == "plain" and machine_events is None:  # the cell of importer revision 3, unchanged
         machines = [Machine(id=f"m{m}", capacity=capacity.capacity(m)) for m in s.machine_ids]
         text, events = capacity.describe(), _task_events(task_events, s, stats, limit)
@@ -457,8 +490,11 @@ def import_google2011(task_events: str, job_events: str, out, capacity: Capacity
                + (f" limit={limit} rows" if limit is not None else ""),
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
         capacity_model=text, cell=cell,
-        notes=f"importer revision {IMPORTER_REVISION}; t = max(0, timestamp_us/1e6 - 600); batches of "
-              "same-timestamp SUBMITs per job; see docs/TRACE_FORMAT.md")
+        notes=f"importer revision {IMPORTER_REVISION}; t = max(0, timestamp_us/1e6 - 600); a batch = the "
+              "consecutive SUBMIT rows of a job with no SCHEDULE of the job (after t = 0) nor other row of a "
+              "task of the batch between them, equal priority and requests, no task twice; submitted at its last row; "
+              "inferred: " + ", ".join(f"{what} {n}" for what, n in s.grouping.items())
+              + "; see docs/TRACE_FORMAT.md")
     truth = ground_truth(s, [m.capacity for m in machines])
     with TraceWriter(out, header, atomic=True, truth=truth) as writer:
         for machine in machines:
