@@ -91,18 +91,24 @@ class StoreCommitter:
         ledgers = new_ledgers(plan)
         compares, keys, gets, alloc_keys = self._compares(plan, ledgers)
         success, written, deleted, applied = self._writes(plan, ledgers, keys, alloc_keys)
-        ops = len(compares) if len(compares) > len(success) else len(success)
-        if ops > self.max_txn_ops:
-            raise PlanTooLarge(f"plan for job {plan.job.id!r} ({len(plan.claims)} claims) needs {ops} "
-                               f"txn operations; the limit is {self.max_txn_ops}")
-        try:
-            result = self.store.txn(compares, success, gets)
-        except TxnTooLarge as exc:
-            raise PlanTooLarge(f"plan for job {plan.job.id!r} ({len(plan.claims)} claims) does not fit "
-                               f"one transaction: {exc}") from None
+        result = self._send("plan", plan, compares, success, gets)
         if result.succeeded:
             return self._success(result.revision, written, deleted, applied)
         return self._failure(plan, result.revision, result.reads)
+
+    def _send(self, what: str, plan: Plan, compares: list, success: list, gets: list):
+        """Run the txn of ``plan`` (``what``: "plan", "gang chunk"…, for the message);
+        PlanTooLarge if it exceeds the op limit (checked before sending) or the store's
+        request-size limit."""
+        ops = len(compares) if len(compares) > len(success) else len(success)
+        if ops > self.max_txn_ops:
+            raise PlanTooLarge(f"{what} for job {plan.job.id!r} ({len(plan.claims)} claims) needs {ops} "
+                               f"txn operations; the limit is {self.max_txn_ops}")
+        try:
+            return self.store.txn(compares, success, gets)
+        except TxnTooLarge as exc:
+            raise PlanTooLarge(f"{what} for job {plan.job.id!r} ({len(plan.claims)} claims) does not fit "
+                               f"one transaction: {exc}") from None
 
     # -- building the txn ----------------------------------------------------------------
 
@@ -144,8 +150,24 @@ class StoreCommitter:
         instead of a decode-back; same bytes, same errors). ``compared`` are the keys
         ``_compares`` gave, whose strings the writes of the same keys reuse, and ``alloc_keys`` the
         claims' alloc keys, in claim order."""
-        written: dict[str, bytes] = {}
+        written, ledgers, allocs = self._claim_writes(plan, new, compared, alloc_keys)
         deleted: list[str] = []
+        job = plan.job.record
+        record = updated_record(plan)
+        records = ([record] if record != job else []) + list(victim_records(plan).values())
+        job_key = compared[len(new)]
+        for record in records:
+            written[job_key if record.id == plan.job.id else self.keys.job(record.id)] = encode_job_record(record)
+        for claim in plan.claims:
+            deleted.extend(self.keys.alloc(job_id, task) for job_id, task in claim.evicts)
+        ops = [_PUT(key, value, 0) for key, value in written.items()] + [Delete(key) for key in deleted]
+        return ops, written, tuple(deleted), (ledgers, records, allocs)
+
+    @staticmethod
+    def _claim_writes(plan: Plan, new: dict[str, Machine], compared: list[str], alloc_keys: list[str]):
+        """The packed ledgers and allocs of ``plan``'s claims: ({key: bytes}, [ledger],
+        {alloc key: Alloc}), the ledgers under the keys ``_compares`` gave."""
+        written: dict[str, bytes] = {}
         ledgers = list(new.values())
         for key, machine in zip(compared, ledgers):  # (new_ledgers checked each id against its key)
             written[key] = pack_machine(machine)
@@ -156,15 +178,7 @@ class StoreCommitter:
             allocs[key] = alloc = _ALLOC(job.id, claim.task_index, claim.machine_id, claim.request,
                                          priority, scheduler, now, False)
             written[key] = pack_alloc(alloc)
-        record = updated_record(plan)
-        records = ([record] if record != job else []) + list(victim_records(plan).values())
-        job_key = compared[len(new)]
-        for record in records:
-            written[job_key if record.id == plan.job.id else self.keys.job(record.id)] = encode_job_record(record)
-        for claim in plan.claims:
-            deleted.extend(self.keys.alloc(job_id, task) for job_id, task in claim.evicts)
-        ops = [_PUT(key, value, 0) for key, value in written.items()] + [Delete(key) for key in deleted]
-        return ops, written, tuple(deleted), (ledgers, records, allocs)
+        return written, ledgers, allocs
 
     @staticmethod
     def _success(revision: int, written: dict[str, bytes], deleted: tuple[str, ...], applied) -> CommitOutcome:

@@ -27,12 +27,12 @@ from dataclasses import replace
 from cellstate.codec import decode_alloc, decode_job_record, decode_machine, encode_job_record
 from cellstate.codec_fields import CodecError
 from cellstate.codec_gang import GangRecord, encode_gang
-from cellstate.codec_trusted import pack_alloc, pack_machine
+from cellstate.codec_trusted import pack_machine
 from cellstate.keys import CellKeys
 from cellstate.lifecycle_txn import released
-from cellstate.model import Alloc, TaskState
+from cellstate.model import TaskState
 from cellstate.store import (
-    Compare, CompareOp, CompareTarget, Delete, Get, Put, Store, StoreError, TxnTooLarge, Unavailable, missing,
+    Compare, CompareOp, CompareTarget, Delete, Get, Put, Store, StoreError, Unavailable, missing,
     mod_revision_is,
 )
 from omega.protocols import (
@@ -111,32 +111,15 @@ class GangCommits:
         self._check_plan(plan)
         ledgers = self._new_ledgers(plan)
         committer = self.committer
-        compares, keys, gets, _ = committer._compares(plan, ledgers)
+        compares, keys, gets, alloc_keys = committer._compares(plan, ledgers)
         gang_key = self.keys.gang(hold.job_id)
         compares.append(_created_at(gang_key, hold.create_revision))
         gets.append(Get(gang_key))
-        written: dict[str, bytes] = {}
-        for key, machine in zip(keys, ledgers.values()):
-            written[key] = pack_machine(machine)
-        job = plan.job.record
-        allocs: dict[str, Alloc] = {}
-        for claim in plan.claims:
-            key = self.keys.alloc(job.id, claim.task_index)
-            allocs[key] = alloc = Alloc(job.id, claim.task_index, claim.machine_id, claim.request,
-                                        job.job.priority, plan.scheduler, plan.now, False)
-            written[key] = pack_alloc(alloc)
+        written, _, allocs = committer._claim_writes(plan, ledgers, keys, alloc_keys)
         record = GangRecord(hold.job_id, hold.scheduler, hold.reserved + len(plan.claims), hold.started_at)
         success = [Put(key, value) for key, value in written.items()]
         success.append(Put(gang_key, encode_gang(record), hold.lease))
-        ops = max(len(compares), len(success))
-        if ops > self.max_txn_ops:
-            raise PlanTooLarge(f"gang chunk for job {plan.job.id!r} ({len(plan.claims)} claims) needs {ops} "
-                               f"txn operations; the limit is {self.max_txn_ops}")
-        try:
-            result = self.store.txn(compares, success, gets)
-        except TxnTooLarge as exc:
-            raise PlanTooLarge(f"gang chunk for job {plan.job.id!r} ({len(plan.claims)} claims) does not fit "
-                               f"one transaction: {exc}") from None
+        result = committer._send("gang chunk", plan, compares, success, gets)
         if result.succeeded:
             hold.reserved = record.reserved
             revision = result.revision
