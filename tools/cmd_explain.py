@@ -48,17 +48,10 @@ def _scheduler(args):
 def _live_of_class(replica, scheduler_class: str) -> tuple[str, ...]:
     """Names of the live schedulers (leased stats keys) of ``scheduler_class``; stats that do not
     decode are skipped."""
-    from cellstate.stats_codec import CodecError, decode_stats
+    from tools.monitor.model import decode_all_stats
 
-    names = []
-    for key, raw in replica.stats().items():
-        try:
-            stats = decode_stats(key, raw)
-        except CodecError:
-            continue
-        if stats.kind == scheduler_class:
-            names.append(stats.name)
-    return tuple(sorted(names))
+    stats, _ = decode_all_stats(replica.stats())
+    return tuple(sorted(s.name for s in stats if s.kind == scheduler_class))
 
 
 def run(args) -> int:
