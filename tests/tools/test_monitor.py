@@ -170,7 +170,8 @@ def test_merge_recent_conflicts_newest_first():
     assert len(merge_recent_conflicts([S1, S2], limit=2)) == 2
 
 
-def test_render_shows_schedulers_utilization_and_conflicts(cell):
+def _published_frame(cell):
+    """The frame of ``cell`` with S1 and S2 published."""
     store, keys = cell
     publish(store, keys, S1, ttl=30)
     publish(store, keys, S2, ttl=30)
@@ -178,6 +179,11 @@ def test_render_shows_schedulers_utilization_and_conflicts(cell):
     replica.sync()
     frame = build_frame(replica, NOW)
     replica.close()
+    return frame
+
+
+def test_render_shows_schedulers_utilization_and_conflicts(cell):
+    frame = _published_frame(cell)
     console = Console(record=True, width=160)
     console.print(render_frame(frame))
     text = console.export_text()
@@ -272,13 +278,7 @@ def test_cli_reports_an_unreachable_store(capsys):
 
 
 def test_render_at_80_columns_keeps_the_scheduler_figures_readable(cell):
-    store, keys = cell
-    publish(store, keys, S1, ttl=30)
-    publish(store, keys, S2, ttl=30)
-    replica = Replica(store, keys)
-    replica.sync()
-    frame = build_frame(replica, NOW)
-    replica.close()
+    frame = _published_frame(cell)
     console = Console(record=True, width=80)
     console.print(render_frame(frame))
     text = console.export_text()
