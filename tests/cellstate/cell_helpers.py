@@ -7,8 +7,15 @@ from cellstate.keys import CellKeys
 from cellstate.model import Alloc, Machine, TaskState
 from cellstate.resources import Resources
 from cellstate.store import Put, Store, mod_revision_is
+from omega.protocols import MachineEntry
 
 SMALL = Resources.of(16_000, 65_536, 100_000)
+
+
+def seed_machine(store: Store, keys: CellKeys, machine_id: str, cpu: int = 4000) -> MachineEntry:
+    """An unloaded up machine with ``cpu`` millicores, 16 GiB, 100 GiB disk; its entry."""
+    m = Machine(machine_id, Resources(cpu, 16384, 100_000))
+    return MachineEntry(m, store.put(keys.machine(machine_id), encode_machine(m)))
 
 
 def add_machines(store: Store, keys: CellKeys, count: int, capacity: Resources = SMALL) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from cell_helpers import seed_machine
 
 from cellstate.check import check_cell
 from cellstate.codec import decode_alloc, decode_job_record, decode_machine, encode_alloc, encode_job_record, \
@@ -12,7 +13,7 @@ from cellstate.codec import decode_alloc, decode_job_record, decode_machine, enc
 from cellstate.committer import StoreCommitter, claims_per_txn, summarize_reasons
 from cellstate.keys import CellKeys
 from cellstate.memory_store import MemoryStore
-from cellstate.model import Alloc, Job, JobKind, JobRecord, Machine, MachineState
+from cellstate.model import Alloc, Job, JobKind, JobRecord, MachineState
 from cellstate.resources import Resources
 from cellstate.store import Get, Put
 from omega.protocols import AllocEntry, Claim, JobEntry, MachineEntry, Plan, PlanRejected, PlanTooLarge
@@ -20,28 +21,8 @@ from omega.protocols import AllocEntry, Claim, JobEntry, MachineEntry, Plan, Pla
 REQ = Resources(1000, 512)
 
 
-@pytest.fixture(params=["memory", "etcd"])
-def store(request):
-    if request.param == "memory":
-        yield MemoryStore()
-    else:
-        yield request.getfixturevalue("etcd_store")
-
-
-@pytest.fixture
-def keys(request):
-    if "etcd_store" in request.fixturenames:
-        return request.getfixturevalue("cell_keys")
-    return CellKeys("mem")
-
-
 def put(store, key, raw) -> int:
     return store.put(key, raw)
-
-
-def seed_machine(store, keys, machine_id, cpu=4000) -> MachineEntry:
-    m = Machine(machine_id, Resources(cpu, 16384, 100_000))
-    return MachineEntry(m, put(store, keys.machine(machine_id), encode_machine(m)))
 
 
 def seed_job(store, keys, job_id, tasks=3, states=None, priority=0) -> JobEntry:
@@ -295,7 +276,8 @@ def test_a_gang_claim_never_lands_on_an_allocation_the_plan_did_not_see(store, k
     """Per-task guard of a gang: a claimed task's alloc key must be missing. An alloc written
     without the job record (a gang reservation the view has not caught up with) fails the commit
     instead of being overwritten (which would leave its machine charged for an alloc nobody has)."""
-    m1, m2 = seed_machine(store, keys, "m1"), seed_machine(store, keys, "m2")
+    m1 = seed_machine(store, keys, "m1")
+    seed_machine(store, keys, "m2")
     job = seed_job(store, keys, "j", tasks=2)
     job = JobEntry(replace(job.record, job=replace(job.record.job, gang=True)), job.mod_revision)
     put(store, keys.job("j"), encode_job_record(job.record))

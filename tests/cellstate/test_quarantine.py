@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 
 import pytest
+from cell_helpers import seed_machine
 
 from cellstate.check import check_cell
 from cellstate.codec import decode_machine, encode_alloc, encode_job_record, encode_machine
@@ -29,26 +30,6 @@ from schedulers.chains import make_scheduler
 
 REQ = Resources(1000, 512)
 GARBAGE = b"\xc1 not msgpack"
-
-
-@pytest.fixture(params=["memory", "etcd"])
-def store(request):
-    if request.param == "memory":
-        yield MemoryStore()
-    else:
-        yield request.getfixturevalue("etcd_store")
-
-
-@pytest.fixture
-def keys(request):
-    if "etcd_store" in request.fixturenames:
-        return request.getfixturevalue("cell_keys")
-    return CellKeys("mem")
-
-
-def seed_machine(store, keys, machine_id, cpu=4000) -> MachineEntry:
-    m = Machine(machine_id, Resources(cpu, 16384, 100_000))
-    return MachineEntry(m, store.put(keys.machine(machine_id), encode_machine(m)))
 
 
 def seed_job(store, keys, job_id, tasks=2, states=None) -> JobEntry:
