@@ -26,7 +26,7 @@ from bench.bench_batch_decide import ReplicaLikeView  # noqa: E402
 from cellstate.model import Constraint, ConstraintOp, Job, JobKind, JobRecord, Machine  # noqa: E402
 from cellstate.resources import Resources  # noqa: E402
 from omega.protocols import JobEntry  # noqa: E402
-from schedulers.service import ServiceScheduler  # noqa: E402
+from schedulers.service.scheduler import ServiceScheduler  # noqa: E402
 
 CLASSES = ((Resources.of(8_000, 32_768), 54), (Resources.of(8_000, 16_384), 31), (Resources.of(8_000, 49_152), 8),
            (Resources.of(16_000, 65_536), 7))

@@ -32,7 +32,7 @@ from cellstate.resources import Resources
 from omega.protocols import JobEntry, MachineEntry
 from omega.queue import fair_order
 from schedulers.chains import make_scheduler
-from schedulers.solver_overlay import OverlayView
+from schedulers.solver.overlay import OverlayView
 
 SHAPES = [Resources.of(16_000, 32_768), Resources.of(8_000, 65_536)]
 REQUESTS = [Resources.of(3_000, 4_096), Resources.of(1_000, 12_288), Resources.of(4_000, 16_384)]

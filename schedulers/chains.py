@@ -22,12 +22,12 @@ from typing import Any, Callable, Mapping
 from omega.retry import set_kind_attempts
 from schedulers.base import Scheduler
 from schedulers.batch import BatchScheduler
-from schedulers.borg import BorgScheduler
+from schedulers.borg.scheduler import BorgScheduler
 from schedulers.chain_spec import ChainConfig, batch_pipeline, borg_pipeline, parse_chain, service_pipeline
 from schedulers.pipeline import Pipeline
 from schedulers.plugin import PluginConfigError
-from schedulers.service import ServiceScheduler
-from schedulers.solver import SolverScheduler
+from schedulers.service.scheduler import ServiceScheduler
+from schedulers.solver.scheduler import SolverScheduler
 
 __all__ = ["KINDS", "KindFactory", "batch_pipeline", "borg_pipeline", "make_scheduler", "register_kind",
            "service_pipeline"]
@@ -84,7 +84,7 @@ def _make_borg(name: str, seed: int, config: Mapping[str, Any]) -> Scheduler:
 
 
 def _make_solver(name: str, seed: int, config: Mapping[str, Any]) -> Scheduler:
-    """CP-SAT over a batch of tasks; config keys: ``schedulers/solver_config.py``."""
+    """CP-SAT over a batch of tasks; config keys: ``schedulers/solver/config.py``."""
     return SolverScheduler(name, seed, config)
 
 

@@ -14,12 +14,12 @@ from test_sched_service_fast import random_cell, random_job
 
 import omega.retry
 import schedulers.batch as batch_module
-import schedulers.service as service_module
+import schedulers.service.scheduler as service_module
 from schedulers import chains, registry
 from schedulers.api import ROOM, FilterTraits, Verdict, make_scheduler, register_filter
 from schedulers.pipeline import Pipeline
 from schedulers.registry import make_filter, make_scorer
-from schedulers.service import ServiceScheduler
+from schedulers.service.scheduler import ServiceScheduler
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 from test_fauxmaster_fit_memo import crowded_trace  # noqa: E402

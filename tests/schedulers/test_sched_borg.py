@@ -14,7 +14,7 @@ from viewlib import job, machine
 
 from cellstate.model import Constraint, ConstraintOp, JobKind, MachineState
 from cellstate.resources import Resources
-from schedulers.borg import WALK_STARTS, BorgScheduler
+from schedulers.borg.scheduler import WALK_STARTS, BorgScheduler
 from schedulers.chain_config import ChainConfig, PluginSpec
 from schedulers.chains import make_scheduler
 from schedulers.plugin import PluginConfigError

@@ -12,9 +12,9 @@ from borglib import PriorityView
 from viewlib import job, machine
 
 from cellstate.resources import Resources
-from schedulers.borg_bound import EPS, Prover, hybrid_upper
-from schedulers.borg_index import LoadIndex, _level
-from schedulers.borg_order import free_range
+from schedulers.borg.bound import EPS, Prover, hybrid_upper
+from schedulers.borg.index import LoadIndex, _level
+from schedulers.borg.order import free_range
 from schedulers.chain_config import ChainConfig, PluginSpec
 from schedulers.chains import borg_pipeline, make_scheduler
 from schedulers.plugin import JobPlacement, ScoreContext
@@ -226,7 +226,7 @@ def test_tasks_of_a_job_pack_onto_the_machine_they_fill(classes):
 
 
 def test_file_reserved_files_by_what_is_left_until_the_next_refresh():
-    from schedulers.borg_index import RESERVED
+    from schedulers.borg.index import RESERVED
     view = PriorityView([machine("half", allocated=Resources.of(2000, 4096))] +
                         [machine(f"e{i}") for i in range(3)])
     index = LoadIndex(["half", "e0", "e1", "e2"], view, bounds=True)

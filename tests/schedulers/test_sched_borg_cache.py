@@ -6,7 +6,7 @@ import pytest
 from viewlib import job
 
 from cellstate.model import Constraint, ConstraintOp
-from schedulers.borg_cache import ScoreCache, Signer
+from schedulers.borg.cache import ScoreCache, Signer
 from schedulers.plugin import Verdict
 
 OK = Verdict.fit("x")

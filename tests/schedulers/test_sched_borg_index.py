@@ -13,8 +13,8 @@ from viewlib import job, machine
 
 from cellstate.model import MachineState
 from cellstate.resources import Resources
-from schedulers.borg import BorgScheduler
-from schedulers.borg_index import LoadIndex
+from schedulers.borg.scheduler import BorgScheduler
+from schedulers.borg.index import LoadIndex
 from schedulers.chain_config import ChainConfig, PluginSpec
 from schedulers.chains import make_scheduler
 

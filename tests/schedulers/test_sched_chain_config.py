@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from schedulers.borg import BorgScheduler
+from schedulers.borg.scheduler import BorgScheduler
 from schedulers.chain_config import DEFAULT_CHAINS, ChainConfig, PluginSpec, load_chain_config
 from schedulers.chains import make_scheduler
 from schedulers.plugin import PluginConfigError

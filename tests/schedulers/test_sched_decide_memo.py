@@ -138,8 +138,8 @@ def _lists(index):
 @pytest.mark.parametrize("commit", [False, True])
 def test_reserved_machines_are_back_at_their_ledger_place_after_the_next_sync(commit):
     from cellstate.model import JobKind
-    from schedulers.service import ServiceScheduler
-    from schedulers.service_index import MachineIndex
+    from schedulers.service.scheduler import ServiceScheduler
+    from schedulers.service.index import MachineIndex
 
     view = TrackingView([machine(f"m{i}", zone=f"z{i % 2}", cpu=1000 + 100 * i) for i in range(12)])
     sched = ServiceScheduler("s")

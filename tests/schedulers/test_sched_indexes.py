@@ -25,8 +25,8 @@ from schedulers.machine_changes import MachineChanges
 from schedulers.placement_cache import PlacementCache
 from schedulers.plugin import JobPlacement
 from schedulers.reservation import Reservations, count_placement
-from schedulers.service import ServiceScheduler
-from schedulers.service_index import FreeColumns
+from schedulers.service.scheduler import ServiceScheduler
+from schedulers.service.index import FreeColumns
 
 
 class TrackingView(DictView):
@@ -337,7 +337,7 @@ def test_any_room_reads_the_keys_of_listed_machines_only_and_unlisted_the_others
 
 
 def test_short_machines_are_counted_by_their_first_short_resource_but_the_blocked():
-    from schedulers.service_reason import count_short
+    from schedulers.service.reason import count_short
     rng = random.Random(7)
     columns, listed, known = FreeColumns(3), {}, set()
     for step in range(600):

@@ -9,7 +9,7 @@ from viewlib import DictView, job, machine
 
 from cellstate.model import JobKind
 from cellstate.resources import Resources
-from schedulers.service import ServiceScheduler, order_batch
+from schedulers.service.scheduler import ServiceScheduler, order_batch
 
 SERVICE = JobKind.SERVICE
 

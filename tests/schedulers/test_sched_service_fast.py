@@ -11,11 +11,11 @@ from viewlib import DictView, job, machine
 
 from cellstate.model import Constraint, ConstraintOp, JobKind, MachineState
 from cellstate.resources import Resources
-from schedulers import service_search
+from schedulers.service import search as service_search
 from schedulers.chains import service_pipeline
 from schedulers.pipeline import Pipeline
 from schedulers.registry import make_filter, make_scorer
-from schedulers.service import ServiceScheduler
+from schedulers.service.scheduler import ServiceScheduler
 
 SERVICE = JobKind.SERVICE
 CLASSES = [(4000, 8192), (8000, 16384), (4000, 4096), (16000, 65536)]

@@ -30,9 +30,9 @@ from omega.runtime import SchedulerProcess
 from schedulers.chains import make_scheduler
 from schedulers.pipeline import Pipeline
 from schedulers.registry import make_filter
-from schedulers.solver import SolverScheduler
-from schedulers.solver_candidates import PREFILTERS
-from schedulers.solver_overlay import OverlayView
+from schedulers.solver.scheduler import SolverScheduler
+from schedulers.solver.candidates import PREFILTERS
+from schedulers.solver.overlay import OverlayView
 
 
 def trap() -> DictView:

@@ -15,8 +15,8 @@ from cellstate.model import Constraint, ConstraintOp, MachineState
 from cellstate.resources import Resources
 from schedulers.chains import make_scheduler
 from schedulers.plugin import PluginConfigError
-from schedulers.solver import SolverScheduler
-from schedulers.solver_decl import CONSTRAINTS, OBJECTIVES, declare
+from schedulers.solver.scheduler import SolverScheduler
+from schedulers.solver.decl import CONSTRAINTS, OBJECTIVES, declare
 
 ZONE_AB = (Constraint("zone", ConstraintOp.IN, ("a", "b")),)
 RACK_R1 = (Constraint("rack", ConstraintOp.EQ, ("r1",)),)
@@ -149,7 +149,7 @@ def test_adding_a_policy_is_adding_a_declaration():
     if name not in OBJECTIVES:
         @declare("objective", name, reads=())
         def prefer_m2(sm):
-            from schedulers.solver_decl import ObjectiveTerm
+            from schedulers.solver.decl import ObjectiveTerm
             others = [var for mid in sm.machines if mid != "m2" for _, _, var in sm.by_machine[mid]]
             return ObjectiveTerm(sum(others))
     view = DictView([machine("m1"), machine("m2")], [job("j", 2)])

@@ -38,7 +38,7 @@ import bisect
 from cellstate.model import Machine
 from cellstate.resources import Resources
 from omega.protocols import CellView, MachineEntry
-from schedulers.borg_order import SUBSTEPS, KeyTable
+from schedulers.borg.order import SUBSTEPS, KeyTable
 from schedulers.plugins.borg_hybrid import BorgHybridArgs
 
 Key = tuple[int, int, int, int]

@@ -4,7 +4,7 @@ Keys: ``time_limit_s`` (CP-SAT wall-time limit per solve), ``max_tasks`` (tasks 
 the rest of a batch goes to the greedy scorer), ``candidates`` (candidate machines per job),
 ``fallback`` ("borg": the Borg scorer's greedy choice when the solver has no solution;
 "none"), ``workers`` (CP-SAT threads), ``constraints`` and ``objectives`` (declaration names,
-``schedulers/solver_policies.py``), ``weights`` (objective name -> int weight),
+``schedulers/solver/policies.py``), ``weights`` (objective name -> int weight),
 ``lookahead_jobs`` (other pending jobs solved with each job, their plans kept for their
 turn), ``prefilter`` (pre-filter candidates with the Borg chain's hard filters),
 ``deterministic_time`` (CP-SAT's deterministic work limit per solve phase, in its
@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from schedulers import solver_policies  # noqa: F401  (registers the built-in declarations)
+from schedulers.solver import policies  # noqa: F401  (registers the built-in declarations)
 from schedulers.plugin import PluginConfigError, build_args
-from schedulers.solver_decl import CONSTRAINT, OBJECTIVE, resolve
+from schedulers.solver.decl import CONSTRAINT, OBJECTIVE, resolve
 
 DEFAULT_CONSTRAINTS = ("machine_state", "capacity", "different_machine", "max_per_machine", "zone",
                        "attribute", "gang")

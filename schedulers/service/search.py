@@ -52,8 +52,8 @@ from schedulers.pipeline import Pipeline
 from schedulers.plugin import Filter, JobPlacement, Scorer, ScoreContext, filter_traits, score_context, scorer_traits
 from schedulers.placement_cache import HostMemo
 from schedulers.reservation import Reservations
-from schedulers.service_index import MachineIndex
-from schedulers.service_reason import no_room_reason
+from schedulers.service.index import MachineIndex
+from schedulers.service.reason import no_room_reason
 
 _FIT_ORDER = ("cpu", "memory", "disk")  # the order resources_fit checks the core resources in
 _FIRST_HITS = 16  # a list's machines with room usually pass at once: the rest are listed only if not

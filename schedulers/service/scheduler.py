@@ -2,7 +2,7 @@
 spread across zones first, then machines within a zone, then the least-loaded machine.
 
 Two ways to find that machine, same choice: the indexed search (default, for the default
-chain and chains of the same shape, see ``schedulers.service_search``) scores a few
+chain and chains of the same shape, see ``schedulers.service.search``) scores a few
 candidates per zone from a machine index kept across decisions; the full scan
 (``exhaustive=True``, and any other chain) checks every machine once per job, then ranks
 every feasible machine for every task, re-checking only the touched machines after each
@@ -29,8 +29,8 @@ from schedulers.pipeline import Pipeline, Rejections
 from schedulers.placement_cache import HostMemo, PlacementCache
 from schedulers.plugin import ScoreContext, Verdict
 from schedulers.reservation import Reservations
-from schedulers.service_index import MachineIndex
-from schedulers.service_search import SpreadSearch, fast_chain
+from schedulers.service.index import MachineIndex
+from schedulers.service.search import SpreadSearch, fast_chain
 
 
 def _size(job: Job) -> tuple[int, int, int]:

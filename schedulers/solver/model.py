@@ -1,6 +1,6 @@
 """The CP-SAT model of one solver batch: boolean ``x[task, machine]`` over each job's
 candidate machines, ``placed[task] = sum_m x[task, m] <= 1``, and the helpers the
-declarations use (``schedulers/solver_decl.py``). The model holds no policy itself; the
+declarations use (``schedulers/solver/decl.py``). The model holds no policy itself; the
 only structure it adds is symmetry breaking among a job's identical tasks (placed tasks
 come first and take machines in candidate order), which removes equivalent solutions only.
 """
@@ -15,7 +15,7 @@ from ortools.sat.python import cp_model
 from cellstate.model import Job, Machine
 from omega.protocols import JobEntry
 from schedulers.plugin import JobPlacement
-from schedulers.solver_decl import ObjectiveTerm
+from schedulers.solver.decl import ObjectiveTerm
 
 PERCENT = 100  # loads are integer percents of capacity
 SOLVED = (cp_model.OPTIMAL, cp_model.FEASIBLE)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from schedulers.borg_bound import hybrid_upper
+from schedulers.borg.bound import hybrid_upper
 from schedulers.plugins.borg_hybrid import BorgHybridArgs
 
 Key = tuple[int, int, int, int]

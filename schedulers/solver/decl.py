@@ -2,7 +2,7 @@
 constraint and every objective is a small ``Declaration`` — a name, the job fields it reads,
 and a function that adds it to a ``SolverModel`` — kept in a registry and chosen by name in
 the scheduler's config, as plugin chains are. The model's code knows no policy; adding a
-policy is adding a declaration (``schedulers/solver_policies.py`` holds the built-in ones).
+policy is adding a declaration (``schedulers/solver/policies.py`` holds the built-in ones).
 
 A constraint's ``add(model)`` posts constraints and returns None. An objective's returns an
 ``ObjectiveTerm``: a cost to minimize; ``dominant`` terms (placing tasks) come first, the
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 from schedulers.plugin import PluginConfigError
 
 if TYPE_CHECKING:
-    from schedulers.solver_model import SolverModel
+    from schedulers.solver.model import SolverModel
 
 CONSTRAINT = "constraint"
 OBJECTIVE = "objective"

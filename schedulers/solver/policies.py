@@ -1,4 +1,4 @@
-"""The built-in declarations of the solver scheduler (see ``schedulers/solver_decl.py``).
+"""The built-in declarations of the solver scheduler (see ``schedulers/solver/decl.py``).
 
 Hard constraints mirror the filters of the Borg chain, but over the whole batch at once:
 capacity is cumulative per machine against its current ledger, different-machine and
@@ -16,8 +16,8 @@ from functools import cache
 from cellstate.model import MachineState
 from schedulers.plugin import ScoreContext
 from schedulers.plugins.constraints import satisfied
-from schedulers.solver_decl import CONSTRAINT, OBJECTIVE, ObjectiveTerm, declare
-from schedulers.solver_model import SolverModel
+from schedulers.solver.decl import CONSTRAINT, OBJECTIVE, ObjectiveTerm, declare
+from schedulers.solver.model import SolverModel
 
 # -- hard constraints -------------------------------------------------------------------------
 

@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from cellstate.model import Alloc, Job, JobKind, Machine
 from omega.protocols import CellView, Claim, JobEntry, MachineEntry
 from schedulers.base import Decision, checked_tasks, gang_outcome
-from schedulers.borg_bound import Prover
-from schedulers.borg_cache import ScoreCache, Signer
-from schedulers.borg_index import LoadIndex
-from schedulers.borg_search import Search
+from schedulers.borg.bound import Prover
+from schedulers.borg.cache import ScoreCache, Signer
+from schedulers.borg.index import LoadIndex
+from schedulers.borg.search import Search
 from schedulers.pipeline import NO_MACHINES, Pipeline
 from schedulers.plugin import PluginConfigError, ScoreContext, filter_traits, scorer_traits
 from schedulers.preemption import choose_victims, cost, preemptible
@@ -201,7 +201,7 @@ class BorgScheduler:
         start of the permutation (first-fit order: packs), ``sticky`` where the previous
         decision found its first feasible machine (next-fit order), ``random`` anywhere
         (spreads: consecutive decisions see different machines). 0 without randomization,
-        and for ``packed`` (it walks the load index: ``schedulers.borg_index``; the shuffled
+        and for ``packed`` (it walks the load index: ``schedulers.borg.index``; the shuffled
         order only when that walk found nothing feasible)."""
         if not self.relaxed or self.walk_start in ("first", "packed"):
             return 0

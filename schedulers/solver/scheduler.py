@@ -2,7 +2,7 @@
 OR-tools CP-SAT. A batch of pending tasks — one job's (``decide``) or several jobs'
 (``decide_batch``) — becomes one model: boolean ``x[task, machine]`` over each job's capped
 candidate machines, the declared hard constraints and a weighted sum of the declared
-objectives (``schedulers/solver_decl.py``, ``solver_policies.py``), solved within
+objectives (``schedulers/solver/decl.py``, ``solver_policies.py``), solved within
 ``time_limit_s``.
 
 The Borg scorer's greedy choice (job after job on an overlay of the claims before it) is
@@ -23,13 +23,13 @@ from typing import Any, Mapping, Sequence
 from omega.protocols import CellView, Claim, JobEntry
 from omega.queue import fair_order
 from schedulers.base import Decision, checked_tasks, gang_outcome
-from schedulers.borg import BorgScheduler
+from schedulers.borg.scheduler import BorgScheduler
 from schedulers.reservation import Reservations
-from schedulers.solver_candidates import CandidatePicker, placement_of
-from schedulers.solver_config import SolverConfig
-from schedulers.solver_decl import CONSTRAINT, OBJECTIVE, resolve
-from schedulers.solver_model import BatchJob, Solution, SolverModel
-from schedulers.solver_overlay import OverlayView
+from schedulers.solver.candidates import CandidatePicker, placement_of
+from schedulers.solver.config import SolverConfig
+from schedulers.solver.decl import CONSTRAINT, OBJECTIVE, resolve
+from schedulers.solver.model import BatchJob, Solution, SolverModel
+from schedulers.solver.overlay import OverlayView
 
 Item = tuple[JobEntry, list[int]]
 

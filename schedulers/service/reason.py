@@ -1,6 +1,6 @@
 """Why no machine fits a job in a service decision's search (``SpreadSearch``): the full
 scan's tally of every machine's first failing filter, most of it counted from the index's
-keys (see ``schedulers.service_search``)."""
+keys (see ``schedulers.service.search``)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from cellstate.model import Job
 from schedulers.pipeline import Rejections
 from schedulers.plugin import JobPlacement
 from schedulers.row_slots import sorted_distinct
-from schedulers.service_index import FreeColumns, Shortage
+from schedulers.service.index import FreeColumns, Shortage
 
 if TYPE_CHECKING:
-    from schedulers.service_search import Hosts, SpreadSearch
+    from schedulers.service.search import Hosts, SpreadSearch
 
 _NO_ROWS = np.zeros(0, dtype=np.int64)
 

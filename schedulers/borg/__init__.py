@@ -1,0 +1,1 @@
+"""The Borg-style scorer: equivalence classes, score caching, relaxed randomization (docs/BORG.md)."""

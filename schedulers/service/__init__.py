@@ -1,0 +1,1 @@
+"""The careful service scheduler: spread, its machine index and reasons."""
