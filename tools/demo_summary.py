@@ -65,6 +65,7 @@ class DemoSummary:
     children: dict[str, dict] = field(default_factory=dict)  # name -> {"pid", "exit_code"}
     failed_children: list[str] = field(default_factory=list)
     etcd_endpoints: list[str] = field(default_factory=list)
+    metrics: dict[str, str] = field(default_factory=dict)  # process name -> its /metrics URL
 
     @property
     def placements(self) -> int:
