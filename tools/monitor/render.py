@@ -310,8 +310,7 @@ def _text(cell: Text | str) -> Text:
 
 def scheduler_lines(frame: MonitorFrame, width: int, wide: bool) -> list[Text]:
     """Title, column header, one line per scheduler (names whole: columns go first)."""
-    title = Text.assemble(("schedulers", "bold"), "  conflicts/commit: frac since start, 10s 60s windows, "
-                                                  "trend 10 s steps")
+    title = Text.assemble(("schedulers", "bold"), "  frac = conflicts/commit; 10s, 60s windows; trend in 10 s steps")
     if not frame.schedulers:
         return [title, Text("no live schedulers", "dim")]
     columns, widths, gap = scheduler_columns(frame.schedulers, width, wide)
