@@ -146,7 +146,7 @@ def test_live_screen_shows_the_running_schedulers(live_cell):
     _poll(lambda: {c.name for c in children.children} <= set(_stats_names(store, keys)), 30.0, "stats keys")
     assert run_monitor(store, keys, refresh_hz=4, duration=2.0, console=console) == 0
     screen = console.export_text()
-    for text in ("omega monitor", keys.cell, "batch-a", "batch-b", "utilization", "pending", "cpu"):
+    for text in ("omega monitor", keys.cell, "batch-a", "batch-b", "memory", "pending", "cpu", "recent conflicts"):
         assert text in screen, f"{text!r} not on the screen:\n{screen[-2000:]}"
 
 

@@ -239,10 +239,8 @@ def _window(w: WindowRate | None) -> Text:
 
 def spark(w: WindowRate | None) -> Text:
     """One cell of the trend: the window's conflict fraction on a log scale (``SPARK_LEVELS``);
-    ``·`` idle, blank before the monitor's first sample."""
-    if w is None:
-        return Text(" ")
-    f = w.fraction
+    ``·`` idle or before the monitor's first sample."""
+    f = w.fraction if w is not None else None
     if f is None:
         return Text("·", "dim")
     level = sum(f > threshold for threshold in SPARK_LEVELS)
