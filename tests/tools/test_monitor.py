@@ -226,6 +226,7 @@ def test_json_follow_sees_changes_through_the_watch(cell):
     assert len(frames) >= 10  # 10 per second for 2 s, allowing for slow machines
     assert frames[0]["schedulers"] == []
     assert [s["name"] for s in frames[-1]["schedulers"]] == ["batch-1"]
+    assert set(frames[-1]["schedulers"][0]) >= {"recent", "minute", "trend"}  # following frames keep a history
 
 
 def test_live_screen_renders(cell):
