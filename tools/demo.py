@@ -205,12 +205,9 @@ class Demo:
 
     def monitor_command(self) -> list[str]:
         """The ``omega monitor`` argv that attaches to this demo's cell."""
-        argv = ["omega", "monitor", "--endpoints", ",".join(self.cluster.endpoints), "--cell", self.keys.cell]
-        if self.credentials is not None:
-            from cellstate.security import cell_user
-
-            argv += ["--credentials", str(self.credentials), "--as", cell_user(self.keys.cell, "monitor")]
-        return argv
+        args = self.child_args("monitor")  # the store flags a monitor child would get, less the txn limit
+        at = args.index("--max-txn-ops")
+        return ["omega", "monitor", *args[:at], *args[at + 2:]]
 
     def init_cell(self) -> int:
         c = self.config
