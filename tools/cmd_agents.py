@@ -20,7 +20,6 @@ from tools.agents.agent import Agent, AgentConfig
 from tools.agents.lifecycle import MachineSelector
 from tools.agents.metrics import AgentMetrics
 from tools.common import add_store_args, cell_keys, open_store
-from tools.metrics_endpoint import add_metrics_args, metrics_from_args
 
 
 def register(sub) -> None:
@@ -40,6 +39,8 @@ def register(sub) -> None:
     run.add_argument("--fail", action="append", default=[], metavar="ID", help="fail this machine at start")
     run.add_argument("--drain", action="append", default=[], metavar="ID", help="drain this machine at start")
     run.add_argument("--seed", type=int, default=0, help="seed of the random failures (default 0)")
+    from tools.metrics_args import add_metrics_args
+
     add_metrics_args(run)
     run.add_argument("--run-for", type=float, default=0.0, metavar="SECONDS",
                      help="stop after this long (default 0: until SIGINT/SIGTERM)")
@@ -82,6 +83,8 @@ def run_agents(args) -> int:
     spec = init_spec_from_args(args)
     if args.run_for < 0:
         raise UsageError(f"--run-for must be >= 0 seconds, got {args.run_for:g}")
+    from tools.metrics_args import metrics_from_args
+
     try:
         serving = metrics_from_args(args)
     except ValueError as exc:

@@ -12,8 +12,7 @@ def register(sub) -> None:
     monitor = sub.add_parser("monitor", help="live conflict monitor of a cell, fitted to the terminal "
                                              "(docs/MONITOR.md)")
     add_store_args(monitor)
-    monitor.add_argument("--once", action="store_true",
-                         help="print one frame (every row) after the initial sync and exit")
+    monitor.add_argument("--once", action="store_true", help="print one frame after the initial sync and exit")
     monitor.add_argument("--json", action="store_true",
                          help="print the frame as JSON and exit (with --follow: one JSON line per refresh)")
     monitor.add_argument("--follow", action="store_true", help="with --json: keep printing, one line per refresh")

@@ -33,7 +33,6 @@ from schedulers.chains import KINDS, make_scheduler
 from schedulers.plugin import PluginConfigError
 from tools.common import add_store_args, cell_keys, open_store
 from tools.plugin_args import add_plugin_arg, load_plugin_args
-from tools.metrics_endpoint import add_metrics_args, metrics_from_args
 from tools.scheduler_metrics import SchedulerMetrics, count_quarantine
 
 log = logging.getLogger(__name__)
@@ -65,6 +64,8 @@ def register(sub) -> None:
                           "owners' dominant resource shares)")
     run.add_argument("--drf-weight", action="append", default=[], metavar="OWNER=W",
                      help="weight of OWNER's dominant share under --order drf (default 1; repeatable)")
+    from tools.metrics_args import add_metrics_args
+
     add_metrics_args(run)
     run.add_argument("--startup-timeout", type=float, default=30.0, metavar="SECONDS",
                      help="keep retrying an unreachable store this long at start (default 30)")
@@ -99,6 +100,8 @@ def build_parts(args):
     name = args.name or f"{args.kind}-{os.getpid()}"
     if "/" in name:
         raise UsageError(f'--name may not contain "/", got {name!r}')
+    from tools.metrics_args import metrics_from_args
+
     try:
         args.metrics = metrics_from_args(args)
     except ValueError as exc:
