@@ -98,12 +98,11 @@ def run_agents(args) -> int:
                 print(f"omega: agents: {exc}", file=sys.stderr)
                 return 1
         metrics = AgentMetrics(cell=keys.cell, agent=config.name)
-        if serving is not None:
-            metrics.serve(serving[1], serving[0], serving[2])
-            print(f"metrics on {metrics.url}", flush=True)
         agent = Agent(store, keys, config, metrics)
         metrics.watch_replica(agent.replica, store.revision)
         try:
+            if serving is not None and not _serve(metrics, serving):
+                return 1
             return _run(agent, args)
         except (StoreError, ValueError) as exc:
             print(f"omega: agents: {exc}", file=sys.stderr)
@@ -111,6 +110,19 @@ def run_agents(args) -> int:
         finally:
             agent.close()
             metrics.close()
+
+
+def _serve(metrics: AgentMetrics, serving) -> bool:
+    """Serve the metrics at ``serving`` (host, port, tls) and say where; False (and why) if it cannot."""
+    from tools.metrics_endpoint import MetricsError
+
+    try:
+        metrics.serve(serving[1], serving[0], serving[2])
+    except MetricsError as exc:
+        print(f"omega: agents: {exc}", file=sys.stderr)
+        return False
+    print(f"metrics on {metrics.url}", flush=True)
+    return True
 
 
 def _register(store, keys, spec: CellSpec) -> None:

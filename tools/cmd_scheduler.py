@@ -168,7 +168,13 @@ def run_scheduler(args) -> int:
         metrics.watch_view(view, process.scheduler_class, store.revision)
         try:
             if args.metrics is not None:
-                metrics.serve(args.metrics[1], args.metrics[0], args.metrics[2])
+                from tools.metrics_endpoint import MetricsError
+
+                try:
+                    metrics.serve(args.metrics[1], args.metrics[0], args.metrics[2])
+                except MetricsError as exc:
+                    print(f"omega: scheduler: {exc}", file=sys.stderr)
+                    return 1
                 print(f"metrics on {metrics.url}", flush=True)
             print(f"scheduler {scheduler.name!r} ({scheduler.kind}, {conflict.value.label}, {commit.value.label}, "
                   f"{options.order} order) "

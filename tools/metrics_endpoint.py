@@ -40,6 +40,10 @@ def process_registry() -> CollectorRegistry:
     return registry
 
 
+class MetricsError(RuntimeError):
+    """The endpoint cannot be served (address in use or not local, TLS files that do not load)."""
+
+
 class _QuietHandler(WSGIRequestHandler):
     def log_message(self, format, *args):  # noqa: A002 - the base class's name
         return
@@ -102,10 +106,15 @@ class MetricsEndpoint:
 
     def serve(self, port: int, host: str = LOOPBACK, tls: MetricsTls | None = None) -> int:
         """Serve /metrics on ``host:port`` (0: a free port), over TLS with client certificates
-        when ``tls`` is given; returns the port (``url`` names the endpoint)."""
-        context = tls.context() if tls is not None else None
-        server = make_server(host, port, make_wsgi_app(self.registry), _Server6 if ":" in host else _Server,
-                             handler_class=_QuietHandler)
+        when ``tls`` is given; returns the port (``url`` names the endpoint). MetricsError when
+        it cannot."""
+        try:
+            context = tls.context() if tls is not None else None
+            server = make_server(host, port, make_wsgi_app(self.registry), _Server6 if ":" in host else _Server,
+                                 handler_class=_QuietHandler)
+        except (OSError, ValueError) as exc:
+            raise MetricsError(f"cannot serve metrics on {format_addr(host, port)}: "
+                               f"{getattr(exc, 'strerror', None) or exc}") from None
         server.ssl_context = context
         threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
         self._server = server

@@ -195,3 +195,19 @@ def test_tls_scrape_without_a_client_certificate_is_refused(tls_endpoint):
     port = int(endpoint.url.rsplit(":", 1)[1].split("/")[0])
     with socket.create_connection(("127.0.0.1", port)):
         assert "process_cpu_seconds_total" in scrape(endpoint.url, _client(server.ca, tls_endpoint[2]))
+
+
+def test_an_address_in_use_is_a_one_line_error(etcd_server, etcd_store, cell_keys):
+    add_machines(etcd_store, cell_keys, 1)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for command in (["scheduler", "run", "--kind", "batch", "--duration", "5"],
+                        ["agents", "run", "--run-for", "5"]):
+            done = subprocess.run([sys.executable, "-m", "tools.cli", *command, "--metrics-addr", f"127.0.0.1:{port}",
+                                   "--endpoints", ",".join(etcd_server.endpoints), "--cell", cell_keys.cell],
+                                  cwd=ROOT, capture_output=True, text=True, timeout=60)
+            assert done.returncode == 1, (command, done.stderr)
+            assert f"cannot serve metrics on 127.0.0.1:{port}: Address already in use" in done.stderr, done.stderr
+            assert "Traceback" not in done.stderr
