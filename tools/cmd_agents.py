@@ -112,19 +112,6 @@ def run_agents(args) -> int:
             metrics.close()
 
 
-def _serve(metrics: AgentMetrics, serving) -> bool:
-    """Serve the metrics at ``serving`` (host, port, tls) and say where; False (and why) if it cannot."""
-    from tools.metrics_endpoint import MetricsError
-
-    try:
-        metrics.serve(serving[1], serving[0], serving[2])
-    except MetricsError as exc:
-        print(f"omega: agents: {exc}", file=sys.stderr)
-        return False
-    print(f"metrics on {metrics.url}", flush=True)
-    return True
-
-
 def _register(store, keys, spec: CellSpec) -> None:
     try:
         revision = init_cell(store, keys, spec)
@@ -167,3 +154,16 @@ def _check_selected(agent: Agent, machine_ids: list[str]) -> None:
             raise UsageError(f"--fail/--drain: no machine {machine_id!r} in cell {agent.keys.cell!r}")
         if not agent.is_mine(machine_id):
             raise UsageError(f"--fail/--drain: machine {machine_id!r} is not among the --machines selected")
+
+
+def _serve(metrics: AgentMetrics, serving) -> bool:
+    """Serve the metrics at ``serving`` (host, port, tls) and say where; False (and why) if it cannot."""
+    from tools.metrics_endpoint import MetricsError
+
+    try:
+        metrics.serve(serving[1], serving[0], serving[2])
+    except MetricsError as exc:
+        print(f"omega: agents: {exc}", file=sys.stderr)
+        return False
+    print(f"metrics on {metrics.url}", flush=True)
+    return True
