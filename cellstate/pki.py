@@ -190,3 +190,23 @@ def ensure_jwt_keys(directory: str | os.PathLike) -> tuple[str, str]:
         public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
                                                          serialization.PublicFormat.SubjectPublicKeyInfo))
     return str(private), str(public)
+
+
+METRICS_SERVER_NAME = "metrics-server"
+METRICS_SCRAPER_NAME = "metrics-scraper"
+
+
+def issue_metrics_certs(directory: str | os.PathLike, hosts=LOOPBACK_HOSTS,
+                        days: int = DEFAULT_DAYS) -> tuple[TlsFiles, TlsFiles]:
+    """(server, scraper) TlsFiles for metrics endpoints behind the CA in ``directory``: a
+    server certificate for ``hosts`` (the scheduler and agents processes serve /metrics with
+    it) and a client certificate a scraper presents. Valid files are reused."""
+    path = _prepare_directory(directory)
+    made = []
+    for name, server in ((METRICS_SERVER_NAME, True), (METRICS_SCRAPER_NAME, False)):
+        if _still_valid(path / f"{name}.pem") and (path / f"{name}.key").exists():
+            made.append(TlsFiles(str(path / f"{CA_NAME}.pem"), str(path / f"{name}.pem"), str(path / f"{name}.key")))
+        else:
+            made.append(issue_cert(path, name, hosts=hosts if server else (), server=server, client=not server,
+                                   days=days))
+    return made[0], made[1]

@@ -39,8 +39,9 @@ def register(sub) -> None:
     run.add_argument("--fail", action="append", default=[], metavar="ID", help="fail this machine at start")
     run.add_argument("--drain", action="append", default=[], metavar="ID", help="drain this machine at start")
     run.add_argument("--seed", type=int, default=0, help="seed of the random failures (default 0)")
-    run.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
-                     help="serve Prometheus metrics on 127.0.0.1:PORT (0: a free port, printed)")
+    from tools.metrics_args import add_metrics_args
+
+    add_metrics_args(run)
     run.add_argument("--run-for", type=float, default=0.0, metavar="SECONDS",
                      help="stop after this long (default 0: until SIGINT/SIGTERM)")
     run.add_argument("--init-spec", metavar="FILE", help="register the machines of this cell spec first")
@@ -80,8 +81,14 @@ def run_agents(args) -> int:
 
     config = config_from_args(args)
     spec = init_spec_from_args(args)
-    if args.run_for < 0 or (args.metrics_port is not None and not 0 <= args.metrics_port < 65536):
-        raise UsageError("--run-for must be >= 0 and --metrics-port a port number (0: free)")
+    if args.run_for < 0:
+        raise UsageError(f"--run-for must be >= 0 seconds, got {args.run_for:g}")
+    from tools.metrics_args import metrics_from_args
+
+    try:
+        serving = metrics_from_args(args)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     keys = cell_keys(args)
     with open_store(args) as store:
         if spec is not None:
@@ -90,11 +97,12 @@ def run_agents(args) -> int:
             except StoreError as exc:
                 print(f"omega: agents: {exc}", file=sys.stderr)
                 return 1
-        metrics = AgentMetrics()
-        if args.metrics_port is not None:
-            print(f"metrics on http://127.0.0.1:{metrics.serve(args.metrics_port)}/metrics", flush=True)
+        metrics = AgentMetrics(cell=keys.cell, agent=config.name)
         agent = Agent(store, keys, config, metrics)
+        metrics.watch_replica(agent.replica, store.revision)
         try:
+            if serving is not None and not _serve(metrics, serving):
+                return 1
             return _run(agent, args)
         except (StoreError, ValueError) as exc:
             print(f"omega: agents: {exc}", file=sys.stderr)
@@ -146,3 +154,16 @@ def _check_selected(agent: Agent, machine_ids: list[str]) -> None:
             raise UsageError(f"--fail/--drain: no machine {machine_id!r} in cell {agent.keys.cell!r}")
         if not agent.is_mine(machine_id):
             raise UsageError(f"--fail/--drain: machine {machine_id!r} is not among the --machines selected")
+
+
+def _serve(metrics: AgentMetrics, serving) -> bool:
+    """Serve the metrics at ``serving`` (host, port, tls) and say where; False (and why) if it cannot."""
+    from tools.metrics_endpoint import MetricsError
+
+    try:
+        metrics.serve(serving[1], serving[0], serving[2])
+    except MetricsError as exc:
+        print(f"omega: agents: {exc}", file=sys.stderr)
+        return False
+    print(f"metrics on {metrics.url}", flush=True)
+    return True

@@ -9,7 +9,8 @@ from tools.common import add_store_args, cell_keys, open_store
 
 
 def register(sub) -> None:
-    monitor = sub.add_parser("monitor", help="live conflict monitor of a cell (rich)")
+    monitor = sub.add_parser("monitor", help="live conflict monitor of a cell, fitted to the terminal "
+                                             "(docs/MONITOR.md)")
     add_store_args(monitor)
     monitor.add_argument("--once", action="store_true", help="print one frame after the initial sync and exit")
     monitor.add_argument("--json", action="store_true",

@@ -2,7 +2,8 @@
 ``--duration``). It keeps a watch-fed replica of the cell, places pending jobs of its kind
 optimistically (in its queue's ``--order``: fair, or drf with ``--drf-weight OWNER=W``),
 publishes its stats under a leased ``stats/{name}`` key every second and, with
-``--metrics-port``, serves Prometheus metrics on 127.0.0.1. On exit it prints one
+``--metrics-addr HOST:PORT`` (or ``--metrics-port``: on 127.0.0.1), serves Prometheus metrics
+(over TLS with client certificates given ``--metrics-cert/-key/-client-ca``). On exit it prints one
 ``final-stats {json}`` line (its SchedulerStats) and exits 0.
 """
 
@@ -63,8 +64,9 @@ def register(sub) -> None:
                           "owners' dominant resource shares)")
     run.add_argument("--drf-weight", action="append", default=[], metavar="OWNER=W",
                      help="weight of OWNER's dominant share under --order drf (default 1; repeatable)")
-    run.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
-                     help="serve Prometheus metrics on 127.0.0.1:PORT (0: a free port, printed; default off)")
+    from tools.metrics_args import add_metrics_args
+
+    add_metrics_args(run)
     run.add_argument("--startup-timeout", type=float, default=30.0, metavar="SECONDS",
                      help="keep retrying an unreachable store this long at start (default 30)")
     run.add_argument("--duration", type=float, default=0.0, metavar="SECONDS",
@@ -98,8 +100,12 @@ def build_parts(args):
     name = args.name or f"{args.kind}-{os.getpid()}"
     if "/" in name:
         raise UsageError(f'--name may not contain "/", got {name!r}')
-    if args.metrics_port is not None and not 0 <= args.metrics_port < 65536:
-        raise UsageError(f"--metrics-port must be a port number (0: a free one), got {args.metrics_port}")
+    from tools.metrics_args import metrics_from_args
+
+    try:
+        args.metrics = metrics_from_args(args)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     try:
         weights = check_order(args.order, parse_weight_flags(args.drf_weight))
     except ValueError as exc:
@@ -146,7 +152,7 @@ def open_view(store, keys, timeout_s: float) -> ReplicaView:
 def run_scheduler(args) -> int:
     scheduler, conflict, commit, options = build_parts(args)
     keys = cell_keys(args)
-    metrics = SchedulerMetrics(scheduler.name)
+    metrics = SchedulerMetrics(scheduler.name, cell=keys.cell, kind=scheduler.kind)
     with open_store(args) as store:
         try:
             view = open_view(store, keys, args.startup_timeout)
@@ -155,13 +161,21 @@ def run_scheduler(args) -> int:
             return 1
         tune_gc()
         process = SchedulerProcess(
-            scheduler, view, StoreCommitter(store, keys, max_txn_ops=args.max_txn_ops),
+            scheduler, view, metrics.timed(StoreCommitter(store, keys, max_txn_ops=args.max_txn_ops)),
             LeasedStatsSink(store, keys, scheduler.name), conflict_mode=conflict, commit_mode=commit,
             retry=retry_policy_for(scheduler.kind, args.seed), options=options, observers=[metrics.observe])
         count_quarantine(process, view, metrics)  # bad values left out: in the stats and the metrics
+        metrics.watch_view(view, process.scheduler_class, store.revision)
         try:
-            if args.metrics_port is not None:
-                print(f"metrics on http://127.0.0.1:{metrics.serve(args.metrics_port)}/metrics", flush=True)
+            if args.metrics is not None:
+                from tools.metrics_endpoint import MetricsError
+
+                try:
+                    metrics.serve(args.metrics[1], args.metrics[0], args.metrics[2])
+                except MetricsError as exc:
+                    print(f"omega: scheduler: {exc}", file=sys.stderr)
+                    return 1
+                print(f"metrics on {metrics.url}", flush=True)
             print(f"scheduler {scheduler.name!r} ({scheduler.kind}, {conflict.value.label}, {commit.value.label}, "
                   f"{options.order} order) "
                   f"serving cell {keys.cell!r} at revision {view.revision}", flush=True)

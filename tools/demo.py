@@ -20,9 +20,11 @@ check of the cell.
 from __future__ import annotations
 
 import _thread
+import shlex
 import signal
 import sys
 import tempfile
+import textwrap
 import threading
 import time
 from dataclasses import dataclass
@@ -47,6 +49,9 @@ STATUS_EVERY_S = 5.0          # --no-monitor: a status line this often
 SCHEDULERS_READY_S = 60.0     # how long the schedulers may take to publish their first stats
 STOP_TIMEOUT_S = 15.0         # SIGTERM → SIGKILL
 GENERATOR_FOREVER_S = 7 * 24 * 3600.0
+METRICS_READY_S = 15.0        # how long a child may take to print where it serves metrics
+METRICS_LINE = "metrics on "  # what ``scheduler run``/``agents run`` print: "metrics on URL"
+OUTPUT_WIDTH = 80             # the demo's own lines wrap at this width
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +132,8 @@ class Demo:
         self.children = Children(run_dir)
         self.started_at = time.monotonic()
         self.stop_reason = ""
+        self.metrics_tls = None  # (server, scraper) TlsFiles when secure
+        self.metrics_urls: dict[str, str] = {}
 
     # -- start ----------------------------------------------------------------------------
 
@@ -145,6 +152,9 @@ class Demo:
             self.credentials = self.run_dir / CREDENTIALS_FILE
             secure_cells(self.cluster.endpoints, [self.keys.cell], self.credentials, self.keys.root,
                          self.cluster.ca_cert)
+            from cellstate.pki import issue_metrics_certs
+
+            self.metrics_tls = issue_metrics_certs(self.run_dir / "pki")
         self.store = self.open_store("scheduler")
 
     def open_store(self, component: str) -> EtcdStore:
@@ -166,6 +176,39 @@ class Demo:
             args += ["--credentials", str(self.credentials), "--as", cell_user(self.keys.cell, component)]
         return args
 
+    def metrics_args(self) -> list[str]:
+        """A child's metrics flags: a free loopback port, over TLS with the cell's CA when secure."""
+        args = ["--metrics-addr", "127.0.0.1:0"]
+        if self.metrics_tls is not None:
+            server = self.metrics_tls[0]
+            args += ["--metrics-cert", server.cert, "--metrics-key", server.key, "--metrics-client-ca", server.ca]
+        return args
+
+    def collect_metrics_urls(self) -> dict[str, str]:
+        """Where each agents and scheduler child serves metrics (from its "metrics on URL" line)."""
+        wanted = ["agents"] + [name for name, _ in self.config.scheduler_names()]
+        deadline = time.monotonic() + METRICS_READY_S
+        while True:
+            for child in self.children.children:
+                if child.name in wanted and child.name not in self.metrics_urls:
+                    line = next((x for x in child.log_lines() if x.startswith(METRICS_LINE)), None)
+                    if line is not None:
+                        self.metrics_urls[child.name] = line[len(METRICS_LINE):].strip()
+            if len(self.metrics_urls) == len(wanted):
+                return self.metrics_urls
+            self.raise_if_failed()
+            if time.monotonic() > deadline:
+                missing = ", ".join(sorted(set(wanted) - set(self.metrics_urls)))
+                raise RuntimeError(f"no metrics address from {missing} after {METRICS_READY_S:g} s; "
+                                   f"logs in {self.run_dir}")
+            time.sleep(0.1)
+
+    def monitor_command(self) -> list[str]:
+        """The ``omega monitor`` argv that attaches to this demo's cell."""
+        args = self.child_args("monitor")  # the store flags a monitor child would get, less the txn limit
+        at = args.index("--max-txn-ops")
+        return ["omega", "monitor", *args[:at], *args[at + 2:]]
+
     def init_cell(self) -> int:
         c = self.config
         return init_cell(self.store, self.keys, CellSpec(machines=c.machines, zones=c.zones, seed=c.seed))
@@ -174,13 +217,14 @@ class Demo:
         """Agents and schedulers; then, once every scheduler publishes, the generator."""
         c = self.config
         self.children.start("agents", ["agents", "run", "--time-scale", f"{c.time_scale:g}",
-                                       "--seed", str(c.seed), *self.child_args("agent")])
+                                       "--seed", str(c.seed), *self.metrics_args(), *self.child_args("agent")])
         for i, (name, kind) in enumerate(c.scheduler_names()):
             self.children.start(name, ["scheduler", "run", "--kind", kind, "--name", name,
                                        "--seed", str(c.seed + i), "--conflict-mode", c.conflict_mode,
                                        *(("--steal-after", f"{c.steal_after:g}") if c.steal_after is not None else ()),
-                                       *self.child_args("scheduler")])
+                                       *self.metrics_args(), *self.child_args("scheduler")])
         self.wait_for_schedulers()
+        self.collect_metrics_urls()
         arrivals = c.duration if c.duration is not None else GENERATOR_FOREVER_S
         self.children.start("generator", ["generate", "--submit", "--rate", f"{c.rate:g}",
                                           "--duration", f"{arrivals:g}", "--seed", str(c.seed),
@@ -233,10 +277,9 @@ class Demo:
             self.out.write(f"status: store error: {exc}\n")
             return
         placed = sum(s.tasks_placed for s in stats)
-        self.out.write(f"t={time.monotonic() - self.started_at:5.1f}s  schedulers {len(stats)}  "
-                       f"placements {placed}  txns {sum(s.txns for s in stats)}  "
-                       f"conflicts {sum(s.conflicts for s in stats)}\n")
-        self.out.flush()
+        say(self.out, f"t={time.monotonic() - self.started_at:5.1f}s  schedulers {len(stats)}  "
+                      f"placements {placed}  txns {sum(s.txns for s in stats)}  "
+                      f"conflicts {sum(s.conflicts for s in stats)}")
 
     # -- stop -------------------------------------------------------------------------------
 
@@ -264,7 +307,8 @@ class Demo:
                               children={c.name: {"pid": c.pid, "exit_code": c.returncode}
                                         for c in self.children.children},
                               failed_children=[c.name for c in self.children.failed()],
-                              etcd_endpoints=list(self.cluster.endpoints) if self.cluster else [])
+                              etcd_endpoints=list(self.cluster.endpoints) if self.cluster else [],
+                              metrics=dict(self.metrics_urls))
         try:
             describe_cell(summary, self.store, self.keys, time.time())
             summary.check = check_dict(check_cell(self.store, self.keys))
@@ -368,14 +412,55 @@ def run_demo(config: DemoConfig, out: TextIO | None = None, run_dir: str | None 
             demo.close()
 
 
+def say(out: TextIO, text: str) -> None:
+    """``text`` wrapped at ``OUTPUT_WIDTH`` (continuation lines indented), flushed."""
+    out.write(textwrap.fill(text, OUTPUT_WIDTH, subsequent_indent="    ", break_on_hyphens=False,
+                            break_long_words=False) + "\n")
+    out.flush()
+
+
 def _start(demo: Demo) -> None:
     out, c = demo.out, demo.config
     demo.start_etcd()
-    out.write(f"etcd up ({'TLS + auth' if c.secure else 'plain'}): {','.join(demo.cluster.endpoints)}; "
-              f"logs in {demo.run_dir}\n")
+    say(out, f"etcd up ({'TLS + auth' if c.secure else 'plain'}): {','.join(demo.cluster.endpoints)}; "
+             f"logs in {demo.run_dir}")
     revision = demo.init_cell()
-    out.write(f"cell {c.cell!r}: {c.machines} machines in {c.zones} zones at revision {revision}\n")
+    say(out, f"cell {c.cell!r}: {c.machines} machines in {c.zones} zones at revision {revision}")
     demo.start_children()
     names = ", ".join(name for name, _ in c.scheduler_names())
-    out.write(f"agents (time x{c.time_scale:g}), schedulers {names}, generator at {c.rate:g} jobs/s running\n")
+    say(out, f"running: agents (time x{c.time_scale:g}), generator at {c.rate:g} jobs/s, schedulers {names}")
+    _print_endpoints(demo)
+
+
+def _print_endpoints(demo: Demo) -> None:
+    """Where the processes serve metrics, and how to attach a monitor to the cell."""
+    out = demo.out
+    urls = demo.metrics_urls
+    scheme = next(iter(urls.values())).split("://")[0] if urls else "http"
+    host = {url.split("://")[1].rsplit(":", 1)[0] for url in urls.values()}
+    ports = ", ".join(f"{name} {url.rsplit(':', 1)[1].split('/')[0]}" for name, url in urls.items())
+    say(out, f"metrics: {scheme}://{'|'.join(sorted(host))}:PORT/metrics, PORT of {ports}")
+    if demo.metrics_tls is not None:
+        scraper = demo.metrics_tls[1]
+        say(out, f"  (TLS: scrape with --cacert {scraper.ca} --cert {scraper.cert} --key {scraper.key})")
+    say_command(out, "attach a monitor: ", demo.monitor_command())
+
+
+def say_command(out: TextIO, label: str, argv: list[str]) -> None:
+    """``label`` and the shell command ``argv``, broken before a flag into lines of at most
+    ``OUTPUT_WIDTH`` ending in `` \\`` (so it still pastes as one command)."""
+    words = [shlex.quote(a) for a in argv]
+    chunks: list[str] = []
+    for word in words:  # a flag stays on the line of its value
+        if chunks and not word.startswith("-") and chunks[-1].startswith("-") and " " not in chunks[-1]:
+            chunks[-1] += " " + word
+        else:
+            chunks.append(word)
+    lines = [label.rstrip() + " " + chunks[0] if label else chunks[0]]
+    for chunk in chunks[1:]:
+        if len(lines[-1]) + 1 + len(chunk) + 2 <= OUTPUT_WIDTH:
+            lines[-1] += " " + chunk
+        else:
+            lines.append("    " + chunk)
+    out.write(" \\\n".join(lines) + "\n")
     out.flush()

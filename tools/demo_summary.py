@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import textwrap
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TextIO
@@ -64,6 +65,7 @@ class DemoSummary:
     children: dict[str, dict] = field(default_factory=dict)  # name -> {"pid", "exit_code"}
     failed_children: list[str] = field(default_factory=list)
     etcd_endpoints: list[str] = field(default_factory=list)
+    metrics: dict[str, str] = field(default_factory=dict)  # process name -> its /metrics URL
 
     @property
     def placements(self) -> int:
@@ -160,34 +162,44 @@ def check_dict(report: Report, shown: int = 20) -> dict:
     return d
 
 
+SUMMARY_WIDTH = 80  # the text summary fits an 80-column terminal
+
+
 def print_summary(summary: DemoSummary, out: TextIO) -> None:
-    """The summary as text."""
-    w = out.write
-    w(f"\n=== omega demo summary: cell {summary.cell!r}, {summary.seconds:.1f} s ===\n")
-    w(f"{'scheduler':<14}{'kind':<9}{'placed':>8}{'jobs':>7}{'txns':>8}{'commits':>9}{'conflicts':>11}"
-      f"{'frac':>7}{'busy':>6}  source\n")
-    for s in summary.schedulers:
-        w(f"{s.name:<14}{s.kind:<9}{s.tasks_placed:>8}{s.jobs_placed:>7}{s.txns:>8}{s.commits:>9}"
-          f"{s.conflicts:>11}{s.conflict_fraction:>7.3f}{s.busyness:>6.0%}  {s.source}\n")
-    w(f"{'total':<23}{summary.placements:>8}{'':>7}{summary.txns:>8}{'':>9}{summary.conflicts:>11}\n")
+    """The summary as text, no line wider than ``SUMMARY_WIDTH`` (long ones wrap, indented)."""
+    def w(text: str) -> None:
+        for line in text.splitlines():
+            out.write(textwrap.fill(line, SUMMARY_WIDTH, subsequent_indent="    ", break_on_hyphens=False,
+                                    drop_whitespace=True) + "\n" if len(line) > SUMMARY_WIDTH else line + "\n")
+
+    rows = summary.schedulers
+    name_w = max([len("scheduler")] + [len(s.name) for s in rows]) + 1
+    kind_w = max([len("kind")] + [len(s.kind) for s in rows]) + 1
+    w(f"\n=== omega demo summary: cell {summary.cell!r}, {summary.seconds:.1f} s ===")
+    w(f"{'scheduler':<{name_w}}{'kind':<{kind_w}}{'placed':>7}{'jobs':>6}{'txns':>7}{'commits':>8}{'confl':>6}"
+      f"{'frac':>7}{'busy':>5} source")
+    for s in rows:
+        w(f"{s.name:<{name_w}}{s.kind:<{kind_w}}{s.tasks_placed:>7}{s.jobs_placed:>6}{s.txns:>7}{s.commits:>8}"
+          f"{s.conflicts:>6}{s.conflict_fraction:>7.3f}{s.busyness:>5.0%} {s.source}")
+    w(f"{'total':<{name_w + kind_w}}{summary.placements:>7}{'':>6}{summary.txns:>7}{'':>8}{summary.conflicts:>6}")
     if summary.conflicts:
         job = summary.job_conflicts
-        w(f"conflicts by cause: machine {summary.conflicts - job}, job {job} "
-          f"({job / summary.conflicts:.1%} job: the job record changed, no machine contended)\n")
-    w(f"machines up {summary.machines_up}/{summary.machines_total}; {summary.jobs} jobs; tasks "
-      + ", ".join(f"{name} {n}" for name, n in summary.tasks.items()) + "\n")
+        w(f"conflicts by cause: machine {summary.conflicts - job}, job {job} ({job / summary.conflicts:.1%}; "
+          f"job: only the job record changed)")
+    w(f"machines up {summary.machines_up}/{summary.machines_total}; {summary.jobs} jobs")
+    w("tasks " + ", ".join(f"{name} {n}" for name, n in summary.tasks.items()))
     for u in summary.utilization:
         w(f"  {u['name']:<8} {u['fraction']:6.1%}  {amount(u['name'], u['allocated'])} / "
-          f"{amount(u['name'], u['capacity'])}\n")
+          f"{amount(u['name'], u['capacity'])}")
     for q in summary.pending:
-        w(f"  pending {q['kind']:<8} {q['jobs']} jobs, {q['tasks']} tasks, oldest {q['oldest_wait_s']:.1f} s\n")
+        w(f"  pending {q['kind']:<8} {q['jobs']} jobs, {q['tasks']} tasks, oldest {q['oldest_wait_s']:.1f} s")
     for name in summary.failed_children:
         code = summary.children.get(name, {}).get("exit_code")
-        w(f"  child {name} failed (exit {code}); see {summary.run_dir}/{name}.log\n")
+        w(f"  child {name} failed (exit {code}); see {summary.run_dir}/{name}.log")
     check = summary.check
     verdict = "clean" if check.get("ok") else f"{check.get('violation_count', '?')} violation(s)"
-    w(f"invariant check at revision {check.get('revision')}: {verdict}\n")
+    w(f"invariant check at revision {check.get('revision')}: {verdict}")
     for v in check.get("violations", []):
-        w(f"  {v['kind']:18} {v['key']}: {v['message']}\n")
-    w(f"logs: {summary.run_dir}\n")
+        w(f"  {v['kind']:18} {v['key']}: {v['message']}")
+    w(f"logs: {summary.run_dir}")
     out.flush()

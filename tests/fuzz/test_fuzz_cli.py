@@ -39,6 +39,8 @@ OUTS = [os.path.join(_TMP, "out.omt"), os.path.join(_TMP, "out.omt.gz"), os.path
 NAMES = ["m1", "m1,m2", "all", "", "/", "a/b", "x y", "batch"]
 RETRY_FOR = ["0", "0.2", "-1", "nan", "inf", "abc", ""]  # bounded: the store is dead, a retry waits it out
 BOOLEAN = None
+METRICS_FLAGS = {"--metrics-addr": ["127.0.0.1:0", "9100", "h:99999", "[x]:1", ":0", ""], "--metrics-port": NUMBERS,
+                 "--metrics-cert": FILES, "--metrics-key": FILES, "--metrics-client-ca": FILES}
 COMMON = {"--cell": NAMES, "--root": ["/omega", "", "x"], "--max-txn-ops": NUMBERS, "-v": BOOLEAN,
           "--help": BOOLEAN, "--bogus": BOOLEAN, "--endpoints": [DEAD, "", "nohost", "h:0", "h:99999", ","]}
 COMMANDS = {
@@ -63,11 +65,12 @@ COMMANDS = {
     ("agents", "run"): ([], {"--machines": NAMES, "--name": NAMES, "--time-scale": NUMBERS,
                              "--fail-rate": NUMBERS, "--repair-after": NUMBERS, "--fail": NAMES,
                              "--drain": NAMES, "--seed": NUMBERS, "--init-spec": FILES,
-                             "--init-machines": NUMBERS}),
+                             "--init-machines": NUMBERS, **METRICS_FLAGS}),
     ("scheduler", "run"): ([], {"--kind": ["batch", "service", "borg", "nope", ""], "--name": NAMES,
                                 "--conflict-mode": ["sequence", "resource-fit", "x"],
                                 "--commit-mode": ["incremental", "all-or-nothing", "x"], "--seed": NUMBERS,
-                                "--config": FILES, "--batch-jobs": NUMBERS, "--steal-after": NUMBERS}),
+                                "--config": FILES, "--batch-jobs": NUMBERS, "--steal-after": NUMBERS,
+                                **METRICS_FLAGS}),
 }
 # How long each long-running command may run (against a dead store it fails at once anyway).
 RUN_LIMIT = {("record",): "--duration", ("monitor",): "--duration", ("scheduler", "run"): "--duration",

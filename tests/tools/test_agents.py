@@ -265,7 +265,8 @@ def test_agent_loop_in_a_thread_finishes_work_within_bounded_time(etcd_store, ce
             time.sleep(0.02)
         assert time.monotonic() - started >= 0.25  # durations are honoured, only scaled
         body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-        assert "omega_agent_tasks_finished_total 6.0" in body
+        labels = ",".join(f'{k}="{v}"' for k, v in sorted(agent.metrics.labels.items()))
+        assert f"omega_agent_tasks_finished_total{{{labels}}} 6.0" in body and f'cell="{cell_keys.cell}"' in labels
     finally:
         stop.set()
         thread.join(timeout=5)

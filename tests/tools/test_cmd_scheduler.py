@@ -112,15 +112,16 @@ def test_metrics_endpoint_and_duration(etcd_server, etcd_store, cell_keys):
     url = wait_for(lambda: next((line.split(" on ", 1)[1] for line in run.out if line.startswith("metrics on ")),
                                 None) or run.serving() and None, 20, "the metrics address")
     wait_for(lambda: settled(etcd_store, cell_keys, 6), 10, "6 tasks placed")
-    body = wait_for(lambda: _scrape(url), 5, "tasks placed in the metrics")
-    assert 'omega_scheduler_decision_seconds_count{scheduler="m1"}' in body
+    body = wait_for(lambda: _scrape(url, cell_keys.cell), 5, "tasks placed in the metrics")
+    assert f'omega_scheduler_decision_seconds_count{{cell="{cell_keys.cell}",kind="batch",scheduler="m1"}}' in body
     run.proc.wait(15)  # --duration 3 ends it without a signal
     assert run.stop()["tasks_placed"] == 6
 
 
-def _scrape(url: str) -> str | None:
+def _scrape(url: str, cell: str) -> str | None:
     body = urllib.request.urlopen(url, timeout=5).read().decode()
-    return body if 'omega_scheduler_tasks_placed_total{scheduler="m1"} 6.0' in body else None
+    placed = f'omega_scheduler_tasks_placed_total{{cell="{cell}",kind="batch",scheduler="m1"}} 6.0'
+    return body if placed in body else None
 
 
 @pytest.mark.parametrize("argv,message", [

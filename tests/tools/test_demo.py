@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -68,6 +69,9 @@ def test_demo_places_conflicts_and_leaves_a_clean_cell(tmp_path):
     assert [u["name"] for u in summary["utilization"]][:2] == ["cpu", "memory"]
     assert summary["utilization"][0]["allocated"] > 0
     assert "invariant check" in done.stdout and "clean" in done.stdout
+    assert all(len(line) <= 80 for line in done.stdout.splitlines()), done.stdout  # fits an 80-column terminal
+    assert "=== omega demo summary" in done.stdout and "total" in done.stdout
+    assert set(summary["metrics"]) == {"agents"} | {s["name"] for s in summary["schedulers"]}
     assert all(_gone(child["pid"]) for child in summary["children"].values()), summary["children"]
     assert all(_refused(endpoint) for endpoint in summary["etcd_endpoints"]), "etcd still answers"
 
@@ -142,7 +146,7 @@ def test_live_screen_shows_the_running_schedulers(live_cell):
     _poll(lambda: {c.name for c in children.children} <= set(_stats_names(store, keys)), 30.0, "stats keys")
     assert run_monitor(store, keys, refresh_hz=4, duration=2.0, console=console) == 0
     screen = console.export_text()
-    for text in ("omega monitor", keys.cell, "batch-a", "batch-b", "utilization", "pending", "cpu"):
+    for text in ("omega monitor", keys.cell, "batch-a", "batch-b", "memory", "pending", "cpu", "recent conflicts"):
         assert text in screen, f"{text!r} not on the screen:\n{screen[-2000:]}"
 
 
@@ -205,3 +209,63 @@ def test_cli_rejects_bad_flags_before_starting_anything(args, message, capsys):
 def test_solver_schedulers_join_the_demo_by_name():
     config = DemoConfig(batch_schedulers=1, service_schedulers=0, borg_schedulers=0, solver_schedulers=2)
     assert config.scheduler_names() == [("batch-0", "batch"), ("solver-0", "solver"), ("solver-1", "solver")]
+
+
+@pytest.mark.parametrize("secure", [False, True], ids=["plain", "secure"])
+def test_demo_prints_its_metrics_and_how_to_attach_a_monitor(tmp_path, secure):
+    """The demo's lines name every process's /metrics port and an ``omega monitor`` command;
+    the command attaches to the running cell, every endpoint answers a scrape (with the cell's
+    client certificate when secure; without one it is refused)."""
+    import shutil
+    import ssl
+    import tempfile
+    import urllib.request
+
+    run_dir = Path(tempfile.mkdtemp(prefix="omega-t-"))  # short paths: the printed command fits 80 columns
+    cmd = [sys.executable, "-m", "tools.cli", "demo", "--duration", "120", "--no-monitor", "--machines", "50",
+           "--run-dir", str(run_dir), *(["--secure"] if secure else [])]
+    demo = subprocess.Popen(cmd, cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    try:
+        for line in demo.stdout:
+            lines.append(line.rstrip("\n"))
+            if any(x.startswith("attach a monitor:") for x in lines) and not line.rstrip().endswith("\\"):
+                break
+        text = "\n".join(lines)
+        assert all(len(line) <= 80 for line in lines), text
+        start = next(i for i, line in enumerate(lines) if line.startswith("metrics:"))
+        block = [lines[start]]
+        for line in lines[start + 1:]:
+            if not line.startswith("    "):
+                break
+            block.append(line)
+        metrics = " ".join(line.strip() for line in block)
+        scheme = "https" if secure else "http"
+        assert f"metrics: {scheme}://127.0.0.1:PORT/metrics" in metrics, text
+        ports = dict(pair.split() for pair in metrics.split("PORT of ", 1)[1].split(", ") if " " in pair)
+        assert {"agents", "batch-0", "batch-1", "service-0", "borg-0"} <= set(ports), ports
+        attach = text.split("attach a monitor: ", 1)[1].replace(" \\\n", " ").split()
+        assert attach[:2] == ["omega", "monitor"] and "--cell" in attach and "--endpoints" in attach
+        monitor = subprocess.run([sys.executable, "-m", "tools.cli", *attach[1:], "--once", "--json"], cwd=PROJECT_ROOT,
+                                 capture_output=True, text=True, timeout=30)
+        assert monitor.returncode == 0, monitor.stderr
+        assert json.loads(monitor.stdout)["cell"] == "demo"
+        context = None
+        if secure:
+            pki_dir = run_dir / "pki"
+            bare = ssl.create_default_context(cafile=str(pki_dir / "ca.pem"))
+            with pytest.raises((ssl.SSLError, OSError)):
+                urllib.request.urlopen(f"https://127.0.0.1:{ports['agents']}/metrics", timeout=5, context=bare).read()
+            context = ssl.create_default_context(cafile=str(pki_dir / "ca.pem"))
+            context.load_cert_chain(str(pki_dir / "metrics-scraper.pem"), str(pki_dir / "metrics-scraper.key"))
+        for name, port in ports.items():
+            body = urllib.request.urlopen(f"{scheme}://127.0.0.1:{port}/metrics", timeout=5, context=context).read()
+            assert b"process_cpu_seconds_total" in body and b'cell="demo"' in body, name
+        demo.send_signal(signal.SIGTERM)
+        out, _ = demo.communicate(timeout=90)
+        assert "invariant check" in out, out[-2000:]
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait(30)
+        shutil.rmtree(run_dir, ignore_errors=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import math
 import json
 import threading
 import time
@@ -188,7 +189,8 @@ def test_render_shows_schedulers_utilization_and_conflicts(cell):
     console.print(render_frame(frame))
     text = console.export_text()
     for expected in ("batch-1", "svc-1", "cpu", "50.0%", "4.0 cores / 8.0 cores", "4.0 GiB / 16.0 GiB", "gpu", "25.0%",
-                     "m1", "batch-1×2, svc-1×1", "m1 ← batch-1, m2 ← batch-1", "30.0s", "0.250"):
+                     "m1", "batch-1×2, svc-1×1 ← svc-1×2, batch-1×1", "s1 machine m1, m2 ← batch-1×2", "30.0s",
+                     "0.250"):
         assert expected in text, expected
 
 
@@ -224,6 +226,7 @@ def test_json_follow_sees_changes_through_the_watch(cell):
     assert len(frames) >= 10  # 10 per second for 2 s, allowing for slow machines
     assert frames[0]["schedulers"] == []
     assert [s["name"] for s in frames[-1]["schedulers"]] == ["batch-1"]
+    assert set(frames[-1]["schedulers"][0]) >= {"recent", "minute", "trend"}  # following frames keep a history
 
 
 def test_live_screen_renders(cell):
@@ -286,3 +289,157 @@ def test_render_at_80_columns_keeps_the_scheduler_figures_readable(cell):
     for expected in ("batch-1", "svc-1", "place/s", "confl m/j", "frac", "0.250", "stale", "busy", "p99 ms"):
         assert expected in text, expected
     assert "…" not in "".join(line for line in text.splitlines() if "batch-1" in line or "svc-1" in line)
+
+
+# -- the screen at 80×24 and 200×50 ---------------------------------------------------------------
+
+from tools.monitor.model import (  # noqa: E402
+    ConflictHistory, MonitorFrame, PendingQueue, SchedulerRow, WindowRate, scheduler_row,
+)
+from tools.monitor.render import elide, screen_lines  # noqa: E402
+
+SCHEDULERS = [("batch-0", "batch"), ("batch-1", "batch"), ("borg-0", "borg"), ("service-0", "service")]
+
+
+def crowded_frame(names=SCHEDULERS) -> MonitorFrame:
+    """A busy cell's frame: four schedulers watched for 70 s (conflicts rising), ten hot
+    machines, twenty recent conflicts (one over 30 machines, some on the job record)."""
+    history = ConflictHistory()
+    for t in range(71):
+        history.observe([SchedulerStats(name, kind, updated_at=NOW - 70 + t, commits=100 * t,
+                                        conflicts=t * t // 10 + i) for i, (name, kind) in enumerate(names)])
+    rows = []
+    for i, (name, kind) in enumerate(names):
+        s = SchedulerStats(name, kind, updated_at=NOW, txns=9000 + i, commits=7000, conflicts=490 + i,
+                           job_conflicts=3, stale_retries=4, placements_per_s=374.6, busyness=0.09,
+                           decision_ms_p50=1.2, decision_ms_p99=4.6)
+        rows.append(scheduler_row(s, history))
+    hot = tuple(HotSpot(f"m-{j:04d}", 40 - j, (("batch-0", 20 - j), ("batch-1", 20)), (("borg-0", 40 - j),))
+                for j in range(10))
+    wide_conflict = tuple(f"m-{x:04d}" for x in range(30))
+    conflicts = tuple(
+        ConflictRow(NOW - j, names[j % len(names)][0], f"job-{j:06d}",
+                    wide_conflict if j == 0 else () if j % 5 == 4 else (f"m-{j:04d}",),
+                    ("batch-1",) * 30 if j == 0 else () if j % 5 == 4 else ("borg-0",))
+        for j in range(20))
+    return MonitorFrame(
+        cell="demo", revision=123456, at=NOW, machines_up=1000, machines_total=1000, schedulers=tuple(rows),
+        utilization=(ResourceUse("cpu", 9_780_500, 14_544_000), ResourceUse("memory", 20_337 * 1024, 58_176 * 1024),
+                     ResourceUse("disk", 0, 930_816 * 1024)),
+        pending=(PendingQueue("batch", 12, 580, 4.2), PendingQueue("service", 0, 0, 0.0)),
+        hot_machines=hot, recent_conflicts=conflicts)
+
+
+def screen_text(frame: MonitorFrame, width: int, height: int) -> list[str]:
+    console = Console(record=True, width=width, height=height, file=io.StringIO())
+    console.print(render_frame(frame, fit_height=True))
+    return console.export_text().splitlines()
+
+
+def test_80x24_screen_fits_and_shows_every_section():
+    lines = screen_text(crowded_frame(), 80, 24)
+    text = "\n".join(lines)
+    assert len(lines) <= 24 and all(len(line) <= 80 for line in lines), text
+    for name, _ in SCHEDULERS:  # every scheduler, its name whole (no "batc…")
+        assert any(line.startswith(name + " ") for line in lines), name
+    assert "…" not in "".join(line for line in lines if line.startswith(("batch-", "borg-", "service-")))
+    header = next(line for line in lines if line.startswith("scheduler "))
+    for column in ("place/s", "confl m/j", "frac", "10s", "60s", "trend"):
+        assert column in header, column
+    assert "pending" in text and "batch 12 jobs/580 tasks" in text and "cpu" in text and "memory" in text
+    hot_title = next(line for line in lines if line.startswith("hot machines"))
+    conflict_title = next(line for line in lines if line.startswith("recent conflicts"))
+    hot_shown = lines.index(conflict_title) - lines.index(hot_title) - 1
+    conflicts_shown = len(lines) - lines.index(conflict_title) - 1
+    assert hot_shown >= 1 and conflicts_shown >= 3
+    assert f"+{10 - hot_shown} more not shown" in hot_title  # says how many were left out
+    assert f"+{20 - conflicts_shown} more not shown" in conflict_title
+    newest = lines[lines.index(conflict_title) + 1]
+    assert "machine m-0000, m-0001" in newest and "← batch-1×30" in newest
+    assert int(newest.split(" +")[1].split()[0]) + newest.count("m-00") == 30  # the rest counted, not lost
+    assert any(" job " in line and "the job record changed" in line for line in lines)  # each conflict's cause
+    assert not any(line.strip() == "" for line in lines)  # no blank lines wasted
+    columns = header.replace("confl m/j", "confl_m/j").replace("p99 ms", "p99_ms").split()
+    for line in lines:  # no blank columns: every row has a value under every header
+        if line.startswith(("batch-", "borg-", "service-")):
+            assert len(line.split()) == len(columns), (columns, line)
+
+
+def test_200x50_screen_shows_everything_with_the_wide_columns():
+    lines = screen_text(crowded_frame(), 200, 50)
+    text = "\n".join(lines)
+    assert len(lines) <= 50 and all(len(line) <= 200 for line in lines), text
+    header = next(line for line in lines if line.startswith("scheduler "))
+    for column in ("kind", "jobs/s", "txns", "retries", "p50 ms", "p99 ms", "10s", "60s", "trend"):
+        assert column in header, column
+    assert "9,780.5 cores / 14,544.0 cores" in text
+    assert "more not shown" not in text.split("recent conflicts")[0]  # all ten hot machines
+    assert len([line for line in lines if line.startswith("m-00")]) == 10
+    assert "m-0000, m-0001, m-0002" in text
+
+
+def test_windowed_fraction_and_trend_show_the_rise():
+    frame = crowded_frame()
+    row = frame.schedulers[0]
+    # conflicts = t*t//10: over the last 10 s (t 60..70) 490-360 = 130 per 1,000 commits
+    assert (row.recent.seconds, row.recent.commits, row.recent.conflicts) == (10.0, 1000, 130)
+    assert row.minute.conflicts == 490 - 10 and row.minute.commits == 6000
+    assert [w.conflicts for w in row.trend] == [30, 50, 70, 90, 110, 130]
+    line = next(line for line in screen_text(frame, 80, 24) if line.startswith("batch-0 "))
+    assert "0.130" in line and "0.080" in line and "↑" in line
+    sparks = line.split("0.080")[1].split()[0]
+    assert len(sparks) == 7 and list(sparks[:6]) == sorted(sparks[:6])  # rising, and the arrow
+
+
+def test_long_scheduler_names_stay_whole_and_columns_go_instead():
+    names = [(f"batch-scheduler-with-a-long-name-{i}", "batch") for i in range(2)]
+    lines = screen_text(crowded_frame(names), 80, 24)
+    assert len(lines) <= 24 and all(len(line) <= 80 for line in lines)
+    for name, _ in names:
+        assert any(line.startswith(name + " ") for line in lines), name
+    header = next(line for line in lines if line.startswith("scheduler "))
+    assert "10s" in header and "confl m/j" in header and "p99 ms" not in header
+
+
+@pytest.mark.parametrize("height", [8, 12, 16])
+def test_small_terminals_still_fit(height):
+    lines = screen_text(crowded_frame(), 80, height)
+    assert len(lines) <= height and all(len(line) <= 80 for line in lines)
+
+
+def test_without_fit_height_every_row_is_printed():
+    console = Console(record=True, width=80, height=24, file=io.StringIO())
+    console.print(render_frame(crowded_frame()))
+    lines = console.export_text().splitlines()
+    assert len([line for line in lines if line.startswith("m-00")]) == 10 and "more not shown" not in "".join(lines)
+    assert all(len(line) <= 80 for line in lines)
+
+
+@pytest.mark.parametrize("names,room,expected", [
+    (["m1", "m2", "m3"], 40, "m1, m2, m3"),
+    ([f"m{i}" for i in range(1, 31)], 16, "m1, m2, m3 +27"),
+    (["a-very-long-machine-name", "m2"], 5, "a-very-long-machine-name +1"),
+    ([], 10, ""),
+])
+def test_elide(names, room, expected):
+    assert elide(names, room) == expected
+
+
+def test_history_restarts_with_a_restarted_scheduler_and_forgets_gone_ones():
+    history = ConflictHistory()
+    for t in range(5):
+        history.observe([SchedulerStats("a", "batch", updated_at=float(t), commits=10 * t, conflicts=t),
+                         SchedulerStats("b", "batch", updated_at=float(t), commits=t)])
+    assert history.window("a", 10) == WindowRate(4.0, 40, 4) and history.window("a", 2) == WindowRate(2.0, 20, 2)
+    history.observe([SchedulerStats("a", "batch", updated_at=4.0, commits=999)])  # same stamp: ignored
+    assert history.window("a", 10) == WindowRate(4.0, 40, 4) and history.window("b", 10) is None  # b gone
+    history.observe([SchedulerStats("a", "batch", updated_at=6.0, commits=3, conflicts=0)])  # restarted
+    assert history.window("a", 10) is None
+    history.observe([SchedulerStats("a", "batch", updated_at=7.0, commits=3, conflicts=2)])
+    assert history.window("a", 10).fraction == math.inf and WindowRate(1.0, 0, 0).fraction is None
+
+
+def test_once_json_has_no_windows_and_names_each_conflicts_cause(cell):
+    frame = to_dict(_published_frame(cell))
+    assert [(s["recent"], s["minute"], s["trend"]) for s in frame["schedulers"]] == [(None, None, [])] * 2
+    assert [c["cause"] for c in frame["recent_conflicts"]] == ["machine"] * 3

@@ -83,7 +83,7 @@ class Agent:
     def __init__(self, store: Store, keys: CellKeys, config: AgentConfig = AgentConfig(),
                  metrics: AgentMetrics | None = None, clock: Callable[[], float] = time.time):
         self.store, self.keys, self.config = store, keys, config
-        self.metrics = metrics or AgentMetrics()
+        self.metrics = metrics or AgentMetrics(cell=keys.cell, agent=config.name)
         self.clock = clock
         self.replica = Replica(store, keys, give_up_after=REPLICA_GIVE_UP_S)
         rng = random.Random(config.seed)

@@ -15,7 +15,7 @@ from cellstate.keys import CellKeys
 from cellstate.replica import Replica
 from cellstate.replica_thread import ReplicaThread
 from cellstate.store import Store
-from tools.monitor.model import MonitorFrame, build_frame, to_dict
+from tools.monitor.model import ConflictHistory, MonitorFrame, build_frame, to_dict
 from tools.monitor.render import render_frame
 
 MIN_HZ, MAX_HZ = 2.0, 60.0
@@ -28,8 +28,11 @@ def run_monitor(store: Store, keys: CellKeys, once: bool = False, json: bool = F
 
     ``once``: list the cell, print one frame, return. ``json``: print the frame as one JSON
     object instead (and return, as with ``once``), or with ``follow`` one JSON line per
-    refresh. Otherwise a rich Live screen, redrawn ``refresh_hz`` (2..60) times a second.
-    Runs until interrupted, or ``duration`` seconds. Returns the exit status."""
+    refresh. Otherwise a rich Live screen fitted to the terminal (``render.Screen``), redrawn
+    ``refresh_hz`` (2..60) times a second. Runs until interrupted, or ``duration`` seconds.
+    Following frames (live screen, JSON lines) carry windowed conflict fractions from the
+    stats samples seen since the monitor started; a single frame has none. Returns the exit
+    status."""
     if not MIN_HZ <= refresh_hz <= MAX_HZ:
         raise ValueError(f"refresh_hz must be between {MIN_HZ:g} and {MAX_HZ:g}, got {refresh_hz!r}")
     if duration is not None and duration < 0:
@@ -46,11 +49,12 @@ def run_monitor(store: Store, keys: CellKeys, once: bool = False, json: bool = F
         else:
             console.print(render_frame(frame))
         return 0
+    history = ConflictHistory()
     with ReplicaThread(replica) as thread:
         if json:
-            _follow_json(thread, out, refresh_hz, duration, clock)
+            _follow_json(thread, out, refresh_hz, duration, clock, history)
         else:
-            _live(thread, console, refresh_hz, duration, clock)
+            _live(thread, console, refresh_hz, duration, clock, history)
     return 0
 
 
@@ -60,11 +64,11 @@ def emit_json(frame: MonitorFrame, out: TextIO) -> None:
     out.flush()
 
 
-def snapshot(thread: ReplicaThread, clock: Callable[[], float]) -> MonitorFrame:
+def snapshot(thread: ReplicaThread, clock: Callable[[], float], history: ConflictHistory | None = None) -> MonitorFrame:
     """The current frame, read under the replica lock; a store outage shows as an error."""
     error = thread.error
     with thread.locked() as replica:
-        return build_frame(replica, clock(), store_error=str(error) if error else "")
+        return build_frame(replica, clock(), store_error=str(error) if error else "", history=history)
 
 
 def _ticks(refresh_hz: float, duration: float | None):
@@ -78,13 +82,15 @@ def _ticks(refresh_hz: float, duration: float | None):
         time.sleep(max(0.0, next_at - time.monotonic()))
 
 
-def _follow_json(thread: ReplicaThread, out: TextIO, refresh_hz: float, duration: float | None, clock) -> None:
+def _follow_json(thread: ReplicaThread, out: TextIO, refresh_hz: float, duration: float | None, clock,
+                 history: ConflictHistory) -> None:
     for _ in _ticks(refresh_hz, duration):
-        emit_json(snapshot(thread, clock), out)
+        emit_json(snapshot(thread, clock, history), out)
 
 
-def _live(thread: ReplicaThread, console: Console, refresh_hz: float, duration: float | None, clock) -> None:
-    with Live(render_frame(snapshot(thread, clock)), console=console, auto_refresh=False,
+def _live(thread: ReplicaThread, console: Console, refresh_hz: float, duration: float | None, clock,
+          history: ConflictHistory) -> None:
+    with Live(render_frame(snapshot(thread, clock, history), fit_height=True), console=console, auto_refresh=False,
               redirect_stdout=False, redirect_stderr=False) as live:
         for _ in _ticks(refresh_hz, duration):
-            live.update(render_frame(snapshot(thread, clock)), refresh=True)
+            live.update(render_frame(snapshot(thread, clock, history), fit_height=True), refresh=True)

@@ -8,7 +8,8 @@ ledgers and the pending-job index.
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+import math
+from collections import Counter, defaultdict, deque
 from dataclasses import asdict, dataclass
 
 from cellstate.codec_fields import CodecError
@@ -20,6 +21,27 @@ from omega.stats import SchedulerStats
 
 HOT_ROWS = 10
 CONFLICT_ROWS = 20
+WINDOWS_S = (10.0, 60.0)
+TREND_STEP_S = 10.0
+TREND_STEPS = 6
+HISTORY_S = WINDOWS_S[-1] + 2 * TREND_STEP_S  # samples older than this (behind the newest) are dropped
+
+
+@dataclass(frozen=True, slots=True)
+class WindowRate:
+    """Commits and conflicts of one scheduler over its last ``seconds`` (the window, or less
+    when the monitor has not watched it that long), from the counters in its stats."""
+
+    seconds: float
+    commits: int
+    conflicts: int
+
+    @property
+    def fraction(self) -> float | None:
+        """Conflicts per commit in the window; ``inf`` for conflicts without a commit, None when idle."""
+        if self.commits:
+            return self.conflicts / self.commits
+        return math.inf if self.conflicts else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +70,81 @@ class SchedulerRow:
     """Keys the scheduler's view holds quarantined (bad values it leaves out of decisions)."""
     job_conflicts: int = 0
     """Of ``conflicts``, those caused by the job record alone (no machine contended)."""
+    recent: WindowRate | None = None
+    """The last ``WINDOWS_S[0]`` seconds (None until the monitor has two samples of the scheduler)."""
+    minute: WindowRate | None = None
+    """The last ``WINDOWS_S[1]`` seconds, likewise."""
+    trend: tuple[WindowRate | None, ...] = ()
+    """``TREND_STEPS`` consecutive ``TREND_STEP_S`` windows, oldest first, ending at the scheduler's
+    last sample (None: before the monitor's first sample of it)."""
+
+
+class ConflictHistory:
+    """The stats samples (``updated_at``, commits, conflicts) the monitor has seen of each live
+    scheduler, for windowed conflict fractions and their trend. Times are the scheduler's own
+    stamps, so windows end at its last publication (no clock skew between hosts). A scheduler
+    whose counters go down (restarted under the same name) starts a new history."""
+
+    def __init__(self, keep_s: float = HISTORY_S):
+        self.keep_s = keep_s
+        self._samples: dict[str, deque[tuple[float, int, int]]] = {}
+
+    def observe(self, stats: list[SchedulerStats]) -> None:
+        """Add each scheduler's sample (once per ``updated_at``); forget schedulers not in ``stats``."""
+        live = set()
+        for s in stats:
+            live.add(s.name)
+            samples = self._samples.setdefault(s.name, deque())
+            if samples:
+                at, commits, conflicts = samples[-1]
+                if s.updated_at <= at:
+                    continue
+                if s.commits < commits or s.conflicts < conflicts:
+                    samples.clear()
+            samples.append((s.updated_at, s.commits, s.conflicts))
+            while samples[0][0] < s.updated_at - self.keep_s:
+                samples.popleft()
+        for name in set(self._samples) - live:
+            del self._samples[name]
+
+    def window(self, name: str, seconds: float) -> WindowRate | None:
+        """The scheduler's last ``seconds`` (or as much of them as was seen); None with < 2 samples."""
+        samples = self._samples.get(name)
+        if not samples or len(samples) < 2:
+            return None
+        end = samples[-1]
+        return self._between(samples, end[0] - seconds, end)
+
+    def trend(self, name: str, step: float = TREND_STEP_S, steps: int = TREND_STEPS) -> tuple[WindowRate | None, ...]:
+        """``steps`` consecutive windows of ``step`` seconds ending at the last sample, oldest
+        first; a window that starts before the first sample is None."""
+        samples = self._samples.get(name)
+        if not samples:
+            return ()
+        end_at = samples[-1][0]
+        out = []
+        for i in range(steps, 0, -1):
+            start_at, stop_at = end_at - i * step, end_at - (i - 1) * step
+            if start_at < samples[0][0]:
+                out.append(None)
+                continue
+            out.append(self._between(samples, start_at, _at(samples, stop_at)))
+        return tuple(out)
+
+    @staticmethod
+    def _between(samples, start_at: float, end: tuple[float, int, int]) -> WindowRate:
+        base = _at(samples, start_at) if start_at >= samples[0][0] else samples[0]
+        return WindowRate(end[0] - base[0], end[1] - base[1], end[2] - base[2])
+
+
+def _at(samples, at: float) -> tuple[float, int, int]:
+    """The last sample at or before ``at`` (the counters then); the first one if none is."""
+    found = samples[0]
+    for sample in samples:
+        if sample[0] > at:
+            break
+        found = sample
+    return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +191,11 @@ class ConflictRow:
     machines: tuple[str, ...]
     winners: tuple[str, ...]
 
+    @property
+    def cause(self) -> str:
+        """"machine" (a claimed machine had changed) or "job" (only the job record had)."""
+        return "machine" if self.machines else "job"
+
 
 @dataclass(frozen=True, slots=True)
 class MonitorFrame:
@@ -114,11 +216,16 @@ class MonitorFrame:
     """Keys of the cell whose values the monitor's replica quarantined (each one also in ``errors``)."""
 
 
-def build_frame(replica: Replica, now: float, store_error: str = "") -> MonitorFrame:
+def build_frame(replica: Replica, now: float, store_error: str = "",
+                history: ConflictHistory | None = None) -> MonitorFrame:
     """The frame of ``replica`` (held still by the caller) at wall time ``now`` (epoch s).
     Stats values that do not decode are listed in ``errors`` (key and field), not dropped
-    silently; so are keys the replica quarantined and ``store_error``, when given."""
+    silently; so are keys the replica quarantined and ``store_error``, when given. With
+    ``history`` (kept across frames), the stats are added to it and each row gets its
+    windowed conflict fractions and trend."""
     stats, errors = decode_all_stats(replica.stats_raw)
+    if history is not None:
+        history.observe(stats)
     errors += [f"{key}: {message}" for key, message in sorted(replica.quarantine.items())]
     if store_error:
         errors.insert(0, f"store: {store_error}")
@@ -127,7 +234,7 @@ def build_frame(replica: Replica, now: float, store_error: str = "") -> MonitorF
     return MonitorFrame(
         cell=replica.keys.cell, revision=replica.revision, at=now,
         machines_up=len(up), machines_total=len(machines),
-        schedulers=tuple(scheduler_row(s) for s in stats),
+        schedulers=tuple(scheduler_row(s, history) for s in stats),
         utilization=utilization(up),
         pending=tuple(pending_queue(replica, kind, now) for kind in JobKind),
         hot_machines=merge_hot_machines(stats),
@@ -149,14 +256,18 @@ def decode_all_stats(stats_raw: dict[str, bytes]) -> tuple[list[SchedulerStats],
     return decoded, sorted(errors)
 
 
-def scheduler_row(s: SchedulerStats) -> SchedulerRow:
+def scheduler_row(s: SchedulerStats, history: ConflictHistory | None = None) -> SchedulerRow:
+    windows = {}
+    if history is not None:
+        windows = dict(recent=history.window(s.name, WINDOWS_S[0]), minute=history.window(s.name, WINDOWS_S[1]),
+                       trend=history.trend(s.name))
     return SchedulerRow(
         name=s.name, kind=s.kind, alive=True, host=s.host, pid=s.pid, updated_at=s.updated_at,
         jobs_per_s=s.jobs_per_s, placements_per_s=s.placements_per_s, txns=s.txns, commits=s.commits,
         conflicts=s.conflicts, conflict_fraction=s.conflict_fraction, retries=s.retries,
         busyness=s.busyness, decision_ms_p50=s.decision_ms_p50, decision_ms_p99=s.decision_ms_p99,
         quarantined=s.quarantined,
-        stale_retries=s.stale_retries, job_conflicts=s.job_conflicts,
+        stale_retries=s.stale_retries, job_conflicts=s.job_conflicts, **windows,
     )
 
 
@@ -211,10 +322,23 @@ def to_dict(frame: MonitorFrame) -> dict:
     """The frame as JSON-ready data: lists for tuples, ``{name: count}`` maps for counted
     pairs, and each resource's ``fraction``."""
     d = _lists(asdict(frame))
+    for row, r in zip(d["schedulers"], frame.schedulers):
+        row["recent"], row["minute"] = _window_dict(r.recent), _window_dict(r.minute)
+        row["trend"] = [_window_dict(w) for w in r.trend]
+    for row, c in zip(d["recent_conflicts"], frame.recent_conflicts):
+        row["cause"] = c.cause
     d["utilization"] = [{**asdict(u), "fraction": u.fraction} for u in frame.utilization]
     for spot, h in zip(d["hot_machines"], frame.hot_machines):
         spot["losers"], spot["winners"] = dict(h.losers), dict(h.winners)
     return d
+
+
+def _window_dict(w: WindowRate | None) -> dict | None:
+    """A window as JSON: its figures and fraction (None when idle, "inf" for conflicts without a commit)."""
+    if w is None:
+        return None
+    fraction = w.fraction
+    return {**asdict(w), "fraction": "inf" if fraction == math.inf else fraction}
 
 
 def _lists(x):

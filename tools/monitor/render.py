@@ -1,36 +1,127 @@
-"""Rich renderables of a ``MonitorFrame``: schedulers, utilization bars, pending queues, hot
-machines and recent conflicts, stacked in one ``Group``."""
+"""Rich renderables of a ``MonitorFrame``, laid out for the console it is drawn on.
+
+One screen, top to bottom: a header line, errors and quarantine notes, utilization bars, the
+pending queues, the scheduler table, the hottest machines and the recent conflicts. Every line
+is fitted to the console's width: scheduler names are never cut (other columns are dropped
+instead, least needed first), long lists become ``m1, m2, m3 +27``. With ``fit_height`` (the
+live screen) the frame also fits the console's height: the hot-machine and conflict lists (and,
+on a very small terminal, the schedulers) are shortened and their titles say how many rows
+were left out. Below ``WIDE`` columns the narrow column set is used (an 80×24 terminal shows
+every section).
+"""
 
 from __future__ import annotations
 
+import math
 import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable
 
-from rich.console import Group
-from rich.progress_bar import ProgressBar
-from rich.table import Table
+from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.text import Text
 
-from tools.monitor.model import MonitorFrame
+from tools.monitor.model import MonitorFrame, SchedulerRow, WindowRate
 
-BAR_WIDTH = 40
-
-
-def render_frame(frame: MonitorFrame) -> Group:
-    """The whole monitor screen for ``frame``."""
-    parts = [header(frame)]
-    line = quarantine_line(frame)
-    if line is not None:
-        parts.append(line)
-    if frame.errors:
-        parts.append(Text("\n".join(frame.errors), style="bold red"))
-    parts += [SchedulerTable(frame), utilization_table(frame), pending_table(frame),
-              hot_table(frame), conflict_table(frame)]
-    return Group(*parts)
+WIDE = 110  # consoles this wide get the wide column set and utilization with amounts
+ERROR_LINES = 3  # at most this many error lines (the last says how many more there are)
+SPARKS = "▁▂▃▄▅▆▇█"
+SPARK_LEVELS = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0)  # a fraction above level i draws SPARKS[i + 1]
 
 
-def header(frame: MonitorFrame) -> Text:
-    return Text.assemble(("omega monitor", "bold"), f"  cell {frame.cell}  revision {frame.revision}  ",
-                         f"machines up {frame.machines_up}/{frame.machines_total}  ", clock(frame.at))
+def render_frame(frame: MonitorFrame, fit_height: bool = False) -> Screen:
+    """The monitor screen for ``frame``; ``fit_height``: no taller than the console."""
+    return Screen(frame, fit_height)
+
+
+class Screen:
+    """The frame laid out when rendered, for the console's width (and height, if asked)."""
+
+    def __init__(self, frame: MonitorFrame, fit_height: bool = False):
+        self.frame = frame
+        self.fit_height = fit_height
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        height = (options.height or options.size.height) if self.fit_height else None
+        yield Group(*screen_lines(self.frame, options.max_width, height))
+
+
+def screen_lines(frame: MonitorFrame, width: int, height: int | None = None) -> list[Text]:
+    """The screen as lines of at most ``width`` cells, at most ``height`` of them (None: all)."""
+    wide = width >= WIDE
+    top = [header(frame, width)]
+    top += error_lines(frame, width)
+    top += utilization_lines(frame, width, wide)
+    top += pending_lines(frame, width)
+    schedulers = scheduler_lines(frame, width, wide)  # title + header + one per scheduler
+    hot_all, conflicts_all = hot_lines(frame, width), conflict_lines(frame, width, wide)
+    if height is None:
+        lines = top + schedulers + _titled("hot machines", "conflicts, lost by ← won by", hot_all, 0, width) \
+            + _titled("recent conflicts", "newest first", conflicts_all, 0, width)
+        return [_fit(line, width) for line in lines]
+    room = height - len(top)
+    n_sched = len(schedulers) - 2
+    # schedulers first (at least one row), then hot machines and conflicts share what is left
+    sched_rows = min(n_sched, max(1, room - 2 - 2))  # keep 2 lines for the two section titles
+    shown_sched = schedulers[:2 + sched_rows]
+    if sched_rows < n_sched:
+        shown_sched[0] = _fit(Text.assemble(shown_sched[0], (f"  +{n_sched - sched_rows} more not shown", "yellow")),
+                              width)
+    room -= len(shown_sched) + 2
+    hot_rows, conflict_rows = _share(max(0, room), len(hot_all), len(conflicts_all))
+    lines = top + shown_sched
+    lines += _titled("hot machines", "conflicts, lost by ← won by", hot_all, len(hot_all) - hot_rows, width)
+    lines += _titled("recent conflicts", "newest first", conflicts_all, len(conflicts_all) - conflict_rows, width)
+    lines = [_fit(line, width) for line in lines]
+    if len(lines) > height:  # a terminal smaller than the fixed part: cut, and say so
+        cut = len(lines) - height + 1
+        lines = lines[:height - 1] + [_fit(Text(f"… {cut} more line(s): terminal too small", "yellow"), width)]
+    return lines
+
+
+def _share(room: int, hot: int, conflicts: int) -> tuple[int, int]:
+    """Rows for the hot machines and the recent conflicts in ``room`` lines: about a third
+    to the hot machines, the rest to the conflicts, and what one does not need to the other."""
+    hot_rows = min(hot, max(1 if room >= 2 else 0, room // 3))
+    conflict_rows = min(conflicts, room - hot_rows)
+    hot_rows = min(hot, room - conflict_rows)
+    return max(0, hot_rows), max(0, conflict_rows)
+
+
+def _titled(title: str, what: str, rows: list[Text], left_out: int, width: int) -> list[Text]:
+    """A section: its title line (saying how many rows are left out) and its shown rows."""
+    shown = rows[:len(rows) - left_out] if left_out else rows
+    line = Text.assemble((title, "bold"), f" ({what})" if rows else ": none")
+    if left_out:
+        line.append(f"  +{left_out} more not shown", "yellow")
+    return [_fit(line, width)] + shown
+
+
+def _fit(text: Text, width: int) -> Text:
+    """``text`` on one line, cut to ``width`` cells with an ellipsis."""
+    text = text.copy()
+    text.no_wrap = True
+    text.overflow = "ellipsis"
+    text.truncate(width, overflow="ellipsis")
+    return text
+
+
+def header(frame: MonitorFrame, width: int) -> Text:
+    return _fit(Text.assemble(("omega monitor", "bold"), f"  cell {frame.cell}  revision {frame.revision}  ",
+                              f"machines up {frame.machines_up}/{frame.machines_total}  ", clock(frame.at)), width)
+
+
+def error_lines(frame: MonitorFrame, width: int) -> list[Text]:
+    """The quarantine note (wrapped, at most two lines) and at most ``ERROR_LINES`` error lines."""
+    lines = []
+    note = quarantine_line(frame)
+    if note is not None:
+        lines += note.wrap(Console(width=width), width)[:2]
+    errors = list(frame.errors)
+    if len(errors) > ERROR_LINES:
+        errors = errors[:ERROR_LINES - 1] + [f"… {len(errors) - ERROR_LINES + 1} more error(s) (omega monitor -o json)"]
+    lines += [Text(e, "bold red") for e in errors]
+    return [_fit(line, width) for line in lines]
 
 
 def quarantine_line(frame: MonitorFrame) -> Text | None:
@@ -51,70 +142,17 @@ def clock(at: float, millis: bool = False) -> str:
     return f"{stamp}.{int(at * 1000) % 1000:03d}" if millis else stamp
 
 
-WIDE = 110  # narrower consoles get the compact scheduler table (an 80-column terminal included)
-
-
-class SchedulerTable:
-    """The scheduler table, laid out for the console's width when rendered."""
-
-    def __init__(self, frame: MonitorFrame):
-        self.frame = frame
-
-    def __rich_console__(self, console, options):
-        yield scheduler_table(self.frame, compact=options.max_width < WIDE)
-
-
-def scheduler_table(frame: MonitorFrame, compact: bool = False) -> Table:
-    """One row per scheduler. ``compact`` (narrow consoles) keeps what tells the races apart:
-    name, alive, placements/s, conflicts by cause (machine/job), conflict fraction, stale
-    retries, busyness and p99 decision time."""
-    def alive(r):
-        return Text("●", "green") if r.alive else Text("✗", "red")
-
-    columns = [  # (header, compact header or None to drop it when compact, justify, cell)
-        ("scheduler", "scheduler", "left", lambda r: r.name),
-        ("kind", None, "left", lambda r: r.kind),
-        ("alive", "up", "center", alive),
-        ("jobs/s", None, "right", lambda r: f"{r.jobs_per_s:.1f}"),
-        ("placements/s", "place/s", "right", lambda r: f"{r.placements_per_s:.1f}"),
-        ("txns", None, "right", lambda r: str(r.txns)),
-        ("conflicts m/j", "confl m/j", "right", lambda r: f"{r.conflicts - r.job_conflicts}/{r.job_conflicts}"),
-        ("conflict frac", "frac", "right",
-         lambda r: Text(f"{r.conflict_fraction:.3f}", _severity(r.conflict_fraction, 0.1, 0.5))),
-        ("stale", "stale", "right", lambda r: str(r.stale_retries)),
-        ("retries", None, "right", lambda r: str(r.retries)),
-        ("busy", "busy", "right", lambda r: Text(f"{r.busyness:.0%}", _severity(r.busyness, 0.5, 0.9))),
-        ("p50 ms", None, "right", lambda r: f"{r.decision_ms_p50:.1f}"),
-        ("p99 ms", "p99 ms", "right", lambda r: f"{r.decision_ms_p99:.1f}"),
-    ]
-    if compact:
-        columns = [(short, short, justify, cell) for _, short, justify, cell in columns if short is not None]
-    table = Table(title="schedulers", expand=True, title_justify="left")
-    for name, _, justify, _ in columns:
-        table.add_column(name, justify=justify, no_wrap=True)
-    for r in frame.schedulers:
-        table.add_row(*(cell(r) for _, _, _, cell in columns))
-    if not frame.schedulers:
-        table.add_row(Text("no live schedulers", "dim"), *[""] * (len(columns) - 1))
-    return table
+# -- utilization and pending -------------------------------------------------------------------
 
 
 def _severity(value: float, warn: float, bad: float) -> str:
     return "red" if value >= bad else "yellow" if value >= warn else "green"
 
 
-def utilization_table(frame: MonitorFrame) -> Table:
-    table = Table(title=f"utilization (UP machines: {frame.machines_up})", expand=True, title_justify="left")
-    table.add_column("resource", no_wrap=True)
-    table.add_column("", ratio=1, min_width=BAR_WIDTH)
-    table.add_column("used", justify="right", no_wrap=True)
-    table.add_column("allocated / capacity", justify="right", no_wrap=True)
-    for use in frame.utilization:
-        bar = ProgressBar(total=max(use.capacity, 1), completed=min(use.allocated, max(use.capacity, 1)),
-                          complete_style=_severity(use.fraction, 0.7, 0.9))
-        table.add_row(use.name, bar, f"{use.fraction:.1%}",
-                      f"{amount(use.name, use.allocated)} / {amount(use.name, use.capacity)}")
-    return table
+def bar(fraction: float, cells: int) -> Text:
+    """A bar of ``cells`` cells filled to ``fraction`` (0..1), coloured by how full it is."""
+    filled = max(0, min(cells, round(fraction * cells)))
+    return Text.assemble(("█" * filled, _severity(fraction, 0.7, 0.9)), ("░" * (cells - filled), "dim"))
 
 
 def amount(resource: str, value: int) -> str:
@@ -126,13 +164,40 @@ def amount(resource: str, value: int) -> str:
     return f"{value:,}"
 
 
-def pending_table(frame: MonitorFrame) -> Table:
-    table = Table(title="pending", expand=True, title_justify="left")
-    for name, justify in (("kind", "left"), ("jobs", "right"), ("tasks", "right"), ("oldest wait", "right")):
-        table.add_column(name, justify=justify, no_wrap=True)
+def utilization_lines(frame: MonitorFrame, width: int, wide: bool) -> list[Text]:
+    """Per resource: a bar and the used share (wide: one line each, with allocated / capacity;
+    narrow: as many resources to a line as fit)."""
+    if wide:
+        name_w = max((len(u.name) for u in frame.utilization), default=0)
+        return [Text.assemble(f"{u.name:<{name_w}} ", bar(u.fraction, 40), f" {u.fraction:6.1%}  ",
+                              f"{amount(u.name, u.allocated)} / {amount(u.name, u.capacity)}")
+                for u in frame.utilization]
+    pieces = [Text.assemble(f"{u.name} ", bar(u.fraction, 10), f" {u.fraction:.0%}") for u in frame.utilization]
+    return _pack(pieces, width, "   ")
+
+
+def pending_lines(frame: MonitorFrame, width: int) -> list[Text]:
+    """The pending queues, packed: ``batch 3 jobs/120 tasks, oldest 4.2s``."""
+    pieces = [Text.assemble(("pending", "bold"))]
     for q in frame.pending:
-        table.add_row(q.kind, str(q.jobs), str(q.tasks), duration(q.oldest_wait_s) if q.jobs else "-")
-    return table
+        if q.jobs:
+            pieces.append(Text.assemble((f"{q.kind} {q.jobs} jobs/{q.tasks} tasks, oldest {duration(q.oldest_wait_s)}",
+                                         _severity(q.oldest_wait_s, 10, 60))))
+        else:
+            pieces.append(Text.assemble((f"{q.kind} none", "dim")))
+    return _pack(pieces, width, "  ")
+
+
+def _pack(pieces: list[Text], width: int, sep: str) -> list[Text]:
+    """``pieces`` joined by ``sep`` into as few lines of at most ``width`` cells as they fit."""
+    lines: list[Text] = []
+    for piece in pieces:
+        if lines and lines[-1].cell_len + len(sep) + piece.cell_len <= width:
+            lines[-1].append(sep)
+            lines[-1].append_text(piece)
+        else:
+            lines.append(piece.copy())
+    return lines
 
 
 def duration(seconds: float) -> str:
@@ -145,30 +210,181 @@ def duration(seconds: float) -> str:
     return f"{minutes // 60}h{minutes % 60:02d}m"
 
 
-def _counts(pairs) -> str:
-    return ", ".join(f"{name or '?'}×{count}" for name, count in pairs)
+# -- schedulers ---------------------------------------------------------------------------------
 
 
-def hot_table(frame: MonitorFrame) -> Table:
-    table = Table(title="hottest machines (conflicts)", expand=True, title_justify="left")
-    for name, justify in (("machine", "left"), ("conflicts", "right"), ("lost by", "left"), ("won by", "left")):
-        table.add_column(name, justify=justify)
-    for h in frame.hot_machines:
-        table.add_row(h.machine, str(h.conflicts), _counts(h.losers), _counts(h.winners))
+@dataclass(frozen=True)
+class Column:
+    """A scheduler-table column: ``drop`` orders what goes first when the table is too wide
+    (0: never), ``wide_only`` columns show only on wide consoles."""
+
+    header: str
+    cell: Callable[[SchedulerRow], Text | str]
+    right: bool = True
+    drop: int = 0
+    wide_only: bool = False
+
+
+def _fraction_text(value: float | None) -> Text:
+    if value is None:
+        return Text("-", "dim")
+    if value == math.inf:
+        return Text("∞", "red")
+    return Text(f"{value:.3f}", _severity(value, 0.1, 0.5))
+
+
+def _window(w: WindowRate | None) -> Text:
+    return _fraction_text(w.fraction if w is not None else None)
+
+
+def spark(w: WindowRate | None) -> Text:
+    """One cell of the trend: the window's conflict fraction on a log scale (``SPARK_LEVELS``);
+    ``·`` idle or before the monitor's first sample."""
+    f = w.fraction if w is not None else None
+    if f is None:
+        return Text("·", "dim")
+    level = sum(f > threshold for threshold in SPARK_LEVELS)
+    return Text(SPARKS[level], _severity(f, 0.1, 0.5))
+
+
+def arrow(r: SchedulerRow) -> Text:
+    """↑ when the last 10 s conflict more than the last minute, ↓ when less, → about the same."""
+    if r.recent is None or r.minute is None or r.recent.fraction is None or r.minute.fraction is None:
+        return Text(" ")
+    now, before = r.recent.fraction, r.minute.fraction
+    if now > before * 1.25 + 0.002:
+        return Text("↑", "red")
+    if now < before * 0.8 - 0.002:
+        return Text("↓", "green")
+    return Text("→", "dim")
+
+
+def trend(r: SchedulerRow) -> Text:
+    return Text.assemble(*(spark(w) for w in r.trend), arrow(r)) if r.trend else Text("-", "dim")
+
+
+COLUMNS = (
+    Column("scheduler", lambda r: r.name, right=False),
+    Column("kind", lambda r: r.kind, right=False, drop=8, wide_only=True),
+    Column("up", lambda r: Text("●", "green") if r.alive else Text("✗", "red"), right=False, drop=7),
+    Column("jobs/s", lambda r: f"{r.jobs_per_s:.1f}", drop=9, wide_only=True),
+    Column("place/s", lambda r: f"{r.placements_per_s:.1f}", drop=4),
+    Column("txns", lambda r: str(r.txns), drop=10, wide_only=True),
+    Column("confl m/j", lambda r: f"{r.conflicts - r.job_conflicts}/{r.job_conflicts}"),
+    Column("frac", lambda r: _fraction_text(r.conflict_fraction), drop=3),
+    Column("10s", lambda r: _window(r.recent)),
+    Column("60s", lambda r: _window(r.minute), drop=2),
+    Column("trend", trend, right=False, drop=1),
+    Column("stale", lambda r: str(r.stale_retries), drop=6),
+    Column("retries", lambda r: str(r.retries), drop=11, wide_only=True),
+    Column("busy", lambda r: Text(f"{r.busyness:.0%}", _severity(r.busyness, 0.5, 0.9)), drop=5),
+    Column("p50 ms", lambda r: f"{r.decision_ms_p50:.1f}", drop=12, wide_only=True),
+    Column("p99 ms", lambda r: f"{r.decision_ms_p99:.1f}", drop=5),
+)
+
+
+def scheduler_columns(rows: tuple[SchedulerRow, ...], width: int, wide: bool) -> tuple[list[Column], list[int], int]:
+    """The columns that fit ``width`` (dropping the highest ``drop`` first), their widths, the gap."""
+    columns = [c for c in COLUMNS if wide or not c.wide_only]
+    cells = {c.header: [_text(c.cell(r)) for r in rows] for c in columns}
+
+    def widths(cols):
+        return [max([len(c.header)] + [t.cell_len for t in cells[c.header]]) for c in cols]
+
+    while True:
+        w = widths(columns)
+        for gap in (2, 1):
+            if sum(w) + gap * (len(columns) - 1) <= width:
+                return columns, w, gap
+        droppable = [c for c in columns if c.drop]
+        if not droppable:
+            return columns, w, 1
+        columns.remove(max(droppable, key=lambda c: c.drop))
+
+
+def _text(cell: Text | str) -> Text:
+    return cell if isinstance(cell, Text) else Text(cell)
+
+
+def scheduler_lines(frame: MonitorFrame, width: int, wide: bool) -> list[Text]:
+    """Title, column header, one line per scheduler (names whole: columns go first)."""
+    title = Text.assemble(("schedulers", "bold"), "  frac = conflicts/commit; 10s, 60s windows; trend in 10 s steps")
+    if not frame.schedulers:
+        return [title, Text("no live schedulers", "dim")]
+    columns, widths, gap = scheduler_columns(frame.schedulers, width, wide)
+    head = _row([Text(c.header, "bold") for c in columns], columns, widths, gap)
+    return [title, head] + [_row([_text(c.cell(r)) for c in columns], columns, widths, gap) for r in frame.schedulers]
+
+
+def _row(cells: list[Text], columns: list[Column], widths: list[int], gap: int) -> Text:
+    line = Text()
+    for i, (cell, column, w) in enumerate(zip(cells, columns, widths)):
+        if i:
+            line.append(" " * gap)
+        pad = " " * max(0, w - cell.cell_len)
+        if column.right:
+            line.append(pad)
+            line.append_text(cell)
+        else:
+            line.append_text(cell)
+            if i < len(columns) - 1:
+                line.append(pad)
+    return line
+
+
+# -- hot machines and recent conflicts ----------------------------------------------------------
+
+
+def elide(names: list[str], room: int, sep: str = ", ") -> str:
+    """``names`` joined, as many as fit in ``room`` cells, the rest counted: ``m1, m2 +27``
+    (at least one name is shown)."""
+    for shown in range(len(names), 0, -1):
+        text = sep.join(names[:shown])
+        rest = len(names) - shown
+        if rest:
+            text += f" +{rest}"
+        if len(text) <= room or shown == 1:
+            return text
+    return ""
+
+
+def _counts(pairs) -> list[str]:
+    return [f"{name or '?'}×{count}" for name, count in pairs]
+
+
+def hot_lines(frame: MonitorFrame, width: int) -> list[Text]:
+    """One line per hot machine: conflicts there, who lost (count) ← who won (count)."""
     if not frame.hot_machines:
-        table.add_row(Text("no conflicts", "dim"), "", "", "")
-    return table
+        return []
+    name_w = max(len(h.machine) for h in frame.hot_machines)
+    count_w = max(len(str(h.conflicts)) for h in frame.hot_machines)
+    lines = []
+    for h in frame.hot_machines:
+        room = width - name_w - count_w - 2 - 4  # the " ← " between the two lists
+        losers = elide(_counts(h.losers), max(8, room // 2))
+        winners = elide(_counts(h.winners), max(8, room - len(losers)))
+        lines.append(Text.assemble(f"{h.machine:<{name_w}} ", (f"{h.conflicts:>{count_w}}", "bold"),
+                                   f"  {losers} ← {winners}"))
+    return lines
 
 
-def conflict_table(frame: MonitorFrame) -> Table:
-    table = Table(title="recent conflicts (newest first)", expand=True, title_justify="left")
-    for name in ("time", "scheduler", "job", "cause", "machine ← winner"):
-        table.add_column(name)
-    for c in frame.recent_conflicts:
-        where = ", ".join(f"{m} ← {w or '?'}" for m, w in zip(c.machines, c.winners))
-        table.add_row(clock(c.at, millis=True), c.scheduler, c.job, "machine" if c.machines else "job",
-                      where or "(job record changed)")
-    if not frame.recent_conflicts:
-        table.add_row(Text("none", "dim"), "", "", "", "")
-    return table
-
+def conflict_lines(frame: MonitorFrame, width: int, wide: bool) -> list[Text]:
+    """One line per recent conflict: time, scheduler, job, cause, and for a machine conflict
+    the machines (elided) ← the winners with counts."""
+    rows = frame.recent_conflicts
+    if not rows:
+        return []
+    sched_w = max(len(c.scheduler) for c in rows)
+    job_w = max(len(c.job) for c in rows)
+    lines = []
+    for c in rows:
+        stamp = clock(c.at, millis=wide)
+        start = Text.assemble(f"{stamp} {c.scheduler:<{sched_w}} {c.job:<{job_w}} ",
+                              (f"{c.cause:<7}", "yellow" if c.cause == "machine" else "magenta"), " ")
+        if not c.machines:
+            lines.append(Text.assemble(start, ("the job record changed", "dim")))
+            continue
+        winners = elide(_counts(Counter(w or "?" for w in c.winners).most_common()), 24)
+        room = width - start.cell_len - len(winners) - 3
+        lines.append(Text.assemble(start, elide(list(c.machines), max(6, room)), " ← ", winners))
+    return lines
