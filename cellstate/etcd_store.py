@@ -133,10 +133,6 @@ class EtcdStore:
         if endpoint is self._client.endpoint_in_use:
             self._client._clear_old_stubs()
 
-    def compact_revision(self) -> int:
-        """The revision etcd's history is compacted up to (0: never compacted, or unknown)."""
-        return self._compact_revision()
-
     def _compact_revision(self) -> int:
         """etcd's current compact revision (0 if unknown): a watch from revision 1 reports it."""
         try:

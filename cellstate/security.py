@@ -29,7 +29,7 @@ import os
 import secrets
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 import grpc
 import etcd3.etcdrpc as rpc
@@ -233,6 +233,33 @@ class AuthAdmin:
     def enable(self) -> None:
         self._call("AuthEnable", rpc.AuthEnableRequest(), "enabling authentication")
 
+    def revision(self) -> int:
+        """The store's current revision."""
+        return self._range_at(0).header.revision
+
+    def compact_revision(self) -> int:
+        """The oldest revision still readable (1: never compacted), found by bisecting reads at
+        past revisions (etcd 3.4/3.5 report it nowhere else without a watch)."""
+        low, high = 1, self.revision()
+        while low < high:
+            mid = (low + high) // 2
+            if self._range_at(mid) is None:
+                low = mid + 1
+            else:
+                high = mid
+        return low
+
+    def _range_at(self, revision: int):
+        """A read of the probe key at ``revision`` (0: now); None when that revision is compacted."""
+        try:
+            return rpc.KVStub(self._channel).Range(rpc.RangeRequest(key=REVISION_PROBE_KEY, revision=revision),
+                                                   self._timeout, metadata=self._metadata)
+        except grpc.RpcError as exc:
+            if "compacted" in (exc.details() or ""):
+                return None
+            raise SecurityError(f"etcd at {self.target} refused a read at revision {revision}: "
+                                f"{exc.details()}") from None
+
     def alarms(self) -> list[str]:
         """Active alarms as "NOSPACE on member 8e9e05c52164694d"."""
         try:
@@ -414,33 +441,33 @@ def rbac_warning(version: str) -> str | None:
 class CompactionGuard:
     """Detects what the ``admin-apis`` gap lets any user do: compact history early, raise alarms.
 
-    etcd's revision auto-compactor keeps the last ``retention`` revisions, so the compact
+    etcd's revision auto-compactor keeps the last ``retention`` revisions, so the oldest readable
     revision never passes ``revision - retention`` on its own (with ``retention`` 0 it stays
-    where it was when the guard started). ``check`` returns one line per new finding: an
-    early compaction (naming the revision) or an active alarm; it reports each once.
+    where it was when the guard started). ``check`` returns one line per new finding: an early
+    compaction (naming the revision) or an alarm that became active; each is reported once.
+    ``admin`` is an AuthAdmin logged in as root.
     """
 
-    def __init__(self, store, retention: int, alarms: Callable[[], list[str]] | None = None):
+    def __init__(self, admin: AuthAdmin, retention: int):
         if retention < 0:
             raise SecurityError(f"retention must be >= 0, got {retention}")
-        self.store = store
+        self.admin = admin
         self.retention = retention
-        self.alarms = alarms
-        self.baseline = store.compact_revision()   # compactions before the guard started are not judged
+        self.baseline = admin.compact_revision()   # compactions before the guard started are not judged
         self._reported_compaction = self.baseline
         self._reported_alarms: set[str] = set()
 
     def check(self) -> list[str]:
         findings = []
-        compacted = self.store.compact_revision()
-        revision = self.store.revision()
+        revision = self.admin.revision()
+        oldest = self.admin.compact_revision()
         allowed = max(self.baseline, revision - self.retention) if self.retention else self.baseline
-        if compacted > allowed and compacted != self._reported_compaction:
-            self._reported_compaction = compacted
+        if oldest > allowed and oldest != self._reported_compaction:
+            self._reported_compaction = oldest
             keep = f"keeps the last {self.retention} revisions" if self.retention else "is off"
-            findings.append(f"history of every cell compacted up to revision {compacted} at revision {revision}, "
+            findings.append(f"history of every cell compacted up to revision {oldest} at revision {revision}, "
                             f"though auto-compaction {keep}: a client compacted it (watchers relist)")
-        current = set(self.alarms()) if self.alarms else set()
+        current = set(self.admin.alarms())
         findings += [f"etcd alarm active: {alarm}" for alarm in sorted(current - self._reported_alarms)]
         self._reported_alarms = current
         return findings

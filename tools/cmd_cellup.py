@@ -112,15 +112,12 @@ def _announce(cluster: EtcdCluster, data_dir: Path, creds) -> None:
 
 
 def _guard(cluster: EtcdCluster, creds, retention: int):
-    """A check for serve_until_stopped: early compactions and alarms, seen as root."""
-    from cellstate.etcd_store import EtcdStore
+    """(check for serve_until_stopped: early compactions and alarms seen as root, its closer)."""
     from cellstate.security import ROOT_USER, AuthAdmin, CompactionGuard
 
-    store = EtcdStore(cluster.endpoints, **creds.store_kwargs(ROOT_USER))
     admin = AuthAdmin(cluster.endpoints, creds.ca_cert)
     admin.login(ROOT_USER, creds.user(ROOT_USER).password)
-    guard = CompactionGuard(store, retention, alarms=admin.alarms)
-    return guard, lambda: (store.close(), admin.close())
+    return CompactionGuard(admin, retention).check, admin.close
 
 
 def run_up(args) -> int:
@@ -135,8 +132,7 @@ def run_up(args) -> int:
         _announce(cluster, data_dir, creds)
         check = None
         if creds is not None:
-            guard, close = _guard(cluster, creds, args.auto_compaction_retention)
-            check = guard.check
+            check, close = _guard(cluster, creds, args.auto_compaction_retention)
         return serve_until_stopped(cluster, RestartPolicy(max_restarts=args.max_restarts), check=check,
                                    check_every=GUARD_EVERY_S)
     finally:
