@@ -74,7 +74,8 @@ def store_auth(args) -> dict:
             raise UsageError(f"--credentials: {exc}") from None
         cell = flag("cell")
         if cred.cell is not None and cell is not None and cred.cell != cell:
-            raise UsageError(f"--credentials: {path} is for user {cred.name} of cell {cred.cell!r}, not --cell {cell!r}")
+            raise UsageError(f"--credentials: {path} is for user {cred.name} of cell {cred.cell!r}, "
+                             f"not --cell {cell!r}")
         auth = creds.store_kwargs(cred.name)
         return {**auth, "ca_cert": ca_cert or auth["ca_cert"]}
     if flag("password_file"):

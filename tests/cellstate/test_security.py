@@ -240,7 +240,8 @@ def test_old_every_user_file_is_migrated_and_removed(secure_etcd, tmp_path):
                          legacy_file=legacy)
     assert not legacy.exists()
     assert again.user("root").password == creds.user("root").password
-    assert load_credentials(tmp_path / CREDENTIALS_DIR / ADMIN_FILE).user("root").password == again.user("root").password
+    admin = load_credentials(tmp_path / CREDENTIALS_DIR / ADMIN_FILE)
+    assert admin.user("root").password == again.user("root").password
 
 
 @pytest.mark.parametrize("call, message", [

@@ -40,7 +40,8 @@ def creds_file(tmp_path):
     save_credentials(path, Credentials(("127.0.0.1:1",), "/pki/ca.pem", "/omega",
                                        {"a-monitor": UserCredential("a-monitor", "pw-m", "a-reader", "a")}))
     save_credentials(tmp_path / "a-scheduler.json", Credentials(
-        ("127.0.0.1:1",), "/pki/ca.pem", "/omega", {"a-scheduler": UserCredential("a-scheduler", "pw-s", "a-writer", "a")}))
+        ("127.0.0.1:1",), "/pki/ca.pem", "/omega",
+        {"a-scheduler": UserCredential("a-scheduler", "pw-s", "a-writer", "a")}))
     save_credentials(tmp_path / "admin.json", Credentials(
         ("127.0.0.1:1",), "/pki/ca.pem", "/omega", {"root": UserCredential("root", "pw-r", "root")}))
     (tmp_path / "pw").write_text("from-file\n")
@@ -58,7 +59,8 @@ FLAGS = [
      {"user": "a-monitor", "password": "pw-m", "ca_cert": "/pki/ca.pem"}),
     (["--credentials", "{dir}/a-monitor.json", "--cell", "a", "--ca-cert", "/mine.pem"],
      {"user": "a-monitor", "password": "pw-m", "ca_cert": "/mine.pem"}),
-    (["--credentials", "{dir}/admin.json", "--cell", "any"], {"user": "root", "password": "pw-r", "ca_cert": "/pki/ca.pem"}),
+    (["--credentials", "{dir}/admin.json", "--cell", "any"],
+     {"user": "root", "password": "pw-r", "ca_cert": "/pki/ca.pem"}),
     (["--credentials", "{dir}", "--as", "a-scheduler", "--cell", "a"],
      {"user": "a-scheduler", "password": "pw-s", "ca_cert": "/pki/ca.pem"}),
 ]
