@@ -95,6 +95,15 @@ def binary_version(binary: str) -> str:
     raise EtcdError(f"{binary} --version printed no 'etcd Version:' line: {out[:200]!r}")
 
 
+def version_note(version: str) -> str | None:
+    """A warning for an etcd version its maintainers advise against in production, else None."""
+    parts = version.split("-")[0].split(".")
+    if len(parts) >= 3 and parts[0] == "3" and parts[1] == "5" and parts[2].isdigit() and int(parts[2]) <= 2:
+        return (f"etcd {version} is not for production: 3.5.0-3.5.2 can lose consistency after a crash "
+                f"(etcd#13766); set ETCD_BIN to a current etcd (docs/RELIABILITY.md, etcd versions)")
+    return None
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

@@ -22,7 +22,7 @@ from typing import Callable
 
 from cellstate.etcd_server import (
     CLUSTER_FILE, DEFAULT_COMPACTION_RETENTION, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_TXN_OPS,
-    DEFAULT_QUOTA_BACKEND_BYTES, EtcdCluster, EtcdError, EtcdOptions, RestartPolicy,
+    DEFAULT_QUOTA_BACKEND_BYTES, EtcdCluster, EtcdError, EtcdOptions, RestartPolicy, version_note,
 )
 
 DEFAULT_CLIENT_PORT = 2379  # etcd's own default, and the one omega's clients connect to (tools/common.py)
@@ -81,6 +81,9 @@ def announce_endpoints(cluster: EtcdCluster, what: str = "") -> None:
     endpoints = ",".join(cluster.endpoints)
     print(f"etcd up{what}; endpoints: {endpoints}", flush=True)
     print(f"  etcd {cluster.version} ({cluster.binary})", flush=True)
+    note = version_note(cluster.version)
+    if note:
+        print(f"  note: {note}", flush=True)
     print(f"  export OMEGA_ENDPOINTS={endpoints}", flush=True)
 
 

@@ -205,6 +205,18 @@ def test_etcd_bin_is_preferred_and_its_version_read(tmp_path, monkeypatch):
         binary_version(str(fake))
 
 
+@pytest.mark.parametrize("version, warned", [
+    ("3.5.0", True), ("3.5.1", True), ("3.5.2", True), ("3.5.3", False), ("3.4.23", False), ("3.6.14", False),
+])
+def test_versions_not_for_production_are_named(version, warned):
+    from cellstate.etcd_server import version_note
+
+    note = version_note(version)
+    assert (note is not None) == warned
+    if warned:
+        assert "etcd#13766" in note and "ETCD_BIN" in note
+
+
 @pytest.mark.parametrize("argv, recorded, expected", [
     ([], False, 2379), (["--port", "0"], False, None), (["--port", "2400"], False, 2400), ([], True, None),
 ], ids=["default-2379", "zero-free", "given", "recorded"])
@@ -254,7 +266,7 @@ def test_etcd_up_prints_binary_version_and_export_line(tmp_path):
     process = subprocess.Popen([sys.executable, "-m", "tools.cli", "etcd", "up", "--port", "0", "--no-fsync"],
                                cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        lines = [process.stdout.readline() for _ in range(4)]
+        lines = [process.stdout.readline() for _ in range(5)]
     finally:
         process.send_signal(signal.SIGINT)
         process.communicate(timeout=30)
