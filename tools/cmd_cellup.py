@@ -1,11 +1,16 @@
 """``omega cell up [--secure]``: run the embedded etcd for cells in the foreground until Ctrl-C.
 
-With ``--secure`` clients must use TLS (a local CA and server certificate in
-``DATA_DIR/pki``) and log in: ``root`` plus, per ``--cell``, the users
-``{cell}-scheduler``/``{cell}-agent`` (read-write on the cell) and
-``{cell}-monitor``/``{cell}-recorder`` (read-only), whose random passwords are in
-``DATA_DIR/credentials.json`` (mode 0600). Other commands connect with
-``--credentials DATA_DIR/credentials.json --as default-scheduler``.
+It serves clients on 127.0.0.1:2379 like ``omega etcd up`` (``--port``, see tools/cmd_etcd.py).
+With ``--secure`` clients must use TLS (a local CA and server certificate in ``DATA_DIR/pki``,
+which only etcd reads) and log in: per ``--cell`` the users ``{cell}-scheduler``/``{cell}-agent``
+(read-write on the cell) and ``{cell}-monitor``/``{cell}-recorder`` (read-only), plus ``root``.
+Each user's random password is in its own file, ``DATA_DIR/credentials/{user}.json`` (root's:
+``admin.json``; mode 0600, beside the public ``ca.pem``), to hand to that component alone:
+``omega check --cell a --credentials DATA_DIR/credentials/a-monitor.json``.
+
+It prints the etcd version and, for a version whose RBAC has known holes
+(``cellstate.security.RBAC_GAPS``), what a holder of any credential can still do; while it
+serves, it reports early compactions and raised alarms as ``etcd: ALERT`` lines.
 
 Registers ``up`` under the ``cell`` command of ``tools.cmd_cell`` (listed after it
 in ``COMMAND_MODULES``), or creates ``cell`` when that module is absent.
@@ -20,7 +25,12 @@ from pathlib import Path
 
 from cellstate.etcd_server import EtcdCluster, EtcdError, EtcdOptions, RestartPolicy
 from cellstate.keys import DEFAULT_ROOT
-from tools.cmd_etcd import add_server_flags, describe_members, serve_until_stopped, server_options
+from tools.cmd_etcd import (
+    add_server_flags, announce_endpoints, client_port, describe_members, port_in_use_hint, serve_until_stopped,
+    server_options,
+)
+
+GUARD_EVERY_S = 10.0
 
 
 def _cell_actions(sub):
@@ -56,41 +66,58 @@ def _options(args, data_dir: Path) -> EtcdOptions:
 
 
 def _start(args, data_dir: Path):
-    """(running cluster, credentials path or None); UsageError when etcd or auth setup fails."""
+    """(running cluster, Credentials or None); UsageError when etcd or auth setup fails."""
     from cellstate.pki import PkiError
-    from cellstate.security import CREDENTIALS_FILE, SecurityError, secure_cells
+    from cellstate.security import CREDENTIALS_DIR, LEGACY_CREDENTIALS_FILE, SecurityError, secure_cells
     from tools.cli import UsageError
 
     if args.members < 1:
         raise UsageError(f"--members must be >= 1, got {args.members}")
     cells = args.cells or ["default"]
+    port = client_port(args, data_dir)
     try:
         cluster = EtcdCluster(size=args.members, options=_options(args, data_dir), data_dir=str(data_dir),
-                              client_port=args.port)
+                              client_port=port)
         cluster.start()
     except (EtcdError, PkiError) as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(port_in_use_hint(exc, args)) from None
     if not args.secure:
         return cluster, None
     try:
-        creds_path = data_dir / CREDENTIALS_FILE
-        secure_cells(cluster.endpoints, cells, creds_path, args.root, cluster.ca_cert)
+        creds = secure_cells(cluster.endpoints, cells, data_dir / CREDENTIALS_DIR, args.root, cluster.ca_cert,
+                             legacy_file=data_dir / LEGACY_CREDENTIALS_FILE)
     except SecurityError as exc:
         cluster.stop()
         raise UsageError(str(exc)) from None
-    return cluster, creds_path
+    return cluster, creds
 
 
-def _announce(cluster: EtcdCluster, creds_path: Path | None) -> None:
-    endpoints = ",".join(cluster.endpoints)
-    print(f"etcd up ({'TLS + auth' if creds_path else 'plain'}); endpoints: {endpoints}", flush=True)
-    print(f"  export OMEGA_ENDPOINTS={endpoints}", flush=True)
-    if creds_path is not None:
-        print(f"  CA certificate: {cluster.ca_cert}", flush=True)
-        print(f"  credentials (mode 0600): {creds_path}", flush=True)
-        print(f"  export OMEGA_CREDENTIALS={creds_path}  # then: --as <cell>-scheduler|agent|monitor|recorder",
-              flush=True)
+def _announce(cluster: EtcdCluster, data_dir: Path, creds) -> None:
+    from cellstate.security import ADMIN_FILE, CREDENTIALS_DIR, rbac_warning
+
+    announce_endpoints(cluster, " (TLS + auth)" if creds else " (plain)")
+    if creds is not None:
+        directory = data_dir / CREDENTIALS_DIR
+        print(f"  CA certificate for clients: {creds.ca_cert}", flush=True)
+        print(f"  credentials, one file per component (mode 0600; hand each only its own): {directory}/", flush=True)
+        for name in sorted(creds.users):
+            cred = creds.users[name]
+            file = ADMIN_FILE if cred.cell is None else f"{name}.json"
+            print(f"    {file:<28} {'root (admin only)' if cred.cell is None else cred.role}", flush=True)
+        print(f"  e.g. omega check --cell CELL --credentials {directory}/CELL-monitor.json", flush=True)
+        warning = rbac_warning(cluster.version)
+        if warning:
+            print("WARNING: " + warning, flush=True)
     describe_members(cluster)
+
+
+def _guard(cluster: EtcdCluster, creds, retention: int):
+    """(check for serve_until_stopped: early compactions and alarms seen as root, its closer)."""
+    from cellstate.security import ROOT_USER, AuthAdmin, CompactionGuard
+
+    admin = AuthAdmin(cluster.endpoints, creds.ca_cert)
+    admin.login(ROOT_USER, creds.user(ROOT_USER).password)
+    return CompactionGuard(admin, retention).check, admin.close
 
 
 def run_up(args) -> int:
@@ -99,10 +126,17 @@ def run_up(args) -> int:
     if args.secure:  # keys and credentials inside; etcd itself makes its member dirs 0700
         data_dir.mkdir(parents=True, exist_ok=True)
         data_dir.chmod(0o700)
+    close = None
     try:
-        cluster, creds_path = _start(args, data_dir)
-        _announce(cluster, creds_path)
-        return serve_until_stopped(cluster, RestartPolicy(max_restarts=args.max_restarts))
+        cluster, creds = _start(args, data_dir)
+        _announce(cluster, data_dir, creds)
+        check = None
+        if creds is not None:
+            check, close = _guard(cluster, creds, args.auto_compaction_retention)
+        return serve_until_stopped(cluster, RestartPolicy(max_restarts=args.max_restarts), check=check,
+                                   check_every=GUARD_EVERY_S)
     finally:
+        if close is not None:
+            close()
         if temporary:
             shutil.rmtree(data_dir, ignore_errors=True)

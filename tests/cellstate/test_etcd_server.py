@@ -186,3 +186,92 @@ def test_stopped_members_are_not_restarted(tmp_path):
         supervisor.check(float(now))
     assert supervisor.restarts == {"m0": 0} and cluster.members[0].process is None
     cluster.stop()
+
+
+# -- the binary, its version, and `omega etcd up`'s port ---------------------------------------------
+
+def test_etcd_bin_is_preferred_and_its_version_read(tmp_path, monkeypatch):
+    from cellstate.etcd_server import binary_version, find_etcd_binary
+
+    fake = tmp_path / "etcd"
+    fake.write_text("#!/bin/sh\necho 'etcd Version: 3.9.7'\necho 'Git SHA: x'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("ETCD_BIN", str(fake))
+    assert find_etcd_binary() == str(fake)
+    assert binary_version(str(fake)) == "3.9.7"
+    assert EtcdCluster(size=1, data_dir=str(tmp_path / "d")).version == "3.9.7"
+    fake.write_text("#!/bin/sh\necho hello\n")
+    with pytest.raises(EtcdError, match="no 'etcd Version:' line"):
+        binary_version(str(fake))
+
+
+@pytest.mark.parametrize("version, warned", [
+    ("3.5.0", True), ("3.5.1", True), ("3.5.2", True), ("3.5.3", False), ("3.4.23", False), ("3.6.14", False),
+])
+def test_versions_not_for_production_are_named(version, warned):
+    from cellstate.etcd_server import version_note
+
+    note = version_note(version)
+    assert (note is not None) == warned
+    if warned:
+        assert "etcd#13766" in note and "ETCD_BIN" in note
+
+
+@pytest.mark.parametrize("argv, recorded, expected", [
+    ([], False, 2379), (["--port", "0"], False, None), (["--port", "2400"], False, 2400), ([], True, None),
+], ids=["default-2379", "zero-free", "given", "recorded"])
+def test_etcd_up_client_port(tmp_path, argv, recorded, expected):
+    from tools.cli import build_parser
+    from tools.cmd_etcd import client_port
+
+    if recorded:
+        (tmp_path / CLUSTER_FILE).write_text("{}")
+    args = build_parser().parse_args(["etcd", "up", *argv])
+    assert client_port(args, tmp_path) == expected
+
+
+def test_etcd_up_port_errors_say_what_to_do():
+    from tools.cli import UsageError, build_parser
+    from tools.cmd_etcd import client_port, port_in_use_hint
+
+    with pytest.raises(UsageError, match="--port must be 0..65535"):
+        client_port(build_parser().parse_args(["etcd", "up", "--port", "70000"]), None)
+    taken = EtcdError("port 2379 on 127.0.0.1 is already in use (Address already in use)")
+    hint = port_in_use_hint(taken, build_parser().parse_args(["etcd", "up"]))
+    assert "is an etcd running already?" in hint and "--port 0" in hint and "OMEGA_ENDPOINTS=127.0.0.1:2379" in hint
+    assert port_in_use_hint(taken, build_parser().parse_args(["etcd", "up", "--port", "2379"])) == str(taken)
+
+
+def test_etcd_up_refuses_a_taken_port(capsys):
+    from tools.cli import main
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        with pytest.raises(SystemExit) as exit_:
+            main(["etcd", "up", "--port", str(port), "--no-fsync"])
+    assert exit_.value.code == 2 and f"port {port} on 127.0.0.1 is already in use" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_etcd_up_prints_binary_version_and_export_line(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from cellstate.etcd_server import binary_version, find_etcd_binary
+
+    repo = Path(__file__).resolve().parents[2]
+    process = subprocess.Popen([sys.executable, "-m", "tools.cli", "etcd", "up", "--port", "0", "--no-fsync"],
+                               cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        lines = [process.stdout.readline() for _ in range(5)]
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.communicate(timeout=30)
+    text = "".join(lines)
+    endpoint = text.split("endpoints: ")[1].split()[0]
+    binary = find_etcd_binary()
+    assert f"  etcd {binary_version(binary)} ({binary})\n" in lines, text
+    assert f"  export OMEGA_ENDPOINTS={endpoint}\n" in lines, text

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -11,7 +12,8 @@ from cellstate.etcd_server import EtcdCluster
 from cellstate.etcd_store import EtcdStore
 from cellstate.keys import CellKeys
 from cellstate.security import (
-    CREDENTIALS_FILE, SecurityError, cell_user, load_credentials, secure_cells, secure_options,
+    ADMIN_FILE, CREDENTIALS_DIR, SecurityError, cell_user, credential_file, load_credentials, secure_cells,
+    secure_options,
 )
 from cellstate.store import PermissionDenied, Put, StoreError, Unavailable, mod_revision_is
 
@@ -26,7 +28,7 @@ def secure_etcd(tmp_path_factory):
                           data_dir=str(root / "data"))
     cluster.start()
     try:
-        creds = secure_cells(cluster.endpoints, [CELL_A, CELL_B], root / CREDENTIALS_FILE, ca_cert=cluster.ca_cert)
+        creds = secure_cells(cluster.endpoints, [CELL_A, CELL_B], root / CREDENTIALS_DIR, ca_cert=cluster.ca_cert)
         yield cluster, creds
     finally:
         cluster.stop()
@@ -162,25 +164,84 @@ def test_untrusted_ca_is_refused(secure_etcd, tmp_path):
             store.get(key_in(CELL_A, "seed"))
 
 
-def creds_path(secure_etcd) -> str:
-    """Where the fixture's secure_cells wrote the credentials (next to the data dir)."""
+def creds_dir(secure_etcd) -> Path:
+    """Where the fixture's secure_cells wrote the credential files (next to the data dir)."""
     cluster, _ = secure_etcd
-    return str(cluster.data_root.parent / CREDENTIALS_FILE)
+    return cluster.data_root.parent / CREDENTIALS_DIR
 
 
-def test_credentials_file_is_private_and_rerun_adds_cells_keeping_passwords(secure_etcd, tmp_path):
+def test_each_user_has_its_own_private_file_and_only_admin_holds_root(secure_etcd):
     cluster, creds = secure_etcd
-    path = tmp_path / CREDENTIALS_FILE
-    path.write_text(open(creds_path(secure_etcd)).read())
-    again = secure_cells(cluster.endpoints, [CELL_A, "c"], path, ca_cert=cluster.ca_cert)
-    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    directory = creds_dir(secure_etcd)
+    assert stat.S_IMODE(os.stat(directory).st_mode) == 0o700
+    files = sorted(p.name for p in directory.glob("*.json"))
+    users = [cell_user(c, k) for c in (CELL_A, CELL_B) for k in ("agent", "monitor", "recorder", "scheduler")]
+    assert files == sorted([ADMIN_FILE] + [f"{u}.json" for u in users])
+    root_password = creds.user("root").password
+    for path in directory.glob("*.json"):
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        held = load_credentials(path).users
+        assert len(held) == 1, path.name
+        (name, cred), = held.items()
+        assert path == credential_file(directory, name)
+        assert (root_password in path.read_text()) == (path.name == ADMIN_FILE)
+        assert cred.password == creds.user(name).password
+    # components trust the CA copied beside the files, not the PKI directory (CA key, JWT key)
+    assert load_credentials(directory / "a-monitor.json").ca_cert == str(directory / "ca.pem")
+    assert not {p.name for p in directory.iterdir()} & {"jwt.key", "ca.key", "server.key"}
+
+
+def test_token_signing_key_is_readable_by_etcd_alone(secure_etcd):
+    cluster, _ = secure_etcd
+    pki = Path(cluster.ca_cert).parent
+    assert stat.S_IMODE(os.stat(pki).st_mode) == 0o700
+    for key in ("jwt.key", "ca.key", "server.key"):
+        assert stat.S_IMODE(os.stat(pki / key).st_mode) == 0o600
+    assert pki != creds_dir(secure_etcd) and creds_dir(secure_etcd) not in pki.parents
+
+
+@pytest.mark.parametrize("other", ["a-scheduler", "a-agent", "a-recorder", "ab-monitor", "root"])
+def test_monitor_file_cannot_authenticate_as_anything_else(secure_etcd, other):
+    cluster, _ = secure_etcd
+    monitor = load_credentials(creds_dir(secure_etcd) / "a-monitor.json")
+    with pytest.raises(SecurityError, match="is for user 'a-monitor'"):
+        monitor.pick(other, "a-monitor.json")
+    password = monitor.user("a-monitor").password
+    with pytest.raises(PermissionDenied, match="authentication failed"):
+        with EtcdStore(cluster.endpoints, user=other, password=password, ca_cert=monitor.ca_cert,
+                       timeout=3.0) as store:
+            store.get(key_in(CELL_A, "seed"))
+
+
+def test_rerun_adds_cells_keeping_passwords(secure_etcd, tmp_path):
+    cluster, creds = secure_etcd
+    directory = tmp_path / CREDENTIALS_DIR
+    directory.mkdir()
+    for path in creds_dir(secure_etcd).glob("*.json"):
+        (directory / path.name).write_text(path.read_text())
+    again = secure_cells(cluster.endpoints, [CELL_A, "c"], directory, ca_cert=cluster.ca_cert)
     assert again.user("a-monitor").password == creds.user("a-monitor").password
     assert again.user("root").password == creds.user("root").password
-    assert load_credentials(path).user(cell_user("c", "scheduler")).role == "c-writer"
+    assert load_credentials(directory / "c-scheduler.json").user(cell_user("c", "scheduler")).role == "c-writer"
+    assert stat.S_IMODE(os.stat(directory / "c-scheduler.json").st_mode) == 0o600
     with EtcdStore(cluster.endpoints, **again.store_kwargs("c-scheduler")) as store:
         store.put(key_in("c", "x"), b"1")
         with pytest.raises(PermissionDenied):
             store.put(key_in(CELL_A, "x"), b"1")
+
+
+def test_old_every_user_file_is_migrated_and_removed(secure_etcd, tmp_path):
+    from cellstate.security import Credentials, save_credentials
+
+    cluster, creds = secure_etcd
+    legacy = tmp_path / "credentials.json"
+    save_credentials(legacy, Credentials(tuple(cluster.endpoints), cluster.ca_cert, "/omega", dict(creds.users)))
+    again = secure_cells(cluster.endpoints, [CELL_A], tmp_path / CREDENTIALS_DIR, ca_cert=cluster.ca_cert,
+                         legacy_file=legacy)
+    assert not legacy.exists()
+    assert again.user("root").password == creds.user("root").password
+    admin = load_credentials(tmp_path / CREDENTIALS_DIR / ADMIN_FILE)
+    assert admin.user("root").password == again.user("root").password
 
 
 @pytest.mark.parametrize("call, message", [

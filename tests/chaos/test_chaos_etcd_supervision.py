@@ -93,8 +93,8 @@ def all_keys_on(endpoint: str, count: int) -> bool:
 
 def test_members_die_writes_go_on_and_the_cluster_restarts_on_its_data(tmp_path):
     data = tmp_path / "etcd"
-    up = OmegaProc("etcd", ["etcd", "up", "--members", "3", "--data-dir", str(data), "--no-fsync"], tmp_path,
-                   "etcd up;")
+    up = OmegaProc("etcd", ["etcd", "up", "--members", "3", "--data-dir", str(data), "--no-fsync", "--port", "0"],
+                   tmp_path, "etcd up;")
     started: dict[str, tuple[int, str]] = {}
     store = None
     try:
@@ -147,8 +147,8 @@ def test_members_die_writes_go_on_and_the_cluster_restarts_on_its_data(tmp_path)
 def test_a_member_left_down_leaves_two_serving_and_a_lost_quorum_stops_the_cluster(tmp_path):
     """With ``--max-restarts 0`` a dead member stays down: the other two keep serving writes; when
     a second one dies the quorum is lost and ``omega etcd up`` stops the last member and exits 1."""
-    up = OmegaProc("etcd0", ["etcd", "up", "--members", "3", "--max-restarts", "0", "--no-fsync"], tmp_path,
-                   "etcd up;")
+    up = OmegaProc("etcd0", ["etcd", "up", "--members", "3", "--max-restarts", "0", "--no-fsync", "--port", "0"],
+                   tmp_path, "etcd up;")
     started: dict[str, tuple[int, str]] = {}
     try:
         up.start()
