@@ -418,6 +418,9 @@ RBAC_GAPS = (
     RbacGap("watch-from-key", "a watch from a permitted key to the end of the keyspace is checked as that "
             "key alone: any reader sees every later key and value", "CVE-2026-73499",
             ("3.5.33", "3.6.14", "3.7.1")),
+    RbacGap("txn-put-prevkv-lease", "a put inside a txn is not checked for the read its prev_kv does or for "
+            "the lease it attaches: a writer may attach its cell's keys to any lease (omega has no write-only "
+            "role, so prev_kv reads nothing a writer may not read)", "CVE-2026-44283", ("3.4.44", "3.5.30", "3.6.11")),
 )
 
 
