@@ -19,6 +19,7 @@ in ``COMMAND_MODULES``), or creates ``cell`` when that module is absent.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -89,7 +90,29 @@ def _start(args, data_dir: Path):
     except SecurityError as exc:
         cluster.stop()
         raise UsageError(str(exc)) from None
+    try:
+        _metrics_files(data_dir)
+    except (OSError, PkiError) as exc:
+        cluster.stop()
+        raise UsageError(f"cannot issue the metrics certificates: {exc}") from None
     return cluster, creds
+
+
+METRICS_FILES = ("metrics-server.pem", "metrics-server.key", "metrics-scraper.pem", "metrics-scraper.key")
+
+
+def _metrics_files(data_dir: Path) -> None:
+    """Issue (or reuse) the metrics endpoints' server certificate and a scraper's client
+    certificate from the cell's CA in ``DATA_DIR/pki`` (etcd's own), and copy them into
+    ``DATA_DIR/credentials/`` (mode 0600) beside the CA certificate, where components get them."""
+    from cellstate.pki import issue_metrics_certs
+    from cellstate.security import CREDENTIALS_DIR
+
+    issue_metrics_certs(data_dir / "pki")
+    for name in METRICS_FILES:
+        target = data_dir / CREDENTIALS_DIR / name
+        shutil.copyfile(data_dir / "pki" / name, target)
+        os.chmod(target, 0o600)
 
 
 def _announce(cluster: EtcdCluster, data_dir: Path, creds) -> None:
@@ -105,6 +128,9 @@ def _announce(cluster: EtcdCluster, data_dir: Path, creds) -> None:
             file = ADMIN_FILE if cred.cell is None else f"{name}.json"
             print(f"    {file:<28} {'root (admin only)' if cred.cell is None else cred.role}", flush=True)
         print(f"  e.g. omega check --cell CELL --credentials {directory}/CELL-monitor.json", flush=True)
+        print(f"  metrics over TLS (client certificates of this CA): schedulers and agents take --metrics-cert "
+              f"{directory}/metrics-server.pem --metrics-key {directory}/metrics-server.key --metrics-client-ca "
+              f"{creds.ca_cert}; a scraper presents {directory}/metrics-scraper.pem and .key", flush=True)
         warning = rbac_warning(cluster.version)
         if warning:
             print("WARNING: " + warning, flush=True)

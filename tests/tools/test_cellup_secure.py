@@ -116,6 +116,9 @@ def test_cell_up_secure_serves_cell_users_until_interrupted(tmp_path, no_auth_en
         creds = data / "credentials"
         assert not (data / "credentials.json").exists()
         assert stat.S_IMODE(os.stat(creds / "a-monitor.json").st_mode) == 0o600
+        for name in ("metrics-server.pem", "metrics-server.key", "metrics-scraper.pem", "metrics-scraper.key"):
+            assert stat.S_IMODE(os.stat(creds / name).st_mode) == 0o600, name  # metrics behind the cell's CA
+        assert f"--metrics-cert {creds}/metrics-server.pem" in "".join(lines)
         assert "etcd 3." in "".join(lines) and "export OMEGA_ENDPOINTS=" in "".join(lines)
         common = ["--endpoints", endpoints, "--cell", "a"]
         assert main(["cell", "init", "--machines", "4", *common, "--credentials", str(creds / "a-scheduler.json")]) == 0
