@@ -30,9 +30,9 @@ try:
 except ImportError:
     sys.exit("bench_codec_msgspec: msgspec is not installed (pip install msgspec)")
 
-from cellstate.codec import decode_alloc, decode_machine, encode_alloc, encode_machine  # noqa: E402
-from cellstate.codec_resources import core_resources  # noqa: E402
-from cellstate.codec_trusted import pack_alloc, pack_machine  # noqa: E402
+from cellstate.codec.records import decode_alloc, decode_machine, encode_alloc, encode_machine  # noqa: E402
+from cellstate.codec.resources import core_resources  # noqa: E402
+from cellstate.codec.trusted import pack_alloc, pack_machine  # noqa: E402
 from cellstate.fastbuild import builder  # noqa: E402
 from cellstate.model import Alloc, Machine, MachineState  # noqa: E402
 from cellstate.resources import Resources  # noqa: E402

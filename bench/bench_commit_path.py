@@ -25,14 +25,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import etcd3.etcdrpc as rpc  # noqa: E402
 
-from cellstate import etcd_wire  # noqa: E402
+from cellstate.etcd import wire as etcd_wire  # noqa: E402
 from cellstate.cellspec import CellSpec, build_machines  # noqa: E402
-from cellstate.codec import encode_alloc, encode_job_record, encode_machine  # noqa: E402
+from cellstate.codec.records import encode_alloc, encode_job_record, encode_machine  # noqa: E402
 from cellstate.committer import StoreCommitter  # noqa: E402
 from cellstate.keys import CellKeys  # noqa: E402
-from cellstate.memory_store import MemoryStore  # noqa: E402
+from cellstate.memory.store import MemoryStore  # noqa: E402
 from cellstate.model import Alloc, Job, JobKind, JobRecord  # noqa: E402
-from cellstate.placement_view import ReplicaView  # noqa: E402
+from cellstate.replica.view import ReplicaView  # noqa: E402
 from cellstate.resources import Resources  # noqa: E402
 from cellstate.store import Event, EventKind, Put, WatchBatch, mod_revision_is  # noqa: E402
 from omega.protocols import Claim, Plan  # noqa: E402

@@ -10,8 +10,8 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
-from cellstate.etcd_server import EtcdCluster, EtcdOptions
-from cellstate.etcd_store import EtcdStore
+from cellstate.etcd.server import EtcdCluster, EtcdOptions
+from cellstate.etcd.store import EtcdStore
 
 
 @contextmanager

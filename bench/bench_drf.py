@@ -18,11 +18,11 @@ import argparse
 import statistics
 import time
 
-from cellstate.codec import encode_alloc, encode_job_record, encode_machine
+from cellstate.codec.records import encode_alloc, encode_job_record, encode_machine
 from cellstate.keys import CellKeys
-from cellstate.memory_store import MemoryStore
+from cellstate.memory.store import MemoryStore
 from cellstate.model import Alloc, Job, JobKind, JobRecord, Machine
-from cellstate.placement_view import ReplicaView
+from cellstate.replica.view import ReplicaView
 from cellstate.resources import Resources
 from cellstate.store import Put
 from omega.drf import DrfOrder

@@ -28,11 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_common import verdict  # noqa: E402
 from cellstate.cellspec import CellSpec, init_cell  # noqa: E402
 from cellstate.committer import StoreCommitter  # noqa: E402
-from cellstate.etcd_server import EtcdCluster, EtcdOptions  # noqa: E402
-from cellstate.etcd_store import EtcdStore  # noqa: E402
+from cellstate.etcd.server import EtcdCluster, EtcdOptions  # noqa: E402
+from cellstate.etcd.store import EtcdStore  # noqa: E402
 from cellstate.keys import CellKeys  # noqa: E402
 from cellstate.model import Job, JobKind  # noqa: E402
-from cellstate.placement_view import ReplicaView  # noqa: E402
+from cellstate.replica.view import ReplicaView  # noqa: E402
 from cellstate.resources import Resources  # noqa: E402
 from cellstate.store import Put  # noqa: E402
 from cellstate.submit import submit_jobs  # noqa: E402

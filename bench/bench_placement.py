@@ -42,8 +42,8 @@ import etcd3  # noqa: E402
 from bench_common import own_etcd, store_of, verdict  # noqa: E402
 from cellstate.cellspec import CellSpec, init_cell  # noqa: E402
 from cellstate.check import check_cell  # noqa: E402
-from cellstate.codec import decode_job_record, encode_alloc, encode_machine  # noqa: E402
-from cellstate.etcd_store import parse_endpoint  # noqa: E402
+from cellstate.codec.records import decode_job_record, encode_alloc, encode_machine  # noqa: E402
+from cellstate.etcd.store import parse_endpoint  # noqa: E402
 from cellstate.keys import CellKeys  # noqa: E402
 from cellstate.model import Alloc, Job, JobKind, Machine  # noqa: E402
 from cellstate.resources import Resources  # noqa: E402

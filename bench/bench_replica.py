@@ -18,10 +18,10 @@ import argparse
 import time
 
 from bench_common import median, own_etcd, store_of, timed, verdict
-from cellstate.codec import encode_alloc, encode_job_record, encode_machine
+from cellstate.codec.records import encode_alloc, encode_job_record, encode_machine
 from cellstate.keys import CellKeys
 from cellstate.model import Alloc, Job, JobKind, JobRecord, Machine
-from cellstate.replica import Replica
+from cellstate.replica.watched import Replica
 from cellstate.resources import Resources
 from cellstate.store import Delete, Put
 

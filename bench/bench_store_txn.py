@@ -19,8 +19,8 @@ import time
 import etcd3
 
 from bench_common import median, own_etcd, store_of
-from cellstate.codec import encode_alloc, encode_machine
-from cellstate.etcd_store import parse_endpoint
+from cellstate.codec.records import encode_alloc, encode_machine
+from cellstate.etcd.store import parse_endpoint
 from cellstate.keys import CellKeys
 from cellstate.model import Alloc, Machine
 from cellstate.resources import Resources

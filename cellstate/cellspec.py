@@ -15,7 +15,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from cellstate.codec import encode_machine
+from cellstate.codec.records import encode_machine
 from cellstate.jobspec import FieldError, mebibytes
 from cellstate.keys import CellKeys
 from cellstate.model import Machine

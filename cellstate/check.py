@@ -29,9 +29,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from cellstate.codec import decode_alloc, decode_job_record, decode_machine
-from cellstate.codec_gang import decode_gang
-from cellstate.codec_fields import CodecError
+from cellstate.codec.records import decode_alloc, decode_job_record, decode_machine
+from cellstate.codec.gang import decode_gang
+from cellstate.codec.fields import CodecError
 from cellstate.keys import CellKeys
 from cellstate.model import Alloc, JobRecord, Machine, TaskState
 from cellstate.resources import ZERO, Resources

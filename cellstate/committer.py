@@ -24,9 +24,9 @@ from __future__ import annotations
 from collections import Counter
 from operator import itemgetter
 
-from cellstate.codec import decode_alloc, decode_job_record, decode_machine, encode_job_record
-from cellstate.codec_fields import CodecError
-from cellstate.codec_trusted import pack_alloc, pack_machine
+from cellstate.codec.records import decode_alloc, decode_job_record, decode_machine, encode_job_record
+from cellstate.codec.fields import CodecError
+from cellstate.codec.trusted import pack_alloc, pack_machine
 from cellstate.fastbuild import builder
 from cellstate.gang_commit import GangCommits
 from cellstate.keys import CellKeys

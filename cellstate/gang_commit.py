@@ -24,10 +24,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from cellstate.codec import decode_alloc, decode_job_record, decode_machine, encode_job_record
-from cellstate.codec_fields import CodecError
-from cellstate.codec_gang import GangRecord, encode_gang
-from cellstate.codec_trusted import pack_machine
+from cellstate.codec.records import decode_alloc, decode_job_record, decode_machine, encode_job_record
+from cellstate.codec.fields import CodecError
+from cellstate.codec.gang import GangRecord, encode_gang
+from cellstate.codec.trusted import pack_machine
 from cellstate.keys import CellKeys
 from cellstate.lifecycle_txn import released
 from cellstate.model import TaskState

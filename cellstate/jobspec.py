@@ -30,9 +30,9 @@ import tomllib
 from fractions import Fraction
 from pathlib import Path
 
-from cellstate.codec import MAX_TASKS, validate_job
-from cellstate.codec_fields import SHORT as _SHORT
-from cellstate.codec_fields import CodecError
+from cellstate.codec.records import MAX_TASKS, validate_job
+from cellstate.codec.fields import SHORT as _SHORT
+from cellstate.codec.fields import CodecError
 from cellstate.model import Constraint, ConstraintOp, Job, JobKind
 from cellstate.resources import Resources
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Mapping, NamedTuple, Sequence
 
-from cellstate.codec import encode_job_record
-from cellstate.codec_trusted import pack_alloc, pack_machine  # values built here from decoded ones
+from cellstate.codec.records import encode_job_record
+from cellstate.codec.trusted import pack_alloc, pack_machine  # values built here from decoded ones
 from cellstate.fastbuild import builder
 from cellstate.keys import CellKeys
 from cellstate.model import Alloc, JobRecord, Machine, MachineState, TaskState

@@ -1,6 +1,6 @@
 """The cell's data model: machines (with their ledgers), jobs, allocations.
 
-Values here are plain frozen dataclasses; ``cellstate.codec`` turns them into
+Values here are plain frozen dataclasses; ``cellstate.codec.records`` turns them into
 schema-versioned msgpack and back, validating on the way in.
 """
 

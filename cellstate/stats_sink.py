@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 
 from cellstate.keys import CellKeys
-from cellstate.stats_codec import encode_stats
+from cellstate.codec.stats import encode_stats
 from cellstate.store import Store, StoreError, Unavailable
 from omega.stats import SchedulerStats
 

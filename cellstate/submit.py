@@ -13,8 +13,8 @@ from typing import Callable, Sequence
 
 from tenacity import Retrying, retry_if_exception, stop_before_delay, wait_random_exponential
 
-from cellstate.codec import CodecError, decode_alloc, decode_job_record, decode_machine, encode_job_record
-from cellstate.codec_trusted import pack_machine
+from cellstate.codec.records import CodecError, decode_alloc, decode_job_record, decode_machine, encode_job_record
+from cellstate.codec.trusted import pack_machine
 from cellstate.keys import CellKeys
 from cellstate.model import Alloc, Job, JobRecord, Machine, TaskState
 from cellstate.fastbuild import builder

@@ -46,7 +46,7 @@ PendingLookup = Callable[[str], "JobEntry | None"]
 
 
 class CycleView(CellView, Protocol):
-    """What the cycle reads of its view (``cellstate.placement_view.ReplicaView``)."""
+    """What the cycle reads of its view (``cellstate.replica.view.ReplicaView``)."""
 
     def take_freed(self) -> bool: ...
 

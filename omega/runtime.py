@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 
 
 class SchedulerCell(PlacementView, Protocol):
-    """The view a scheduler process works on (``cellstate.placement_view.ReplicaView``)."""
+    """The view a scheduler process works on (``cellstate.replica.view.ReplicaView``)."""
 
     def pump(self, timeout: float = 0.0) -> int:
         """Apply ready watch batches, waiting up to ``timeout`` s for the first; how many changed."""

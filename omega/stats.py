@@ -1,7 +1,7 @@
 """Scheduler statistics: the value a scheduler publishes under its leased ``stats/{name}`` key,
 and ``StatsRecorder``, which accumulates placement attempts into it.
 
-Pure data and arithmetic (no msgpack: ``cellstate.stats_codec`` encodes these). Definitions
+Pure data and arithmetic (no msgpack: ``cellstate.codec.stats`` encodes these). Definitions
 follow the Omega paper: busyness is the fraction of wall time spent deciding and committing,
 the conflict fraction is failed transactions per successful one.
 """

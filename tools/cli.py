@@ -10,7 +10,7 @@ import signal
 import sys
 import threading
 
-from cellstate.codec_fields import CodecError
+from cellstate.codec.fields import CodecError
 
 # Command modules, in the order they appear in --help.
 COMMAND_MODULES = [

@@ -24,7 +24,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from cellstate.etcd_server import EtcdCluster, EtcdError, EtcdOptions, RestartPolicy
+from cellstate.etcd.server import EtcdCluster, EtcdError, EtcdOptions, RestartPolicy
 from cellstate.keys import DEFAULT_ROOT
 from tools.cmd_etcd import (
     add_server_flags, announce_endpoints, client_port, describe_members, port_in_use_hint, serve_until_stopped,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sys
 
-from cellstate.etcd_server import DEFAULT_COMPACTION_RETENTION, DEFAULT_QUOTA_BACKEND_BYTES, EtcdError
+from cellstate.etcd.server import DEFAULT_COMPACTION_RETENTION, DEFAULT_QUOTA_BACKEND_BYTES, EtcdError
 from cellstate.store import StoreError
 
 

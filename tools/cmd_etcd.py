@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from cellstate.etcd_server import (
+from cellstate.etcd.server import (
     CLUSTER_FILE, DEFAULT_COMPACTION_RETENTION, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_TXN_OPS,
     DEFAULT_QUOTA_BACKEND_BYTES, EtcdCluster, EtcdError, EtcdOptions, RestartPolicy, version_note,
 )

@@ -55,7 +55,7 @@ def _live_of_class(replica, scheduler_class: str) -> tuple[str, ...]:
 
 
 def run(args) -> int:
-    from cellstate.replica import Replica
+    from cellstate.replica.watched import Replica
     from tools.cli import UsageError
     from tools.explain import ExplainError, explain, render
 

@@ -21,7 +21,7 @@ import tomllib
 import anyio
 
 from cellstate.committer import StoreCommitter
-from cellstate.placement_view import ReplicaView
+from cellstate.replica.view import ReplicaView
 from cellstate.stats_sink import LeasedStatsSink
 from cellstate.store import StoreError, Unavailable
 from omega.drf import parse_weight_flags

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from cellstate.etcd_store import EtcdStore, parse_endpoint
+from cellstate.etcd.store import EtcdStore, parse_endpoint
 from cellstate.keys import DEFAULT_ROOT, CellKeys
 
 DEFAULT_ENDPOINTS = "127.0.0.1:2379"

@@ -33,10 +33,10 @@ from typing import TextIO
 
 from cellstate.cellspec import CellSpec, init_cell
 from cellstate.check import check_cell
-from cellstate.etcd_server import (
+from cellstate.etcd.server import (
     DEFAULT_COMPACTION_RETENTION, DEFAULT_QUOTA_BACKEND_BYTES, EtcdCluster, EtcdOptions,
 )
-from cellstate.etcd_store import EtcdStore
+from cellstate.etcd.store import EtcdStore
 from cellstate.keys import DEFAULT_ROOT, CellKeys
 from cellstate.store import StoreError
 from tools.demo_children import Child, Children

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from cellstate.check import Report
-from cellstate.codec_fields import CodecError
+from cellstate.codec.fields import CodecError
 from cellstate.keys import CellKeys
-from cellstate.replica import Replica
-from cellstate.stats_codec import decode_stats
+from cellstate.replica.watched import Replica
+from cellstate.codec.stats import decode_stats
 from cellstate.store import Store
 from omega.stats import SchedulerStats
 from tools.monitor.model import build_frame, to_dict

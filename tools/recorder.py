@@ -37,8 +37,8 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Callable
 
-from cellstate.codec import decode_alloc, decode_job_record, decode_machine
-from cellstate.codec_fields import CodecError
+from cellstate.codec.records import decode_alloc, decode_job_record, decode_machine
+from cellstate.codec.fields import CodecError
 from cellstate.keys import CellKeys
 from cellstate.model import JobRecord, Machine, MachineState
 from cellstate.resources import ZERO

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cellstate.codec import decode_job_record, decode_machine, encode_alloc, encode_job_record, encode_machine
+from cellstate.codec.records import decode_job_record, decode_machine, encode_alloc, encode_job_record, encode_machine
 from cellstate.keys import CellKeys
 from cellstate.model import Alloc, Machine, TaskState
 from cellstate.resources import Resources

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from cellstate.keys import CellKeys
-from cellstate.memory_store import MemoryStore
+from cellstate.memory.store import MemoryStore
 
 
 @pytest.fixture(params=["memory", "etcd"])

@@ -3,7 +3,7 @@ and readers returning the entries the txn builders take (import as ``from lifecy
 
 from __future__ import annotations
 
-from cellstate.codec import decode_alloc, decode_job_record, decode_machine, encode_alloc, encode_job_record, \
+from cellstate.codec.records import decode_alloc, decode_job_record, decode_machine, encode_alloc, encode_job_record, \
     encode_machine
 from cellstate.keys import CellKeys
 from cellstate.model import Alloc, Job, JobKind, JobRecord, Machine

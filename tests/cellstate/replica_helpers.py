@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import time
 
-from cellstate.codec import decode_alloc, decode_job_record, decode_machine, encode_alloc, encode_job_record, \
+from cellstate.codec.records import decode_alloc, decode_job_record, decode_machine, encode_alloc, encode_job_record, \
     encode_machine
 from cellstate.keys import CellKeys
 from cellstate.model import Alloc, Job, JobKind, JobRecord, Machine
-from cellstate.replica import Replica
+from cellstate.replica.watched import Replica
 from cellstate.resources import Resources
 from cellstate.store import Delete, Put
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from cellstate.cellspec import CellExists, CellSpec, CellSpecError, build_machines, cell_spec_from_mapping, init_cell
-from cellstate.codec import decode_machine
-from cellstate.etcd_store import EtcdStore
+from cellstate.codec.records import decode_machine
+from cellstate.etcd.store import EtcdStore
 from cellstate.resources import Resources
 
 

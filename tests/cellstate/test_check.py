@@ -8,7 +8,7 @@ import pytest
 
 from cell_helpers import SMALL, add_machines, place
 from cellstate.check import check_cell
-from cellstate.codec import decode_job_record, decode_machine, encode_alloc, encode_job_record, encode_machine
+from cellstate.codec.records import decode_job_record, decode_machine, encode_alloc, encode_job_record, encode_machine
 from cellstate.model import Alloc, Job, JobKind, Machine, TaskState
 from cellstate.resources import ZERO, Resources
 from cellstate.submit import submit_jobs

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import allocs, job_records, jobs, machines, resources
 
-from cellstate.codec import (
+from cellstate.codec.records import (
     MAX_TASKS,
     SCHEMA_VERSION,
     CodecError,
@@ -483,7 +483,7 @@ def test_every_entry_replaced_by_tricky_values(tag):
 
 
 def test_core_vectors_are_shared_and_their_cache_is_bounded(monkeypatch):
-    from cellstate import codec_resources
+    from cellstate.codec import resources as codec_resources
 
     first = resources_from_map({"cpu": 250, "memory": 512, "disk": 0})
     assert resources_from_map({"cpu": 250, "memory": 512, "disk": 0}) is first == Resources(250, 512)
@@ -498,7 +498,7 @@ def test_core_vectors_are_shared_and_their_cache_is_bounded(monkeypatch):
 def test_a_job_naming_a_bad_scheduler_class_is_refused(bad):
     from dataclasses import replace as _replace
 
-    from cellstate.codec_job import validate_job
+    from cellstate.codec.job import validate_job
     from cellstate.model import Job, JobKind
     from cellstate.resources import Resources
 
@@ -524,8 +524,8 @@ def _big_record(states: str):
 def test_a_big_record_stores_its_task_states_deflated_and_decodes_back(states):
     import msgpack
 
-    from cellstate.codec_job import decode_job_record, encode_job_record
-    from cellstate.codec_job_fast import fast_record
+    from cellstate.codec.job import decode_job_record, encode_job_record
+    from cellstate.codec.job_fast import fast_record
 
     record = _big_record(states)
     raw = encode_job_record(record)
@@ -539,8 +539,8 @@ def test_a_big_record_stores_its_task_states_deflated_and_decodes_back(states):
 def test_records_below_the_threshold_stay_plain():
     import msgpack
 
-    from cellstate.codec_job import encode_job_record
-    from cellstate.codec_job_fast import STATES_Z_MIN_TASKS
+    from cellstate.codec.job import encode_job_record
+    from cellstate.codec.job_fast import STATES_Z_MIN_TASKS
 
     assert STATES_Z_MIN_TASKS == 4096  # the figures in docs/CELLSTATE.md and BENCHMARKS.md
 
@@ -556,7 +556,7 @@ def test_records_below_the_threshold_stay_plain():
 def test_bad_deflated_task_states_are_refused(packed, problem):
     import msgpack
 
-    from cellstate.codec_job import decode_job_record, encode_job_record
+    from cellstate.codec.job import decode_job_record, encode_job_record
 
     good = msgpack.unpackb(encode_job_record(_big_record("p" * 4096)))
     bad = dict(good, tasks_z=packed)

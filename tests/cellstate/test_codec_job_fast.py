@@ -11,9 +11,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from strategies import job_records
 
-from cellstate import codec, codec_envelope, codec_job, codec_job_fast
-from cellstate.codec import CodecError, decode_job_record, encode_job_record
-from cellstate.codec_job_fast import fast_record
+from cellstate.codec import records as codec
+from cellstate.codec import envelope as codec_envelope
+from cellstate.codec import job as codec_job
+from cellstate.codec import job_fast as codec_job_fast
+from cellstate.codec.records import CodecError, decode_job_record, encode_job_record
+from cellstate.codec.job_fast import fast_record
 from cellstate.model import Constraint, ConstraintOp, Job, JobKind, JobRecord
 from cellstate.resources import Resources
 

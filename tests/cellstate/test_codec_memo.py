@@ -1,12 +1,12 @@
-"""The codec's memo of recent values by their bytes (``cellstate.codec_memo``)."""
+"""The codec's memo of recent values by their bytes (``cellstate.codec.memo``)."""
 
 from __future__ import annotations
 
 import pytest
 
-from cellstate.codec import CodecError, decode_machine, encode_machine
-from cellstate.codec_memo import ValueMemo, wake_codec_memos
-from cellstate.codec_trusted import pack_machine
+from cellstate.codec.records import CodecError, decode_machine, encode_machine
+from cellstate.codec.memo import ValueMemo, wake_codec_memos
+from cellstate.codec.trusted import pack_machine
 from cellstate.model import Machine
 from cellstate.resources import Resources
 
@@ -90,17 +90,17 @@ def test_the_codecs_memos_sleep_until_a_memory_store_exists():
     import subprocess
     import sys
     script = """
-import cellstate.codec as codec
-from cellstate.codec_memo import codec_memos_awake
-from cellstate.codec_trusted import pack_machine
-from cellstate.etcd_store import EtcdStore
+import cellstate.codec.records as codec
+from cellstate.codec.memo import codec_memos_awake
+from cellstate.codec.trusted import pack_machine
+from cellstate.etcd.store import EtcdStore
 from cellstate.model import Machine
 from cellstate.resources import Resources
 m = Machine("m1", Resources(4000, 1024))
 raw = pack_machine(m)
 assert not codec_memos_awake() and codec.decode_machine("machines/m1", raw) is not m
 assert codec.MACHINE_MEMO.get(raw) is None
-from cellstate.memory_store import MemoryStore
+from cellstate.memory.store import MemoryStore
 MemoryStore()
 assert codec_memos_awake()
 raw = pack_machine(m)

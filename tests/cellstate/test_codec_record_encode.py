@@ -10,9 +10,11 @@ import pytest
 from hypothesis import given
 from strategies import job_records
 
-from cellstate import codec_envelope, codec_job, codec_job_fast
-from cellstate.codec import RECORD_MEMO, CodecError, decode_job_record, encode_job_record
-from cellstate.codec_memo import wake_codec_memos
+from cellstate.codec import envelope as codec_envelope
+from cellstate.codec import job as codec_job
+from cellstate.codec import job_fast as codec_job_fast
+from cellstate.codec.records import RECORD_MEMO, CodecError, decode_job_record, encode_job_record
+from cellstate.codec.memo import wake_codec_memos
 from cellstate.model import Constraint, ConstraintOp, Job, JobKind, JobRecord
 from cellstate.resources import Resources
 

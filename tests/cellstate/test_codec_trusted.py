@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from strategies import allocs, machines
 
-from cellstate.codec import CodecError, encode_alloc, encode_machine
-from cellstate.codec_trusted import pack_alloc, pack_machine
+from cellstate.codec.records import CodecError, encode_alloc, encode_machine
+from cellstate.codec.trusted import pack_alloc, pack_machine
 from cellstate.model import Alloc, Machine, MachineState
 from cellstate.resources import Resources
 
@@ -97,7 +97,7 @@ def test_generated_allocs_pack_as_they_encode(alloc):
 
 
 def test_the_common_shapes_skip_the_decode_back():
-    from cellstate import codec_trusted
+    from cellstate.codec import trusted as codec_trusted
 
     for name in ("common", "draining"):
         assert codec_trusted._fixed_ok(MACHINES[name]) and codec_trusted._ledger_map(MACHINES[name]) is not None

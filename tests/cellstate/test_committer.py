@@ -8,11 +8,11 @@ import pytest
 from cell_helpers import seed_machine
 
 from cellstate.check import check_cell
-from cellstate.codec import decode_alloc, decode_job_record, decode_machine, encode_alloc, encode_job_record, \
+from cellstate.codec.records import decode_alloc, decode_job_record, decode_machine, encode_alloc, encode_job_record, \
     encode_machine
 from cellstate.committer import StoreCommitter, claims_per_txn, summarize_reasons
 from cellstate.keys import CellKeys
-from cellstate.memory_store import MemoryStore
+from cellstate.memory.store import MemoryStore
 from cellstate.model import Alloc, Job, JobKind, JobRecord, MachineState
 from cellstate.resources import Resources
 from cellstate.store import Get, Put

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from cellstate.etcd_server import EtcdCluster, EtcdOptions
-from cellstate.etcd_store import EtcdStore
+from cellstate.etcd.server import EtcdCluster, EtcdOptions
+from cellstate.etcd.store import EtcdStore
 from cellstate.store import StoreError, Unavailable
 
 
@@ -133,7 +133,7 @@ def tls_etcd(tmp_path):
     import shutil
     import subprocess
 
-    from cellstate.etcd_server import find_etcd_binary, free_port
+    from cellstate.etcd.server import find_etcd_binary, free_port
 
     if shutil.which("openssl") is None:
         pytest.skip("openssl is needed to make test certificates")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import etcd3.etcdrpc as rpc
 import pytest
 
-from cellstate import etcd_wire
+from cellstate.etcd import wire as etcd_wire
 from cellstate.store import Compare, CompareOp, CompareTarget, Delete, Get, Put, exists, mod_revision_is
 
 OPS = [Put("a", b"1"), Put("b", b"", lease=7), Get("c"), Get("d/", prefix=True), Delete("e"),

@@ -8,7 +8,7 @@ import pytest
 from lifecycle_helpers import CAPACITY, REQUEST, all_allocs, allocs_of, job_entry, machine_entry, write_placed
 
 from cellstate.check import check_cell
-from cellstate.codec import decode_job_record, decode_machine, encode_job_record
+from cellstate.codec.records import decode_job_record, decode_machine, encode_job_record
 from cellstate.lifecycle_txn import (
     LedgerError, drain_machine_ops, fail_machine_ops, finish_task_ops, repair_machine_ops, start_task_ops,
 )

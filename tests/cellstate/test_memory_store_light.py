@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from cellstate.keys import CellKeys
-from cellstate.memory_store import MemoryStore
-from cellstate.replica import Replica
+from cellstate.memory.store import MemoryStore
+from cellstate.replica.watched import Replica
 from cellstate.store import (
     Compacted, Compare, CompareOp, CompareTarget, Delete, EventKind, Get, KeyValue, Put, Unavailable,
 )
@@ -206,7 +206,7 @@ def test_live_keys_list_every_live_key_in_order_across_merges_and_prunes(seed):
     yet a prefix scan lists each live key under it once, sorted."""
     import random
 
-    from cellstate.memory_history import LiveKeys
+    from cellstate.memory.history import LiveKeys
     rng = random.Random(seed)
     listed, live = LiveKeys(), {}
     listed.MERGE_AT, listed.MIDDLE_AT = 4, 16

@@ -10,7 +10,7 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from cellstate.etcd_server import EtcdCluster, EtcdError, EtcdOptions, TlsFiles
+from cellstate.etcd.server import EtcdCluster, EtcdError, EtcdOptions, TlsFiles
 from cellstate.pki import PkiError, ensure_jwt_keys, ensure_local_pki, issue_cert, make_ca
 
 

@@ -7,11 +7,11 @@ from dataclasses import replace
 
 import pytest
 
-from cellstate.codec import encode_machine
+from cellstate.codec.records import encode_machine
 from cellstate.keys import CellKeys
-from cellstate.memory_store import MemoryStore
+from cellstate.memory.store import MemoryStore
 from cellstate.model import Machine, MachineState
-from cellstate.placement_view import ReplicaView, frees_resources
+from cellstate.replica.view import ReplicaView, frees_resources
 from cellstate.resources import Resources
 from cellstate.store import Put
 from omega.protocols import CommitOutcome, MachineEntry

@@ -16,12 +16,12 @@ import pytest
 from cell_helpers import seed_machine
 
 from cellstate.check import check_cell
-from cellstate.codec import decode_machine, encode_alloc, encode_job_record, encode_machine
+from cellstate.codec.records import decode_machine, encode_alloc, encode_job_record, encode_machine
 from cellstate.committer import StoreCommitter
 from cellstate.keys import CellKeys
-from cellstate.memory_store import MemoryStore
+from cellstate.memory.store import MemoryStore
 from cellstate.model import Alloc, Job, JobKind, JobRecord, Machine
-from cellstate.placement_view import ReplicaView
+from cellstate.replica.view import ReplicaView
 from cellstate.resources import Resources
 from cellstate.store import Put
 from omega.protocols import AllocEntry, Claim, JobEntry, MachineEntry, Plan, PlanRejected
@@ -136,7 +136,7 @@ def test_view_quarantines_what_a_failed_commit_read_back(caplog):
     job = seed_job(store, keys, "j")
     view = ReplicaView(store, keys)
     bad_mod = store.put(keys.machine("m1"), encode_machine(m2.machine))
-    with caplog.at_level(logging.WARNING, "cellstate.replica_state"):
+    with caplog.at_level(logging.WARNING, "cellstate.replica.state"):
         outcome = StoreCommitter(store, keys).commit(Plan(job, (Claim(0, "m1", REQ),), {"m1": m1}, "b", now=5.0))
         view.apply_outcome(outcome)
         assert view.machine("m1") is None and view.machine("m2") == m2  # m2 untouched

@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from cellstate.memory_store import MemoryStore
+from cellstate.memory.store import MemoryStore
 from cellstate.model import JobKind
-from cellstate.replica import Replica
-from cellstate.replica_thread import ReplicaThread
+from cellstate.replica.watched import Replica
+from cellstate.replica.thread import ReplicaThread
 from cellstate.store import Delete, Put, Unavailable
 from omega.protocols import JobEntry, MachineEntry
 from replica_helpers import alloc, assert_matches_store, catch_up, job, machine, raw, write

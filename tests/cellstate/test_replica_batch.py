@@ -9,8 +9,8 @@ import random
 import pytest
 
 from cellstate.keys import CellKeys
-from cellstate.memory_store import MemoryStore
-from cellstate.replica import Replica
+from cellstate.memory.store import MemoryStore
+from cellstate.replica.watched import Replica
 from cellstate.store import Event, EventKind, WatchBatch
 from replica_helpers import alloc, job, machine, raw
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from cellstate.memory_store import MemoryStore
+from cellstate.memory.store import MemoryStore
 from cellstate.keys import CellKeys
 from cellstate.model import JobKind
-from cellstate.placement_view import ReplicaView
+from cellstate.replica.view import ReplicaView
 from replica_helpers import job, write
 
 KEYS = CellKeys("classes")

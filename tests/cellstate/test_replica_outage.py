@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from cellstate.etcd_server import EtcdCluster, EtcdOptions
-from cellstate.etcd_store import EtcdStore
-from cellstate.replica import Replica
+from cellstate.etcd.server import EtcdCluster, EtcdOptions
+from cellstate.etcd.store import EtcdStore
+from cellstate.replica.watched import Replica
 from cellstate.store import Unavailable
 from replica_helpers import alloc, assert_matches_store, catch_up, job, machine, write
 

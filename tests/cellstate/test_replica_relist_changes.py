@@ -5,8 +5,8 @@ drop them."""
 
 from __future__ import annotations
 
-from cellstate.memory_store import MemoryStore
-from cellstate.placement_view import ReplicaView
+from cellstate.memory.store import MemoryStore
+from cellstate.replica.view import ReplicaView
 from cellstate.resources import Resources
 from replica_helpers import job, machine, write
 from schedulers.free_index import FreeIndex

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from cellstate.etcd_server import EtcdCluster
-from cellstate.etcd_store import EtcdStore
+from cellstate.etcd.server import EtcdCluster
+from cellstate.etcd.store import EtcdStore
 from cellstate.keys import CellKeys
 from cellstate.security import (
     ADMIN_FILE, CREDENTIALS_DIR, SecurityError, cell_user, credential_file, load_credentials, secure_cells,

@@ -1,16 +1,16 @@
-"""Replicas of one process sharing decoded values (``cellstate.shared_decodes``)."""
+"""Replicas of one process sharing decoded values (``cellstate.replica.shared_decodes``)."""
 
 from __future__ import annotations
 
 import pytest
 
-from cellstate.codec import encode_machine
+from cellstate.codec.records import encode_machine
 from cellstate.keys import CellKeys
-from cellstate.memory_store import MemoryStore
+from cellstate.memory.store import MemoryStore
 from cellstate.model import Machine
-from cellstate.replica import Replica
+from cellstate.replica.watched import Replica
 from cellstate.resources import Resources
-from cellstate.shared_decodes import SharedDecodes
+from cellstate.replica.shared_decodes import SharedDecodes
 from cellstate.store import Put
 
 KEYS = CellKeys("shared")
@@ -21,7 +21,7 @@ def put_machine(store, machine_id: str, cpu: int) -> None:
 
 
 def test_two_replicas_decode_each_value_once_and_hold_equal_content(monkeypatch):
-    import cellstate.codec as codec
+    import cellstate.codec.records as codec
     decoded = []
     real = codec._machine_from_map
     monkeypatch.setattr(codec, "_machine_from_map", lambda key, d: decoded.append(key) or real(key, d))
@@ -46,7 +46,7 @@ def test_two_replicas_decode_each_value_once_and_hold_equal_content(monkeypatch)
 
 
 def test_the_codecs_memoized_decoders_are_not_wrapped_others_are():
-    from cellstate.codec import decode_alloc, decode_job_record, decode_machine
+    from cellstate.codec.records import decode_alloc, decode_job_record, decode_machine
     shared = SharedDecodes()
     for decode in (decode_machine, decode_job_record, decode_alloc):
         assert shared.decoder(decode) is decode
@@ -85,13 +85,13 @@ def test_bad_generation_is_refused(generation):
 
 @pytest.mark.parametrize("now", [5.0, 5], ids=["float-time", "int-time"])
 def test_a_views_own_commit_reaches_the_other_replica_as_the_committers_objects(now):
-    """The codec remembers what the committer encoded (cellstate.codec_memo): the other
+    """The codec remembers what the committer encoded (cellstate.codec.memo): the other
     replica's decode of those bytes answers with the committer's objects, unless decoding
     would give other types (an int time comes back a float: then it is decoded)."""
-    from cellstate.codec import encode_job_record
+    from cellstate.codec.records import encode_job_record
     from cellstate.committer import StoreCommitter
     from cellstate.model import Job, JobKind, JobRecord
-    from cellstate.placement_view import ReplicaView
+    from cellstate.replica.view import ReplicaView
     from omega.protocols import Claim, Plan
 
     store, shared = MemoryStore(history=False), SharedDecodes()

@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from strategies import ids, texts, times
 
-from cellstate.codec import SCHEMA_VERSION
-from cellstate.stats_codec import CodecError, decode_stats, encode_stats
+from cellstate.codec.records import SCHEMA_VERSION
+from cellstate.codec.stats import CodecError, decode_stats, encode_stats
 from omega.stats import (
     HOT_MACHINES_MAX, RECENT_CONFLICTS_MAX, ConflictNote, HotMachine, SchedulerStats, StatsRecorder,
 )

@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from cellstate.memory_store import MemoryStore
+from cellstate.memory.store import MemoryStore
 from cellstate.store import (
     Compacted, Compare, CompareOp, CompareTarget, Delete, EventKind, Get, Put, StoreError,
     TxnTooLarge, Unavailable, exists, missing, mod_revision_is,
@@ -66,7 +66,7 @@ def own_store(store, request):
     if isinstance(store, MemoryStore):
         yield MemoryStore()
         return
-    from cellstate.etcd_store import EtcdStore
+    from cellstate.etcd.store import EtcdStore
 
     limited = EtcdStore(request.getfixturevalue("etcd_server").endpoints)
     yield limited

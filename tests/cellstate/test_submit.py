@@ -6,8 +6,8 @@ import pytest
 
 from cell_helpers import add_machines, place
 from cellstate.check import check_cell
-from cellstate.codec import decode_alloc, decode_job_record, decode_machine, encode_job_record
-from cellstate.etcd_store import EtcdStore
+from cellstate.codec.records import decode_alloc, decode_job_record, decode_machine, encode_job_record
+from cellstate.etcd.store import EtcdStore
 from cellstate.model import Job, JobKind, JobRecord, TaskState
 from cellstate.resources import ZERO, Resources
 from cellstate.store import PermissionDenied, Put, TxnTooLarge, Unavailable
@@ -223,7 +223,7 @@ def test_permanent_store_errors_are_not_retried(etcd_store, cell_keys, error):
 
 def test_retrying_gives_up_with_the_last_error(etcd_server, cell_keys):
     """An unreachable store: retried, then its last error raised once --retry-for is spent."""
-    from cellstate.etcd_server import free_port
+    from cellstate.etcd.server import free_port
 
     retries = []
     with EtcdStore([f"127.0.0.1:{free_port()}"], timeout=1.0) as dead:

@@ -19,13 +19,13 @@ from pathlib import Path
 
 from cellstate.cellspec import CellSpec, init_cell
 from cellstate.check import check_cell
-from cellstate.codec import decode_job_record, decode_machine
+from cellstate.codec.records import decode_job_record, decode_machine
 from cellstate.committer import StoreCommitter
-from cellstate.etcd_server import EtcdCluster, EtcdOptions
-from cellstate.etcd_store import EtcdStore
+from cellstate.etcd.server import EtcdCluster, EtcdOptions
+from cellstate.etcd.store import EtcdStore
 from cellstate.keys import CellKeys
 from cellstate.model import Job, JobRecord, MachineState
-from cellstate.placement_view import ReplicaView
+from cellstate.replica.view import ReplicaView
 from cellstate.stats_sink import LeasedStatsSink
 from cellstate.store import StoreError
 from cellstate.submit import JobsExist, submit_jobs

@@ -8,7 +8,7 @@ from __future__ import annotations
 import socket
 import threading
 
-from cellstate.etcd_server import HOST
+from cellstate.etcd.server import HOST
 
 
 class CutProxy:

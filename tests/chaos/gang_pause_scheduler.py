@@ -16,9 +16,9 @@ from pathlib import Path
 import anyio
 
 from cellstate.committer import StoreCommitter
-from cellstate.etcd_store import EtcdStore
+from cellstate.etcd.store import EtcdStore
 from cellstate.keys import CellKeys
-from cellstate.placement_view import ReplicaView
+from cellstate.replica.view import ReplicaView
 from cellstate.stats_sink import LeasedStatsSink
 from cellstate.store import StoreError
 from omega.runtime import RuntimeOptions, SchedulerProcess

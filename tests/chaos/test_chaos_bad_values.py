@@ -26,12 +26,12 @@ from chaos_helpers import (
     submit_through_outages, wait_for,
 )
 from cellstate.check import check_cell
-from cellstate.codec import decode_alloc, decode_job_record, decode_machine, encode_machine
-from cellstate.codec_fields import CodecError
+from cellstate.codec.records import decode_alloc, decode_job_record, decode_machine, encode_machine
+from cellstate.codec.fields import CodecError
 from cellstate.model import MachineState
-from cellstate.replica import Replica
+from cellstate.replica.watched import Replica
 from cellstate.resources import ZERO
-from cellstate.stats_codec import decode_stats
+from cellstate.codec.stats import decode_stats
 from cellstate.store import Put, mod_revision_is
 from tools.monitor.model import build_frame
 from tools.monitor.render import render_frame

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from cellstate.etcd_store import EtcdStore
+from cellstate.etcd.store import EtcdStore
 from chaos_helpers import OmegaProc, retrying
 
 pytestmark = pytest.mark.slow

@@ -22,8 +22,8 @@ import pytest
 
 from chaos_helpers import ROOT, Crew, scheduler_proc, store_on, wait_for
 from cellstate.check import check_cell
-from cellstate.codec import decode_alloc, decode_job_record, encode_machine
-from cellstate.etcd_server import EtcdCluster, EtcdOptions
+from cellstate.codec.records import decode_alloc, decode_job_record, encode_machine
+from cellstate.etcd.server import EtcdCluster, EtcdOptions
 from cellstate.model import Job, JobKind, Machine
 from cellstate.resources import Resources
 from cellstate.store import Put

@@ -15,8 +15,8 @@ import time
 import etcd3
 import pytest
 
-from cellstate.etcd_server import EtcdCluster
-from cellstate.etcd_store import parse_endpoint
+from cellstate.etcd.server import EtcdCluster
+from cellstate.etcd.store import parse_endpoint
 from cellstate.jobspec import load_jobs
 from chaos_helpers import OmegaProc, job_records, own_etcd, store_on, wait_for
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from cellstate.memory_store import MemoryStore
-from cellstate.replica import Replica
+from cellstate.memory.store import MemoryStore
+from cellstate.replica.watched import Replica
 from cellstate.store import StoreError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cellstate"))

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cellstate.etcd_server import free_port
+from cellstate.etcd.server import free_port
 from tools.cli import main
 
 DEAD = f"127.0.0.1:{free_port()}"

@@ -14,15 +14,15 @@ from hypothesis import strategies as st
 sys.path.insert(0, os.path.dirname(__file__))
 from fuzzlib import msgpack_values, mutated  # noqa: E402
 
-from cellstate.codec import encode_alloc, encode_job_record, encode_machine  # noqa: E402
-from cellstate.codec_fields import CodecError  # noqa: E402
+from cellstate.codec.records import encode_alloc, encode_job_record, encode_machine  # noqa: E402
+from cellstate.codec.fields import CodecError  # noqa: E402
 from cellstate.keys import CellKeys  # noqa: E402
-from cellstate.memory_store import MemoryStore  # noqa: E402
+from cellstate.memory.store import MemoryStore  # noqa: E402
 from cellstate.model import Alloc, Job, JobKind, JobRecord, Machine  # noqa: E402
-from cellstate.placement_view import ReplicaView  # noqa: E402
-from cellstate.replica import Replica  # noqa: E402
+from cellstate.replica.view import ReplicaView  # noqa: E402
+from cellstate.replica.watched import Replica  # noqa: E402
 from cellstate.resources import Resources  # noqa: E402
-from cellstate.stats_codec import decode_stats, encode_stats  # noqa: E402
+from cellstate.codec.stats import decode_stats, encode_stats  # noqa: E402
 from omega.stats import ConflictNote, HotMachine, SchedulerStats  # noqa: E402
 
 STATS = SchedulerStats(

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 sys.path.insert(0, os.path.dirname(__file__))
 from fuzzlib import HUGE_INTEGERS, HUGE_SIZES, json_values, mutated  # noqa: E402
 
-from cellstate.codec import decode_job_record, encode_job_record  # noqa: E402
+from cellstate.codec.records import decode_job_record, encode_job_record  # noqa: E402
 from cellstate.jobspec import JobSpecError, load_jobs, parse_jobs  # noqa: E402
 from cellstate.keys import CellKeys  # noqa: E402
 from cellstate.model import JobRecord  # noqa: E402

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 sys.path.insert(0, os.path.dirname(__file__))
 from fuzzlib import msgpack_values, mutated  # noqa: E402
 
-from cellstate.codec import job_to_map, machine_to_map  # noqa: E402
+from cellstate.codec.records import job_to_map, machine_to_map  # noqa: E402
 from cellstate.model import Job, JobKind, Machine  # noqa: E402
 from cellstate.resources import Resources  # noqa: E402
 from tools.trace.format import TraceError, read_trace  # noqa: E402

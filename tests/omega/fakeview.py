@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from cellstate.codec import decode_machine, encode_job_record, encode_machine
+from cellstate.codec.records import decode_machine, encode_job_record, encode_machine
 from cellstate.committer import StoreCommitter
 from cellstate.keys import CellKeys
 from cellstate.model import Job, JobKind, JobRecord, Machine
-from cellstate.placement_view import ReplicaView  # noqa: F401  (the real adapter; tests import it from here)
+from cellstate.replica.view import ReplicaView  # noqa: F401  (the real adapter; tests import it from here)
 from cellstate.resources import Resources
 from cellstate.store import Put
 from omega.protocols import Claim, Decision, JobEntry

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from cellstate.codec import decode_job_record, encode_machine
+from cellstate.codec.records import decode_job_record, encode_machine
 from cellstate.model import Job, JobKind, Machine
 from cellstate.resources import Resources
 from cellstate.store import Put

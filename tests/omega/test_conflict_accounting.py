@@ -75,7 +75,7 @@ def test_negative_stale_retries_are_refused():
 def test_refresh_before_commit_saves_only_stale_retries(room, refresh, txns, failed, stale):
     from cellstate.committer import StoreCommitter
     from cellstate.keys import CellKeys
-    from cellstate.memory_store import MemoryStore
+    from cellstate.memory.store import MemoryStore
     from fakeview import FakeClock, ReplicaView, least_loaded, seed
     from omega.modes import CommitMode
     from omega.occ import OptimisticPlacer

@@ -10,12 +10,12 @@ import pytest
 
 from fakeview import FakeClock
 from cellstate.check import check_cell
-from cellstate.codec import encode_machine
+from cellstate.codec.records import encode_machine
 from cellstate.committer import StoreCommitter
 from cellstate.keys import CellKeys
-from cellstate.memory_store import MemoryStore
+from cellstate.memory.store import MemoryStore
 from cellstate.model import Alloc, Job, JobKind, JobRecord, Machine, MachineState, TaskState
-from cellstate.placement_view import ReplicaView
+from cellstate.replica.view import ReplicaView
 from cellstate.resources import Resources
 from cellstate.stats_sink import LeasedStatsSink
 from cellstate.store import Put

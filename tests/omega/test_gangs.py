@@ -11,11 +11,11 @@ import time
 import pytest
 
 from cellstate.check import check_cell
-from cellstate.codec import decode_alloc, decode_job_record, decode_machine
+from cellstate.codec.records import decode_alloc, decode_job_record, decode_machine
 from cellstate.committer import StoreCommitter
 from cellstate.gang_commit import GangCommits
 from cellstate.keys import CellKeys
-from cellstate.memory_store import MemoryStore
+from cellstate.memory.store import MemoryStore
 from cellstate.store import EventKind
 from cellstate.submit import kill_job
 from fakeview import FakeClock, ReplicaView, batch_job, least_loaded, machine, seed

@@ -12,12 +12,12 @@ import pytest
 
 from fakeview import FakeClock, ReplicaView, batch_job, least_loaded, machine, seed
 from runtime_helpers import add_machines, batch_jobs, job_records, submit, wait_for
-from cellstate.codec import decode_alloc
+from cellstate.codec.records import decode_alloc
 from cellstate.committer import StoreCommitter
 from cellstate.keys import CellKeys
-from cellstate.memory_store import MemoryStore
+from cellstate.memory.store import MemoryStore
 from cellstate.model import Job, JobKind, JobRecord
-from cellstate.placement_view import ReplicaView as LiveView
+from cellstate.replica.view import ReplicaView as LiveView
 from cellstate.resources import Resources
 from cellstate.stats_sink import LeasedStatsSink
 from omega.modes import CommitMode, ConflictMode

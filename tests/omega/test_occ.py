@@ -9,10 +9,10 @@ from dataclasses import replace
 import pytest
 
 from cellstate.check import check_cell
-from cellstate.codec import decode_machine, encode_machine
+from cellstate.codec.records import decode_machine, encode_machine
 from cellstate.committer import StoreCommitter
 from cellstate.keys import CellKeys
-from cellstate.memory_store import MemoryStore
+from cellstate.memory.store import MemoryStore
 from cellstate.model import Job, JobKind, JobRecord, MachineState
 from cellstate.resources import Resources
 from cellstate.submit import kill_job

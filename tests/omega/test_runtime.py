@@ -11,11 +11,11 @@ import pytest
 
 from runtime_helpers import add_machines, batch_jobs, job_records, settled, submit, wait_for
 from cellstate.check import check_cell
-from cellstate.codec import decode_machine, encode_machine
+from cellstate.codec.records import decode_machine, encode_machine
 from cellstate.committer import StoreCommitter
-from cellstate.placement_view import ReplicaView, frees_resources
+from cellstate.replica.view import ReplicaView, frees_resources
 from cellstate.resources import Resources
-from cellstate.stats_codec import decode_stats
+from cellstate.codec.stats import decode_stats
 from cellstate.stats_sink import LeasedStatsSink
 from cellstate.model import Machine, MachineState
 from omega.attempts import AttemptOutcome

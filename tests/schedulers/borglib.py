@@ -51,7 +51,7 @@ class ReplicaPlacementView:
     fresh entries of a failed txn (as the CLI wires it)."""
 
     def __init__(self, store, keys):
-        from cellstate.replica import Replica
+        from cellstate.replica.watched import Replica
 
         self.replica = Replica(store, keys)
         self.replica.sync()

@@ -9,7 +9,7 @@ import time
 from borglib import ReplicaPlacementView, omega_decide
 
 from cellstate.check import check_cell
-from cellstate.codec import encode_job_record, encode_machine
+from cellstate.codec.records import encode_job_record, encode_machine
 from cellstate.committer import StoreCommitter
 from cellstate.model import Job, JobKind, JobRecord, Machine
 from cellstate.resources import Resources

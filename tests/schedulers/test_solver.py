@@ -14,12 +14,12 @@ import pytest
 from viewlib import DictView, job, machine
 
 from cellstate.check import check_cell
-from cellstate.codec import encode_job_record, encode_machine
+from cellstate.codec.records import encode_job_record, encode_machine
 from cellstate.committer import StoreCommitter
 from cellstate.keys import CellKeys
-from cellstate.memory_store import MemoryStore
+from cellstate.memory.store import MemoryStore
 from cellstate.model import Constraint, ConstraintOp, JobRecord, MachineState
-from cellstate.placement_view import ReplicaView
+from cellstate.replica.view import ReplicaView
 from cellstate.resources import Resources
 from cellstate.store import Put
 from omega.modes import CommitMode, ConflictMode

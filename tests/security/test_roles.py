@@ -21,7 +21,7 @@ import pytest
 import etcd3.etcdrpc as rpc
 from etcd3.etcdrpc import auth_pb2
 
-from cellstate.etcd_server import EtcdCluster
+from cellstate.etcd.server import EtcdCluster
 from cellstate.keys import CellKeys
 from cellstate.security import (
     CELL_USERS, CREDENTIALS_DIR, ROOT_USER, AuthAdmin, CompactionGuard, cell_user, rbac_gaps, secure_cells,

@@ -10,9 +10,9 @@ from dataclasses import replace
 import pytest
 
 from cellstate.check import check_cell
-from cellstate.codec import decode_alloc, decode_job_record, decode_machine, encode_job_record, encode_machine
+from cellstate.codec.records import decode_alloc, decode_job_record, decode_machine, encode_job_record, encode_machine
 from cellstate.committer import StoreCommitter
-from cellstate.etcd_store import EtcdStore
+from cellstate.etcd.store import EtcdStore
 from cellstate.model import Job, JobKind, JobRecord, JobState, Machine, MachineState
 from cellstate.resources import ZERO, Resources
 from cellstate.store import Unavailable

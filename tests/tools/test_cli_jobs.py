@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from cellstate.codec import decode_job_record, decode_machine
+from cellstate.codec.records import decode_job_record, decode_machine
 from cellstate.jobspec import load_jobs
 from tools.cli import main
 

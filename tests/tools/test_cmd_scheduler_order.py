@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "omega"))
 from runtime_helpers import job_records, settled, wait_for  # noqa: E402
 from test_cmd_scheduler import SchedulerRun  # noqa: E402
 from cellstate.check import check_cell  # noqa: E402
-from cellstate.codec import encode_machine  # noqa: E402
+from cellstate.codec.records import encode_machine  # noqa: E402
 from cellstate.model import Job, JobKind, Machine  # noqa: E402
 from cellstate.resources import Resources  # noqa: E402
 from cellstate.submit import submit_jobs  # noqa: E402

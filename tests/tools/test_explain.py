@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from cellstate.codec import encode_alloc, encode_job_record, encode_machine
+from cellstate.codec.records import encode_alloc, encode_job_record, encode_machine
 from cellstate.model import Alloc, Constraint, ConstraintOp, Job, JobKind, JobRecord, Machine, MachineState, TaskState
-from cellstate.replica import Replica
+from cellstate.replica.watched import Replica
 from cellstate.resources import Resources
 from cellstate.store import Put
 from schedulers.chains import make_scheduler

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 from fauxmaster_traces import batch, machine, write
 
-from cellstate.codec import CodecError, decode_alloc
+from cellstate.codec.records import CodecError, decode_alloc
 from tools.fauxmaster.replay import ReplayConfig, replay
 from tools.fauxmaster.trace_feed import TraceFeed
 from tools.trace.events import JobSubmit, MachineAdd, TaskEnd, TaskEndStatus, TaskPlaced
@@ -85,8 +85,8 @@ def test_bad_initial_state_is_refused(config, message):
 def test_allocs_of_the_recorded_shape_pack_as_they_encode():
     """The t = 0 placer's allocs share every field object but task and machine within a job
     (pack_alloc then packs only those two): the codec's bytes, or its error, each time."""
-    from cellstate.codec import encode_alloc
-    from cellstate.codec_trusted import pack_alloc
+    from cellstate.codec.records import encode_alloc
+    from cellstate.codec.trusted import pack_alloc
     from cellstate.model import Alloc
     from cellstate.resources import Resources
 
@@ -109,7 +109,7 @@ def test_allocs_of_the_recorded_shape_pack_as_they_encode():
 def test_recorded_ledgers_with_extra_resources_and_interleaved_jobs(tmp_path):
     """Ledgers are capacity minus the room left: with extra resources (a gpu) and a job's
     placements split into several runs, they equal the written allocs summed per machine."""
-    from cellstate.codec import decode_machine
+    from cellstate.codec.records import decode_machine
     from cellstate.model import Job, JobKind, Machine
     from cellstate.resources import Resources
 

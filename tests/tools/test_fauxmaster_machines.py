@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from fauxmaster_traces import batch, machine, write
 
-from cellstate.codec import decode_job_record, decode_machine
+from cellstate.codec.records import decode_job_record, decode_machine
 from cellstate.model import MachineState
 from tools.fauxmaster.replay import ReplayConfig, replay
 from tools.trace.events import JobSubmit, MachineAdd, MachineFail, MachineRemove

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from cellstate.check import check_cell
-from cellstate.codec import decode_job_record
+from cellstate.codec.records import decode_job_record
 from cellstate.model import Job, JobKind, Machine
 from cellstate.resources import Resources
 from schedulers import chains

@@ -20,9 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from runtime_helpers import add_machines, batch_jobs, settled, submit, wait_for  # noqa: E402
 from test_cmd_scheduler import SchedulerRun  # noqa: E402
 from cellstate import pki  # noqa: E402
-from cellstate.memory_store import MemoryStore  # noqa: E402
+from cellstate.memory.store import MemoryStore  # noqa: E402
 from cellstate.keys import CellKeys  # noqa: E402
-from cellstate.replica import Replica  # noqa: E402
+from cellstate.replica.watched import Replica  # noqa: E402
 from tools.agents.metrics import AgentMetrics  # noqa: E402
 from tools.cli import main  # noqa: E402
 from tools.metrics_endpoint import MetricsEndpoint, MetricsTls, parse_metrics_addr  # noqa: E402

@@ -11,12 +11,12 @@ import time
 import pytest
 from rich.console import Console
 
-from cellstate.codec import encode_job_record, encode_machine
+from cellstate.codec.records import encode_job_record, encode_machine
 from cellstate.keys import CellKeys
 from cellstate.model import Job, JobKind, JobRecord, Machine, MachineState
-from cellstate.replica import Replica
+from cellstate.replica.watched import Replica
 from cellstate.resources import Resources
-from cellstate.stats_codec import encode_stats
+from cellstate.codec.stats import encode_stats
 from omega.stats import ConflictNote, HotMachine, SchedulerStats
 from tools.cli import main
 from tools.monitor.live import run_monitor
@@ -260,7 +260,7 @@ def test_to_dict_matches_the_frame():
 
 def build_frame_from_stats(stats):
     """A frame from a replica of an in-memory cell holding only ``stats``."""
-    from cellstate.memory_store import MemoryStore
+    from cellstate.memory.store import MemoryStore
 
     store, keys = MemoryStore(), CellKeys("mem")
     for s in stats:

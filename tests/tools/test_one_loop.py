@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from cellstate.codec import decode_alloc, encode_machine
+from cellstate.codec.records import decode_alloc, encode_machine
 from cellstate.model import Job, JobKind, Machine
 from cellstate.resources import Resources
 from cellstate.store import Put

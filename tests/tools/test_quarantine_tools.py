@@ -11,15 +11,15 @@ import time
 
 from rich.console import Console
 
-from cellstate.codec import encode_alloc, encode_job_record, encode_machine
+from cellstate.codec.records import encode_alloc, encode_job_record, encode_machine
 from cellstate.committer import StoreCommitter
 from cellstate.keys import CellKeys
-from cellstate.memory_store import MemoryStore
+from cellstate.memory.store import MemoryStore
 from cellstate.model import Alloc, Job, JobKind, JobRecord, Machine
-from cellstate.placement_view import ReplicaView
-from cellstate.replica import Replica
+from cellstate.replica.view import ReplicaView
+from cellstate.replica.watched import Replica
 from cellstate.resources import Resources
-from cellstate.stats_codec import decode_stats, encode_stats
+from cellstate.codec.stats import decode_stats, encode_stats
 from omega.runtime import SchedulerProcess
 from omega.stats import SchedulerStats
 from schedulers.chains import make_scheduler

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from cellstate.codec import decode_job_record, encode_job_record, encode_machine
+from cellstate.codec.records import decode_job_record, encode_job_record, encode_machine
 from cellstate.model import Job, JobKind, Machine, MachineState, TaskState
 from cellstate.resources import Resources
 from cellstate.submit import kill_job, submit_jobs
@@ -186,7 +186,7 @@ def test_relist_after_compaction_diffs_against_held_state(etcd_store, cell_keys,
 
 
 def test_replaying_a_recording_submits_the_same_jobs(etcd_store, cell_keys, tmp_path):
-    from cellstate.codec import decode_job_record
+    from cellstate.codec.records import decode_job_record
     from tools.fauxmaster.replay import replay
 
     store, keys, out = etcd_store, cell_keys, tmp_path / "rec.omt"
@@ -211,7 +211,7 @@ def test_replaying_a_recording_submits_the_same_jobs(etcd_store, cell_keys, tmp_
 
 
 def test_placements_at_the_listing_are_recorded_and_replayed_in_place(etcd_store, cell_keys, tmp_path):
-    from cellstate.codec import decode_alloc, encode_alloc
+    from cellstate.codec.records import decode_alloc, encode_alloc
     from cellstate.model import Alloc
     from tools.fauxmaster.replay import replay
     from tools.trace.events import TaskPlaced

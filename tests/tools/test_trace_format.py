@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "cellstate"))
 from strategies import ids, jobs, machines, times  # noqa: E402
 
-from cellstate.codec import CodecError, job_from_map, job_to_map, machine_to_map  # noqa: E402
+from cellstate.codec.records import CodecError, job_from_map, job_to_map, machine_to_map  # noqa: E402
 from cellstate.model import Job, JobKind, Machine  # noqa: E402
 from cellstate.resources import Resources  # noqa: E402
 from tools.trace.events import (  # noqa: E402

@@ -6,7 +6,7 @@ import statistics
 
 import pytest
 
-from cellstate.codec import validate_job
+from cellstate.codec.records import validate_job
 from cellstate.model import JobKind
 from tools.workload import WorkloadMix, generate
 

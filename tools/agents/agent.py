@@ -30,7 +30,7 @@ from typing import Callable
 from cellstate.keys import CellKeys
 from cellstate.lifecycle_txn import LedgerError, finish_batch_limit, finish_task_ops, start_task_ops
 from cellstate.model import Alloc, MachineState
-from cellstate.replica import Replica
+from cellstate.replica.watched import Replica
 from cellstate.store import Store, StoreError
 from omega.protocols import MachineEntry
 from tools.agents.failures import FailureInjector, MachineOps

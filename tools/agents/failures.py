@@ -18,7 +18,7 @@ from typing import Iterable
 from cellstate.keys import CellKeys
 from cellstate.lifecycle_txn import drain_machine_ops, fail_machine_ops, repair_machine_ops
 from cellstate.model import MachineState
-from cellstate.replica import Replica
+from cellstate.replica.watched import Replica
 from cellstate.store import Store
 from tools.agents.lifecycle import failure_delay, service_allocs
 from tools.agents.runner import TxnRunner

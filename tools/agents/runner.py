@@ -18,7 +18,7 @@ import time
 from typing import Callable
 
 from cellstate.lifecycle_txn import TxnOps
-from cellstate.replica import Replica
+from cellstate.replica.watched import Replica
 from cellstate.store import Delete, Put, Store, TxnResult
 from tools.agents.lifecycle import backoff
 from tools.agents.metrics import AgentMetrics

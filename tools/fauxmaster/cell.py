@@ -15,16 +15,16 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable, Mapping
 
-from cellstate.codec import decode_alloc, decode_job_record, decode_machine
-from cellstate.codec_trusted import pack_machine
+from cellstate.codec.records import decode_alloc, decode_job_record, decode_machine
+from cellstate.codec.trusted import pack_machine
 from cellstate.committer import StoreCommitter
 from cellstate.fastbuild import builder
 from cellstate.keys import CellKeys
 from cellstate.lifecycle_txn import fail_machine_ops, finish_batch_limit, finish_task_ops
-from cellstate.memory_store import MemoryStore
+from cellstate.memory.store import MemoryStore
 from cellstate.model import Alloc, Job, JobKind, Machine, MachineState
 from cellstate.resources import ZERO
-from cellstate.shared_decodes import SharedDecodes
+from cellstate.replica.shared_decodes import SharedDecodes
 from cellstate.store import Compare, CompareOp, CompareTarget, Put, Store
 from cellstate.submit import JobNotFound, kill_job, submit_jobs
 from omega.protocols import CommitOutcome, JobEntry, MachineEntry, Plan

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from cellstate.codec import decode_job_record
+from cellstate.codec.records import decode_job_record
 from omega.queue import check_order
 from tools.fauxmaster.architectures import MultiPath, OfferBroker
 from tools.fauxmaster.metrics import SchedulerMetrics, WaitStats

@@ -24,8 +24,8 @@ from collections import Counter
 from itertools import groupby
 from operator import attrgetter, itemgetter
 
-from cellstate.codec import decode_job_record, decode_machine, encode_job_record
-from cellstate.codec_trusted import pack_alloc, pack_machine
+from cellstate.codec.records import decode_job_record, decode_machine, encode_job_record
+from cellstate.codec.trusted import pack_alloc, pack_machine
 from cellstate.fastbuild import builder
 from cellstate.model import Alloc, JobKind, JobRecord, Machine, MachineState
 from cellstate.resources import Resources

@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping
 
 from cellstate.check import check_cell
 from cellstate.keys import CellKeys
-from cellstate.memory_store import MemoryStore
+from cellstate.memory.store import MemoryStore
 from tools.fauxmaster.cell import SimCell
 from tools.fauxmaster.clock import EventCore, VirtualClock
 from tools.fauxmaster.fidelity import Fidelity, compute_fidelity
@@ -221,7 +221,7 @@ def _open_store(config: ReplayConfig, core: EventCore):
     if config.store == "memory":
         return MemoryStore(clock=lambda: core.now, max_txn_ops=config.max_txn_ops,
                            history=config.store_history), True
-    from cellstate.etcd_store import EtcdStore
+    from cellstate.etcd.store import EtcdStore
 
     return EtcdStore(list(config.endpoints), max_txn_ops=config.max_txn_ops), True
 

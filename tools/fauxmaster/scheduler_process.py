@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cellstate.fastbuild import builder
-from cellstate.memory_store import MemoryStore
+from cellstate.memory.store import MemoryStore
 from cellstate.model import JobKind
-from cellstate.placement_view import ReplicaView
+from cellstate.replica.view import ReplicaView
 from cellstate.store import Store
 from omega.attempts import Attempt, PlacementResult
 from omega.cycle import SchedulingCycle

@@ -12,8 +12,8 @@ from rich.console import Console
 from rich.live import Live
 
 from cellstate.keys import CellKeys
-from cellstate.replica import Replica
-from cellstate.replica_thread import ReplicaThread
+from cellstate.replica.watched import Replica
+from cellstate.replica.thread import ReplicaThread
 from cellstate.store import Store
 from tools.monitor.model import ConflictHistory, MonitorFrame, build_frame, to_dict
 from tools.monitor.render import render_frame

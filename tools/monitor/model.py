@@ -12,11 +12,11 @@ import math
 from collections import Counter, defaultdict, deque
 from dataclasses import asdict, dataclass
 
-from cellstate.codec_fields import CodecError
+from cellstate.codec.fields import CodecError
 from cellstate.model import JobKind, MachineState
-from cellstate.replica import Replica
+from cellstate.replica.watched import Replica
 from cellstate.resources import CORE_NAMES
-from cellstate.stats_codec import decode_stats
+from cellstate.codec.stats import decode_stats
 from omega.stats import SchedulerStats
 
 HOT_ROWS = 10

@@ -3,7 +3,7 @@
 Record 0 is the header, records 1..N the events (non-decreasing ``t``), record N+1 the end
 record ``{"type": "end", "events": N}``; a file without it was not closed cleanly and reads
 as truncated. Machines and job specs are stored in the cell codec's map forms
-(``cellstate.codec.machine_to_map`` / ``job_to_map``; ``tools.trace.records``). Files whose name ends ``.gz`` are
+(``cellstate.codec.records.machine_to_map`` / ``job_to_map``; ``tools.trace.records``). Files whose name ends ``.gz`` are
 written gzip-compressed; the reader recognizes gzip by its magic bytes.
 
 Any problem while reading raises ``TraceError`` naming the file and the record index.
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import msgpack
 
-from cellstate import codec_fields as fc
-from cellstate.codec_fields import CodecError
+from cellstate.codec import fields as fc
+from cellstate.codec.fields import CodecError
 from tools.trace.events import TraceEvent
 from tools.trace.records import FORMAT_VERSION, _decoders, event_from_record, event_record
 from tools.trace.truth import GroundTruth, truth_from_record, truth_record

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import math
 
-from cellstate import codec_fields as fc
-from cellstate.codec import job_from_map, job_to_map, machine_from_map, machine_to_map
-from cellstate.codec_fields import CodecError
+from cellstate.codec import fields as fc
+from cellstate.codec.records import job_from_map, job_to_map, machine_from_map, machine_to_map
+from cellstate.codec.fields import CodecError
 from cellstate.fastbuild import builder
 from tools.trace.events import (
     EVENT_TYPES,

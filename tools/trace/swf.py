@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from cellstate.codec import MAX_TASKS
+from cellstate.codec.records import MAX_TASKS
 from cellstate.model import Job, JobKind, Machine
 from cellstate.resources import Resources
 from tools.trace.events import JobSubmit, MachineAdd

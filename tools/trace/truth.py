@@ -22,8 +22,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from cellstate import codec_fields as fc
-from cellstate.codec_fields import CodecError
+from cellstate.codec import fields as fc
+from cellstate.codec.fields import CodecError
 
 UNITS = ("task", "job")
 _FIELDS = frozenset(("type", "unit", "horizon", "submitted", "delays", "occupancy", "notes"))

@@ -27,11 +27,11 @@ import threading
 import time
 from typing import Callable, Sequence
 
-from cellstate.codec_memo import wake_codec_memos
+from cellstate.codec.memo import wake_codec_memos
 from cellstate.fastbuild import builder
-from cellstate.memory_history import LiveKeys, compact_log, compact_versions, version_at
-from cellstate.memory_lease import LEASE_NOT_FOUND, Lease, MemoryLeases
-from cellstate.memory_watch import MemoryWatchStream, fan_out, scan_log, take_pending
+from cellstate.memory.history import LiveKeys, compact_log, compact_versions, version_at
+from cellstate.memory.lease import LEASE_NOT_FOUND, Lease, MemoryLeases
+from cellstate.memory.watch import MemoryWatchStream, fan_out, scan_log, take_pending
 from cellstate.store import (
     Compacted, Compare, CompareOp, CompareTarget, Delete, Event, EventKind, Get, KeyValue, Op,
     Put, RangeResult, StoreError, TxnResult, Unavailable, WatchBatch,

@@ -20,26 +20,26 @@ with characters outside ``TaskState`` or whose length is not the job's task coun
 ``tasks`` outside 1..MAX_TASKS, a constraint with the wrong number of values for its
 operator. ``allocated > capacity`` is allowed (the checker reports it). Encoding
 validates the same way (and checks the value decodes back equal), so whatever is
-written decodes; ``cellstate.codec_trusted`` gives the same bytes and errors for the
+written decodes; ``cellstate.codec.trusted`` gives the same bytes and errors for the
 committer's ledgers and allocs, checking fields instead of decoding back. Resource maps
-live in ``cellstate.codec_resources``, job specs and records in ``cellstate.codec_job``
-(re-exported here), the envelope and the generic encoder in ``cellstate.codec_envelope``.
+live in ``cellstate.codec.resources``, job specs and records in ``cellstate.codec.job``
+(re-exported here), the envelope and the generic encoder in ``cellstate.codec.envelope``.
 """
 
 from __future__ import annotations
 
 import math
 
-from cellstate import codec_fields as fc
-from cellstate.codec_envelope import SCHEMA_VERSION, encode, encode_map, envelope, unpack
-from cellstate.codec_fields import CodecError  # noqa: F401 (API)
-from cellstate.codec_job import (  # noqa: F401 (API: the job half of the codec)
+from cellstate.codec import fields as fc
+from cellstate.codec.envelope import SCHEMA_VERSION, encode, encode_map, envelope, unpack
+from cellstate.codec.fields import CodecError  # noqa: F401 (API)
+from cellstate.codec.job import (  # noqa: F401 (API: the job half of the codec)
     RECORD_MEMO, decode_job, decode_job_record, encode_job, encode_job_record, job_from_map, job_to_map,
     validate_job,
 )
-from cellstate.codec_job_fast import MAX_TASKS  # noqa: F401 (API)
-from cellstate.codec_memo import codec_memo
-from cellstate.codec_resources import core_resources, encode_resources, resources_from_map  # noqa: F401 (API)
+from cellstate.codec.job_fast import MAX_TASKS  # noqa: F401 (API)
+from cellstate.codec.memo import codec_memo
+from cellstate.codec.resources import core_resources, encode_resources, resources_from_map  # noqa: F401 (API)
 from cellstate.fastbuild import builder
 from cellstate.model import Alloc, Machine, MachineState
 from cellstate.resources import ZERO, Resources
@@ -51,7 +51,7 @@ _MACHINE_FIELDS = frozenset(
 _ALLOC_FIELDS = frozenset("v t job task machine resources priority scheduler placed_at running".split())
 # Decoded values are built without their dataclass __init__ (see cellstate.fastbuild).
 _MACHINE, _ALLOC = builder(Machine), builder(Alloc)
-# What recent bytes decode to, per type (cellstate.codec_memo): filled by decodes and trusted encodes
+# What recent bytes decode to, per type (cellstate.codec.memo): filled by decodes and trusted encodes
 # once a MemoryStore woke them (dormant before: bytes from etcd are new objects and never hit).
 MACHINE_MEMO, ALLOC_MEMO = codec_memo(), codec_memo()
 

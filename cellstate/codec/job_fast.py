@@ -1,4 +1,4 @@
-"""Straight-line fast paths of the job-record codec (``cellstate.codec_job``), for the common shape.
+"""Straight-line fast paths of the job-record codec (``cellstate.codec.job``), for the common shape.
 
 Every write of a job record (a commit, a task end, a submission) encodes one, and every
 replica decodes it: the generic path validates field by field through ``codec_fields``,
@@ -19,7 +19,7 @@ gives the value or raises its precise ``CodecError``. So:
   decode-back to be as safe as the generic encoder. The bytes are the same either way
   (``_record_map`` builds the map in both).
 
-Nothing here imports ``cellstate.codec_job`` (it imports this module).
+Nothing here imports ``cellstate.codec.job`` (it imports this module).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import math
 from zlib import compress as _compress, decompressobj as _decompressobj, error as _ZlibError
 from math import copysign
 
-from cellstate.codec_resources import core_resources
+from cellstate.codec.resources import core_resources
 from cellstate.fastbuild import builder
 from cellstate.model import Constraint, ConstraintOp, Job, JobKind, JobRecord, TaskState
 from cellstate.resources import Resources

@@ -7,7 +7,7 @@ when absent (a scheduler from before it). ``hot_machines`` is a list of
 ``{"machine", "conflicts", "winners": {name: count}}``, ``recent_conflicts`` a list of
 ``{"at", "job", "machines": [...], "winners": [...]}`` (``winners[i]`` won ``machines[i]``).
 
-Decoding is strict, like ``cellstate.codec``: it raises ``CodecError(key, field, …)`` for
+Decoding is strict, like ``cellstate.codec.records``: it raises ``CodecError(key, field, …)`` for
 non-msgpack bytes, a wrong tag or schema version, a missing or unknown field, a wrong type
 (``True`` is not an int; an int is accepted where a float is expected), a negative count,
 a negative or non-finite time, rate or percentile, busyness outside 0..1, percentiles out of
@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import sys
 
-from cellstate import codec_fields as fc
-from cellstate.codec_envelope import SCHEMA_VERSION, encode, unpack
-from cellstate.codec_fields import CodecError
+from cellstate.codec import fields as fc
+from cellstate.codec.envelope import SCHEMA_VERSION, encode, unpack
+from cellstate.codec.fields import CodecError
 from omega.stats import (
     HOT_MACHINES_MAX, RECENT_CONFLICTS_MAX, ConflictNote, HotMachine, SchedulerStats,
 )

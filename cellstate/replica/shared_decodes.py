@@ -6,7 +6,7 @@ object: it is immutable (frozen dataclasses), and each replica still builds its 
 with the mod_revision.
 
 The codec's own decoders (``decode_machine``, ``decode_job_record``, ``decode_alloc``)
-already share their values process-wide through the codec's memo (``cellstate.codec_memo``,
+already share their values process-wide through the codec's memo (``cellstate.codec.memo``,
 woken here and by every ``MemoryStore``), so ``decoder`` returns them unchanged: a second
 cache in front would only add a lookup and a Python frame to every apply. Any other decode
 function is wrapped in a cache keyed by the identity of the bytes object (it holds the
@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from typing import Callable, TypeVar
 
-from cellstate.codec import decode_alloc, decode_job_record, decode_machine
-from cellstate.codec_memo import wake_codec_memos
+from cellstate.codec.records import decode_alloc, decode_job_record, decode_machine
+from cellstate.codec.memo import wake_codec_memos
 
 T = TypeVar("T")
 Decode = Callable[[str, bytes], T]

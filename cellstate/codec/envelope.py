@@ -1,4 +1,4 @@
-"""The envelope every stored value shares (``cellstate.codec``): a msgpack map with
+"""The envelope every stored value shares (``cellstate.codec.records``): a msgpack map with
 ``"v": SCHEMA_VERSION`` and a type tag ``"t"``, and the generic encoder that checks a
 value decodes back equal before packing it."""
 
@@ -9,8 +9,8 @@ from dataclasses import fields
 
 import msgpack
 
-from cellstate import codec_fields as fc
-from cellstate.codec_fields import CodecError
+from cellstate.codec import fields as fc
+from cellstate.codec.fields import CodecError
 
 SCHEMA_VERSION = 1
 _PACKERS = threading.local()  # one reused msgpack.Packer per thread (``pack_plain``)

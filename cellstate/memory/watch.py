@@ -14,7 +14,7 @@ from cellstate.fastbuild import builder
 from cellstate.store import Event, WatchBatch
 
 if TYPE_CHECKING:
-    from cellstate.memory_store import MemoryStore
+    from cellstate.memory.store import MemoryStore
 
 _WATCH_BATCH = builder(WatchBatch)  # one per commit and stream: without its dataclass __init__
 

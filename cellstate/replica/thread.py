@@ -13,7 +13,7 @@ import threading
 from contextlib import contextmanager
 from typing import Iterator
 
-from cellstate.replica import Replica
+from cellstate.replica.watched import Replica
 from cellstate.store import StoreError
 
 log = logging.getLogger(__name__)

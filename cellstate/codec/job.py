@@ -1,27 +1,27 @@
-"""Job specs and job records of the cell's codec (``cellstate.codec`` states the format).
+"""Job specs and job records of the cell's codec (``cellstate.codec.records`` states the format).
 
 A record's spec is nested under ``"spec"``; a bare spec (as in trace files) carries the
 type tag ``"spec"``. Records and specs of the common shape take the straight-line paths of
-``cellstate.codec_job_fast``; anything else the generic, field-by-field path, which gives
+``cellstate.codec.job_fast``; anything else the generic, field-by-field path, which gives
 the value or raises the precise ``CodecError``.
 """
 
 from __future__ import annotations
 
-from cellstate import codec_fields as fc
-from cellstate.codec_envelope import SCHEMA_VERSION, encode, encode_map, envelope, pack_plain, unpack
-from cellstate.codec_fields import CodecError
-from cellstate.codec_job_fast import (
+from cellstate.codec import fields as fc
+from cellstate.codec.envelope import SCHEMA_VERSION, encode, encode_map, envelope, pack_plain, unpack
+from cellstate.codec.fields import CodecError
+from cellstate.codec.job_fast import (
     CONSTRAINT_FIELDS, MAX_TASKS, NOT_A_TASK_STATE, RECORD_FIELDS, SPEC_FIELDS, TASK_CHARS, compress_states,
     expand_states, fast_bare_spec, fast_record, record_fields_ok, shaped_spec_map,
 )
-from cellstate.codec_memo import codec_memo
-from cellstate.codec_resources import encode_resources, resources_from_map
+from cellstate.codec.memo import codec_memo
+from cellstate.codec.resources import encode_resources, resources_from_map
 from cellstate.model import Constraint, ConstraintOp, Job, JobKind, JobRecord
 
 _JOB_KINDS = {k.value: k for k in JobKind}
 _OPS = {o.value: o for o in ConstraintOp}
-# What recent bytes of records decode to (cellstate.codec_memo), filled by decodes and encodes.
+# What recent bytes of records decode to (cellstate.codec.memo), filled by decodes and encodes.
 RECORD_MEMO = codec_memo()
 
 # ------------------------------------------------------------------------- specs

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from typing import Callable
 
-from cellstate.codec_fields import CodecError
+from cellstate.codec.fields import CodecError
 from cellstate.keys import CellKeys
 from cellstate.model import Machine, MachineState
-from cellstate.replica import Replica
-from cellstate.replica_state import ReplicaState
-from cellstate.stats_codec import decode_stats
+from cellstate.replica.watched import Replica
+from cellstate.replica.state import ReplicaState
+from cellstate.codec.stats import decode_stats
 from cellstate.store import Store
 from omega.protocols import CommitOutcome, JobEntry, MachineEntry
 

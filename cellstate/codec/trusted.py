@@ -1,5 +1,5 @@
 """Encoders for values built by the cell's own code (the committer, agents): the same bytes
-as ``cellstate.codec``'s ``encode_machine``/``encode_alloc``, without their decode-back
+as ``cellstate.codec.records``'s ``encode_machine``/``encode_alloc``, without their decode-back
 self-check when cheap field checks prove the value valid.
 
 ``codec.encode_*`` builds the map, decodes it back and compares the result with the value
@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import math
 
-from cellstate.codec import (
+from cellstate.codec.records import (
     _ATTRIBUTES, ALLOC_MEMO, MACHINE_MEMO, SCHEMA_VERSION, _alloc_map, _alloc_tail_map, _machine_fixed_map,
     encode_alloc, encode_machine,
 )
-from cellstate.codec_envelope import pack_plain
+from cellstate.codec.envelope import pack_plain
 from cellstate.model import Alloc, Machine, MachineState
 from cellstate.resources import Resources
 

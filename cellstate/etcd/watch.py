@@ -16,7 +16,7 @@ from typing import Callable, Iterator
 import grpc
 import etcd3.etcdrpc as rpc
 
-from cellstate import etcd_wire
+from cellstate.etcd import wire as etcd_wire
 from cellstate.store import Compacted, StoreError, Unavailable, WatchBatch
 
 _ids = itertools.count(1)

@@ -1,7 +1,7 @@
 """The decoded content of one cell and its indexes, as kept by a ``Replica``.
 
 ``ReplicaState`` applies single key changes (a put of raw bytes, or a delete) and keeps:
-machines, jobs and allocations decoded (by ``cellstate.codec``; the watch's puts ask the
+machines, jobs and allocations decoded (by ``cellstate.codec.records``; the watch's puts ask the
 codec's memo of recent values first, without the decoder's call), ``stats/`` and
 ``conflicts/`` values raw, the mod_revision of every key it holds, and three indexes
 (pending jobs by kind, allocations by machine and by job). A value that fails to decode, or
@@ -11,7 +11,7 @@ key stays quarantined for the same reason), recorded in ``quarantine`` and treat
 (a quarantined machine takes no claims, a quarantined job is not scheduled); a later good value
 (or a delete) clears it.
 
-Not thread-safe: one thread applies and reads (see ``cellstate.replica``).
+Not thread-safe: one thread applies and reads (see ``cellstate.replica.watched``).
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from __future__ import annotations
 import logging
 from typing import Callable, Iterable
 
-from cellstate.codec import (
+from cellstate.codec.records import (
     ALLOC_MEMO, MACHINE_MEMO, RECORD_MEMO, CodecError, decode_alloc, decode_job_record, decode_machine,
 )
 from cellstate.fastbuild import builder
 from cellstate.keys import CellKeys
 from cellstate.model import Alloc, JobKind
-from cellstate.shared_decodes import SharedDecodes
+from cellstate.replica.shared_decodes import SharedDecodes
 from omega.protocols import AllocEntry, JobEntry, MachineEntry
 
 log = logging.getLogger(__name__)

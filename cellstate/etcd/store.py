@@ -17,8 +17,8 @@ import grpc
 import etcd3
 import etcd3.etcdrpc as rpc
 
-from cellstate import etcd_wire
-from cellstate.etcd_watch import EtcdWatchStream, watch_request
+from cellstate.etcd import wire as etcd_wire
+from cellstate.etcd.watch import EtcdWatchStream, watch_request
 from cellstate.store import (
     Compacted, Compare, KeyValue, Op, RangeResult, StoreError, TxnResult, TxnTooLarge, Unavailable,
 )

@@ -7,7 +7,7 @@ instances (``core_resources``): a cell's requests, capacities and ledgers repeat
 
 from __future__ import annotations
 
-from cellstate import codec_fields as fc
+from cellstate.codec import fields as fc
 from cellstate.fastbuild import builder
 from cellstate.resources import CORE_NAMES, Resources
 

@@ -14,7 +14,7 @@ when it is newer, so the watch's copy of the same change is skipped.
 Thread safety: none, by design. One thread (the scheduler that owns the replica) calls
 ``pump`` between decisions and reads in between; the live views returned by
 ``machines()`` etc. change on the next apply. For readers on other threads use
-``cellstate.replica_thread.ReplicaThread``.
+``cellstate.replica.thread.ReplicaThread``.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from typing import Callable, Iterable, Iterator
 
 from cellstate.keys import CellKeys
 from cellstate.model import Alloc
-from cellstate.replica_state import DecodeErrorHandler, ReplicaState
-from cellstate.shared_decodes import SharedDecodes
+from cellstate.replica.state import DecodeErrorHandler, ReplicaState
+from cellstate.replica.shared_decodes import SharedDecodes
 from cellstate.store import Compacted, EventKind, Store, StoreError, Unavailable, WatchBatch, WatchStream
 from omega.protocols import JobEntry, MachineEntry
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cellstate import codec_fields as fc
-from cellstate.codec_envelope import SCHEMA_VERSION, encode, unpack
+from cellstate.codec import fields as fc
+from cellstate.codec.envelope import SCHEMA_VERSION, encode, unpack
 
 _FIELDS = ("job", "scheduler", "reserved", "started_at")
 _ALLOWED = frozenset(("v", "t") + _FIELDS)

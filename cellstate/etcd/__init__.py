@@ -1,0 +1,1 @@
+"""The etcd Store (cslab-etcd3) and the embedded etcd server."""

@@ -1,0 +1,1 @@
+"""Watch-fed replicas of a cell and the placement view schedulers read."""
