@@ -27,7 +27,6 @@ from schedulers.chain_spec import ChainConfig, batch_pipeline, borg_pipeline, pa
 from schedulers.pipeline import Pipeline
 from schedulers.plugin import PluginConfigError
 from schedulers.service import ServiceScheduler
-from schedulers.solver import SolverScheduler
 
 __all__ = ["KINDS", "KindFactory", "batch_pipeline", "borg_pipeline", "make_scheduler", "register_kind",
            "service_pipeline"]
@@ -84,7 +83,17 @@ def _make_borg(name: str, seed: int, config: Mapping[str, Any]) -> Scheduler:
 
 
 def _make_solver(name: str, seed: int, config: Mapping[str, Any]) -> Scheduler:
-    """CP-SAT over a batch of tasks; config keys: ``schedulers/solver_config.py``."""
+    """CP-SAT over a batch of tasks; config keys: ``schedulers/solver_config.py``. Imported
+    here, not at the top: OR-tools (and the pandas it loads) is the optional ``solver`` extra,
+    loaded only when a solver scheduler is made; without it, a one-line PluginConfigError."""
+    try:
+        from schedulers.solver import SolverScheduler
+    except ModuleNotFoundError as exc:
+        missing = (exc.name or "").split(".")[0]
+        if missing not in ("ortools", "pandas"):
+            raise
+        raise PluginConfigError(f"solver: the solver scheduler needs OR-tools ({missing} is not installed): "
+                                "pip install 'omega-scheduler[solver]'") from None
     return SolverScheduler(name, seed, config)
 
 

@@ -17,22 +17,12 @@ import sys
 import time
 import tomllib
 
-import anyio
-
-from cellstate.committer import StoreCommitter
-from cellstate.placement_view import ReplicaView
-from cellstate.stats_sink import LeasedStatsSink
-from cellstate.store import StoreError, Unavailable
-from omega.drf import parse_weight_flags
-from omega.modes import CommitMode, ConflictMode
-from omega.queue import check_order
-from omega.retry import retry_policy_for
-from omega.runtime import RuntimeOptions, SchedulerProcess
-from schedulers.chains import KINDS, make_scheduler
-from schedulers.plugin import PluginConfigError
 from tools.common import add_store_args, cell_keys, open_store
 from tools.plugin_args import add_plugin_arg, load_plugin_args
-from tools.scheduler_metrics import SchedulerMetrics, count_quarantine
+
+# The scheduler, store and metrics modules are imported where they are used: building the
+# parser (every `omega` command, `omega --help`) then loads none of them (docs/BENCHMARKS.md).
+BUILT_IN_KINDS = ("batch", "borg", "service", "solver")
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +37,7 @@ def register(sub) -> None:
     scheduler_sub = scheduler.add_subparsers(dest="scheduler_command", required=True, metavar="ACTION")
     run = scheduler_sub.add_parser("run", help="serve a cell until interrupted")
     run.add_argument("--kind", required=True,
-                     help=f"scheduler kind: {' | '.join(sorted(KINDS))}, or one a --plugin module registers")
+                     help=f"scheduler kind: {' | '.join(BUILT_IN_KINDS)}, or one a --plugin module registers")
     run.add_argument("--name", help="scheduler name (default: KIND-PID)")
     run.add_argument("--conflict-mode", default="resource-fit", help="sequence | resource-fit (default)")
     run.add_argument("--commit-mode", default="incremental", help="incremental (default) | all-or-nothing")
@@ -90,6 +80,13 @@ def _config(path: str | None) -> dict:
 
 def build_parts(args):
     """(scheduler, conflict mode, commit mode, runtime options) of the flags; UsageError otherwise."""
+    from cellstate.store import StoreError
+    from omega.drf import parse_weight_flags
+    from omega.modes import CommitMode, ConflictMode
+    from omega.queue import check_order
+    from omega.runtime import RuntimeOptions
+    from schedulers.chains import KINDS, make_scheduler
+    from schedulers.plugin import PluginConfigError
     from tools.cli import UsageError
 
     load_plugin_args(args)
@@ -129,9 +126,12 @@ def tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
-def open_view(store, keys, timeout_s: float) -> ReplicaView:
+def open_view(store, keys, timeout_s: float):
     """The cell's replica, retrying an unavailable store for up to ``timeout_s`` (a scheduler
     started beside a busy or restarting etcd waits for it instead of exiting)."""
+    from cellstate.placement_view import ReplicaView
+    from cellstate.store import Unavailable
+
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -144,6 +144,15 @@ def open_view(store, keys, timeout_s: float) -> ReplicaView:
 
 
 def run_scheduler(args) -> int:
+    import anyio
+
+    from cellstate.committer import StoreCommitter
+    from cellstate.stats_sink import LeasedStatsSink
+    from cellstate.store import StoreError
+    from omega.retry import retry_policy_for
+    from omega.runtime import SchedulerProcess
+    from tools.scheduler_metrics import SchedulerMetrics, count_quarantine
+
     scheduler, conflict, commit, options = build_parts(args)
     keys = cell_keys(args)
     metrics = SchedulerMetrics(scheduler.name)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 
-from cellstate.etcd_store import EtcdStore, parse_endpoint
 from cellstate.keys import DEFAULT_ROOT, CellKeys
 
 DEFAULT_ENDPOINTS = "127.0.0.1:2379"
@@ -42,6 +41,7 @@ def add_auth_args(parser) -> None:
 
 def endpoints_of(text: str) -> list[str]:
     """The endpoints of a comma-separated list; UsageError when one is not host:port."""
+    from cellstate.etcd_store import parse_endpoint
     from tools.cli import UsageError
 
     endpoints = [e.strip() for e in text.split(",") if e.strip()]
@@ -82,8 +82,10 @@ def store_auth(args) -> dict:
     return {"user": user, "password": password, "ca_cert": ca_cert} if (user or ca_cert) else {}
 
 
-def open_store(args) -> EtcdStore:
-    """An EtcdStore on ``args.endpoints``, with TLS and authentication when the flags ask for them."""
+def open_store(args):
+    """An EtcdStore on ``args.endpoints``, with TLS and authentication when the flags ask for them
+    (imported here: building the parser loads no gRPC)."""
+    from cellstate.etcd_store import EtcdStore
     from tools.cli import UsageError
 
     if args.max_txn_ops < 1:
