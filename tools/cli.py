@@ -38,8 +38,26 @@ def _terminate(signum, frame) -> None:
     raise Terminated()
 
 
+# Exit statuses (docs/CLI.md): every command uses these.
+EXIT_OK = 0
+EXIT_FAILURE = 1      # a runtime error: the store unreachable or refusing, a check that found violations
+EXIT_USAGE = 2        # bad flags or arguments
+EXIT_DATA = 65        # an input file that does not parse or validate (sysexits EX_DATAERR)
+EXIT_INTERRUPTED = 130
+
+
 class UsageError(Exception):
-    """A user mistake: printed as ``omega: error: …`` with exit status 2."""
+    """A user mistake in flags or arguments: printed as ``omega: error: …`` with exit status 2."""
+
+
+class InputError(Exception):
+    """An input file (job file, cell spec, chain config, trace) that does not parse or
+    validate: printed as ``omega: error: …`` with exit status 65 (EX_DATAERR)."""
+
+
+class CommandError(Exception):
+    """A runtime failure the command explains in one line (an unreachable etcd, an unknown
+    cell): printed as ``omega: error: …`` with exit status 1."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -71,16 +89,20 @@ def _run_command(argv: list[str] | None) -> int:
     try:
         return int(args.func(args) or 0)
     except UsageError as exc:
-        parser.exit(2, f"omega: error: {exc}\n")
+        parser.exit(EXIT_USAGE, f"omega: error: {exc}\n")
+    except InputError as exc:
+        parser.exit(EXIT_DATA, f"omega: error: {exc}\n")
+    except CommandError as exc:
+        parser.exit(EXIT_FAILURE, f"omega: error: {exc}\n")
     except CodecError as exc:
         # A stored value this version cannot read (an unknown schema version…) that the command
         # did not skip and count itself: one line naming the key and field, not a traceback.
         logging.getLogger(__name__).debug("undecodable value", exc_info=True)
-        parser.exit(2, f"omega: error: {args.command}: cannot read {exc}\n")
+        parser.exit(EXIT_DATA, f"omega: error: {args.command}: cannot read {exc}\n")
     except Terminated:
         raise
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
 
 
 def _install_sigterm():

@@ -19,7 +19,7 @@ from cellstate.store import StoreError
 from tools.agents.agent import Agent, AgentConfig
 from tools.agents.lifecycle import MachineSelector
 from tools.agents.metrics import AgentMetrics
-from tools.common import add_store_args, cell_keys, open_store
+from tools.common import add_store_args, cell_keys, connect, store_failure
 
 
 def register(sub) -> None:
@@ -83,12 +83,13 @@ def run_agents(args) -> int:
     if args.run_for < 0 or (args.metrics_port is not None and not 0 <= args.metrics_port < 65536):
         raise UsageError("--run-for must be >= 0 and --metrics-port a port number (0: free)")
     keys = cell_keys(args)
-    with open_store(args) as store:
+    # With --init-spec/--init-machines the agents create the cell; else it must exist.
+    with connect(args, existing_cell=spec is None) as store:
         if spec is not None:
             try:
                 _register(store, keys, spec)
             except StoreError as exc:
-                print(f"omega: agents: {exc}", file=sys.stderr)
+                print(f"omega: agents: {store_failure(exc, args)}", file=sys.stderr)
                 return 1
         metrics = AgentMetrics()
         if args.metrics_port is not None:
@@ -96,7 +97,10 @@ def run_agents(args) -> int:
         agent = Agent(store, keys, config, metrics)
         try:
             return _run(agent, args)
-        except (StoreError, ValueError) as exc:
+        except StoreError as exc:
+            print(f"omega: agents: {store_failure(exc, args)}", file=sys.stderr)
+            return 1
+        except ValueError as exc:
             print(f"omega: agents: {exc}", file=sys.stderr)
             return 1
         finally:

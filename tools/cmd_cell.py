@@ -12,7 +12,7 @@ from dataclasses import replace
 from cellstate.cellspec import CellExists, CellSpec, CellSpecError, init_cell, load_cell_spec, package_names, parse_shape
 from cellstate.check import check_cell
 from cellstate.store import StoreError
-from tools.common import add_store_args, cell_keys, open_store
+from tools.common import add_output_arg, add_store_args, cell_keys, connect, output_json, store_failure
 
 
 def register(sub) -> None:
@@ -35,7 +35,7 @@ def register(sub) -> None:
 
     check = sub.add_parser("check", help="verify a cell's invariants at one revision")
     check.add_argument("--revision", type=int, default=None, help="check at this revision (default: now)")
-    check.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_output_arg(check)
     add_store_args(check)
     check.set_defaults(func=run_check)
 
@@ -82,18 +82,26 @@ def _weighted(item: str) -> tuple[str, float]:
 
 
 def run_init(args) -> int:
-    from tools.cli import UsageError
+    from tools.cli import InputError, UsageError
 
+    if args.spec:
+        try:
+            load_cell_spec(args.spec)  # an invalid file: exit 65; invalid flags below: exit 2
+        except CellSpecError as exc:
+            raise InputError(str(exc)) from None
     try:
         spec = spec_from_args(args)
     except CellSpecError as exc:
         raise UsageError(str(exc)) from None
     keys = cell_keys(args)
-    with open_store(args) as store:
+    with connect(args, existing_cell=False) as store:
         try:
             revision = init_cell(store, keys, spec, replace=args.replace)
-        except (CellExists, StoreError) as exc:
+        except CellExists as exc:
             print(f"omega: cell init: {exc}", file=sys.stderr)
+            return 1
+        except StoreError as exc:
+            print(f"omega: cell init: {store_failure(exc, args)}", file=sys.stderr)
             return 1
     print(f"cell {keys.cell!r}: {spec.machines} machines in {spec.zones} zones "
           f"({spec.racks_per_zone} racks each) at revision {revision}")
@@ -102,13 +110,16 @@ def run_init(args) -> int:
 
 def run_check(args) -> int:
     keys = cell_keys(args)
-    with open_store(args) as store:
+    with connect(args) as store:
         try:
             report = check_cell(store, keys, args.revision)
-        except (StoreError, ValueError) as exc:
+        except StoreError as exc:
+            print(f"omega: check: {store_failure(exc, args)}", file=sys.stderr)
+            return 1
+        except ValueError as exc:
             print(f"omega: check: {exc}", file=sys.stderr)
             return 1
-    if args.json:
+    if output_json(args):
         print(json.dumps(report.to_dict(), indent=1))
     else:
         print(f"cell {report.cell!r} at revision {report.revision}: {report.machines} machines, "

@@ -7,7 +7,7 @@ import sys
 from dataclasses import replace
 
 from cellstate.store import StoreError
-from tools.common import add_store_args, cell_keys, open_store
+from tools.common import add_output_arg, add_store_args, cell_keys, connect, output_json, store_failure
 
 
 def register(sub) -> None:
@@ -19,7 +19,7 @@ def register(sub) -> None:
     p.add_argument("--chains", default=None, help="a chain TOML file (see schedulers/default_chains.toml)")
     p.add_argument("--table", default=None, help="table of --chains to use (default: --kind)")
     p.add_argument("--top", type=int, default=5, help="machines to show (default 5)")
-    p.add_argument("--json", action="store_true", help="print the explanation as JSON")
+    add_output_arg(p)
     p.set_defaults(func=run)
 
 
@@ -63,7 +63,7 @@ def run(args) -> int:
         raise UsageError(f"--top must be >= 1, got {args.top}")
     scheduler = _scheduler(args)
     keys = cell_keys(args)
-    with open_store(args) as store:
+    with connect(args) as store:
         # Values that do not decode (an unknown schema version…) are quarantined and told below,
         # in one line, instead of one log warning each.
         replica = Replica(store, keys, on_decode_error=lambda key, error: None)
@@ -75,7 +75,7 @@ def run(args) -> int:
             result = explain(replica, args.job, args.task, scheduler.pipeline, args.top, scheduler)
             result = replace(result, served_by=_live_of_class(replica, result.scheduler_class))
         except StoreError as exc:
-            print(f"omega: explain: {exc}", file=sys.stderr)
+            print(f"omega: explain: {store_failure(exc, args)}", file=sys.stderr)
             return 1
         except ExplainError as exc:
             raise UsageError(str(exc)) from None
@@ -85,5 +85,5 @@ def run(args) -> int:
         why = next(iter(replica.quarantine.values()))
         print(f"omega: explain: left out {len(replica.quarantine)} value(s) that do not decode (first: {why})",
               file=sys.stderr)
-    print(json.dumps(result.to_dict(), indent=2) if args.json else render(result))
+    print(json.dumps(result.to_dict(), indent=2) if output_json(args) else render(result))
     return 0

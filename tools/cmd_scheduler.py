@@ -17,7 +17,7 @@ import sys
 import time
 import tomllib
 
-from tools.common import add_store_args, cell_keys, open_store
+from tools.common import add_store_args, cell_keys, open_store, store_failure
 from tools.plugin_args import add_plugin_arg, load_plugin_args
 
 # The scheduler, store and metrics modules are imported where they are used: building the
@@ -126,20 +126,42 @@ def tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
-def open_view(store, keys, timeout_s: float):
-    """The cell's replica, retrying an unavailable store for up to ``timeout_s`` (a scheduler
-    started beside a busy or restarting etcd waits for it instead of exiting)."""
+# While waiting for etcd at start: one warning with what to do, then a progress line this often.
+WAIT_PROGRESS_EVERY_S = 5.0
+
+
+def open_view(store, keys, timeout_s: float, describe=str):
+    """The cell's replica, once the store answers and the cell exists (CommandError naming
+    the cells that do otherwise). An unavailable store is retried for up to ``timeout_s`` (a
+    scheduler started beside a busy or restarting etcd waits for it instead of exiting): one
+    warning saying what is wrong (``describe(error)``), then a progress line every
+    WAIT_PROGRESS_EVERY_S seconds."""
     from cellstate.placement_view import ReplicaView
     from cellstate.store import Unavailable
+    from tools.common import require_cell
 
     deadline = time.monotonic() + timeout_s
+    waiting_since = next_line = None
+    cell_checked = False
     while True:
         try:
-            return ReplicaView(store, keys, give_up_after=REPLICA_GIVE_UP_S)
+            if not cell_checked:
+                require_cell(store, keys)
+                cell_checked = True
+            view = ReplicaView(store, keys, give_up_after=REPLICA_GIVE_UP_S)
+            if waiting_since is not None:
+                log.warning("etcd answered after %.1f s", time.monotonic() - waiting_since)
+            return view
         except Unavailable as exc:
-            if time.monotonic() >= deadline:
+            now = time.monotonic()
+            if now >= deadline:
                 raise
-            log.warning("cell not readable yet, retrying: %s", exc)
+            if waiting_since is None:
+                waiting_since, next_line = now, now + WAIT_PROGRESS_EVERY_S
+                log.warning("waiting up to %g s (--startup-timeout) for etcd: %s", timeout_s, describe(exc))
+            elif now >= next_line:
+                next_line += WAIT_PROGRESS_EVERY_S
+                log.warning("still waiting for etcd: %.0f s of %g s", now - waiting_since, timeout_s)
             time.sleep(0.5)
 
 
@@ -158,9 +180,9 @@ def run_scheduler(args) -> int:
     metrics = SchedulerMetrics(scheduler.name)
     with open_store(args) as store:
         try:
-            view = open_view(store, keys, args.startup_timeout)
+            view = open_view(store, keys, args.startup_timeout, lambda exc: store_failure(exc, args))
         except StoreError as exc:
-            print(f"omega: scheduler: cannot read cell {keys.cell!r}: {exc}", file=sys.stderr)
+            print(f"omega: scheduler: cannot read cell {keys.cell!r}: {store_failure(exc, args)}", file=sys.stderr)
             return 1
         tune_gc()
         process = SchedulerProcess(

@@ -1,4 +1,10 @@
-"""Flags and store construction shared by the commands that talk to a cell."""
+"""Flags and store construction shared by the commands that talk to a cell.
+
+``--endpoints`` defaults to ``$OMEGA_ENDPOINTS`` (else 127.0.0.1:2379) and ``--cell`` to
+``$OMEGA_CELL`` (else ``default``). ``connect`` opens the store, checks it answers and that the
+cell exists (a cell exists once ``omega cell init`` has written its machines), and turns a
+failure into one line saying what to do (``store_failure``).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ import os
 from cellstate.keys import DEFAULT_ROOT, CellKeys
 
 DEFAULT_ENDPOINTS = "127.0.0.1:2379"
+DEFAULT_CELL = "default"
 # Safe for any etcd (its default --max-txn-ops); raise it for an etcd started with a higher limit.
 DEFAULT_MAX_TXN_OPS = 128
 
@@ -16,7 +23,8 @@ def add_store_args(parser) -> None:
     parser.add_argument("--endpoints", default=os.environ.get("OMEGA_ENDPOINTS", DEFAULT_ENDPOINTS),
                         help="comma-separated etcd host:port list (default: $OMEGA_ENDPOINTS or "
                              f"{DEFAULT_ENDPOINTS})")
-    parser.add_argument("--cell", default="default", help="cell name (default: default)")
+    parser.add_argument("--cell", default=os.environ.get("OMEGA_CELL") or DEFAULT_CELL,
+                        help=f"cell name (default: $OMEGA_CELL or {DEFAULT_CELL})")
     parser.add_argument("--root", default=DEFAULT_ROOT, help=f"key root (default: {DEFAULT_ROOT})")
     parser.add_argument("--max-txn-ops", type=int, default=DEFAULT_MAX_TXN_OPS,
                         help=f"operations per txn the etcd accepts (default {DEFAULT_MAX_TXN_OPS})")
@@ -104,3 +112,121 @@ def cell_keys(args) -> CellKeys:
     if not args.cell or "/" in args.cell:
         raise UsageError(f'--cell must be a non-empty name without "/", got {args.cell!r}')
     return CellKeys(cell=args.cell, root=args.root)
+
+
+def store_failure(exc: BaseException, args) -> str:
+    """One line for a store error: what went wrong and what to do. Nothing listening (connection
+    refused), a TLS etcd reached without ``--ca-cert`` (the server closes the socket), a plain
+    etcd reached with it (the handshake fails) and refused credentials each get their hint;
+    other errors are told as they are."""
+    from cellstate.store import PermissionDenied, Unavailable
+
+    endpoints = getattr(args, "endpoints", "?")
+    tls = bool(getattr(args, "ca_cert", None) or getattr(args, "credentials", None))
+    text = " ".join(str(exc).split())
+    if isinstance(exc, Unavailable):
+        if "Connection refused" in text or "connection refused" in text:
+            return (f"cannot reach etcd at {endpoints} (connection refused): start one with `omega etcd up`, "
+                    "or point --endpoints / $OMEGA_ENDPOINTS at a running etcd")
+        if "Handshake" in text or "SSL" in text or "ssl" in text:
+            return (f"TLS handshake with etcd at {endpoints} failed: is it a plain (non-TLS) etcd, or is "
+                    "--ca-cert the CA that signed its certificate? (" + text + ")")
+        if "Socket closed" in text and not tls:
+            return (f"etcd at {endpoints} closed the connection: it probably serves TLS; pass --ca-cert PEM "
+                    "(or --credentials FILE --as USER, written by `omega cell up --secure`)")
+        return f"etcd at {endpoints} is unavailable: {text}"
+    if isinstance(exc, PermissionDenied):
+        if "user name is empty" in text:
+            return (f"etcd at {endpoints} requires authentication: pass --credentials FILE --as USER "
+                    "(or --user/--password-file)")
+        return f"{text} (check --credentials/--as or --user/--password)"
+    return text
+
+
+def connect(args, *, existing_cell: bool = True):
+    """``open_store`` checked: the store answers (else CommandError with ``store_failure``'s
+    hint) and, with ``existing_cell``, ``args.cell`` exists (else CommandError naming the cells
+    that do). The caller closes the store (it is a context manager)."""
+    from cellstate.store import StoreError
+    from tools.cli import CommandError
+
+    keys = cell_keys(args)
+    try:
+        store = open_store(args)
+    except StoreError as exc:  # authentication refused while connecting
+        raise CommandError(store_failure(exc, args)) from None
+    try:
+        store.revision()
+        if existing_cell:
+            require_cell(store, keys)
+    except StoreError as exc:
+        store.close()
+        raise CommandError(store_failure(exc, args)) from None
+    except BaseException:
+        store.close()
+        raise
+    return store
+
+
+def cell_exists(store, keys: CellKeys) -> bool:
+    """Whether ``omega cell init`` has written machines for the cell (one keys-only read)."""
+    return store.first_key(keys.kind_prefix("machines")) is not None
+
+
+def list_cells(store, root: str) -> list[str]:
+    """The names of the cells under ``root`` that have machines (one read per cell seen)."""
+    from cellstate.etcd_wire import prefix_end_bytes
+
+    base = f"{root}/cells/"
+    cells: list[str] = []
+    start = base
+    while True:
+        key = store.first_key(base, start=start)
+        if key is None:
+            return cells
+        name = key[len(base):].partition("/")[0]
+        if store.first_key(f"{base}{name}/machines/") is not None:
+            cells.append(name)
+        start = prefix_end_bytes(f"{base}{name}/".encode()).decode()
+
+
+def require_cell(store, keys: CellKeys) -> None:
+    """CommandError unless the cell exists, naming the cells that do (those this user may see)."""
+    from cellstate.store import PermissionDenied
+    from tools.cli import CommandError
+
+    try:
+        if cell_exists(store, keys):
+            return
+    except PermissionDenied:
+        raise CommandError(f"etcd denied reading cell {keys.cell!r}: this user's role does not cover it "
+                           "(with --credentials, --as names a user of the cell: CELL-scheduler, CELL-monitor…)"
+                           ) from None
+    try:
+        cells = list_cells(store, keys.root)
+        known = ", ".join(cells) if cells else "none yet"
+    except PermissionDenied:
+        known = "not visible to this user"
+    raise CommandError(f"no cell {keys.cell!r} under {keys.root} (cells: {known}); create it with "
+                       f"`omega cell init --cell {keys.cell}`, or pick one with --cell / $OMEGA_CELL")
+
+
+OUTPUTS = ("table", "json")
+
+
+def add_output_arg(parser, json_alias: bool = True) -> None:
+    """``-o/--output table|json``: how the command prints its result on stdout, the same in
+    every command (table: for people, the default; json: one JSON document). ``json_alias``
+    keeps the older ``--json`` (same as ``-o json``) working, deprecated and hidden."""
+    import argparse
+
+    parser.add_argument("-o", "--output", choices=OUTPUTS, default="table",
+                        help="print the result as a table/text (default) or as JSON on stdout")
+    if json_alias:
+        parser.add_argument("--json", dest="output", action="store_const", const="json",
+                            help=argparse.SUPPRESS)
+
+
+def output_json(args) -> bool:
+    """Whether ``-o json`` (or its deprecated alias) was asked for."""
+    return getattr(args, "output", "table") == "json"
