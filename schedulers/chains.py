@@ -92,9 +92,13 @@ def _make_solver(name: str, seed: int, config: Mapping[str, Any]) -> Scheduler:
         missing = (exc.name or "").split(".")[0]
         if missing not in ("ortools", "pandas"):
             raise
-        raise PluginConfigError(f"solver: the solver scheduler needs OR-tools ({missing} is not installed): "
+        raise SolverUnavailable(f"solver: the solver scheduler needs OR-tools ({missing} is not installed): "
                                 "pip install 'omega-scheduler[solver]'") from None
     return SolverScheduler(name, seed, config)
+
+
+class SolverUnavailable(PluginConfigError):
+    """The solver kind was asked for without its optional dependencies (the ``solver`` extra)."""
 
 
 KindFactory = Callable[[str, int, Mapping[str, Any]], Scheduler]

@@ -57,7 +57,8 @@ class InputError(Exception):
 
 class CommandError(Exception):
     """A runtime failure the command explains in one line (an unreachable etcd, an unknown
-    cell): printed as ``omega: error: …`` with exit status 1."""
+    cell), its message starting with the command's name: printed as ``omega: COMMAND: …``
+    with exit status 1."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -93,7 +94,7 @@ def _run_command(argv: list[str] | None) -> int:
     except InputError as exc:
         parser.exit(EXIT_DATA, f"omega: error: {exc}\n")
     except CommandError as exc:
-        parser.exit(EXIT_FAILURE, f"omega: error: {exc}\n")
+        parser.exit(EXIT_FAILURE, f"omega: {exc}\n")
     except CodecError as exc:
         # A stored value this version cannot read (an unknown schema version…) that the command
         # did not skip and count itself: one line naming the key and field, not a traceback.

@@ -35,7 +35,8 @@ def register(sub) -> None:
 
 def run_experiment_command(args) -> int:
     from omega.drf import parse_weight_flags
-    from tools.cli import UsageError
+    from tools.cli import InputError, UsageError
+    from tools.common import require_optional
     from tools.fauxmaster.experiment_runs import Overrides
     from tools.fauxmaster.experiments import run_experiment
     from tools.trace.format import TraceError
@@ -45,12 +46,18 @@ def run_experiment_command(args) -> int:
         overrides = Overrides(args.batch_kind, args.order, parse_weight_flags(args.drf_weight))
     except ValueError as exc:
         raise UsageError(f"--batch-kind/--order/--drf-weight: {exc}") from None
+    if args.batch_kind == "solver":
+        require_optional("ortools", "--batch-kind solver")
     chosen = list(NAMES) if args.name == "all" else [args.name]
     reports = []
     for name in chosen:
         try:
             report = run_experiment(name, trace=args.trace, quick=args.quick, overrides=overrides)
-        except (OSError, TraceError, ValueError) as exc:
+        except OSError as exc:
+            raise UsageError(f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else str(exc)) from None
+        except TraceError as exc:
+            raise InputError(str(exc)) from None
+        except ValueError as exc:
             raise UsageError(str(exc)) from None
         print_report(report)
         reports.append(report)

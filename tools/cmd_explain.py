@@ -28,7 +28,7 @@ def _scheduler(args):
     from schedulers.chain_config import load_chain_config
     from schedulers.chains import make_scheduler
     from schedulers.plugin import PluginConfigError
-    from tools.cli import UsageError
+    from tools.cli import InputError, UsageError
 
     try:
         if args.chains is None:
@@ -41,8 +41,10 @@ def _scheduler(args):
             raise UsageError(f"--table: {args.chains} has no table [{table}]; tables: {sorted(configs)}")
         config = configs[table]
         return make_scheduler(config.kind, "explain", 0, config.as_config())
-    except (PluginConfigError, OSError) as exc:
-        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"--chains {args.chains}: {exc.strerror or exc}") from None
+    except PluginConfigError as exc:
+        raise (InputError if args.chains else UsageError)(str(exc)) from None
 
 
 def _live_of_class(replica, scheduler_class: str) -> tuple[str, ...]:

@@ -18,7 +18,9 @@ import os
 import sys
 import time
 
-from tools.common import add_output_arg, add_store_args, cell_keys, connect, output_json, store_failure
+from tools.common import (
+    add_output_arg, add_store_args, cell_keys, command_name, connect, output_json, store_failure,
+)
 
 # The job-spec, submit and workload modules are imported where they are used (a light parser).
 DEFAULT_RETRY_FOR_S = 60.0  # cellstate.submit.DEFAULT_RETRY_FOR_S (a test checks they agree)
@@ -89,9 +91,10 @@ def _retry_for(args) -> float:
 
 
 def _retry_logger(what: str, retry_for: float, args=None):
-    """``on_retry`` for submit_retrying: one line on stderr per retry."""
+    """``on_retry`` for submit_retrying: one line on stderr per retry (the store's own words; the
+    line after the last retry says what to do)."""
     def on_retry(attempt: int, error: BaseException, sleep_s: float, elapsed_s: float) -> None:
-        message = store_failure(error, args) if args is not None else " ".join(str(error).split())
+        message = " ".join(str(error).split())  # one line, whatever the store said
         print(f"omega: {what}: {message}; retry {attempt} in {sleep_s:.1f} s "
               f"({elapsed_s:.1f} s of --retry-for {retry_for:g})", file=sys.stderr, flush=True)
     return on_retry
@@ -111,20 +114,21 @@ def _open_cell(args, retry_for: float, on_retry):
         """A transient store error (its __cause__), to be retried."""
 
     started = time.monotonic()
+    what = command_name(args)
 
     def checked():
         try:
             store = open_store(args)
         except StoreError as exc:
-            raise CommandError(store_failure(exc, args)) from None
+            raise CommandError(f"{what}: {store_failure(exc, args)}") from None
         try:
             store.revision()
-            require_cell(store, cell_keys(args))
+            require_cell(store, cell_keys(args), what)
         except StoreError as exc:
             store.close()
             if transient(exc):
                 raise _Transient(exc) from exc
-            raise CommandError(store_failure(exc, args)) from None
+            raise CommandError(f"{what}: {store_failure(exc, args)}") from None
         except BaseException:
             store.close()
             raise
@@ -140,7 +144,7 @@ def _open_cell(args, retry_for: float, on_retry):
                         reraise=True)(checked)
     except _Transient as exc:
         gave_up = f" (gave up after --retry-for {retry_for:g} s)" if retry_for else ""
-        raise CommandError(store_failure(exc.__cause__, args) + gave_up) from None
+        raise CommandError(f"{what}: {store_failure(exc.__cause__, args)}{gave_up}") from None
 
 
 def run_submit(args) -> int:

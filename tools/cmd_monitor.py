@@ -26,7 +26,7 @@ def run(args) -> int:
 
     args.json = output_json(args)
     if args.follow and not args.json:
-        raise UsageError("--follow needs -o json")
+        raise UsageError("--follow needs --json (-o json)")
     if args.follow and args.once:
         raise UsageError("--follow and --once exclude each other")
     if not MIN_HZ <= args.refresh_hz <= MAX_HZ:

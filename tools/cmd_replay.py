@@ -94,8 +94,8 @@ def _item(item: str) -> dict:
 
 def run_replay(args) -> int:
     from omega.drf import parse_weight_flags
-    from tools.cli import UsageError
-    from tools.common import endpoints_of
+    from tools.cli import InputError, UsageError
+    from tools.common import endpoints_of, require_optional
     from tools.fauxmaster.replay import ReplayConfig, replay
     from tools.fauxmaster.report import rich_progress, write_html, write_json
     from tools.trace.format import TraceError
@@ -112,13 +112,22 @@ def run_replay(args) -> int:
     except (ValueError, OSError) as exc:
         raise UsageError(str(exc)) from None
     _check_before_replay(args)  # a bad input or output path fails now, not after the replay
+    if args.html:
+        require_optional("matplotlib", "replay --html")
+    if any((c.get("kind") if isinstance(c, dict) else getattr(c, "kind", None)) == "solver"
+           for c in config.schedulers):
+        require_optional("ortools", "a solver scheduler")
     try:
         with rich_progress(sys.stderr.isatty()) as progress:
             result = replay(args.file, config, progress)
     except StoreError as exc:  # --store etcd: unreachable, refused, …
         print(f"omega: replay: {exc}", file=sys.stderr)
         return 1
-    except (OSError, TraceError, ValueError) as exc:
+    except OSError as exc:
+        raise UsageError(f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else str(exc)) from None
+    except TraceError as exc:
+        raise InputError(str(exc)) from None
+    except ValueError as exc:
         raise UsageError(str(exc)) from None
     _print_summary(result)
     if args.json:
@@ -132,7 +141,7 @@ def _check_before_replay(args) -> None:
     """UsageError (one line naming the file) for a trace that is missing, unreadable or truncated
     (``tools.trace.format.check_complete``), or a ``--json`` / ``--html`` path that cannot be
     written: checked before the replay, whose result would otherwise be lost."""
-    from tools.cli import UsageError
+    from tools.cli import InputError, UsageError
     from tools.trace.format import TraceError, check_complete
 
     try:
@@ -140,7 +149,7 @@ def _check_before_replay(args) -> None:
     except OSError as exc:
         raise UsageError(f"trace {args.file}: {exc.strerror or exc}") from None
     except TraceError as exc:
-        raise UsageError(str(exc)) from None
+        raise InputError(str(exc)) from None
     for flag, path, directory in (("--json", args.json, False), ("--html", args.html, True)):
         if path:
             why = _unwritable(path, directory)

@@ -42,7 +42,10 @@ def register(sub) -> None:
     run.add_argument("--conflict-mode", default="resource-fit", help="sequence | resource-fit (default)")
     run.add_argument("--commit-mode", default="incremental", help="incremental (default) | all-or-nothing")
     run.add_argument("--seed", type=int, default=0, help="seed of the scheduler's randomness (default 0)")
-    run.add_argument("--config", metavar="FILE.toml", help="scheduler config (plugins and their args, knobs)")
+    run.add_argument("--config", metavar="FILE.toml",
+                     help="scheduler config: this kind's keys (plugins and their args, knobs), or a chain file "
+                          "like schedulers/default_chains.toml (the --table named like --kind)")
+    run.add_argument("--table", metavar="NAME", help="with a chain file as --config: the table to use")
     run.add_argument("--batch-jobs", type=int, default=16, metavar="N",
                      help="jobs selected per scheduling round (default 16)")
     run.add_argument("--steal-after", type=float, default=None, metavar="SECONDS",
@@ -64,18 +67,54 @@ def register(sub) -> None:
     run.set_defaults(func=run_scheduler)
 
 
-def _config(path: str | None) -> dict:
-    from tools.cli import UsageError
+def _config(path: str | None, kind: str, table: str | None = None) -> dict:
+    """The scheduler config of ``--config``: a file of this kind's keys at the top level
+    (``plugins``, ``k``, ``filters``/``scorers``…), or a chain file like
+    ``schedulers/default_chains.toml`` (what ``omega explain --chains`` reads: one table per
+    scheduler, each with its ``filters``), of which the table ``--table`` (default: the one
+    named like ``kind``, else the only table of that kind) is used. UsageError for a missing
+    file or table; InputError for a file that does not parse."""
+    from tools.cli import InputError, UsageError
 
     if path is None:
+        if table is not None:
+            raise UsageError("--table needs --config")
         return {}
     try:
         with open(path, "rb") as f:
-            return tomllib.load(f)
+            data = tomllib.load(f)
     except OSError as exc:
         raise UsageError(f"--config: cannot read {path!r}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"--config: {path!r} is not valid TOML: {exc}") from None
+        raise InputError(f"--config: {path!r} is not valid TOML: {exc}") from None
+    if not is_chain_file(data):
+        if table is not None:
+            raise UsageError(f"--table: {path} is not a chain file (no tables with filters)")
+        return data
+    from schedulers.chain_config import parse_chain_file
+    from schedulers.plugin import PluginConfigError
+
+    try:
+        configs = parse_chain_file(data, path)
+    except PluginConfigError as exc:
+        raise InputError(str(exc)) from None
+    if table is None:
+        of_kind = [name for name, config in configs.items() if config.kind == kind]
+        table = kind if kind in configs else of_kind[0] if len(of_kind) == 1 else None
+        if table is None:
+            how_many = "no table" if not of_kind else f"{len(of_kind)} tables"
+            raise UsageError(f"--config: {path} has {how_many} of kind {kind!r} (tables: {', '.join(sorted(configs))}"
+                             f"{'' if not of_kind else '; name one with --table'})")
+    if table not in configs:
+        raise UsageError(f"--table: {path} has no table [{table}]; tables: {', '.join(sorted(configs))}")
+    if configs[table].kind != kind:
+        raise UsageError(f"--config: [{table}] of {path} is of kind {configs[table].kind!r}, not --kind {kind!r}")
+    return configs[table].as_config()
+
+
+def is_chain_file(data: dict) -> bool:
+    """Whether a parsed TOML file is a chain file: every top-level entry a table with ``filters``."""
+    return bool(data) and all(isinstance(v, dict) and "filters" in v for v in data.values())
 
 
 def build_parts(args):
@@ -85,9 +124,9 @@ def build_parts(args):
     from omega.modes import CommitMode, ConflictMode
     from omega.queue import check_order
     from omega.runtime import RuntimeOptions
-    from schedulers.chains import KINDS, make_scheduler
+    from schedulers.chains import KINDS, SolverUnavailable, make_scheduler
     from schedulers.plugin import PluginConfigError
-    from tools.cli import UsageError
+    from tools.cli import CommandError, InputError, UsageError
 
     load_plugin_args(args)
     if args.kind not in KINDS:
@@ -101,8 +140,14 @@ def build_parts(args):
         weights = check_order(args.order, parse_weight_flags(args.drf_weight))
     except ValueError as exc:
         raise UsageError(f"--order/--drf-weight: {exc}") from None
+    config = _config(args.config, args.kind, args.table)
     try:
-        scheduler = make_scheduler(args.kind, name, args.seed, _config(args.config))
+        scheduler = make_scheduler(args.kind, name, args.seed, config)
+    except SolverUnavailable as exc:
+        raise CommandError(f"scheduler run: {exc}") from None
+    except (PluginConfigError, ValueError) as exc:
+        raise (InputError if args.config else UsageError)(str(exc)) from None
+    try:
         conflict, commit = ConflictMode.parse(args.conflict_mode), CommitMode.parse(args.commit_mode)
         options = RuntimeOptions(batch_jobs=args.batch_jobs, steal_after_s=args.steal_after,
                                  duration_s=args.duration, transient_errors=(StoreError,),
@@ -146,7 +191,7 @@ def open_view(store, keys, timeout_s: float, describe=str):
     while True:
         try:
             if not cell_checked:
-                require_cell(store, keys)
+                require_cell(store, keys, "scheduler run")
                 cell_checked = True
             view = ReplicaView(store, keys, give_up_after=REPLICA_GIVE_UP_S)
             if waiting_since is not None:

@@ -151,17 +151,18 @@ def connect(args, *, existing_cell: bool = True):
     from tools.cli import CommandError
 
     keys = cell_keys(args)
+    what = command_name(args)
     try:
         store = open_store(args)
     except StoreError as exc:  # authentication refused while connecting
-        raise CommandError(store_failure(exc, args)) from None
+        raise CommandError(f"{what}: {store_failure(exc, args)}") from None
     try:
         store.revision()
         if existing_cell:
-            require_cell(store, keys)
+            require_cell(store, keys, what)
     except StoreError as exc:
         store.close()
-        raise CommandError(store_failure(exc, args)) from None
+        raise CommandError(f"{what}: {store_failure(exc, args)}") from None
     except BaseException:
         store.close()
         raise
@@ -190,7 +191,15 @@ def list_cells(store, root: str) -> list[str]:
         start = prefix_end_bytes(f"{base}{name}/".encode()).decode()
 
 
-def require_cell(store, keys: CellKeys) -> None:
+def command_name(args) -> str:
+    """The command as typed, e.g. ``check``, ``cell init``, ``job list`` (for messages)."""
+    words = [getattr(args, "command", None) or "omega"]
+    words += [value for name, value in sorted(vars(args).items())
+              if name.endswith("_command") and isinstance(value, str)]
+    return " ".join(words)
+
+
+def require_cell(store, keys: CellKeys, what: str = "omega") -> None:
     """CommandError unless the cell exists, naming the cells that do (those this user may see)."""
     from cellstate.store import PermissionDenied
     from tools.cli import CommandError
@@ -199,7 +208,7 @@ def require_cell(store, keys: CellKeys) -> None:
         if cell_exists(store, keys):
             return
     except PermissionDenied:
-        raise CommandError(f"etcd denied reading cell {keys.cell!r}: this user's role does not cover it "
+        raise CommandError(f"{what}: etcd denied reading cell {keys.cell!r}: this user's role does not cover it "
                            "(with --credentials, --as names a user of the cell: CELL-scheduler, CELL-monitor…)"
                            ) from None
     try:
@@ -207,7 +216,7 @@ def require_cell(store, keys: CellKeys) -> None:
         known = ", ".join(cells) if cells else "none yet"
     except PermissionDenied:
         known = "not visible to this user"
-    raise CommandError(f"no cell {keys.cell!r} under {keys.root} (cells: {known}); create it with "
+    raise CommandError(f"{what}: no cell {keys.cell!r} under {keys.root} (cells: {known}); create it with "
                        f"`omega cell init --cell {keys.cell}`, or pick one with --cell / $OMEGA_CELL")
 
 
@@ -230,3 +239,24 @@ def add_output_arg(parser, json_alias: bool = True) -> None:
 def output_json(args) -> bool:
     """Whether ``-o json`` (or its deprecated alias) was asked for."""
     return getattr(args, "output", "table") == "json"
+
+
+# Optional dependencies: module -> the extra that installs it (pyproject.toml).
+OPTIONAL = {"matplotlib": "report", "ortools": "solver"}
+
+
+def require_optional(module: str, what: str) -> None:
+    """CommandError (exit 1) before a long command starts when ``module`` (an optional
+    dependency, see OPTIONAL) is not installed, naming the extra that installs it. Looks the
+    module up without importing it."""
+    import importlib.util
+
+    from tools.cli import CommandError
+
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a None in sys.modules (as if uninstalled), a broken package
+        found = False
+    if not found:
+        raise CommandError(f"{what} needs {module}, which is not installed: "
+                           f"pip install 'omega-scheduler[{OPTIONAL[module]}]'")
