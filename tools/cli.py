@@ -94,7 +94,8 @@ def _run_command(argv: list[str] | None) -> int:
     except InputError as exc:
         parser.exit(EXIT_DATA, f"omega: error: {exc}\n")
     except CommandError as exc:
-        parser.exit(EXIT_FAILURE, f"omega: {exc}\n")
+        print(f"omega: {exc}", file=sys.stderr)  # returned, like a command's own failure
+        return EXIT_FAILURE
     except CodecError as exc:
         # A stored value this version cannot read (an unknown schema version…) that the command
         # did not skip and count itself: one line naming the key and field, not a traceback.

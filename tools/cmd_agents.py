@@ -64,15 +64,19 @@ def config_from_args(args) -> AgentConfig:
 
 def init_spec_from_args(args) -> CellSpec | None:
     """The cell spec to register first (None: use the machines already in the cell)."""
-    from tools.cli import UsageError
+    from tools.cli import InputError, UsageError
+    from tools.common import readable_file
 
     if args.init_spec is None and args.init_machines is None:
         return None
     try:
-        spec = load_cell_spec(args.init_spec) if args.init_spec else CellSpec()
+        spec = load_cell_spec(readable_file(args.init_spec, "--init-spec")) if args.init_spec else CellSpec()
+    except CellSpecError as exc:
+        raise InputError(f"--init-spec: {exc}") from None
+    try:
         return spec if args.init_machines is None else replace(spec, machines=args.init_machines)
     except CellSpecError as exc:
-        raise UsageError(f"--init-spec/--init-machines: {exc}") from None
+        raise UsageError(f"--init-machines: {exc}") from None
 
 
 def run_agents(args) -> int:

@@ -12,7 +12,9 @@ from dataclasses import replace
 from cellstate.cellspec import CellExists, CellSpec, CellSpecError, init_cell, load_cell_spec, package_names, parse_shape
 from cellstate.check import check_cell
 from cellstate.store import StoreError
-from tools.common import add_output_arg, add_store_args, cell_keys, connect, output_json, store_failure
+from tools.common import (
+    add_output_arg, add_store_args, cell_keys, connect, output_json, readable_file, store_failure,
+)
 
 
 def register(sub) -> None:
@@ -86,7 +88,7 @@ def run_init(args) -> int:
 
     if args.spec:
         try:
-            load_cell_spec(args.spec)  # an invalid file: exit 65; invalid flags below: exit 2
+            load_cell_spec(readable_file(args.spec, "--spec"))  # an invalid file: exit 65; invalid flags below: exit 2
         except CellSpecError as exc:
             raise InputError(str(exc)) from None
     try:

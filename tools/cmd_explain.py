@@ -58,7 +58,7 @@ def _live_of_class(replica, scheduler_class: str) -> tuple[str, ...]:
 
 def run(args) -> int:
     from cellstate.replica import Replica
-    from tools.cli import UsageError
+    from tools.cli import InputError, UsageError
     from tools.explain import ExplainError, explain, render
 
     if args.top < 1:
@@ -73,7 +73,7 @@ def run(args) -> int:
             replica.sync()
             why = replica.quarantine.get(keys.job(args.job))
             if why is not None:
-                raise UsageError(f"job {args.job!r}: its record does not decode: {why}")
+                raise InputError(f"job {args.job!r}: its record does not decode: {why}")
             result = explain(replica, args.job, args.task, scheduler.pipeline, args.top, scheduler)
             result = replace(result, served_by=_live_of_class(replica, result.scheduler_class))
         except StoreError as exc:

@@ -19,7 +19,7 @@ import sys
 import time
 
 from tools.common import (
-    add_output_arg, add_store_args, cell_keys, command_name, connect, output_json, store_failure,
+    add_output_arg, add_store_args, cell_keys, command_name, connect, output_json, readable_file, store_failure,
 )
 
 # The job-spec, submit and workload modules are imported where they are used (a light parser).
@@ -156,7 +156,7 @@ def run_submit(args) -> int:
 
     retry_for = _retry_for(args)
     try:
-        batches = [(path, load_jobs(path)) for path in args.files]
+        batches = [(path, load_jobs(readable_file(path))) for path in args.files]
     except JobSpecError as exc:
         raise InputError(f"{exc} (nothing submitted)") from None
     keys = cell_keys(args)

@@ -260,3 +260,16 @@ def require_optional(module: str, what: str) -> None:
     if not found:
         raise CommandError(f"{what} needs {module}, which is not installed: "
                            f"pip install 'omega-scheduler[{OPTIONAL[module]}]'")
+
+
+def readable_file(path: str, flag: str = "") -> str:
+    """``path`` when it is a readable file; else UsageError (exit 2: a bad argument, unlike a
+    file that does not parse, exit 65) in one line naming it."""
+    from tools.cli import UsageError
+
+    where = f"{flag} {path}" if flag else path
+    try:
+        with open(path, "rb"):
+            return path
+    except OSError as exc:
+        raise UsageError(f"{where}: {exc.strerror or exc}") from None
