@@ -27,6 +27,7 @@ COMMAND_MODULES = [
     "tools.cmd_demo",
     "tools.cmd_explain",
     "tools.cmd_experiment",
+    "tools.cmd_completion",
 ]
 
 
@@ -61,9 +62,43 @@ class CommandError(Exception):
     with exit status 1."""
 
 
+def version() -> str:
+    """The installed distribution's version, else the one pyproject.toml names (a checkout)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("omega-scheduler")
+    except PackageNotFoundError:
+        import tomllib
+        from pathlib import Path
+
+        with open(Path(__file__).resolve().parents[1] / "pyproject.toml", "rb") as f:
+            return tomllib.load(f)["project"]["version"]
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: print ``omega VERSION`` and exit 0 (the version is looked up only then)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"omega {version()}")
+        parser.exit(EXIT_OK)
+
+
+EPILOG = """exit status: 0 ok, 1 runtime error (etcd unreachable or refusing, no such cell or job, a check
+that found violations), 2 usage error, 65 invalid input file (job file, cell spec, config,
+trace), 130 interrupted. Environment: OMEGA_ENDPOINTS, OMEGA_CELL, OMEGA_CA_CERT,
+OMEGA_CREDENTIALS, OMEGA_AS. Shell completion: source <(omega completion bash). docs/CLI.md"""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="omega", description="Omega-style shared-state cluster scheduling.")
+    parser = argparse.ArgumentParser(prog="omega", description="Omega-style shared-state cluster scheduling.",
+                                     epilog=EPILOG)
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv: debug)")
+    parser.add_argument("--version", action=_VersionAction, help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)

@@ -6,9 +6,11 @@ solver…) and ``--order`` sets every scheduler's queue order (fair or drf)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
+from tools.common import add_output_arg, output_json
 from tools.plugin_args import add_plugin_arg, load_plugin_args
 
 
@@ -22,7 +24,9 @@ def register(sub) -> None:
     p.add_argument("name", choices=[*NAMES, "all"], help="experiment to run (all: every one)")
     p.add_argument("--trace", metavar="FILE", help="omega trace to replay (default: a seeded synthetic one)")
     p.add_argument("--quick", action="store_true", help="a much smaller synthetic cell and workload (tests)")
-    p.add_argument("--json", metavar="OUT", help="write the report(s) as JSON")
+    p.add_argument("--json-out", metavar="FILE", dest="json", help="also write the report(s) as JSON to FILE")
+    p.add_argument("--json", metavar="FILE", dest="json", help=argparse.SUPPRESS)  # deprecated: --json-out
+    add_output_arg(p, json_alias=False)
     p.add_argument("--batch-kind", default="batch", metavar="KIND",
                    help="scheduler kind of the batch schedulers: batch (default) | borg | solver | service")
     p.add_argument("--order", default="fair", metavar="ORDER",
@@ -59,13 +63,17 @@ def run_experiment_command(args) -> int:
             raise InputError(str(exc)) from None
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-        print_report(report)
+        if not output_json(args):
+            print_report(report)
         reports.append(report)
+    data = [r.to_dict() for r in reports]
+    text = json.dumps(data[0] if len(data) == 1 else data, indent=2, default=str) + "\n"
+    if output_json(args):
+        print(text, end="")
     if args.json:
         out = Path(args.json)
         out.parent.mkdir(parents=True, exist_ok=True)
-        data = [r.to_dict() for r in reports]
-        out.write_text(json.dumps(data[0] if len(data) == 1 else data, indent=2, default=str) + "\n")
+        out.write_text(text)
     return 0 if all(r.runs_ok for r in reports) else 1
 
 

@@ -9,12 +9,13 @@ the owners' weights of every drf scheduler whose config names none.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
 
 from cellstate.store import StoreError
-from tools.common import DEFAULT_ENDPOINTS
+from tools.common import DEFAULT_ENDPOINTS, add_output_arg, output_json
 from tools.plugin_args import add_plugin_arg, load_plugin_args
 
 DEFAULT_SPEC = "batch:batch,service:service"
@@ -48,7 +49,9 @@ def register(sub) -> None:
     p.add_argument("--sample-every", type=float, default=60.0, help="utilization sample period (virtual s, default 60); it grows with the span so that a "
                         "replay holds at most 4,000 samples (tools.fauxmaster.replay.MAX_SAMPLES)")
     p.add_argument("--no-check", action="store_true", help="skip the invariant check of the final cell")
-    p.add_argument("--json", metavar="OUT", help="write the result as JSON")
+    p.add_argument("--json-out", metavar="FILE", dest="json", help="also write the result as JSON to FILE")
+    p.add_argument("--json", metavar="FILE", dest="json", help=argparse.SUPPRESS)  # deprecated: --json-out
+    add_output_arg(p, json_alias=False)
     p.add_argument("--html", metavar="DIR", help="write an HTML report with plots (needs matplotlib)")
     add_plugin_arg(p)
     p.set_defaults(func=run_replay)
@@ -129,11 +132,15 @@ def run_replay(args) -> int:
         raise InputError(str(exc)) from None
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    _print_summary(result)
+    if output_json(args):
+        print(result.to_json())
+    else:
+        _print_summary(result)
     if args.json:
         write_json(result, args.json)
     if args.html:
-        print(f"report: {write_html(result, args.html)}")
+        index = write_html(result, args.html)
+        print(f"report: {index}", file=sys.stderr if output_json(args) else sys.stdout)
     return 0 if result.check is None or result.check["ok"] else 1
 
 
