@@ -104,15 +104,25 @@ def run_replay(args) -> int:
     from tools.trace.format import TraceError
 
     load_plugin_args(args)
+    from_file = args.schedulers.strip().startswith("@")
+    try:
+        schedulers = parse_schedulers(args.schedulers, args.seed, args.t_job, args.t_task, args.order,
+                                      parse_weight_flags(args.drf_weight))
+    except OSError as exc:
+        raise UsageError(f"--schedulers {args.schedulers}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # from --schedulers @FILE: an invalid input file (65); else a bad flag (2)
+        why = f"not valid JSON: {exc}" if isinstance(exc, json.JSONDecodeError) else str(exc)
+        if from_file:
+            raise InputError(f"{args.schedulers.strip()[1:]}: {why}") from None
+        raise UsageError(f"--schedulers: {why}" if isinstance(exc, json.JSONDecodeError) else why) from None
     try:
         config = ReplayConfig(
-            schedulers=parse_schedulers(args.schedulers, args.seed, args.t_job, args.t_task, args.order,
-                                        parse_weight_flags(args.drf_weight)), store=args.store,
+            schedulers=schedulers, store=args.store,
             endpoints=endpoints_of(args.endpoints) if args.store == "etcd" else [], cell=args.cell,
             decision_time=args.decision_time, time_scale=args.time_scale, until=args.until,
             sample_every_s=args.sample_every, check=not args.no_check, initial_state=args.initial_state,
             max_txn_ops=args.max_txn_ops)
-    except (ValueError, OSError) as exc:
+    except ValueError as exc:  # a flag, or a scheduler config naming an unknown kind or mode
         raise UsageError(str(exc)) from None
     _check_before_replay(args)  # a bad input or output path fails now, not after the replay
     if args.html:

@@ -164,6 +164,8 @@ STATUSES = {
                                "bad-chain.toml"),
     "trace-invalid": (["trace", "info", "{d}/bad.omt"], EXIT_DATA, "bad.omt"),
     "replay-invalid": (["replay", "{d}/bad.omt"], EXIT_DATA, "bad.omt"),
+    "replay-schedulers-file-invalid": (["replay", "{d}/bad.omt", "--schedulers", "@{d}/bad.toml"], EXIT_DATA,
+                                       "bad.toml: --schedulers item 'x = ['"),
     "replay-missing": (["replay", "/nonexistent.omt"], EXIT_USAGE, "trace /nonexistent.omt: No such file or directory"),
     "swf-missing": (["import", "swf", "{d}/none.swf", "--out", "{d}/o.omt"], EXIT_USAGE,
                     "none.swf: No such file or directory"),

@@ -146,10 +146,10 @@ def test_cli_import_and_info(tmp_path, capsys):
     assert "events: 6, time span: 0.000 .. 20.000 s (20.000 s)" in lines
 
 
-def test_cli_reports_bad_input_as_usage_error(tmp_path, capsys):
+def test_cli_reports_bad_input_as_data_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as info:
         main(["import", "swf", swf(tmp_path, "1 2\n"), "--out", str(tmp_path / "x.omt")])
-    assert info.value.code == 2
+    assert info.value.code == 65  # EX_DATAERR: an input file that does not parse
     err = capsys.readouterr().err
     assert "line 4: expected 18 fields" in err and "(--skip-bad skips and counts such lines)" in err
     assert f"nothing written to {tmp_path / 'x.omt'}" in err and not (tmp_path / "x.omt").exists()
