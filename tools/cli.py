@@ -102,7 +102,19 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
+    _verbose_everywhere(parser)
     return parser
+
+
+def _verbose_everywhere(parser: argparse.ArgumentParser) -> None:
+    """Accept ``-v`` after the command too (``omega agents run … -v``), adding to any before it."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                if "-v" not in child._option_string_actions:
+                    child.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
+                                       help="more logging (-vv: debug)")
+                _verbose_everywhere(child)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -98,7 +98,7 @@ def _item(item: str) -> dict:
 def run_replay(args) -> int:
     from omega.drf import parse_weight_flags
     from tools.cli import InputError, UsageError
-    from tools.common import endpoints_of, require_optional
+    from tools.common import endpoints_of, require_optional, store_failure
     from tools.fauxmaster.replay import ReplayConfig, replay
     from tools.fauxmaster.report import rich_progress, write_html, write_json
     from tools.trace.format import TraceError
@@ -134,7 +134,7 @@ def run_replay(args) -> int:
         with rich_progress(sys.stderr.isatty()) as progress:
             result = replay(args.file, config, progress)
     except StoreError as exc:  # --store etcd: unreachable, refused, …
-        print(f"omega: replay: {exc}", file=sys.stderr)
+        print(f"omega: replay: {store_failure(exc, args)}", file=sys.stderr)
         return 1
     except OSError as exc:
         raise UsageError(f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else str(exc)) from None

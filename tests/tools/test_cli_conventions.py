@@ -59,11 +59,11 @@ def bash_script():
 
 @pytest.mark.parametrize("words, expected", [
     (("omega", "sch"), ["scheduler"]),
-    (("omega", "job", ""), ["list", "status", "init", "-h", "--help"]),
+    (("omega", "job", ""), ["list", "status", "init", "-h", "--help", "-v", "--verbose"]),
     (("omega", "scheduler", "run", "--ki"), ["--kind"]),
     (("omega", "check", "-o", ""), ["table", "json"]),
     (("omega", "--cell", "x", "check", "--rev"), ["--revision"]),
-    (("omega", "completion", ""), ["bash", "zsh", "-h", "--help"]),
+    (("omega", "completion", ""), ["bash", "zsh", "-h", "--help", "-v", "--verbose"]),
     (("omega", "replay", "--store", ""), ["memory", "etcd"]),
 ])
 def test_bash_completion(bash_script, words, expected):

@@ -121,7 +121,8 @@ def test_documented_command_runs_as_written(where, command):
 
 
 @pytest.mark.parametrize("command, problem", [
-    ("omega agents run --cell demo -v", "unknown flag -v for `omega agents run`"),
+    ("omega agents run --cell demo -x", "unknown flag -x for `omega agents run`"),
+    ("omega agents run --cell demo -v", None),
     ("omega scheduler go --kind batch", "unknown sub-command 'go' of `omega scheduler`"),
     ("omega check --jsn", "unknown flag --jsn for `omega check`"),
     ("omega cell", "`omega cell` needs a sub-command"),
