@@ -14,11 +14,6 @@ import sys
 import threading
 from dataclasses import replace
 
-from cellstate.cellspec import CellExists, CellSpec, CellSpecError, init_cell, load_cell_spec
-from cellstate.store import StoreError
-from tools.agents.agent import Agent, AgentConfig
-from tools.agents.lifecycle import MachineSelector
-from tools.agents.metrics import AgentMetrics
 from tools.common import add_store_args, cell_keys, connect, store_failure
 
 
@@ -50,8 +45,13 @@ def register(sub) -> None:
     run.set_defaults(func=run_agents)
 
 
-def config_from_args(args) -> AgentConfig:
+# The agent, cell-spec and store modules are imported where they are used (a light parser).
+
+
+def config_from_args(args):
     """The AgentConfig of the flags; UsageError naming the flag otherwise."""
+    from tools.agents.agent import AgentConfig
+    from tools.agents.lifecycle import MachineSelector
     from tools.cli import UsageError
 
     try:
@@ -62,8 +62,9 @@ def config_from_args(args) -> AgentConfig:
         raise UsageError(str(exc)) from None
 
 
-def init_spec_from_args(args) -> CellSpec | None:
+def init_spec_from_args(args):
     """The cell spec to register first (None: use the machines already in the cell)."""
+    from cellstate.cellspec import CellSpec, CellSpecError, load_cell_spec
     from tools.cli import InputError, UsageError
     from tools.common import readable_file
 
@@ -80,6 +81,9 @@ def init_spec_from_args(args) -> CellSpec | None:
 
 
 def run_agents(args) -> int:
+    from cellstate.store import StoreError
+    from tools.agents.agent import Agent
+    from tools.agents.metrics import AgentMetrics
     from tools.cli import UsageError
 
     config = config_from_args(args)
@@ -112,7 +116,9 @@ def run_agents(args) -> int:
             metrics.close()
 
 
-def _register(store, keys, spec: CellSpec) -> None:
+def _register(store, keys, spec) -> None:
+    from cellstate.cellspec import CellExists, init_cell
+
     try:
         revision = init_cell(store, keys, spec)
         print(f"registered {spec.machines} machines in cell {keys.cell!r} at revision {revision}", flush=True)
@@ -120,7 +126,7 @@ def _register(store, keys, spec: CellSpec) -> None:
         print(f"using the machines already in the cell ({exc})", flush=True)
 
 
-def _run(agent: Agent, args) -> int:
+def _run(agent, args) -> int:
     """Start, apply --fail/--drain, run until a signal or --run-for."""
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -146,7 +152,7 @@ def _run(agent: Agent, args) -> int:
     return 0
 
 
-def _check_selected(agent: Agent, machine_ids: list[str]) -> None:
+def _check_selected(agent, machine_ids: list[str]) -> None:
     from tools.cli import UsageError
 
     for machine_id in machine_ids:

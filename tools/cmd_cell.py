@@ -9,9 +9,7 @@ import json
 import sys
 from dataclasses import replace
 
-from cellstate.cellspec import CellExists, CellSpec, CellSpecError, init_cell, load_cell_spec, package_names, parse_shape
-from cellstate.check import check_cell
-from cellstate.store import StoreError
+# The cell-spec, checker and store modules are imported where they are used (a light parser).
 from tools.common import (
     add_output_arg, add_store_args, cell_keys, connect, output_json, readable_file, store_failure,
 )
@@ -42,8 +40,9 @@ def register(sub) -> None:
     check.set_defaults(func=run_check)
 
 
-def spec_from_args(args) -> CellSpec:
+def spec_from_args(args):
     """The cell spec of --spec (or the demo defaults) with the flags applied."""
+    from cellstate.cellspec import CellSpec, load_cell_spec, package_names
     spec = load_cell_spec(args.spec) if args.spec else CellSpec()
     changes: dict = {}
     for name in ("machines", "zones", "racks_per_zone", "packages_per_machine", "seed"):
@@ -60,6 +59,7 @@ def spec_from_args(args) -> CellSpec:
 
 
 def _shape_flag(text: str):
+    from cellstate.cellspec import CellSpecError, parse_shape
     body, _, weight = text.partition(":")
     parts = body.split(",")
     if not 2 <= len(parts) <= 3:
@@ -76,6 +76,7 @@ def _shape_flag(text: str):
 
 
 def _weighted(item: str) -> tuple[str, float]:
+    from cellstate.cellspec import CellSpecError
     name, _, weight = item.partition(":")
     try:
         return name, float(weight) if weight else 1.0
@@ -84,6 +85,8 @@ def _weighted(item: str) -> tuple[str, float]:
 
 
 def run_init(args) -> int:
+    from cellstate.cellspec import CellExists, CellSpecError, init_cell, load_cell_spec
+    from cellstate.store import StoreError
     from tools.cli import InputError, UsageError
 
     if args.spec:
@@ -111,6 +114,8 @@ def run_init(args) -> int:
 
 
 def run_check(args) -> int:
+    from cellstate.check import check_cell
+    from cellstate.store import StoreError
     keys = cell_keys(args)
     with connect(args) as store:
         try:

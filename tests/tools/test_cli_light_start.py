@@ -47,3 +47,15 @@ def test_a_solver_without_ortools_is_a_one_line_error_naming_the_extra():
     assert done.stderr.strip().splitlines() == [
         "omega: scheduler run: solver: the solver scheduler needs OR-tools (ortools is not installed): "
         "pip install 'omega-scheduler[solver]'"]
+
+
+def test_the_parsers_copies_of_heavy_modules_constants_agree():
+    """Kept in the command modules so that building the parser imports neither module."""
+    import re
+
+    from cellstate.submit import DEFAULT_RETRY_FOR_S
+    from tools import cmd_jobs, cmd_scheduler
+
+    assert cmd_jobs.DEFAULT_RETRY_FOR_S == DEFAULT_RETRY_FOR_S
+    registered = re.findall(r'^register_kind\("(\w+)"', (REPO / "schedulers" / "chains.py").read_text(), re.M)
+    assert sorted(cmd_scheduler.BUILT_IN_KINDS) == sorted(registered) and len(registered) == 4
