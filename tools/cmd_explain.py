@@ -74,6 +74,10 @@ def run(args) -> int:
             why = replica.quarantine.get(keys.job(args.job))
             if why is not None:
                 raise InputError(f"job {args.job!r}: its record does not decode: {why}")
+            if replica.job(args.job) is None:  # like kill and job status: a runtime error, not usage
+                print(f"omega: explain: no job {args.job!r} in cell {keys.cell!r} (omega job list shows its jobs)",
+                      file=sys.stderr)
+                return 1
             result = explain(replica, args.job, args.task, scheduler.pipeline, args.top, scheduler)
             result = replace(result, served_by=_live_of_class(replica, result.scheduler_class))
         except StoreError as exc:
