@@ -83,7 +83,7 @@ def run(args) -> int:
     config = config_from_args(args)
     if args.solver_schedulers > 0:  # the solver extra: checked before anything starts
         from tools.common import require_optional
-        require_optional("ortools", "--solver-schedulers")
+        require_optional("ortools", "demo --solver-schedulers")
     try:
         summary = run_demo(config, sys.stdout, args.run_dir)
     except (EtcdError, StoreError, RuntimeError, OSError) as exc:

@@ -51,7 +51,7 @@ def run_experiment_command(args) -> int:
     except ValueError as exc:
         raise UsageError(f"--batch-kind/--order/--drf-weight: {exc}") from None
     if args.batch_kind == "solver":
-        require_optional("ortools", "--batch-kind solver")
+        require_optional("ortools", "experiment --batch-kind solver")
     chosen = list(NAMES) if args.name == "all" else [args.name]
     reports = []
     for name in chosen:

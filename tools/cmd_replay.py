@@ -115,6 +115,8 @@ def run_replay(args) -> int:
         if from_file:
             raise InputError(f"{args.schedulers.strip()[1:]}: {why}") from None
         raise UsageError(f"--schedulers: {why}" if isinstance(exc, json.JSONDecodeError) else why) from None
+    if any(c.get("kind") == "solver" for c in schedulers):  # before building them
+        require_optional("ortools", "replay of a solver scheduler")
     try:
         config = ReplayConfig(
             schedulers=schedulers, store=args.store,
@@ -127,9 +129,6 @@ def run_replay(args) -> int:
     _check_before_replay(args)  # a bad input or output path fails now, not after the replay
     if args.html:
         require_optional("matplotlib", "replay --html")
-    if any((c.get("kind") if isinstance(c, dict) else getattr(c, "kind", None)) == "solver"
-           for c in config.schedulers):
-        require_optional("ortools", "a solver scheduler")
     try:
         with rich_progress(sys.stderr.isatty()) as progress:
             result = replay(args.file, config, progress)

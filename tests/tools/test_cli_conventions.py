@@ -229,3 +229,16 @@ def test_replay_json_output(tmp_path):
     status, out, _ = run_cli(["replay", str(trace), "-o", "json"])
     result = json.loads(out)
     assert status == 0 and result["jobs_submitted"] > 0 and "schedulers" in result
+
+
+@pytest.mark.parametrize("argv, what", [
+    (["experiment", "conflict-modes", "--quick", "--batch-kind", "solver"], "experiment --batch-kind solver"),
+    (["demo", "--solver-schedulers", "1", "--duration", "1"], "demo --solver-schedulers"),
+    (["replay", "{trace}", "--schedulers", "s:solver"], "replay of a solver scheduler"),
+])
+def test_solver_runs_without_ortools_stop_before_starting(tmp_path, monkeypatch, argv, what):
+    trace = mixed_trace(tmp_path / "mixed.omt")
+    monkeypatch.setitem(sys.modules, "ortools", None)  # as if the solver extra were not installed
+    status, out, err = run_cli([a.format(trace=trace) for a in argv])
+    assert (status, out) == (1, "")
+    assert err == f"omega: {what} needs ortools, which is not installed: pip install 'omega-scheduler[solver]'\n"
