@@ -19,7 +19,7 @@ import sys
 import time
 
 from tools.common import (
-    add_output_arg, add_store_args, cell_keys, command_name, connect, output_json, readable_file, store_failure,
+    add_output_arg, add_store_args, cell_keys, connect, output_json, readable_file, store_failure,
 )
 
 # The job-spec, submit and workload modules are imported where they are used (a light parser).
@@ -90,7 +90,7 @@ def _retry_for(args) -> float:
     return args.retry_for
 
 
-def _retry_logger(what: str, retry_for: float, args=None):
+def _retry_logger(what: str, retry_for: float):
     """``on_retry`` for submit_retrying: one line on stderr per retry (the store's own words; the
     line after the last retry says what to do)."""
     def on_retry(attempt: int, error: BaseException, sleep_s: float, elapsed_s: float) -> None:
@@ -98,53 +98,6 @@ def _retry_logger(what: str, retry_for: float, args=None):
         print(f"omega: {what}: {message}; retry {attempt} in {sleep_s:.1f} s "
               f"({elapsed_s:.1f} s of --retry-for {retry_for:g})", file=sys.stderr, flush=True)
     return on_retry
-
-
-def _open_cell(args, retry_for: float, on_retry):
-    """The store, once it answers and the cell exists, retrying an unreachable store for up
-    to ``retry_for`` s like the submissions do (CommandError naming what to do otherwise)."""
-    from tenacity import Retrying, retry_if_exception, stop_before_delay, wait_random_exponential
-
-    from cellstate.store import StoreError
-    from cellstate.submit import transient
-    from tools.cli import CommandError
-    from tools.common import open_store, require_cell
-
-    class _Transient(Exception):
-        """A transient store error (its __cause__), to be retried."""
-
-    started = time.monotonic()
-    what = command_name(args)
-
-    def checked():
-        try:
-            store = open_store(args)
-        except StoreError as exc:
-            raise CommandError(f"{what}: {store_failure(exc, args)}") from None
-        try:
-            store.revision()
-            require_cell(store, cell_keys(args), what)
-        except StoreError as exc:
-            store.close()
-            if transient(exc):
-                raise _Transient(exc) from exc
-            raise CommandError(f"{what}: {store_failure(exc, args)}") from None
-        except BaseException:
-            store.close()
-            raise
-        return store
-
-    def before_sleep(state) -> None:
-        on_retry(state.attempt_number, state.outcome.exception().__cause__, state.upcoming_sleep,
-                 time.monotonic() - started)
-
-    try:
-        return Retrying(retry=retry_if_exception(lambda exc: isinstance(exc, _Transient)), stop=stop_before_delay(retry_for),
-                        wait=wait_random_exponential(multiplier=0.1, max=2.0), before_sleep=before_sleep,
-                        reraise=True)(checked)
-    except _Transient as exc:
-        gave_up = f" (gave up after --retry-for {retry_for:g} s)" if retry_for else ""
-        raise CommandError(f"{what}: {store_failure(exc.__cause__, args)}{gave_up}") from None
 
 
 def run_submit(args) -> int:
@@ -160,11 +113,11 @@ def run_submit(args) -> int:
     except JobSpecError as exc:
         raise InputError(f"{exc} (nothing submitted)") from None
     keys = cell_keys(args)
-    with _open_cell(args, retry_for, _retry_logger("submit", retry_for, args)) as store:
+    with connect(args, retry_for=retry_for, on_retry=_retry_logger("submit", retry_for)) as store:
         for path, jobs in batches:
             try:
                 revision = submit_retrying(store, keys, jobs, time.time(), retry_for,
-                                           _retry_logger(f"submit {path}", retry_for, args))
+                                           _retry_logger(f"submit {path}", retry_for))
             except StoreError as exc:
                 gave_up = f" (gave up after --retry-for {retry_for:g} s)" if transient(exc) else ""
                 print(f"omega: {path}: {store_failure(exc, args)}{gave_up}", file=sys.stderr)
@@ -241,9 +194,9 @@ def _submit_live(args, arrivals, retry_for: float) -> int:
     from cellstate.store import StoreError
 
     keys = cell_keys(args)
-    on_retry = _retry_logger("generate", retry_for, args)
+    on_retry = _retry_logger("generate", retry_for)
     submitted = 0
-    with _open_cell(args, retry_for, on_retry) as store:
+    with connect(args, retry_for=retry_for, on_retry=on_retry) as store:
         start = time.monotonic()
         pending: list = []
         try:

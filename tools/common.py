@@ -143,26 +143,45 @@ def store_failure(exc: BaseException, args) -> str:
     return text
 
 
-def connect(args, *, existing_cell: bool = True):
+def connect(args, *, existing_cell: bool = True, retry_for: float = 0.0, on_retry=None):
     """``open_store`` checked: the store answers (else CommandError with ``store_failure``'s
     hint) and, with ``existing_cell``, ``args.cell`` exists (else CommandError naming the cells
-    that do). The caller closes the store (it is a context manager)."""
+    that do). With ``retry_for`` > 0 a transient store error (etcd unreachable, a lost leader)
+    is retried for that many seconds, ``on_retry(attempt, error, sleep_s, elapsed_s)`` called
+    before each wait (jittered exponential, at most 2 s), as ``omega submit`` retries its
+    submissions. The caller closes the store (it is a context manager)."""
+    import random
+    import time
+
     from cellstate.store import StoreError
+    from cellstate.submit import transient
     from tools.cli import CommandError
 
     keys = cell_keys(args)
     what = command_name(args)
-    try:
-        store = open_store(args)
-    except StoreError as exc:  # authentication refused while connecting
-        raise CommandError(f"{what}: {store_failure(exc, args)}") from None
+    started, attempt = time.monotonic(), 0
+    while True:
+        try:
+            return _checked_store(args, keys, what, existing_cell)
+        except StoreError as exc:
+            elapsed = time.monotonic() - started
+            if not transient(exc) or elapsed >= retry_for:
+                gave_up = f" (gave up after --retry-for {retry_for:g} s)" if retry_for and transient(exc) else ""
+                raise CommandError(f"{what}: {store_failure(exc, args)}{gave_up}") from None
+            attempt += 1
+            sleep_s = random.uniform(0, min(2.0, 0.1 * 2 ** attempt))
+            if on_retry is not None:
+                on_retry(attempt, exc, sleep_s, elapsed)
+            time.sleep(sleep_s)
+
+
+def _checked_store(args, keys: CellKeys, what: str, existing_cell: bool):
+    """The store, once it answered and (with ``existing_cell``) the cell exists; closed on failure."""
+    store = open_store(args)
     try:
         store.revision()
         if existing_cell:
             require_cell(store, keys, what)
-    except StoreError as exc:
-        store.close()
-        raise CommandError(f"{what}: {store_failure(exc, args)}") from None
     except BaseException:
         store.close()
         raise
