@@ -242,3 +242,12 @@ def test_solver_runs_without_ortools_stop_before_starting(tmp_path, monkeypatch,
     status, out, err = run_cli([a.format(trace=trace) for a in argv])
     assert (status, out) == (1, "")
     assert err == f"omega: {what} needs ortools, which is not installed: pip install 'omega-scheduler[solver]'\n"
+
+
+def test_experiment_json_output_and_the_deprecated_file_flag(tmp_path):
+    status, out, _ = run_cli(["experiment", "commit-modes", "--quick", "-o", "json"])
+    report = json.loads(out)  # the report only: no table around it
+    assert status in (0, 1) and report["name"] == "commit-modes" and report["rows"]
+    status, out, _ = run_cli(["experiment", "commit-modes", "--quick", "--json", str(tmp_path / "r.json")])
+    assert json.loads((tmp_path / "r.json").read_text())["name"] == "commit-modes"  # --json FILE: --json-out
+    assert "commit-modes" in out  # the table still printed
