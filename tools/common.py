@@ -194,7 +194,7 @@ def cell_exists(store, keys: CellKeys) -> bool:
 
 
 def list_cells(store, root: str) -> list[str]:
-    """The names of the cells under ``root`` that have machines (one read per cell seen)."""
+    """The names of the cells under ``root`` that have machines, sorted (two reads per cell seen)."""
     from cellstate.etcd_wire import prefix_end_bytes
 
     base = f"{root}/cells/"
@@ -203,7 +203,7 @@ def list_cells(store, root: str) -> list[str]:
     while True:
         key = store.first_key(base, start=start)
         if key is None:
-            return cells
+            return sorted(cells)
         name = key[len(base):].partition("/")[0]
         if store.first_key(f"{base}{name}/machines/") is not None:
             cells.append(name)
