@@ -27,7 +27,6 @@ from schedulers.chain_spec import ChainConfig, batch_pipeline, borg_pipeline, pa
 from schedulers.pipeline import Pipeline
 from schedulers.plugin import PluginConfigError
 from schedulers.service.scheduler import ServiceScheduler
-from schedulers.solver.scheduler import SolverScheduler
 
 __all__ = ["KINDS", "KindFactory", "batch_pipeline", "borg_pipeline", "make_scheduler", "register_kind",
            "service_pipeline"]
@@ -84,8 +83,22 @@ def _make_borg(name: str, seed: int, config: Mapping[str, Any]) -> Scheduler:
 
 
 def _make_solver(name: str, seed: int, config: Mapping[str, Any]) -> Scheduler:
-    """CP-SAT over a batch of tasks; config keys: ``schedulers/solver/config.py``."""
+    """CP-SAT over a batch of tasks; config keys: ``schedulers/solver/config.py``. Imported
+    here, not at the top: OR-tools (and the pandas it loads) is the optional ``solver`` extra,
+    loaded only when a solver scheduler is made; without it, a one-line PluginConfigError."""
+    try:
+        from schedulers.solver.scheduler import SolverScheduler
+    except ModuleNotFoundError as exc:
+        missing = (exc.name or "").split(".")[0]
+        if missing not in ("ortools", "pandas"):
+            raise
+        raise SolverUnavailable(f"solver: the solver scheduler needs OR-tools ({missing} is not installed): "
+                                "pip install 'omega-scheduler[solver]'") from None
     return SolverScheduler(name, seed, config)
+
+
+class SolverUnavailable(PluginConfigError):
+    """The solver kind was asked for without its optional dependencies (the ``solver`` extra)."""
 
 
 KindFactory = Callable[[str, int, Mapping[str, Any]], Scheduler]

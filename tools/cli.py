@@ -27,6 +27,7 @@ COMMAND_MODULES = [
     "tools.cmd_demo",
     "tools.cmd_explain",
     "tools.cmd_experiment",
+    "tools.cmd_completion",
 ]
 
 
@@ -38,17 +39,82 @@ def _terminate(signum, frame) -> None:
     raise Terminated()
 
 
+# Exit statuses (docs/CLI.md): every command uses these.
+EXIT_OK = 0
+EXIT_FAILURE = 1      # a runtime error: the store unreachable or refusing, a check that found violations
+EXIT_USAGE = 2        # bad flags or arguments
+EXIT_DATA = 65        # an input file that does not parse or validate (sysexits EX_DATAERR)
+EXIT_INTERRUPTED = 130
+
+
 class UsageError(Exception):
-    """A user mistake: printed as ``omega: error: …`` with exit status 2."""
+    """A user mistake in flags or arguments: printed as ``omega: error: …`` with exit status 2."""
+
+
+class InputError(Exception):
+    """An input file (job file, cell spec, chain config, trace) that does not parse or
+    validate: printed as ``omega: error: …`` with exit status 65 (EX_DATAERR)."""
+
+
+class CommandError(Exception):
+    """A runtime failure the command explains in one line (an unreachable etcd, an unknown
+    cell), its message starting with the command's name: printed as ``omega: COMMAND: …``
+    with exit status 1."""
+
+
+def version() -> str:
+    """The installed distribution's version, else the one pyproject.toml names (a checkout)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("omega-scheduler")
+    except PackageNotFoundError:
+        import tomllib
+        from pathlib import Path
+
+        with open(Path(__file__).resolve().parents[1] / "pyproject.toml", "rb") as f:
+            return tomllib.load(f)["project"]["version"]
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: print ``omega VERSION`` and exit 0 (the version is looked up only then)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"omega {version()}")
+        parser.exit(EXIT_OK)
+
+
+EPILOG = """exit status: 0 ok, 1 runtime error (etcd unreachable or refusing, no such cell or job, a check
+that found violations), 2 usage error, 65 invalid input file (job file, cell spec, config,
+trace), 130 interrupted. Environment: OMEGA_ENDPOINTS, OMEGA_CELL, OMEGA_CA_CERT,
+OMEGA_CREDENTIALS, OMEGA_AS. Shell completion: source <(omega completion bash). docs/CLI.md"""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="omega", description="Omega-style shared-state cluster scheduling.")
+    parser = argparse.ArgumentParser(prog="omega", description="Omega-style shared-state cluster scheduling.",
+                                     epilog=EPILOG)
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv: debug)")
+    parser.add_argument("--version", action=_VersionAction, help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
+    _verbose_everywhere(parser)
     return parser
+
+
+def _verbose_everywhere(parser: argparse.ArgumentParser) -> None:
+    """Accept ``-v`` after the command too (``omega agents run … -v``), adding to any before it."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                if "-v" not in child._option_string_actions:
+                    child.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
+                                       help="more logging (-vv: debug)")
+                _verbose_everywhere(child)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,16 +137,21 @@ def _run_command(argv: list[str] | None) -> int:
     try:
         return int(args.func(args) or 0)
     except UsageError as exc:
-        parser.exit(2, f"omega: error: {exc}\n")
+        parser.exit(EXIT_USAGE, f"omega: error: {exc}\n")
+    except InputError as exc:
+        parser.exit(EXIT_DATA, f"omega: error: {exc}\n")
+    except CommandError as exc:
+        print(f"omega: {exc}", file=sys.stderr)  # returned, like a command's own failure
+        return EXIT_FAILURE
     except CodecError as exc:
         # A stored value this version cannot read (an unknown schema version…) that the command
         # did not skip and count itself: one line naming the key and field, not a traceback.
         logging.getLogger(__name__).debug("undecodable value", exc_info=True)
-        parser.exit(2, f"omega: error: {args.command}: cannot read {exc}\n")
+        parser.exit(EXIT_DATA, f"omega: error: {args.command}: cannot read {exc}\n")
     except Terminated:
         raise
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
 
 
 def _install_sigterm():

@@ -14,12 +14,7 @@ import sys
 import threading
 from dataclasses import replace
 
-from cellstate.cellspec import CellExists, CellSpec, CellSpecError, init_cell, load_cell_spec
-from cellstate.store import StoreError
-from tools.agents.agent import Agent, AgentConfig
-from tools.agents.lifecycle import MachineSelector
-from tools.agents.metrics import AgentMetrics
-from tools.common import add_store_args, cell_keys, open_store
+from tools.common import add_store_args, cell_keys, connect, store_failure
 
 
 def register(sub) -> None:
@@ -51,8 +46,13 @@ def register(sub) -> None:
     run.set_defaults(func=run_agents)
 
 
-def config_from_args(args) -> AgentConfig:
+# The agent, cell-spec and store modules are imported where they are used (a light parser).
+
+
+def config_from_args(args):
     """The AgentConfig of the flags; UsageError naming the flag otherwise."""
+    from tools.agents.agent import AgentConfig
+    from tools.agents.lifecycle import MachineSelector
     from tools.cli import UsageError
 
     try:
@@ -63,20 +63,28 @@ def config_from_args(args) -> AgentConfig:
         raise UsageError(str(exc)) from None
 
 
-def init_spec_from_args(args) -> CellSpec | None:
+def init_spec_from_args(args):
     """The cell spec to register first (None: use the machines already in the cell)."""
-    from tools.cli import UsageError
+    from cellstate.cellspec import CellSpec, CellSpecError, load_cell_spec
+    from tools.cli import InputError, UsageError
+    from tools.common import readable_file
 
     if args.init_spec is None and args.init_machines is None:
         return None
     try:
-        spec = load_cell_spec(args.init_spec) if args.init_spec else CellSpec()
+        spec = load_cell_spec(readable_file(args.init_spec, "--init-spec")) if args.init_spec else CellSpec()
+    except CellSpecError as exc:
+        raise InputError(f"--init-spec: {exc}") from None
+    try:
         return spec if args.init_machines is None else replace(spec, machines=args.init_machines)
     except CellSpecError as exc:
-        raise UsageError(f"--init-spec/--init-machines: {exc}") from None
+        raise UsageError(f"--init-machines: {exc}") from None
 
 
 def run_agents(args) -> int:
+    from cellstate.store import StoreError
+    from tools.agents.agent import Agent
+    from tools.agents.metrics import AgentMetrics
     from tools.cli import UsageError
 
     config = config_from_args(args)
@@ -90,12 +98,13 @@ def run_agents(args) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     keys = cell_keys(args)
-    with open_store(args) as store:
+    # With --init-spec/--init-machines the agents create the cell; else it must exist.
+    with connect(args, existing_cell=spec is None) as store:
         if spec is not None:
             try:
                 _register(store, keys, spec)
             except StoreError as exc:
-                print(f"omega: agents: {exc}", file=sys.stderr)
+                print(f"omega: agents: {store_failure(exc, args)}", file=sys.stderr)
                 return 1
         metrics = AgentMetrics(cell=keys.cell, agent=config.name)
         agent = Agent(store, keys, config, metrics)
@@ -104,7 +113,10 @@ def run_agents(args) -> int:
             if serving is not None and not _serve(metrics, serving):
                 return 1
             return _run(agent, args)
-        except (StoreError, ValueError) as exc:
+        except StoreError as exc:
+            print(f"omega: agents: {store_failure(exc, args)}", file=sys.stderr)
+            return 1
+        except ValueError as exc:
             print(f"omega: agents: {exc}", file=sys.stderr)
             return 1
         finally:
@@ -112,7 +124,9 @@ def run_agents(args) -> int:
             metrics.close()
 
 
-def _register(store, keys, spec: CellSpec) -> None:
+def _register(store, keys, spec) -> None:
+    from cellstate.cellspec import CellExists, init_cell
+
     try:
         revision = init_cell(store, keys, spec)
         print(f"registered {spec.machines} machines in cell {keys.cell!r} at revision {revision}", flush=True)
@@ -120,7 +134,7 @@ def _register(store, keys, spec: CellSpec) -> None:
         print(f"using the machines already in the cell ({exc})", flush=True)
 
 
-def _run(agent: Agent, args) -> int:
+def _run(agent, args) -> int:
     """Start, apply --fail/--drain, run until a signal or --run-for."""
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -146,7 +160,7 @@ def _run(agent: Agent, args) -> int:
     return 0
 
 
-def _check_selected(agent: Agent, machine_ids: list[str]) -> None:
+def _check_selected(agent, machine_ids: list[str]) -> None:
     from tools.cli import UsageError
 
     for machine_id in machine_ids:

@@ -9,10 +9,10 @@ import json
 import sys
 from dataclasses import replace
 
-from cellstate.cellspec import CellExists, CellSpec, CellSpecError, init_cell, load_cell_spec, package_names, parse_shape
-from cellstate.check import check_cell
-from cellstate.store import StoreError
-from tools.common import add_store_args, cell_keys, open_store
+# The cell-spec, checker and store modules are imported where they are used (a light parser).
+from tools.common import (
+    add_output_arg, add_store_args, cell_keys, connect, output_json, readable_file, store_failure,
+)
 
 
 def register(sub) -> None:
@@ -35,13 +35,14 @@ def register(sub) -> None:
 
     check = sub.add_parser("check", help="verify a cell's invariants at one revision")
     check.add_argument("--revision", type=int, default=None, help="check at this revision (default: now)")
-    check.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_output_arg(check)
     add_store_args(check)
     check.set_defaults(func=run_check)
 
 
-def spec_from_args(args) -> CellSpec:
+def spec_from_args(args):
     """The cell spec of --spec (or the demo defaults) with the flags applied."""
+    from cellstate.cellspec import CellSpec, load_cell_spec, package_names
     spec = load_cell_spec(args.spec) if args.spec else CellSpec()
     changes: dict = {}
     for name in ("machines", "zones", "racks_per_zone", "packages_per_machine", "seed"):
@@ -58,6 +59,7 @@ def spec_from_args(args) -> CellSpec:
 
 
 def _shape_flag(text: str):
+    from cellstate.cellspec import CellSpecError, parse_shape
     body, _, weight = text.partition(":")
     parts = body.split(",")
     if not 2 <= len(parts) <= 3:
@@ -74,6 +76,7 @@ def _shape_flag(text: str):
 
 
 def _weighted(item: str) -> tuple[str, float]:
+    from cellstate.cellspec import CellSpecError
     name, _, weight = item.partition(":")
     try:
         return name, float(weight) if weight else 1.0
@@ -82,18 +85,28 @@ def _weighted(item: str) -> tuple[str, float]:
 
 
 def run_init(args) -> int:
-    from tools.cli import UsageError
+    from cellstate.cellspec import CellExists, CellSpecError, init_cell, load_cell_spec
+    from cellstate.store import StoreError
+    from tools.cli import InputError, UsageError
 
+    if args.spec:
+        try:
+            load_cell_spec(readable_file(args.spec, "--spec"))  # an invalid file: exit 65; invalid flags below: exit 2
+        except CellSpecError as exc:
+            raise InputError(str(exc)) from None
     try:
         spec = spec_from_args(args)
     except CellSpecError as exc:
         raise UsageError(str(exc)) from None
     keys = cell_keys(args)
-    with open_store(args) as store:
+    with connect(args, existing_cell=False) as store:
         try:
             revision = init_cell(store, keys, spec, replace=args.replace)
-        except (CellExists, StoreError) as exc:
+        except CellExists as exc:
             print(f"omega: cell init: {exc}", file=sys.stderr)
+            return 1
+        except StoreError as exc:
+            print(f"omega: cell init: {store_failure(exc, args)}", file=sys.stderr)
             return 1
     print(f"cell {keys.cell!r}: {spec.machines} machines in {spec.zones} zones "
           f"({spec.racks_per_zone} racks each) at revision {revision}")
@@ -101,14 +114,19 @@ def run_init(args) -> int:
 
 
 def run_check(args) -> int:
+    from cellstate.check import check_cell
+    from cellstate.store import StoreError
     keys = cell_keys(args)
-    with open_store(args) as store:
+    with connect(args) as store:
         try:
             report = check_cell(store, keys, args.revision)
-        except (StoreError, ValueError) as exc:
+        except StoreError as exc:
+            print(f"omega: check: {store_failure(exc, args)}", file=sys.stderr)
+            return 1
+        except ValueError as exc:
             print(f"omega: check: {exc}", file=sys.stderr)
             return 1
-    if args.json:
+    if output_json(args):
         print(json.dumps(report.to_dict(), indent=1))
     else:
         print(f"cell {report.cell!r} at revision {report.revision}: {report.machines} machines, "

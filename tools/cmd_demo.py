@@ -51,6 +51,8 @@ def register(sub) -> None:
                       help=f"etcd backend quota (default {DEFAULT_QUOTA_BACKEND_BYTES})")
     demo.add_argument("--run-dir", metavar="DIR", help="logs of the processes here (default: a new temp dir)")
     demo.add_argument("--summary-json", metavar="FILE", help="also write the summary as JSON to FILE")
+    demo.add_argument("-o", "--output", choices=("table", "json"), default="table",
+                      help="print the closing summary as a table (default) or as JSON on stdout")
     demo.set_defaults(func=run)
 
 
@@ -79,12 +81,18 @@ def run(args) -> int:
     from tools.demo_summary import print_summary
 
     config = config_from_args(args)
+    if args.solver_schedulers > 0:  # the solver extra: checked before anything starts
+        from tools.common import require_optional
+        require_optional("ortools", "demo --solver-schedulers")
     try:
         summary = run_demo(config, sys.stdout, args.run_dir)
     except (EtcdError, StoreError, RuntimeError, OSError) as exc:
         print(f"omega: demo: {exc}", file=sys.stderr)
         return 1
-    print_summary(summary, sys.stdout)
+    if args.output == "json":
+        print(json.dumps(summary.to_dict(), indent=1))
+    else:
+        print_summary(summary, sys.stdout)
     if args.summary_json:
         try:
             with open(args.summary_json, "w") as f:

@@ -6,9 +6,11 @@ solver…) and ``--order`` sets every scheduler's queue order (fair or drf)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
+from tools.common import add_output_arg, output_json
 from tools.plugin_args import add_plugin_arg, load_plugin_args
 
 
@@ -22,7 +24,9 @@ def register(sub) -> None:
     p.add_argument("name", choices=[*NAMES, "all"], help="experiment to run (all: every one)")
     p.add_argument("--trace", metavar="FILE", help="omega trace to replay (default: a seeded synthetic one)")
     p.add_argument("--quick", action="store_true", help="a much smaller synthetic cell and workload (tests)")
-    p.add_argument("--json", metavar="OUT", help="write the report(s) as JSON")
+    p.add_argument("--json-out", metavar="FILE", dest="json", help="also write the report(s) as JSON to FILE")
+    p.add_argument("--json", metavar="FILE", dest="json", help=argparse.SUPPRESS)  # deprecated: --json-out
+    add_output_arg(p, json_alias=False)
     p.add_argument("--batch-kind", default="batch", metavar="KIND",
                    help="scheduler kind of the batch schedulers: batch (default) | borg | solver | service")
     p.add_argument("--order", default="fair", metavar="ORDER",
@@ -35,7 +39,8 @@ def register(sub) -> None:
 
 def run_experiment_command(args) -> int:
     from omega.drf import parse_weight_flags
-    from tools.cli import UsageError
+    from tools.cli import InputError, UsageError
+    from tools.common import require_optional
     from tools.fauxmaster.experiment_runs import Overrides
     from tools.fauxmaster.experiments import run_experiment
     from tools.trace.format import TraceError
@@ -45,20 +50,30 @@ def run_experiment_command(args) -> int:
         overrides = Overrides(args.batch_kind, args.order, parse_weight_flags(args.drf_weight))
     except ValueError as exc:
         raise UsageError(f"--batch-kind/--order/--drf-weight: {exc}") from None
+    if args.batch_kind == "solver":
+        require_optional("ortools", "experiment --batch-kind solver")
     chosen = list(NAMES) if args.name == "all" else [args.name]
     reports = []
     for name in chosen:
         try:
             report = run_experiment(name, trace=args.trace, quick=args.quick, overrides=overrides)
-        except (OSError, TraceError, ValueError) as exc:
+        except OSError as exc:
+            raise UsageError(f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else str(exc)) from None
+        except TraceError as exc:
+            raise InputError(str(exc)) from None
+        except ValueError as exc:
             raise UsageError(str(exc)) from None
-        print_report(report)
+        if not output_json(args):
+            print_report(report)
         reports.append(report)
+    data = [r.to_dict() for r in reports]
+    text = json.dumps(data[0] if len(data) == 1 else data, indent=2, default=str) + "\n"
+    if output_json(args):
+        print(text, end="")
     if args.json:
         out = Path(args.json)
         out.parent.mkdir(parents=True, exist_ok=True)
-        data = [r.to_dict() for r in reports]
-        out.write_text(json.dumps(data[0] if len(data) == 1 else data, indent=2, default=str) + "\n")
+        out.write_text(text)
     return 0 if all(r.runs_ok for r in reports) else 1
 
 

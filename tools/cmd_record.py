@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from cellstate.store import StoreError
-from tools.common import add_store_args, cell_keys, open_store
+from tools.common import add_store_args, cell_keys, connect, store_failure
 
 
 def register(sub) -> None:
@@ -49,11 +49,11 @@ def run_record(args) -> int:
         raise UsageError(f"--duration must be a finite number of seconds >= 0, got {args.duration:g}")
     keys = cell_keys(args)
     stop = threading.Event()
-    with open_store(args) as store, stop_on_signals(stop):
+    with connect(args) as store, stop_on_signals(stop):
         try:
             stats = record(store, keys, args.out, f"etcd {args.endpoints}", stop, args.duration)
         except StoreError as exc:
-            print(f"omega: record: {exc}", file=sys.stderr)
+            print(f"omega: record: {store_failure(exc, args)}", file=sys.stderr)
             return 1
         except OSError as exc:
             raise UsageError(f"--out {args.out}: {exc.strerror or exc}") from None

@@ -9,12 +9,13 @@ the owners' weights of every drf scheduler whose config names none.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
 
 from cellstate.store import StoreError
-from tools.common import DEFAULT_ENDPOINTS
+from tools.common import DEFAULT_ENDPOINTS, add_output_arg, output_json
 from tools.plugin_args import add_plugin_arg, load_plugin_args
 
 DEFAULT_SPEC = "batch:batch,service:service"
@@ -48,7 +49,9 @@ def register(sub) -> None:
     p.add_argument("--sample-every", type=float, default=60.0, help="utilization sample period (virtual s, default 60); it grows with the span so that a "
                         "replay holds at most 4,000 samples (tools.fauxmaster.replay.MAX_SAMPLES)")
     p.add_argument("--no-check", action="store_true", help="skip the invariant check of the final cell")
-    p.add_argument("--json", metavar="OUT", help="write the result as JSON")
+    p.add_argument("--json-out", metavar="FILE", dest="json", help="also write the result as JSON to FILE")
+    p.add_argument("--json", metavar="FILE", dest="json", help=argparse.SUPPRESS)  # deprecated: --json-out
+    add_output_arg(p, json_alias=False)
     p.add_argument("--html", metavar="DIR", help="write an HTML report with plots (needs matplotlib)")
     add_plugin_arg(p)
     p.set_defaults(func=run_replay)
@@ -94,37 +97,59 @@ def _item(item: str) -> dict:
 
 def run_replay(args) -> int:
     from omega.drf import parse_weight_flags
-    from tools.cli import UsageError
-    from tools.common import endpoints_of
+    from tools.cli import InputError, UsageError
+    from tools.common import endpoints_of, require_optional, store_failure
     from tools.fauxmaster.replay import ReplayConfig, replay
     from tools.fauxmaster.report import rich_progress, write_html, write_json
     from tools.trace.format import TraceError
 
     load_plugin_args(args)
+    from_file = args.schedulers.strip().startswith("@")
+    try:
+        schedulers = parse_schedulers(args.schedulers, args.seed, args.t_job, args.t_task, args.order,
+                                      parse_weight_flags(args.drf_weight))
+    except OSError as exc:
+        raise UsageError(f"--schedulers {args.schedulers}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # from --schedulers @FILE: an invalid input file (65); else a bad flag (2)
+        why = f"not valid JSON: {exc}" if isinstance(exc, json.JSONDecodeError) else str(exc)
+        if from_file:
+            raise InputError(f"{args.schedulers.strip()[1:]}: {why}") from None
+        raise UsageError(f"--schedulers: {why}" if isinstance(exc, json.JSONDecodeError) else why) from None
+    if any(c.get("kind") == "solver" for c in schedulers):  # before building them
+        require_optional("ortools", "replay of a solver scheduler")
     try:
         config = ReplayConfig(
-            schedulers=parse_schedulers(args.schedulers, args.seed, args.t_job, args.t_task, args.order,
-                                        parse_weight_flags(args.drf_weight)), store=args.store,
+            schedulers=schedulers, store=args.store,
             endpoints=endpoints_of(args.endpoints) if args.store == "etcd" else [], cell=args.cell,
             decision_time=args.decision_time, time_scale=args.time_scale, until=args.until,
             sample_every_s=args.sample_every, check=not args.no_check, initial_state=args.initial_state,
             max_txn_ops=args.max_txn_ops)
-    except (ValueError, OSError) as exc:
+    except ValueError as exc:  # a flag, or a scheduler config naming an unknown kind or mode
         raise UsageError(str(exc)) from None
     _check_before_replay(args)  # a bad input or output path fails now, not after the replay
+    if args.html:
+        require_optional("matplotlib", "replay --html")
     try:
         with rich_progress(sys.stderr.isatty()) as progress:
             result = replay(args.file, config, progress)
     except StoreError as exc:  # --store etcd: unreachable, refused, …
-        print(f"omega: replay: {exc}", file=sys.stderr)
+        print(f"omega: replay: {store_failure(exc, args)}", file=sys.stderr)
         return 1
-    except (OSError, TraceError, ValueError) as exc:
+    except OSError as exc:
+        raise UsageError(f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else str(exc)) from None
+    except TraceError as exc:
+        raise InputError(str(exc)) from None
+    except ValueError as exc:
         raise UsageError(str(exc)) from None
-    _print_summary(result)
+    if output_json(args):
+        print(result.to_json())
+    else:
+        _print_summary(result)
     if args.json:
         write_json(result, args.json)
     if args.html:
-        print(f"report: {write_html(result, args.html)}")
+        index = write_html(result, args.html)
+        print(f"report: {index}", file=sys.stderr if output_json(args) else sys.stdout)
     return 0 if result.check is None or result.check["ok"] else 1
 
 
@@ -132,7 +157,7 @@ def _check_before_replay(args) -> None:
     """UsageError (one line naming the file) for a trace that is missing, unreadable or truncated
     (``tools.trace.format.check_complete``), or a ``--json`` / ``--html`` path that cannot be
     written: checked before the replay, whose result would otherwise be lost."""
-    from tools.cli import UsageError
+    from tools.cli import InputError, UsageError
     from tools.trace.format import TraceError, check_complete
 
     try:
@@ -140,7 +165,7 @@ def _check_before_replay(args) -> None:
     except OSError as exc:
         raise UsageError(f"trace {args.file}: {exc.strerror or exc}") from None
     except TraceError as exc:
-        raise UsageError(str(exc)) from None
+        raise InputError(str(exc)) from None
     for flag, path, directory in (("--json", args.json, False), ("--html", args.html, True)):
         if path:
             why = _unwritable(path, directory)

@@ -18,22 +18,12 @@ import sys
 import time
 import tomllib
 
-import anyio
-
-from cellstate.committer import StoreCommitter
-from cellstate.replica.view import ReplicaView
-from cellstate.stats_sink import LeasedStatsSink
-from cellstate.store import StoreError, Unavailable
-from omega.drf import parse_weight_flags
-from omega.modes import CommitMode, ConflictMode
-from omega.queue import check_order
-from omega.retry import retry_policy_for
-from omega.runtime import RuntimeOptions, SchedulerProcess
-from schedulers.chains import KINDS, make_scheduler
-from schedulers.plugin import PluginConfigError
-from tools.common import add_store_args, cell_keys, open_store
+from tools.common import add_store_args, cell_keys, open_store, store_failure
 from tools.plugin_args import add_plugin_arg, load_plugin_args
-from tools.scheduler_metrics import SchedulerMetrics, count_quarantine
+
+# The scheduler, store and metrics modules are imported where they are used: building the
+# parser (every `omega` command, `omega --help`) then loads none of them (docs/BENCHMARKS.md).
+BUILT_IN_KINDS = ("batch", "borg", "service", "solver")
 
 log = logging.getLogger(__name__)
 
@@ -48,12 +38,15 @@ def register(sub) -> None:
     scheduler_sub = scheduler.add_subparsers(dest="scheduler_command", required=True, metavar="ACTION")
     run = scheduler_sub.add_parser("run", help="serve a cell until interrupted")
     run.add_argument("--kind", required=True,
-                     help=f"scheduler kind: {' | '.join(sorted(KINDS))}, or one a --plugin module registers")
+                     help=f"scheduler kind: {' | '.join(BUILT_IN_KINDS)}, or one a --plugin module registers")
     run.add_argument("--name", help="scheduler name (default: KIND-PID)")
     run.add_argument("--conflict-mode", default="resource-fit", help="sequence | resource-fit (default)")
     run.add_argument("--commit-mode", default="incremental", help="incremental (default) | all-or-nothing")
     run.add_argument("--seed", type=int, default=0, help="seed of the scheduler's randomness (default 0)")
-    run.add_argument("--config", metavar="FILE.toml", help="scheduler config (plugins and their args, knobs)")
+    run.add_argument("--config", metavar="FILE.toml",
+                     help="scheduler config: this kind's keys (plugins and their args, knobs), or a chain file "
+                          "like schedulers/default_chains.toml (the --table named like --kind)")
+    run.add_argument("--table", metavar="NAME", help="with a chain file as --config: the table to use")
     run.add_argument("--batch-jobs", type=int, default=16, metavar="N",
                      help="jobs selected per scheduling round (default 16)")
     run.add_argument("--steal-after", type=float, default=None, metavar="SECONDS",
@@ -76,23 +69,66 @@ def register(sub) -> None:
     run.set_defaults(func=run_scheduler)
 
 
-def _config(path: str | None) -> dict:
-    from tools.cli import UsageError
+def _config(path: str | None, kind: str, table: str | None = None) -> dict:
+    """The scheduler config of ``--config``: a file of this kind's keys at the top level
+    (``plugins``, ``k``, ``filters``/``scorers``…), or a chain file like
+    ``schedulers/default_chains.toml`` (what ``omega explain --chains`` reads: one table per
+    scheduler, each with its ``filters``), of which the table ``--table`` (default: the one
+    named like ``kind``, else the only table of that kind) is used. UsageError for a missing
+    file or table; InputError for a file that does not parse."""
+    from tools.cli import InputError, UsageError
 
     if path is None:
+        if table is not None:
+            raise UsageError("--table needs --config")
         return {}
     try:
         with open(path, "rb") as f:
-            return tomllib.load(f)
+            data = tomllib.load(f)
     except OSError as exc:
         raise UsageError(f"--config: cannot read {path!r}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"--config: {path!r} is not valid TOML: {exc}") from None
+        raise InputError(f"--config: {path!r} is not valid TOML: {exc}") from None
+    if not is_chain_file(data):
+        if table is not None:
+            raise UsageError(f"--table: {path} is not a chain file (no tables with filters)")
+        return data
+    from schedulers.chain_config import parse_chain_file
+    from schedulers.plugin import PluginConfigError
+
+    try:
+        configs = parse_chain_file(data, path)
+    except PluginConfigError as exc:
+        raise InputError(str(exc)) from None
+    if table is None:
+        of_kind = [name for name, config in configs.items() if config.kind == kind]
+        table = kind if kind in configs else of_kind[0] if len(of_kind) == 1 else None
+        if table is None:
+            how_many = "no table" if not of_kind else f"{len(of_kind)} tables"
+            raise UsageError(f"--config: {path} has {how_many} of kind {kind!r} (tables: {', '.join(sorted(configs))}"
+                             f"{'' if not of_kind else '; name one with --table'})")
+    if table not in configs:
+        raise UsageError(f"--table: {path} has no table [{table}]; tables: {', '.join(sorted(configs))}")
+    if configs[table].kind != kind:
+        raise UsageError(f"--config: [{table}] of {path} is of kind {configs[table].kind!r}, not --kind {kind!r}")
+    return configs[table].as_config()
+
+
+def is_chain_file(data: dict) -> bool:
+    """Whether a parsed TOML file is a chain file: every top-level entry a table with ``filters``."""
+    return bool(data) and all(isinstance(v, dict) and "filters" in v for v in data.values())
 
 
 def build_parts(args):
     """(scheduler, conflict mode, commit mode, runtime options) of the flags; UsageError otherwise."""
-    from tools.cli import UsageError
+    from cellstate.store import StoreError
+    from omega.drf import parse_weight_flags
+    from omega.modes import CommitMode, ConflictMode
+    from omega.queue import check_order
+    from omega.runtime import RuntimeOptions
+    from schedulers.chains import KINDS, SolverUnavailable, make_scheduler
+    from schedulers.plugin import PluginConfigError
+    from tools.cli import CommandError, InputError, UsageError
 
     load_plugin_args(args)
     if args.kind not in KINDS:
@@ -110,8 +146,14 @@ def build_parts(args):
         weights = check_order(args.order, parse_weight_flags(args.drf_weight))
     except ValueError as exc:
         raise UsageError(f"--order/--drf-weight: {exc}") from None
+    config = _config(args.config, args.kind, args.table)
     try:
-        scheduler = make_scheduler(args.kind, name, args.seed, _config(args.config))
+        scheduler = make_scheduler(args.kind, name, args.seed, config)
+    except SolverUnavailable as exc:
+        raise CommandError(f"scheduler run: {exc}") from None
+    except (PluginConfigError, ValueError) as exc:
+        raise (InputError if args.config else UsageError)(str(exc)) from None
+    try:
         conflict, commit = ConflictMode.parse(args.conflict_mode), CommitMode.parse(args.commit_mode)
         options = RuntimeOptions(batch_jobs=args.batch_jobs, steal_after_s=args.steal_after,
                                  duration_s=args.duration, transient_errors=(StoreError,),
@@ -135,29 +177,63 @@ def tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
-def open_view(store, keys, timeout_s: float) -> ReplicaView:
-    """The cell's replica, retrying an unavailable store for up to ``timeout_s`` (a scheduler
-    started beside a busy or restarting etcd waits for it instead of exiting)."""
+# While waiting for etcd at start: one warning with what to do, then a progress line this often.
+WAIT_PROGRESS_EVERY_S = 5.0
+
+
+def open_view(store, keys, timeout_s: float, describe=str):
+    """The cell's replica, once the store answers and the cell exists (CommandError naming
+    the cells that do otherwise). An unavailable store is retried for up to ``timeout_s`` (a
+    scheduler started beside a busy or restarting etcd waits for it instead of exiting): one
+    warning saying what is wrong (``describe(error)``), then a progress line every
+    WAIT_PROGRESS_EVERY_S seconds."""
+    from cellstate.replica.view import ReplicaView
+    from cellstate.store import Unavailable
+    from tools.common import require_cell
+
     deadline = time.monotonic() + timeout_s
+    waiting_since = next_line = None
+    cell_checked = False
     while True:
         try:
-            return ReplicaView(store, keys, give_up_after=REPLICA_GIVE_UP_S)
+            if not cell_checked:
+                require_cell(store, keys, "scheduler run")
+                cell_checked = True
+            view = ReplicaView(store, keys, give_up_after=REPLICA_GIVE_UP_S)
+            if waiting_since is not None:
+                log.warning("etcd answered after %.1f s", time.monotonic() - waiting_since)
+            return view
         except Unavailable as exc:
-            if time.monotonic() >= deadline:
+            now = time.monotonic()
+            if now >= deadline:
                 raise
-            log.warning("cell not readable yet, retrying: %s", exc)
+            if waiting_since is None:
+                waiting_since, next_line = now, now + WAIT_PROGRESS_EVERY_S
+                log.warning("waiting up to %g s (--startup-timeout) for etcd: %s", timeout_s, describe(exc))
+            elif now >= next_line:
+                next_line += WAIT_PROGRESS_EVERY_S
+                log.warning("still waiting for etcd: %.0f s of %g s", now - waiting_since, timeout_s)
             time.sleep(0.5)
 
 
 def run_scheduler(args) -> int:
+    import anyio
+
+    from cellstate.committer import StoreCommitter
+    from cellstate.stats_sink import LeasedStatsSink
+    from cellstate.store import StoreError
+    from omega.retry import retry_policy_for
+    from omega.runtime import SchedulerProcess
+    from tools.scheduler_metrics import SchedulerMetrics, count_quarantine
+
     scheduler, conflict, commit, options = build_parts(args)
     keys = cell_keys(args)
     metrics = SchedulerMetrics(scheduler.name, cell=keys.cell, kind=scheduler.kind)
     with open_store(args) as store:
         try:
-            view = open_view(store, keys, args.startup_timeout)
+            view = open_view(store, keys, args.startup_timeout, lambda exc: store_failure(exc, args))
         except StoreError as exc:
-            print(f"omega: scheduler: cannot read cell {keys.cell!r}: {exc}", file=sys.stderr)
+            print(f"omega: scheduler: cannot read cell {keys.cell!r}: {store_failure(exc, args)}", file=sys.stderr)
             return 1
         tune_gc()
         process = SchedulerProcess(

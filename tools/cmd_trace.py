@@ -48,7 +48,7 @@ def register(sub) -> None:
 
 
 def run_import_google(args) -> int:
-    from tools.cli import UsageError
+    from tools.cli import InputError, UsageError
     from tools.trace.format import TraceError
     from tools.trace.google2011 import CapacityModel, GoogleTraceError, import_google2011
     from tools.trace.google2011_cell import CellModel, MachineEventsError, parse_reclaim
@@ -63,8 +63,10 @@ def run_import_google(args) -> int:
         stats = import_google2011(args.task_events, args.job_events, args.out,
                                   CapacityModel(args.capacity_model, args.seed), limit=args.limit,
                                   cell_model=cell_model, machine_events=args.machine_events)
-    except (OSError, GoogleTraceError, TraceError, MachineEventsError) as exc:
-        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(_os_error(exc)) from None
+    except (GoogleTraceError, TraceError, MachineEventsError) as exc:
+        raise InputError(str(exc)) from None
     counts = ", ".join(f"{name} {n}" for name, n in stats.events.items())
     print(f"{args.out}: {stats.rows} rows → {counts} in {time.perf_counter() - started:.1f} s")
     print(f"  cell model {cell_model.name}" + (f", reclaim {args.reclaim}" if cell_model.name == "overcommit" else "")
@@ -76,7 +78,7 @@ def run_import_google(args) -> int:
 
 
 def run_import_swf(args) -> int:
-    from tools.cli import UsageError
+    from tools.cli import InputError, UsageError
     from tools.trace.format import TraceError
     from tools.trace.swf import DEFAULT_NODE_MEMORY_MIB, SWFError, import_swf
 
@@ -86,9 +88,11 @@ def run_import_swf(args) -> int:
         stats = import_swf(args.file, args.out, skip_bad=args.skip_bad, nodes=args.nodes, node_memory_mib=memory)
     except SWFError as exc:
         hint = "" if args.skip_bad or " line " not in str(exc) else " (--skip-bad skips and counts such lines)"
-        raise UsageError(f"{exc}{hint}; nothing written to {args.out}") from None
-    except (OSError, TraceError) as exc:
-        raise UsageError(str(exc)) from None
+        raise InputError(f"{exc}{hint}; nothing written to {args.out}") from None
+    except OSError as exc:
+        raise UsageError(_os_error(exc)) from None
+    except TraceError as exc:
+        raise InputError(str(exc)) from None
     print(f"{args.out}: {stats.machines} machines, {stats.jobs} jobs in {time.perf_counter() - started:.1f} s")
     print(f"  {stats.summary()}")
     if stats.bad_lines:
@@ -106,7 +110,7 @@ def run_import_swf(args) -> int:
 
 
 def run_info(args) -> int:
-    from tools.cli import UsageError
+    from tools.cli import InputError, UsageError
     from tools.trace.format import TraceError, read_trace
 
     counts: Counter[str] = Counter()
@@ -118,8 +122,10 @@ def run_info(args) -> int:
                 counts[type(event).__name__] += 1
                 first = event.t if first is None else first
                 last = event.t
-    except (OSError, TraceError) as exc:
-        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(_os_error(exc)) from None
+    except TraceError as exc:
+        raise InputError(str(exc)) from None
     for name in ("source", "created_at", "cell", "capacity_model", "notes"):
         print(f"{name}: {getattr(header, name)}")
     truth = events.truth
@@ -133,3 +139,8 @@ def run_info(args) -> int:
     span = "no events" if first is None else f"{first:.3f} .. {last:.3f} s ({last - first:.3f} s)"
     print(f"events: {sum(counts.values())}, time span: {span}")
     return 0
+
+
+def _os_error(exc: OSError) -> str:
+    """One line naming the file: ``FILE: No such file or directory``."""
+    return f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else str(exc)

@@ -1,13 +1,19 @@
-"""Flags and store construction shared by the commands that talk to a cell."""
+"""Flags and store construction shared by the commands that talk to a cell.
+
+``--endpoints`` defaults to ``$OMEGA_ENDPOINTS`` (else 127.0.0.1:2379) and ``--cell`` to
+``$OMEGA_CELL`` (else ``default``). ``connect`` opens the store, checks it answers and that the
+cell exists (a cell exists once ``omega cell init`` has written its machines), and turns a
+failure into one line saying what to do (``store_failure``).
+"""
 
 from __future__ import annotations
 
 import os
 
-from cellstate.etcd.store import EtcdStore, parse_endpoint
 from cellstate.keys import DEFAULT_ROOT, CellKeys
 
 DEFAULT_ENDPOINTS = "127.0.0.1:2379"
+DEFAULT_CELL = "default"
 # Safe for any etcd (its default --max-txn-ops); raise it for an etcd started with a higher limit.
 DEFAULT_MAX_TXN_OPS = 128
 
@@ -17,7 +23,8 @@ def add_store_args(parser) -> None:
     parser.add_argument("--endpoints", default=os.environ.get("OMEGA_ENDPOINTS", DEFAULT_ENDPOINTS),
                         help="comma-separated etcd host:port list (default: $OMEGA_ENDPOINTS or "
                              f"{DEFAULT_ENDPOINTS})")
-    parser.add_argument("--cell", default="default", help="cell name (default: default)")
+    parser.add_argument("--cell", default=os.environ.get("OMEGA_CELL") or DEFAULT_CELL,
+                        help=f"cell name (default: $OMEGA_CELL or {DEFAULT_CELL})")
     parser.add_argument("--root", default=DEFAULT_ROOT, help=f"key root (default: {DEFAULT_ROOT})")
     parser.add_argument("--max-txn-ops", type=int, default=DEFAULT_MAX_TXN_OPS,
                         help=f"operations per txn the etcd accepts (default {DEFAULT_MAX_TXN_OPS})")
@@ -44,6 +51,7 @@ def add_auth_args(parser) -> None:
 
 def endpoints_of(text: str) -> list[str]:
     """The endpoints of a comma-separated list; UsageError when one is not host:port."""
+    from cellstate.etcd.store import parse_endpoint
     from tools.cli import UsageError
 
     endpoints = [e.strip() for e in text.split(",") if e.strip()]
@@ -89,8 +97,10 @@ def store_auth(args) -> dict:
     return {"user": user, "password": password, "ca_cert": ca_cert} if (user or ca_cert) else {}
 
 
-def open_store(args) -> EtcdStore:
-    """An EtcdStore on ``args.endpoints``, with TLS and authentication when the flags ask for them."""
+def open_store(args):
+    """An EtcdStore on ``args.endpoints``, with TLS and authentication when the flags ask for them
+    (imported here: building the parser loads no gRPC)."""
+    from cellstate.etcd.store import EtcdStore
     from tools.cli import UsageError
 
     if args.max_txn_ops < 1:
@@ -109,3 +119,183 @@ def cell_keys(args) -> CellKeys:
     if not args.cell or "/" in args.cell:
         raise UsageError(f'--cell must be a non-empty name without "/", got {args.cell!r}')
     return CellKeys(cell=args.cell, root=args.root)
+
+
+def store_failure(exc: BaseException, args) -> str:
+    """One line for a store error: what went wrong and what to do. Nothing listening (connection
+    refused), a TLS etcd reached without ``--ca-cert`` (the server closes the socket), a plain
+    etcd reached with it (the handshake fails) and refused credentials each get their hint;
+    other errors are told as they are."""
+    from cellstate.store import PermissionDenied, Unavailable
+
+    endpoints = getattr(args, "endpoints", "?")
+    tls = bool(getattr(args, "ca_cert", None) or getattr(args, "credentials", None))
+    text = " ".join(str(exc).split())
+    if isinstance(exc, Unavailable):
+        if "Connection refused" in text or "connection refused" in text:
+            return (f"cannot reach etcd at {endpoints} (connection refused): start one with `omega etcd up`, "
+                    "or point --endpoints / $OMEGA_ENDPOINTS at a running etcd")
+        if "Handshake" in text or "SSL" in text or "ssl" in text:
+            return (f"TLS handshake with etcd at {endpoints} failed: is it a plain (non-TLS) etcd, or is "
+                    "--ca-cert the CA that signed its certificate? (" + text + ")")
+        if "Socket closed" in text and not tls:
+            return (f"etcd at {endpoints} closed the connection: it probably serves TLS; pass --ca-cert PEM "
+                    "(or --credentials FILE --as USER, written by `omega cell up --secure`)")
+        return f"etcd at {endpoints} is unavailable: {text}"
+    if isinstance(exc, PermissionDenied):
+        if "user name is empty" in text:
+            return (f"etcd at {endpoints} requires authentication: pass --credentials FILE --as USER "
+                    "(or --user/--password-file)")
+        return f"{text} (check --credentials/--as or --user/--password)"
+    return text
+
+
+def connect(args, *, existing_cell: bool = True, retry_for: float = 0.0, on_retry=None):
+    """``open_store`` checked: the store answers (else CommandError with ``store_failure``'s
+    hint) and, with ``existing_cell``, ``args.cell`` exists (else CommandError naming the cells
+    that do). With ``retry_for`` > 0 a transient store error (etcd unreachable, a lost leader)
+    is retried for that many seconds, ``on_retry(attempt, error, sleep_s, elapsed_s)`` called
+    before each wait (jittered exponential, at most 2 s), as ``omega submit`` retries its
+    submissions. The caller closes the store (it is a context manager)."""
+    import random
+    import time
+
+    from cellstate.store import StoreError
+    from cellstate.submit import transient
+    from tools.cli import CommandError
+
+    keys = cell_keys(args)
+    what = command_name(args)
+    started, attempt = time.monotonic(), 0
+    while True:
+        try:
+            return _checked_store(args, keys, what, existing_cell)
+        except StoreError as exc:
+            elapsed = time.monotonic() - started
+            if not transient(exc) or elapsed >= retry_for:
+                gave_up = f" (gave up after --retry-for {retry_for:g} s)" if retry_for and transient(exc) else ""
+                raise CommandError(f"{what}: {store_failure(exc, args)}{gave_up}") from None
+            attempt += 1
+            sleep_s = random.uniform(0, min(2.0, 0.1 * 2 ** attempt))
+            if on_retry is not None:
+                on_retry(attempt, exc, sleep_s, elapsed)
+            time.sleep(sleep_s)
+
+
+def _checked_store(args, keys: CellKeys, what: str, existing_cell: bool):
+    """The store, once it answered and (with ``existing_cell``) the cell exists; closed on failure."""
+    store = open_store(args)
+    try:
+        store.revision()
+        if existing_cell:
+            require_cell(store, keys, what)
+    except BaseException:
+        store.close()
+        raise
+    return store
+
+
+def cell_exists(store, keys: CellKeys) -> bool:
+    """Whether ``omega cell init`` has written machines for the cell (one keys-only read)."""
+    return store.first_key(keys.kind_prefix("machines")) is not None
+
+
+def list_cells(store, root: str) -> list[str]:
+    """The names of the cells under ``root`` that have machines, sorted (two reads per cell seen)."""
+    from cellstate.etcd.wire import prefix_end_bytes
+
+    base = f"{root}/cells/"
+    cells: list[str] = []
+    start = base
+    while True:
+        key = store.first_key(base, start=start)
+        if key is None:
+            return sorted(cells)
+        name = key[len(base):].partition("/")[0]
+        if store.first_key(f"{base}{name}/machines/") is not None:
+            cells.append(name)
+        start = prefix_end_bytes(f"{base}{name}/".encode()).decode()
+
+
+def command_name(args) -> str:
+    """The command as typed, e.g. ``check``, ``cell init``, ``job list`` (for messages)."""
+    words = [getattr(args, "command", None) or "omega"]
+    words += [value for name, value in sorted(vars(args).items())
+              if name.endswith("_command") and isinstance(value, str)]
+    return " ".join(words)
+
+
+def require_cell(store, keys: CellKeys, what: str = "omega") -> None:
+    """CommandError unless the cell exists, naming the cells that do (those this user may see)."""
+    from cellstate.store import PermissionDenied
+    from tools.cli import CommandError
+
+    try:
+        if cell_exists(store, keys):
+            return
+    except PermissionDenied:
+        raise CommandError(f"{what}: etcd denied reading cell {keys.cell!r}: this user's role does not cover it "
+                           "(with --credentials, --as names a user of the cell: CELL-scheduler, CELL-monitor…)"
+                           ) from None
+    try:
+        cells = list_cells(store, keys.root)
+        known = ", ".join(cells) if cells else "none yet"
+    except PermissionDenied:
+        known = "not visible to this user"
+    raise CommandError(f"{what}: no cell {keys.cell!r} under {keys.root} (cells: {known}); create it with "
+                       f"`omega cell init --cell {keys.cell}`, or pick one with --cell / $OMEGA_CELL")
+
+
+OUTPUTS = ("table", "json")
+
+
+def add_output_arg(parser, json_alias: bool = True) -> None:
+    """``-o/--output table|json``: how the command prints its result on stdout, the same in
+    every command (table: for people, the default; json: one JSON document). ``json_alias``
+    keeps the older ``--json`` (same as ``-o json``) working, deprecated and hidden."""
+    import argparse
+
+    parser.add_argument("-o", "--output", choices=OUTPUTS, default="table",
+                        help="print the result as a table/text (default) or as JSON on stdout")
+    if json_alias:
+        parser.add_argument("--json", dest="output", action="store_const", const="json",
+                            help=argparse.SUPPRESS)
+
+
+def output_json(args) -> bool:
+    """Whether ``-o json`` (or its deprecated alias) was asked for."""
+    return getattr(args, "output", "table") == "json"
+
+
+# Optional dependencies: module -> the extra that installs it (pyproject.toml).
+OPTIONAL = {"matplotlib": "report", "ortools": "solver"}
+
+
+def require_optional(module: str, what: str) -> None:
+    """CommandError (exit 1) before a long command starts when ``module`` (an optional
+    dependency, see OPTIONAL) is not installed, naming the extra that installs it. Looks the
+    module up without importing it."""
+    import importlib.util
+
+    from tools.cli import CommandError
+
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a None in sys.modules (as if uninstalled), a broken package
+        found = False
+    if not found:
+        raise CommandError(f"{what} needs {module}, which is not installed: "
+                           f"pip install 'omega-scheduler[{OPTIONAL[module]}]'")
+
+
+def readable_file(path: str, flag: str = "") -> str:
+    """``path`` when it is a readable file; else UsageError (exit 2: a bad argument, unlike a
+    file that does not parse, exit 65) in one line naming it."""
+    from tools.cli import UsageError
+
+    where = f"{flag} {path}" if flag else path
+    try:
+        with open(path, "rb"):
+            return path
+    except OSError as exc:
+        raise UsageError(f"{where}: {exc.strerror or exc}") from None

@@ -189,6 +189,15 @@ class EtcdStore:
                 return RangeResult(rev, tuple(kvs))
             key = resp.kvs[-1].key + b"\0"
 
+    def first_key(self, prefix: str, start: str | None = None) -> str | None:
+        """The first key under ``prefix`` (from ``start`` on, when given), or None: one
+        keys-only read of one key (the command line's cell checks)."""
+        key = (start or prefix).encode() or b"\0"
+        request = rpc.RangeRequest(key=key, range_end=etcd_wire.prefix_end_bytes(prefix.encode()), limit=1,
+                                   keys_only=True)
+        resp = self._call("kvstub", "Range", request, f"read of {prefix!r}")
+        return resp.kvs[0].key.decode() if resp.kvs else None
+
     def revision(self) -> int:
         request = rpc.RangeRequest(key=_REVISION_PROBE_KEY, count_only=True)
         return self._call("kvstub", "Range", request, "revision").header.revision

@@ -152,7 +152,7 @@ def test_invalid_file_writes_nothing(tmp_path, etcd_server, etcd_store, cell_key
     bad.write_text(json.dumps([GOOD, _bad_job(change)]))
     code = run_cli(["submit", str(good), str(bad), "--endpoints", ",".join(etcd_server.endpoints),
                  "--cell", cell_keys.cell])
-    assert code == 2
+    assert code == 65  # EX_DATAERR: an invalid input file
     assert f"field {field!r}" in capsys.readouterr().err
     assert etcd_store.range(cell_keys.prefix).kvs == ()
 

@@ -1,5 +1,6 @@
 """Fuzzing the ``omega`` command line: argv drawn from plausible tokens of each command must
-end with exit status 0, 1 or 2 and a message, never a traceback.
+end with exit status 0, 1 or 2 (65 only for an input file that does not parse or validate,
+named in the message) and a message, never a traceback.
 
 The store is an endpoint on a free loopback port with nothing listening (connections are
 refused at once). ``etcd up`` is left out: it starts a real server and waits for Ctrl-C.
@@ -34,6 +35,8 @@ with open(BAD_SWF, "w") as _f:
 
 NUMBERS = ["0", "1", "-1", "2.5", "nan", "inf", "1e400", "abc", "", "99999999999999999999", "3"]
 FILES = [GOOD_JOBS, BAD_JOBS, BAD_SWF, os.path.join(_TMP, "missing.json"), _TMP]
+# Files that exist and may be invalid for the command reading them: the only cause of exit 65.
+INPUT_FILES = (GOOD_JOBS, BAD_JOBS, BAD_SWF)
 OUTS = [os.path.join(_TMP, "out.omt"), os.path.join(_TMP, "out.omt.gz"), os.path.join(_TMP, "no-dir", "o.omt"),
         _TMP, ""]
 NAMES = ["m1", "m1,m2", "all", "", "/", "a/b", "x y", "batch"]
@@ -125,7 +128,10 @@ def run_cli(argv: list[str]) -> tuple[int, str, str]:
 def test_random_argv_ends_with_a_status_and_a_message(command, data):
     argv = data.draw(argvs(command))
     status, out, err = run_cli(argv)
-    assert status in (0, 1, 2), (argv, status, err)
+    assert status in (0, 1, 2, 65), (argv, status, err)
+    if status == 65:  # EX_DATAERR: an existing input file that does not parse or validate, named
+        assert [f for f in INPUT_FILES if f in argv and os.path.basename(f) in err], (argv, err)
+        assert err.count("\n") == 1, err
     assert "Traceback" not in out + err, (argv, err)
     if status:
         assert err.strip(), (argv, status)
@@ -144,7 +150,7 @@ def test_generate_refuses_unbounded_workloads(argv):
 @pytest.mark.parametrize("argv,status,message", [
     (["cell", "init", "--packages", "99999999999999999999"], 2, "packages"),
     (["cell", "init", "--machines", "99999999999999999999"], 2, "machines"),
-    (["agents", "run", "--init-machines", "3", "--run-for", "0.1"], 1, "omega: agents:"),
+    (["agents", "run", "--init-machines", "3", "--run-for", "0.1"], 1, "omega: agents run: cannot reach etcd"),
     (["generate", "--prefix", "a/b"], 2, "--prefix"),
     (["generate", "--out", os.path.join(_TMP, "no-dir", "x.json")], 2, "--out"),
 ], ids=["huge-package-count", "huge-machine-count", "agents-register-unreachable", "prefix-with-slash",
@@ -186,9 +192,9 @@ def unreadable_cell(etcd_server, etcd_store, cell_keys):
 
 # command -> (exit status, text the output must hold, one-line error?)
 READERS = {
-    "kill": (["kill", "victim"], 2, "kill victim: cannot read", True),
+    "kill": (["kill", "victim"], 65, "kill victim: cannot read", True),
     "kill-other": (["kill", "fine"], 0, "killed job 'fine'", False),
-    "explain": (["explain", "victim"], 2, "job 'victim': its record does not decode", True),
+    "explain": (["explain", "victim"], 65, "job 'victim': its record does not decode", True),
     "explain-other": (["explain", "fine"], 0, "left out 2 value(s) that do not decode", False),
     "check": (["check"], 1, "undecodable", False),
     "check-json": (["check", "--json"], 1, "undecodable", False),
@@ -202,7 +208,7 @@ READERS = {
 @pytest.mark.parametrize("name", list(READERS))
 def test_records_of_an_unknown_schema_version(unreadable_cell, etcd_store, cell_keys, name):
     """Every command that reads records turns one it cannot decode (here: schema version 2)
-    into a one-line error (exit 2, nothing written) or a counted skip; `omega kill` used to
+    into a one-line error (exit 65, nothing written) or a counted skip; `omega kill` used to
     end in a CodecError traceback."""
     argv, status, text, one_line = READERS[name]
     before = etcd_store.revision()
@@ -217,7 +223,7 @@ def test_records_of_an_unknown_schema_version(unreadable_cell, etcd_store, cell_
 
 @pytest.mark.parametrize("field", ["header", "machine", "job"])
 def test_trace_records_of_an_unknown_version(tmp_path, field):
-    """`omega trace info` on a trace whose header or a record is of an unknown version: one line, exit 2."""
+    """`omega trace info` on a trace whose header or a record is of an unknown version: one line, exit 65."""
     import msgpack
 
     from cellstate.model import Job, JobKind, Machine
@@ -235,7 +241,7 @@ def test_trace_records_of_an_unknown_version(tmp_path, field):
     target["version" if field == "header" else "v"] = 99
     bad.write_bytes(b"".join(msgpack.packb(r) for r in records))
     status, _, err = run_cli(["trace", "info", str(bad)])
-    assert status == 2 and err.count("\n") == 1 and "99" in err, err
+    assert status == 65 and err.count("\n") == 1 and "99" in err, err
 
 
 HUGE_JOBS = {
@@ -253,5 +259,5 @@ def test_submit_of_huge_numbers_and_deep_nesting(etcd_server, etcd_store, cell_k
     with open(path, "w") as f:
         f.write(HUGE_JOBS[name])
     status, _, err = run_cli(["submit", path, "--endpoints", etcd_server.endpoints[0], "--cell", cell_keys.cell])
-    assert status == 2 and err.count("\n") == 1 and "nothing submitted" in err, err[:500]
+    assert status == 65 and err.count("\n") == 1 and "nothing submitted" in err, err[:500]
     assert etcd_store.range(cell_keys.prefix).kvs == ()

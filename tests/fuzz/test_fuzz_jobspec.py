@@ -99,7 +99,7 @@ def test_refused_submit_writes_nothing(etcd_server, etcd_store, capsys, document
             status = main(["submit", path, "--endpoints", etcd_server.endpoints[0], "--cell", keys.cell])
         except SystemExit as exit_:
             status = exit_.code
-    assert status == 2
+    assert status == 65  # EX_DATAERR: an invalid input file
     assert "nothing submitted" in capsys.readouterr().err
     assert etcd_store.range(keys.prefix).kvs == ()
 
@@ -177,7 +177,7 @@ BAD_FILES = [
 @pytest.mark.parametrize("name,text,message", BAD_FILES, ids=[name for name, _, _ in BAD_FILES])
 def test_huge_and_deep_input_is_a_one_line_error(etcd_server, etcd_store, capsys, tmp_path, name, text, message):
     """Each used to end `omega submit` in a traceback (OverflowError, RecursionError, ValueError):
-    now exit 2, one line naming what is wrong, and nothing written."""
+    now exit 65 (an invalid input file), one line naming what is wrong, and nothing written."""
     path = tmp_path / name
     path.write_text(text)
     with pytest.raises(JobSpecError) as raised:
@@ -191,7 +191,7 @@ def test_huge_and_deep_input_is_a_one_line_error(etcd_server, etcd_store, capsys
     except SystemExit as exit_:
         status = exit_.code
     err = capsys.readouterr().err
-    assert status == 2, err
+    assert status == 65, err
     assert err.count("\n") == 1 and message in err and "nothing submitted" in err, err[:500]
     assert len(err) < 400, err
     assert etcd_store.range(keys.prefix).kvs == ()

@@ -93,6 +93,7 @@ def test_cell_init_bad_flags(cell_args, etcd_store, cell_keys, flags):
 def test_submit_kill_check(tmp_path, cell_args, etcd_store, cell_keys, capsys):
     path = tmp_path / "jobs.toml"
     path.write_text(JOB_TOML)
+    assert run_cli(["cell", "init", "--machines", "3", *cell_args]) == 0
     assert run_cli(["submit", str(path), *cell_args]) == 0
     assert sorted(jobs(etcd_store, cell_keys)) == ["etl", "web"]
     assert run_cli(["submit", str(path), *cell_args]) == 1
@@ -126,6 +127,7 @@ def test_generate_out_is_seeded(tmp_path):
 
 
 def test_generate_submit_live(cell_args, etcd_store, cell_keys):
+    assert run_cli(["cell", "init", "--machines", "3", *cell_args]) == 0
     assert run_cli(["generate", "--submit", "--seed", "3", "--duration", "1", "--rate", "20",
                     "--service-fraction", "0.5", *cell_args]) == 0
     submitted = jobs(etcd_store, cell_keys)

@@ -100,10 +100,11 @@ def test_cli_json(etcd_server, etcd_store, cell_keys, capsys):
 def test_cli_usage_errors(etcd_server, etcd_store, cell_keys):
     _cell(etcd_store, cell_keys).close()
     base = ["explain", "--endpoints", etcd_server.endpoints[0], "--cell", cell_keys.cell, "--root", cell_keys.root]
-    for extra in (["nope"], ["web", "--table", "x"], ["web", "--top", "0"]):
+    for extra in (["web", "7"], ["web", "--table", "x"], ["web", "--top", "0"]):
         with pytest.raises(SystemExit) as info:
             main(base + extra)
         assert info.value.code == 2
+    assert main(base + ["nope"]) == 1  # no such job: a runtime error, as for kill and job status
 
 
 def test_cli_tells_which_scheduler_class_serves_the_job(etcd_server, etcd_store, cell_keys, capsys):

@@ -194,7 +194,8 @@ def test_swf_importer_keeps_logged_waits(tmp_path):
 
 def test_bad_inputs_and_outputs_fail_before_the_replay(tmp_path, capsys):
     """A truncated trace (gzip or plain) or an unwritable --json/--html path: one line naming the
-    file, exit 2, nothing replayed (no summary printed)."""
+    file, exit 65 (a truncated trace: invalid input) or 2 (a missing file, an unwritable path),
+    nothing replayed (no summary printed)."""
     trace = google_excerpt(tmp_path)
     data = trace.read_bytes()
     cut = tmp_path / "cut.omt"
@@ -205,16 +206,16 @@ def test_bad_inputs_and_outputs_fail_before_the_replay(tmp_path, capsys):
     whole_gz = tmp_path / "whole.omt.gz"
     whole_gz.write_bytes(compressed)
     (tmp_path / "dir").mkdir()
-    cases = [([str(cut)], "cut.omt: truncated (it does not end with an end record)"),
-             ([str(cut_gz)], "cut.omt.gz: truncated (compressed stream ends early)"),
-             ([str(tmp_path / "missing.omt")], "missing.omt: No such file or directory"),
-             ([str(trace), "--json", str(tmp_path / "dir")], "--json " + str(tmp_path / "dir") + ": is a directory"),
-             ([str(trace), "--html", str(trace)], ": exists and is not a directory"),
-             ([str(trace), "--json", str(trace / "x.json")], "is not a directory")]
-    for argv, message in cases:
+    cases = [([str(cut)], "cut.omt: truncated (it does not end with an end record)", 65),
+             ([str(cut_gz)], "cut.omt.gz: truncated (compressed stream ends early)", 65),
+             ([str(tmp_path / "missing.omt")], "missing.omt: No such file or directory", 2),
+             ([str(trace), "--json", str(tmp_path / "dir")], "--json " + str(tmp_path / "dir") + ": is a directory", 2),
+             ([str(trace), "--html", str(trace)], ": exists and is not a directory", 2),
+             ([str(trace), "--json", str(trace / "x.json")], "is not a directory", 2)]
+    for argv, message, status in cases:
         with pytest.raises(SystemExit) as info:
             cli_main(["replay", *argv])
-        assert info.value.code == 2
+        assert info.value.code == status
         captured = capsys.readouterr()
         assert message in captured.err and len(captured.err.strip().splitlines()) == 1, captured.err
         assert "virtual s in" not in captured.out

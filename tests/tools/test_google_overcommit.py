@@ -175,7 +175,7 @@ def test_bad_machine_events_is_one_line_and_nothing_written(tmp_path, capsys):
         cli_main(["import", "google2011", "--task-events", te, "--job-events", je, "--out", str(out),
                   "--machine-events", bad])
     err = capsys.readouterr().err
-    assert exit_.value.code == 2 and "line 2" in err and len(err.strip().splitlines()) == 1 and not out.exists()
+    assert exit_.value.code == 65 and "line 2" in err and len(err.strip().splitlines()) == 1 and not out.exists()
 
 
 def test_cli_states_the_cell_model(tmp_path, capsys):

@@ -24,9 +24,7 @@ from tools.trace.google2011 import (
 TRACES = traces_dir() / "google-2011"
 TASK_EVENTS = TRACES / "task_events/part-00000-of-00500.csv.gz"
 JOB_EVENTS = TRACES / "job_events/part-00000-of-00500.csv.gz"
-# The public part 0 is optional: a clone anywhere runs the rest (set $OMEGA_TRACES to point at it).
-needs_part0 = pytest.mark.skipif(not (TASK_EVENTS.exists() and JOB_EVENTS.exists()),
-                                 reason=f"Google-2011 part 0 not found under {TRACES} (set OMEGA_TRACES)")
+# Part 0 ships with the repository (tests/data/traces); $OMEGA_TRACES may point elsewhere.
 
 
 def read_all(path):
@@ -43,7 +41,6 @@ def part0(tmp_path_factory):
     return stats, *read_all(out)
 
 
-@needs_part0
 def test_part0_counts_match_the_readme(part0):
     stats, header, events = part0
     by_type = Counter(type(e).__name__ for e in events)
@@ -60,7 +57,6 @@ def test_part0_counts_match_the_readme(part0):
     assert "64000 millicores" in header.capacity_model and "seed=1" in header.capacity_model
 
 
-@needs_part0
 def test_part0_ends_refer_to_live_tasks(part0):
     _, _, events = part0
     tasks = {}
@@ -85,7 +81,6 @@ def test_part0_ends_refer_to_live_tasks(part0):
     assert 5_000 < len(censored) < 30_000  # 9,063 batches in part 0 (19,541 before importer revision 4)
 
 
-@needs_part0
 def test_part0_capacities_follow_the_published_mix(part0):
     _, _, events = part0
     capacities = Counter(e.machine.capacity for e in events if isinstance(e, MachineAdd))
@@ -195,7 +190,6 @@ def test_running_at_open_keeps_only_tasks_live_after_t0(tmp_path):
     assert last_t0_submit < placed[0] and placed[-1] < len(events) - 1 and events[placed[-1] + 1].t > 0
 
 
-@needs_part0
 def test_limit_reads_only_the_first_rows(tmp_path):
     stats = import_google2011(str(TASK_EVENTS), str(JOB_EVENTS), tmp_path / "x.omt", limit=2_000)
     header, events = read_all(tmp_path / "x.omt")
@@ -210,7 +204,6 @@ def test_malformed_row_names_the_line(tmp_path):
         import_google2011(tasks, jobs, tmp_path / "x.omt")
 
 
-@needs_part0
 def test_cli_import_google2011(tmp_path, capsys):
     from tools.cli import main
 

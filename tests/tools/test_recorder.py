@@ -153,13 +153,14 @@ def test_duration_stops_with_a_complete_trace(etcd_store, cell_keys, tmp_path, d
 
 
 def test_cli_record_writes_a_trace(etcd_server, etcd_store, cell_keys, tmp_path, capsys):
+    etcd_store.put(cell_keys.machine("m1"), encode_machine(machine("m1")))  # the cell exists
     submit_jobs(etcd_store, cell_keys, [job("a", 2)], time.time())
     out = tmp_path / "cli.omt"
     status = main(["record", "--out", str(out), "--duration", "0.2", "--cell", cell_keys.cell,
                    "--endpoints", etcd_server.endpoints[0]])
     assert status == 0
     assert "JobSubmit 1" in capsys.readouterr().out
-    assert events_of(out) == [JobSubmit(0.0, job("a", 2))]
+    assert events_of(out) == [MachineAdd(0.0, machine("m1")), JobSubmit(0.0, job("a", 2))]
 
 
 def test_relist_after_compaction_diffs_against_held_state(etcd_store, cell_keys, tmp_path):
