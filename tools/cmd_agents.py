@@ -13,8 +13,12 @@ import signal
 import sys
 import threading
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from tools.common import add_store_args, cell_keys, connect, store_failure
+
+if TYPE_CHECKING:
+    from tools.agents.metrics import AgentMetrics
 
 
 def register(sub) -> None:
