@@ -267,7 +267,7 @@ def opening_rows(rows: TaskRows, window_us: int, carried: dict[str, int]) -> lis
         _parse(rows, number, row)
         first.setdefault((row[JOB], row[TASK]), row)
     submits, schedules = [], []
-    for (job, task), row in sorted(first.items(), key=lambda item: (int(item[0][0]), int(item[0][1]))):
+    for (job, task), row in sorted(first.items(), key=lambda item: (item[0][0].zfill(20), item[0][1].zfill(20))):
         kind = int(row[TYPE])
         if kind == SUBMIT:
             continue
