@@ -141,6 +141,13 @@ def _check_before_replay(args) -> None:
         raise UsageError(f"trace {args.file}: {exc.strerror or exc}") from None
     except TraceError as exc:
         raise UsageError(str(exc)) from None
+    if args.html:
+        from tools.fauxmaster.report import require_matplotlib
+
+        try:
+            require_matplotlib()  # before the replay, not after it
+        except RuntimeError as exc:
+            raise UsageError(str(exc)) from None
     for flag, path, directory in (("--json", args.json, False), ("--html", args.html, True)):
         if path:
             why = _unwritable(path, directory)
@@ -178,6 +185,11 @@ def _print_summary(result) -> None:
     w1, w2 = result.wait_to_first_attempt, result.wait_to_placed
     print(f"  wait to first attempt mean {w1.mean:.2f} s (p90 {w1.p90:.2f}, p99 {w1.p99:.2f}); "
           f"to placed mean {w2.mean:.2f} s (p90 {w2.p90:.2f}, p99 {w2.p99:.2f})")
+    if result.wait_cdf:
+        cdf = result.wait_cdf
+        print(f"  of {cdf['jobs']:,} jobs to place: {cdf['to_first_attempt']['never']:,} never attempted, "
+              f"{cdf['to_placed']['never']:,} never fully placed ({cdf['to_placed']['pending_at_end']:,} pending "
+              f"at the end, {cdf['to_placed']['ended_unplaced']:,} ended or killed before)")
     print(f"  utilization: {len(result.utilization):,} samples, every {result.utilization_interval_s:,.0f} virtual s "
           f"(at least --sample-every; grows with the span to bound the samples)")
     if result.losses:

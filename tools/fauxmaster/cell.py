@@ -154,6 +154,8 @@ class SimCell:
         self.submitted_at: dict[str, float] = {}
         self.placed_log: dict[str, dict[int, float]] | None = None
         """When set (a trace with per-task ground truth): job → task → when the replay first placed it."""
+        self.initial_jobs: set[str] = set()
+        """Jobs the recorded t = 0 state placed whole (``tools.fauxmaster.initial_state``)."""
         self._down: set[str] = set()  # machines in the store that failed, were removed or came down
         # the schedulers' replicas decode each value once (a memory store shares the bytes);
         # the cell's own reads of a task's alloc, job and machine share those decodes too

@@ -151,7 +151,9 @@ class _Placer:
         """Write what was placed, follow it in the cell, and count what was not."""
         cell, jobs, allocs = self.cell, self.jobs, self.allocs
         ledgers = self._ledgers()
-        _write(cell, ledgers, self._placed_jobs(), self.puts, self.now)
+        placed = self._placed_jobs()
+        _write(cell, ledgers, placed, self.puts, self.now)
+        cell.initial_jobs.update(job_id for job_id in placed if _PENDING not in self.tasks[job_id])
         _follow(cell, ledgers, self.machines, {job_id: jobs[job_id].job.duration_s for job_id in self.ends},
                 self.ends)
         if allocs:

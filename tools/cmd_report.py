@@ -1,0 +1,79 @@
+"""``omega report RESULT [RESULT ...]``: replay results (``omega replay --json`` files, or ``--html``
+directories) side by side: their figures as a table on stdout, and with ``--html DIR`` one HTML page with
+the replay report's plots, each run's curves overlaid and labelled (``tools.fauxmaster.report``).
+
+Every file is read and checked, and matplotlib and the output directory too, before anything is
+written; a file that is not a replay result is a one-line error naming it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def register(sub) -> None:
+    p = sub.add_parser("report", help="put replay results side by side (table; --html: one page of overlaid plots)")
+    p.add_argument("results", nargs="+", metavar="RESULT",
+                   help="replay result: an omega replay --json file, or an omega replay --html directory")
+    p.add_argument("--html", metavar="DIR", help="write index.html and the PNG plots here (needs matplotlib)")
+    p.add_argument("--label", action="append", default=[], metavar="NAME",
+                   help="a run's name in the table and legends, once per RESULT in order "
+                        "(default: the file's name, or its directory's for result.json)")
+    p.set_defaults(func=run_report)
+
+
+def labels_of(paths: list[str]) -> list[str]:
+    """A short, distinct label per result path: its directory's name for a directory or a
+    ``result.json``, else the file's name without ``.json``; the paths as given when those clash."""
+    def short(path: str) -> str:
+        p = Path(path)
+        if p.is_dir() or p.name == "result.json":
+            p = p.resolve() if p.is_dir() else p.resolve().parent
+            return p.name or str(p)
+        return p.name[:-5] if p.name.endswith(".json") else p.name
+
+    labels = [short(p) for p in paths]
+    return labels if len(set(labels)) == len(labels) else list(paths)
+
+
+def run_report(args) -> int:
+    from tools.cli import UsageError
+    from tools.cmd_replay import _unwritable
+    from tools.fauxmaster.report import ResultError, Run, load_result, require_matplotlib, write_report
+
+    if args.label and len(args.label) != len(args.results):
+        raise UsageError(f"--label given {len(args.label)} times for {len(args.results)} results: give one per result")
+    if len(set(args.label)) != len(args.label):
+        raise UsageError(f"--label names must differ, got {args.label}")
+    if args.html:
+        try:
+            require_matplotlib()
+        except RuntimeError as exc:
+            raise UsageError(str(exc)) from None
+        why = _unwritable(args.html, True)
+        if why:
+            raise UsageError(f"--html {args.html}: {why}")
+    labels = args.label or labels_of(args.results)
+    try:
+        runs = [Run(label, load_result(path)) for label, path in zip(labels, args.results)]
+    except ResultError as exc:
+        raise UsageError(str(exc)) from None
+    _print_table(runs)
+    if args.html:
+        print(f"report: {write_report(runs, args.html)}")
+    return 0
+
+
+def _print_table(runs) -> None:
+    """The figures side by side, then each run's schedulers."""
+    from tools.fauxmaster.report import summary_rows
+
+    rows = [("", [r.label for r in runs])] + summary_rows(runs)
+    first = max(len(what) for what, _ in rows)
+    widths = [max(len(values[i]) for _, values in rows) for i in range(len(runs))]
+    for what, values in rows:
+        print(f"{what:<{first}}  " + "  ".join(f"{v:>{w}}" for v, w in zip(values, widths)))
+    for run in runs:
+        for s in run.data["schedulers"]:
+            print(f"{run.label} {s['name']} ({s['kind']}, {s['conflict_mode']}, {s['commit_mode']}): busyness "
+                  f"{s['busyness']:.3f}, conflict fraction {s['conflict_fraction']:.4f}, {s['attempts']:,} attempts, "
+                  f"{s['tasks_placed']:,} tasks placed")
