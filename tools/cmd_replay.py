@@ -170,6 +170,8 @@ def _unwritable(path: str, directory: bool) -> str | None:
 
 
 def _print_summary(result) -> None:
+    from tools.fauxmaster.report import utilization_means
+
     print(f"{result.trace}: {result.sim_time_s:,.1f} virtual s in {result.wall_time_s:,.2f} s "
           f"({result.speedup:,.0f}x), {result.events:,} events, {result.jobs_submitted:,} jobs, "
           f"{result.jobs_unscheduled:,} unscheduled at the end")
@@ -192,6 +194,9 @@ def _print_summary(result) -> None:
               f"at the end, {cdf['to_placed']['ended_unplaced']:,} ended or killed before)")
     print(f"  utilization: {len(result.utilization):,} samples, every {result.utilization_interval_s:,.0f} virtual s "
           f"(at least --sample-every; grows with the span to bound the samples)")
+    if result.utilization:
+        means = utilization_means([u.to_dict() for u in result.utilization])
+        print("  utilization means over the samples: " + ", ".join(f"{name} {v:.3f}" for name, v in means.items()))
     if result.losses:
         print("  losses: " + ", ".join(f"{name.replace('_', ' ')} {n:,}" for name, n in result.losses.items()))
     if result.check is not None:

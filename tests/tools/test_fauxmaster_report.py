@@ -168,3 +168,66 @@ def test_binned_means_average_consecutive_samples(n, max_points, sizes):
 
 def test_binned_means_of_nothing():
     assert binned_means([], [[], []]) == ([], [[], []])
+
+
+def gpu_trace(path) -> str:
+    """m0 has 2 gpus, m1 none. "g" (1 gpu) recorded on m0 at t = 0, ends at 10 s; "g2" (2 tasks of 1 gpu)
+    at 1 s: one task fits until "g" ends; m0 fails at 20 s."""
+    from cellstate.model import Job, JobKind, Machine
+    from cellstate.resources import Resources
+    from tools.trace.events import MachineFail
+
+    def job(job_id, tasks, duration):
+        return Job(job_id, JobKind.BATCH, tasks, Resources.of(1000, 512, gpu=1), duration_s=duration)
+
+    events = [MachineAdd(0.0, Machine("m0", Resources.of(4000, 8192, 10_000, gpu=2))),
+              MachineAdd(0.0, Machine("m1", Resources(4000, 8192, 10_000))),
+              JobSubmit(0.0, job("g", 1, 10.0)), TaskPlaced(0.0, "g", 0, "m0"),
+              JobSubmit(1.0, job("g2", 2, 30.0)), MachineFail(20.0, "m0")]
+    return write(path, events)
+
+
+def test_extra_resources_are_sampled_summarized_and_reported(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert main(["replay", gpu_trace(tmp_path / "t.omt"), "--schedulers", "b:batch", "--until", "25",
+                 "--sample-every", "1", "--json", str(out)]) == 0
+    listed = json.loads(out.read_text())["utilization"]
+    samples = {u["t"]: u for u in listed}
+    assert samples[0.0]["extra"] == {"gpu": 0.5}  # the recorded t = 0 task
+    assert samples[5.0]["extra"] == {"gpu": 1.0} and samples[5.0]["cpu"] == 0.25  # g and one task of g2
+    assert samples[15.0]["extra"] == {"gpu": 1.0}  # g ended, g2's second task took its gpu
+    assert samples[21.0]["extra"] == {"gpu": 0.0} and samples[21.0]["machines"] == 1  # no gpu machine up
+    gpu_mean = sum(u["extra"]["gpu"] for u in listed) / len(listed)
+    assert "utilization means over the samples: cpu " in (printed := capsys.readouterr().out)
+    assert f", gpu {gpu_mean:.3f}" in printed
+    from tools.fauxmaster.report import Run, load_result, summary_rows
+
+    rows = dict(summary_rows([Run("r", load_result(out))]))
+    assert rows["gpu utilization (mean of samples)"] == [f"{gpu_mean:.3f}"]
+
+
+def test_a_cell_without_extra_resources_keeps_its_samples_as_they_were(tmp_path):
+    result = replay(cdf_trace(tmp_path / "t.omt"), ReplayConfig(schedulers=ONE, until=10.0))
+    assert all(set(u) == {"t", "cpu", "memory", "load_cv", "machines"}
+               for u in result.to_dict(include_wall=False)["utilization"])
+
+
+def test_the_usage_ledger_sums_extra_resources_exactly():
+    from cellstate.model import Alloc, Machine
+    from cellstate.resources import Resources
+    from tools.fauxmaster.cell import UsageLedger
+
+    ledger = UsageLedger()
+    ledger.add_machine(Machine("a", Resources.of(4000, 100, 0, gpu=4, fpga=1)))
+    ledger.add_machine(Machine("b", Resources.of(4000, 100, 0, gpu=2)))
+    ledger.add_machine(Machine("c", Resources(4000, 100)))
+    ledger.charge_extra("a", (("gpu", 3),))
+    ledger.charge_extra("b", (("gpu", 1),))
+    ledger.charge_extra("gone", (("gpu", 9),))  # not followed: nothing
+    assert ledger.extra == {"fpga": [1, 0], "gpu": [6, 4]}
+    ledger.release([Alloc("j", 0, "a", Resources.of(1, 1, gpu=2))])
+    assert ledger.extra["gpu"] == [6, 2]
+    ledger.remove_machine("a")  # its capacity and allocation leave the sums
+    assert ledger.extra == {"fpga": [0, 0], "gpu": [2, 1]}
+    ledger.add_machine(Machine("b", Resources(4000, 100)))  # replaced without gpus
+    assert ledger.extra == {"fpga": [0, 0], "gpu": [0, 0]} and ledger.machine_extra == {}

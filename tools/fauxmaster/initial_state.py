@@ -234,5 +234,7 @@ def _follow(cell, ledgers: dict[str, Machine], machines: dict[str, Machine | Non
     for machine_id, ledger in ledgers.items():
         before = machines[machine_id].allocated
         cell.usage.charge(machine_id, ledger.allocated.cpu - before.cpu, ledger.allocated.memory - before.memory)
+        if ledger.allocated.extra or before.extra:
+            cell.usage.charge_extra(machine_id, (ledger.allocated - before).extra)
     for job_id, placed in ends.items():
         cell.core.after(durations[job_id], cell._ender(job_id, placed))

@@ -67,21 +67,32 @@ class JobJournal:
 
 @dataclass(frozen=True, slots=True)
 class UtilizationSample:
-    """Cell utilization at virtual time ``t``; ``load_cv`` = std/mean of machines' cpu utilization."""
+    """Cell utilization at virtual time ``t``; ``load_cv`` = std/mean of machines' cpu utilization;
+    ``extra``: (name, allocated ÷ capacity) of each extra resource (gpu, …) the up machines have."""
 
     t: float
     cpu: float
     memory: float
     load_cv: float
     machines: int
+    extra: tuple[tuple[str, float], ...] = ()
+
+    def to_dict(self) -> dict:
+        """Plain data; ``extra`` as {name: fraction}, left out when the cell has no extra resource."""
+        d = {"t": self.t, "cpu": self.cpu, "memory": self.memory, "load_cv": self.load_cv, "machines": self.machines}
+        if self.extra:
+            d["extra"] = dict(self.extra)
+        return d
 
 
 def sample_utilization(t: float, usage: UsageLedger) -> UtilizationSample:
     """Utilization of the up machines of ``usage`` now (from the ledger's totals and shares)."""
     cap_cpu, cap_mem, used_cpu, used_mem = usage.totals
     shares = list(usage.shares.values())
+    extra = tuple((name, used / cap if cap else 0.0)
+                  for name, (cap, used) in sorted(usage.extra.items())) if usage.extra else ()
     return UtilizationSample(t, used_cpu / cap_cpu if cap_cpu else 0.0, used_mem / cap_mem if cap_mem else 0.0,
-                             load_cv(shares), len(shares))
+                             load_cv(shares), len(shares), extra)
 
 
 def load_cv(shares: list[float]) -> float:

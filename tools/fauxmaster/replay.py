@@ -150,7 +150,7 @@ class ReplayResult:
         out["schedulers"] = [asdict(s) for s in self.schedulers]
         out["wait_to_first_attempt"] = asdict(self.wait_to_first_attempt)
         out["wait_to_placed"] = asdict(self.wait_to_placed)
-        out["utilization"] = [asdict(u) for u in self.utilization]
+        out["utilization"] = [u.to_dict() for u in self.utilization]
         out["losses"] = dict(self.losses)
         out["utilization_interval_s"] = self.utilization_interval_s
         out["wait_cdf"] = self.wait_cdf

@@ -179,6 +179,10 @@ def _check_result(d) -> None:
         _fields(d[key], _WAIT, key)
     for i, u in enumerate(d["utilization"]):
         _fields(u, _SAMPLE, f"utilization sample {i}")
+        extra = u.get("extra", {})
+        if not isinstance(extra, dict):
+            raise ValueError(f"utilization sample {i}'s 'extra' is not an object")
+        _numbers(list(extra.values()), f"utilization sample {i}'s 'extra'")
     for key in ("wall_time_s", "speedup", "utilization_interval_s"):
         if key in d and (isinstance(d[key], bool) or not isinstance(d[key], _NUMBER)):
             raise ValueError(f"the result's {key!r} is not a number")
@@ -237,6 +241,23 @@ def time_unit(span_s: float) -> tuple[float, str]:
     return 86_400.0, "days"
 
 
+def utilization_means(samples: list[dict]) -> dict[str, float]:
+    """cpu, memory and each extra resource's (gpu, …) utilization averaged over ``samples`` (dicts as in
+    the JSON; a sample without an extra resource counts 0 for it); empty when there are no samples."""
+    if not samples:
+        return {}
+    names = list(dict.fromkeys(name for u in samples for name in u.get("extra", {})))
+    means = {"cpu": sum(u["cpu"] for u in samples) / len(samples),
+             "memory": sum(u["memory"] for u in samples) / len(samples)}
+    for name in names:
+        means[name] = sum(u.get("extra", {}).get(name, 0.0) for u in samples) / len(samples)
+    return means
+
+
+def _extra_names(runs: list[Run]) -> list[str]:
+    return list(dict.fromkeys(name for r in runs for u in r.data["utilization"] for name in u.get("extra", {})))
+
+
 def _span_unit(runs: list[Run]) -> tuple[float, str]:
     return time_unit(max(r.data["sim_time_s"] for r in runs))
 
@@ -284,6 +305,12 @@ def _utilization(fig, runs: list[Run]) -> None:
                  linestyle="-" if single else "--")
         bottom.plot(t, cv, color="tab:green" if single else color, label=run.label)
         highest = max([highest] + [v * 1.05 for v in cpu + memory])
+        for k, name in enumerate(_extra_names([run])):  # gpu, …: dotted, one per resource
+            _, (values,) = binned_means([u["t"] for u in samples], [[u.get("extra", {}).get(name, 0.0)
+                                                                     for u in samples]])
+            top.plot(t, values, label=f"{_prefix(runs, run)}{name}", linestyle=(0, (1, 1 + k)),
+                     color=None if single else color)
+            highest = max([highest] + [v * 1.05 for v in values])
         averaged = f" (means of {-(-len(samples) // len(t))} samples)" if samples and len(t) < len(samples) else ""
         every = run.data.get("utilization_interval_s")
         notes.append((f"sampled every {every:,.0f} s" if every else "") + averaged)
@@ -526,8 +553,8 @@ def summary_rows(runs: list[Run]) -> list[tuple[str, list[str]]]:
         return "n/a" if not cdf else f"{cdf[key]['never']:,} of {cdf['jobs']:,}"
 
     def mean(d, key):
-        samples = d["utilization"]
-        return fmt(sum(u[key] for u in samples) / len(samples), ".3f") if samples else "n/a"
+        value = utilization_means(d["utilization"]).get(key)
+        return "n/a" if value is None else fmt(value, ".3f")
 
     def fidelity(d, key):
         f = d.get("fidelity")
@@ -546,6 +573,8 @@ def summary_rows(runs: list[Run]) -> list[tuple[str, list[str]]]:
             ("never fully placed", lambda d: never(d, "to_placed")),
             ("cpu utilization (mean of samples)", lambda d: mean(d, "cpu")),
             ("memory utilization (mean of samples)", lambda d: mean(d, "memory")),
+            *((f"{name} utilization (mean of samples)", lambda d, name=name: mean(d, name))
+              for name in _extra_names(runs)),
             ("utilization sample interval s", lambda d: fmt(d.get("utilization_interval_s") or None))]
     if any(r.data.get("fidelity") for r in runs):
         rows += [(f"fidelity {key}", lambda d, key=key: fidelity(d, key))
