@@ -174,3 +174,22 @@ def test_without_matplotlib_html_fails_before_any_work(results, tmp_path, capsys
     assert exc.value.code == 2
     assert "the HTML report needs matplotlib" in capsys.readouterr().err
     assert not js.exists() and not out.exists()
+
+
+def test_report_of_results_with_ground_truth_has_the_fidelity_section_per_run(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    from test_fidelity import google_excerpt
+
+    trace = google_excerpt(tmp_path)
+    for name, state in (("recorded", "recorded"), ("scheduled", "scheduled")):
+        assert main(["replay", str(trace), "--initial-state", state, "--json", str(tmp_path / f"{name}.json")]) == 0
+    out = tmp_path / "cmp"
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "recorded.json"), str(tmp_path / "scheduled.json"), "--html", str(out)]) == 0
+    printed = capsys.readouterr().out
+    ratios = [line.split() for line in printed.splitlines() if line.startswith("fidelity initial_pending_fraction")]
+    assert ratios == [["fidelity", "initial_pending_fraction", "0.000", "1.000"]]
+    page = (out / "index.html").read_text()
+    assert "<h2>Fidelity</h2><h3>recorded</h3>" in page and "<h3>scheduled</h3>" in page
+    for name in ("fidelity_delay_cdf.png", "fidelity_occupancy.png"):
+        assert f'<img src="{name}"' in page and (out / name).read_bytes()[:4] == b"\x89PNG"
