@@ -534,7 +534,8 @@ def _run_html(run: Run) -> str:
 unscheduled at the end.</p>
 {f'<p><small>The cell (trace header): {html.escape(capacity)}</small></p>' if capacity else ''}
 <p>Wait to first attempt: mean {w1['mean']:.2f} s, p90 {w1['p90']:.2f} s, p99 {w1['p99']:.2f} s ({w1['jobs']} jobs).<br>
-Wait to fully placed: mean {w2['mean']:.2f} s, p90 {w2['p90']:.2f} s, p99 {w2['p99']:.2f} s ({w2['jobs']} jobs).{_never_text(d)}</p>
+Wait to fully placed: mean {w2['mean']:.2f} s, p90 {w2['p90']:.2f} s, p99 {w2['p99']:.2f} s ({w2['jobs']} jobs).\
+{_never_text(d)}</p>
 <p>Utilization: {len(d['utilization']):,} samples{every}.</p>
 """
 
