@@ -349,13 +349,14 @@ def _wait_cdf(fig, runs: list[Run]) -> None:
                 ax.plot([], [], linestyle=styles[key], color=color, label=legend)
     ax.axhline(1.0, color="grey", linewidth=0.6)
     ax.set_xscale("symlog", linthresh=0.1)
+    ax.set_xlim(left=0)  # waits are >= 0: no empty negative half
     ax.set_ylim(0, 1.02)
     ax.set_xlabel("job wait time (s)")
     jobs = ", ".join(f"{r.data['wait_cdf']['jobs']:,}" + (f" ({r.label})" if len(runs) > 1 else "")
                      for r in runs if r.data.get("wait_cdf"))
     ax.set_ylabel("fraction of jobs")
-    ax.set_title(f"Job wait time CDF (of {jobs} jobs; a curve ends below 1 by its never-placed share)"
-                 if jobs else "Job wait time CDF")
+    ax.set_title(f"Job wait time CDF over {jobs} jobs\n(a curve ends below 1 by its share that never got there)"
+                 if jobs else "Job wait time CDF", fontsize="medium")
     ax.legend(loc="lower right", fontsize="x-small")
 
 
@@ -461,11 +462,13 @@ def _fidelity_cdf(fig, runs: list[Run]) -> None:
                 ax.plot([], [], label=legend, **style)
     unit = "/".join(sorted(units)) or "task"
     ax.set_xscale("symlog", linthresh=0.1)
+    ax.set_xlim(left=0)
     ax.set_ylim(0, 1.02)
     ax.set_xlabel(f"submit -> placed (s), per {unit}")
     ax.set_ylabel(f"fraction of {unit}s")
-    ax.set_title("Delay to placement: replay vs real cell")
-    ax.legend(loc="lower right", fontsize="small")
+    coarse = any(r.data.get("fidelity") and r.fidelity_delays is None for r in runs)
+    ax.set_title("Delay to placement: replay vs real cell" + (" (the result's twentieths)" if coarse else ""))
+    ax.legend(loc="best", fontsize="small")
 
 
 def _fidelity_occupancy(fig, runs: list[Run]) -> None:
