@@ -14,6 +14,8 @@ Not thread-safe (like the replica): the scheduler's worker thread owns it.
 
 from __future__ import annotations
 
+from typing import Callable
+
 from cellstate.codec_fields import CodecError
 from cellstate.keys import CellKeys
 from cellstate.model import Machine, MachineState
@@ -21,7 +23,7 @@ from cellstate.replica import Replica
 from cellstate.replica_state import ReplicaState
 from cellstate.stats_codec import decode_stats
 from cellstate.store import Store
-from omega.protocols import CommitOutcome, MachineEntry
+from omega.protocols import CommitOutcome, JobEntry, MachineEntry
 
 _UP = MachineState.UP
 
@@ -190,6 +192,22 @@ class ReplicaView:
             raise RuntimeError("take_changed_jobs needs track_changed_jobs() first")
         self.replica.changed_jobs = set()
         return ids
+
+    def pending_of_classes(self, classes) -> Callable[[str], JobEntry | None]:
+        """job id → its entry if it is pending, not killed and of one of the scheduler
+        ``classes`` (``Job.scheduler_class``); None otherwise. One class: the class index's own
+        ``get`` (no Python frame per call)."""
+        lookups = [self.replica.pending_class_lookup(c) for c in sorted(classes)]
+        if len(lookups) == 1:
+            return lookups[0]
+
+        def pending(job_id: str) -> JobEntry | None:
+            for lookup in lookups:
+                entry = lookup(job_id)
+                if entry is not None:
+                    return entry
+            return None
+        return pending
 
     def take_freed_machines(self) -> set[str]:
         """Ids of the machines that freed room since the last call (tracking must be on);

@@ -70,6 +70,8 @@ class ReplicaState:
         self._jobs: dict[str, JobEntry] = {}
         self._allocs: dict[str, Alloc] = {}  # by key
         self._pending: dict[JobKind, dict[str, JobEntry]] = {kind: {} for kind in JobKind}
+        # the same entries by scheduler class (``Job.scheduler_class``): the jobs a scheduler serves
+        self._pending_class: dict[str, dict[str, JobEntry]] = {}
         self._allocs_on: dict[str, dict[str, Alloc]] = {}  # machine -> alloc key -> alloc
         self._allocs_of: dict[str, dict[int, Alloc]] = {}
         # machine(id) and job(id): the schedulers' hottest reads, so the dicts' own ``get``
@@ -80,7 +82,8 @@ class ReplicaState:
     def _reset(self) -> None:
         """Forget everything (every dict is cleared in place)."""
         for held in (self.quarantine, self.stats_raw, self.conflicts_raw, self.gangs_raw, self._mod, self._machines, self._jobs,
-                     self._allocs, self._allocs_on, self._allocs_of, *self._pending.values()):
+                     self._allocs, self._allocs_on, self._allocs_of, *self._pending.values(),
+                     *self._pending_class.values()):
             held.clear()
 
     # -- reads ---------------------------------------------------------------------------
@@ -106,6 +109,19 @@ class ReplicaState:
         the pending index's own ``get`` (one lookup, no Python frame per call; the index lives
         as long as the state; ``pending_jobs`` lists them all)."""
         return self._pending[kind].get
+
+    def pending_class_lookup(self, scheduler_class: str) -> Callable[[str], JobEntry | None]:
+        """job id → the job's entry if its scheduler class (``Job.scheduler_class``) is
+        ``scheduler_class``, it is not killed and has a pending task: the class index's own
+        ``get``, as ``pending_lookup``."""
+        by_id = self._pending_class.get(scheduler_class)
+        if by_id is None:
+            by_id = self._pending_class[scheduler_class] = {}
+            for by_kind in self._pending.values():  # (filled as the kind index is from now on)
+                for ident, entry in by_kind.items():
+                    if entry.record.job.scheduler_class == scheduler_class:
+                        by_id[ident] = entry
+        return by_id.get
 
     def allocs(self) -> Iterable[Alloc]:
         return self._allocs.values()
@@ -183,6 +199,8 @@ class ReplicaState:
             old_job = self._jobs.pop(ident, None)
             if old_job is not None:
                 self._pending[old_job.record.job.kind].pop(ident, None)
+                if self._pending_class:
+                    self._unpend_class(old_job, ident)
             if self.changed_jobs is not None:
                 self.changed_jobs.add(ident)
         elif kind == "stats":
@@ -252,12 +270,25 @@ class ReplicaState:
         kind = record.job.kind
         if old is not None and old.record.job.kind is not kind:
             self._pending[old.record.job.kind].pop(ident, None)
-        if not record.killed and "p" in record.tasks:
+        pending = not record.killed and "p" in record.tasks
+        if pending:
             self._pending[kind][ident] = entry
         else:
             self._pending[kind].pop(ident, None)
+        if self._pending_class:  # (no class index asked for: nothing to keep)
+            if old is not None:
+                self._unpend_class(old, ident)
+            if pending:
+                by_class = self._pending_class.get(record.job.scheduler_class)
+                if by_class is not None:
+                    by_class[ident] = entry
         if self.changed_jobs is not None:
             self.changed_jobs.add(ident)
+
+    def _unpend_class(self, old: JobEntry, ident: str) -> None:
+        by_class = self._pending_class.get(old.record.job.scheduler_class)
+        if by_class is not None:
+            by_class.pop(ident, None)
 
     def _put_alloc(self, key: str, ident: str, raw: bytes, mod: int) -> None:
         alloc = self._decode_alloc(key, raw)

@@ -201,11 +201,12 @@ class PlacementView(CellView, Refreshable, Protocol):
     """What the optimistic loop reads and refreshes."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Decision:
-    """A scheduler's answer for some tasks of one job: claims, and why the others stay pending."""
+    """A scheduler's answer for some tasks of one job: claims, and why the others stay pending
+    (task index -> reason). Schedulers build it as they go; the loop only reads it."""
 
-    claims: list[Claim]
+    claims: list[Claim] = field(default_factory=list)
     unplaced: dict[int, str] = field(default_factory=dict)
 
 

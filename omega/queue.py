@@ -10,17 +10,16 @@ With ``steal_after_s`` set (None: never), a job pending that long may also be ta
 any peer: a scheduler takes its own share first and steals only to fill the rest of a
 round, preferring the jobs it is next in line for (its rendezvous rank). Stealing makes
 peers race over jobs (their commits fail on the job's revision, with no machine
-contended); the fauxmaster's replays keep it (their peers never die) until they run the
-live loop. Races stay safe: the commit compares the job's revision, so a task is never
+contended); the fauxmaster's replays keep it at 2 s (their peers never die). Races stay safe: the commit compares the job's revision, so a task is never
 placed twice.
 
 The order is pluggable (``make_order``): "fair" (above, the default) or "drf" (``omega.drf``:
 priority, then the owners' weighted dominant shares with progressive filling). Either way
 jobs that are backing off are left out before ordering, so they take no turn.
 
-Two ways in: ``select(pending, …)`` orders the jobs it is given (the runtime's loop), and
+Two ways in: ``select(pending, …)`` orders the jobs it is given, and
 ``track``/``untrack`` + ``select_tracked`` keep the set of candidates between rounds, fed
-with the jobs that changed (the fauxmaster's loop): the fair order is then kept
+with the jobs that changed (the scheduling loop, ``omega.cycle``): the fair order is then kept
 incrementally (``omega.fair_index.FairIndex``) and a round walks only the head of it.
 Both choose the same jobs from the same candidates (tests/omega/test_queue_tracked.py).
 A tracked job may belong to a group (``track(entry, group)``): ``set_group_asleep`` leaves a

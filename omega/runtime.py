@@ -6,17 +6,15 @@ watch), an ``OptimisticPlacer``, a ``JobQueue``, a ``StatsRecorder``, a ``StatsS
 event loop stays free for signals and for the stats task, which publishes every
 ``stats_interval_s``:
 
-  1. pump the view (apply the watch batches that are ready, without waiting);
-     if machines freed resources since the last round, forget every job's backoff;
-  2. select up to ``batch_jobs`` pending jobs of the scheduler's class (a job's class is the
-     one it names, else its kind's: ``Job.scheduler_class``; this process's class is its
-     scheduler's kind), in the queue order (fair or drf), shared with the live peers of the
-     same class by rendezvous hashing: one owner per job, taken over by another peer only
-     when the owner's stats lease expired (``steal_after_s`` None, the default);
-  3. place each (decide, commit, resolve conflicts); a job left with pending tasks is
-     deferred (exponential backoff), a placed one forgotten; before each txn the view is
-     pumped again (resource-fit rebases a plan that would only be a stale retry);
-  4. with nothing to do, wait on the watch until something changes or a deferred job is due.
+the scheduling cycle (``omega.cycle.SchedulingCycle``, the one loop the fauxmaster drives too):
+each round brings the view up to date, refreshes the candidates (pending jobs of the scheduler's
+class: a job's ``scheduler``, else its kind's, ``Job.scheduler_class``; this process's class is
+its scheduler's kind), chooses up to ``batch_jobs`` in the queue order (fair or drf), shared with
+the live peers of the class by rendezvous (one owner per job, taken over by another peer only
+when the owner's stats lease expired; ``steal_after_s`` None, the default), and places each
+(decide, commit, resolve conflicts; the resource-fit rebase pumps the view before a retry).
+With nothing to do, the process waits on the watch until something changes or a deferred
+job is due.
 
 ``stop()`` (SIGINT/SIGTERM when ``run(handle_signals=True)``, or ``duration_s``) lets the
 current placement finish its commits, then the stats lease is revoked and the view closed.
@@ -36,11 +34,11 @@ import anyio
 import anyio.to_thread
 
 from omega.attempts import Attempt, PlacementResult
+from omega.cycle import SchedulingCycle
 from omega.modes import CommitMode, ConflictMode
 from omega.occ import OptimisticPlacer
-from omega.protocols import CellView, Claim, Committer, Decision, JobEntry, PlacementView, PlanRejected, PlanTooLarge
+from omega.protocols import CellView, Claim, Committer, Decision, JobEntry, PlacementView
 from omega.queue import JobQueue, check_order, make_order
-from omega.refusals import RefusedJobs
 from omega.retry import RetryPolicy, retry_policy_for
 from omega.stats import SchedulerStats, StatsRecorder
 
@@ -156,18 +154,18 @@ class SchedulerProcess:
         self.placer = OptimisticPlacer(self.name, committer, conflict_mode, commit_mode,
                                        retry or retry_policy_for(self.kind), self.clock, self._on_attempt,
                                        refresh=lambda: self.view.pump(0.0))
-        self.refused = RefusedJobs()  # refused jobs stay out until they change
         self.queue = JobQueue(self.name, steal_after_s=options.steal_after_s,
                               order=make_order(options.order, view, options.drf_weights))
+        self.cycle = SchedulingCycle(self.name, (self.scheduler_class,), view, self.placer, self.queue, self,
+                                     self.clock, batch_jobs=options.batch_jobs,
+                                     share_machines=getattr(scheduler, "share_machines", None))
+        self.refused = self.cycle.refused  # refused jobs stay out until they change
         self.recorder = StatsRecorder(self.name, self.kind, pid=os.getpid(), host=socket.gethostname(),
                                       started_at=self.clock.now(), conflict_mode=conflict_mode.value.label,
                                       commit_mode=commit_mode.value.label)
         self._stats_lock = threading.Lock()
         self._stop = threading.Event()
         self._last_unplaced = 0
-        self._peers: list[str] = []
-        # optional: a scheduler told its live peers may prefer machines apart from theirs
-        self._share_machines = getattr(scheduler, "share_machines", None)
         self.final_stats: SchedulerStats | None = None
 
     # -- control ----------------------------------------------------------------------------
@@ -175,10 +173,6 @@ class SchedulerProcess:
     def stop(self) -> None:
         """Ask the loop to stop after the current placement (thread-safe, idempotent)."""
         self._stop.set()
-
-    @property
-    def stopping(self) -> bool:
-        return self._stop.is_set()
 
     def snapshot(self) -> SchedulerStats:
         with self._stats_lock:
@@ -249,58 +243,44 @@ class SchedulerProcess:
                 self._stop.wait(self.options.error_wait_s)
 
     def work_round(self) -> int:
-        """One round: pump, select, place. Returns how many jobs were tried."""
-        self.view.pump(0.0)
-        if self.view.take_freed():
-            self.queue.reset()
-        now = self.clock.now()
-        mine = self.scheduler_class
-        pending = [entry for entry in self.view.pending_jobs() if entry.record.job.scheduler_class == mine]
-        if self.refused.jobs:
-            pending = self.refused.candidates(pending)
-        peers = self.view.peers(self.kind)
-        if self._share_machines is not None and peers != self._peers:
-            self._share_machines(peers)
-        self._peers = peers
-        jobs = self.queue.select(pending, peers, now, self.options.batch_jobs)
-        for n, entry in enumerate(jobs):
-            if self._stop.is_set():
-                return n
-            if n:
-                self.view.pump(0.0)
-            self.place(entry.id)
-        return len(jobs)
+        """One round of the scheduling cycle. Returns how many jobs were taken."""
+        return self.cycle.round()
 
     def place(self, job_id: str) -> PlacementResult | None:
-        """Place one job's pending tasks; defer it if some stay pending. None: refused (a gang
-        larger than one transaction; its reason is in the job record), and left out until the
-        job changes (``RefusedJobs``)."""
-        try:
-            result = self.placer.place(job_id, self.view, self._decide)
-        except PlanTooLarge as exc:
-            log.warning("job refused %s", kv(scheduler=self.name, job=job_id, reason=str(exc)))
-            entry = self.view.job(job_id)
-            if entry is not None:
-                self.refused.refuse(entry)
-            self.queue.defer(job_id, self.clock.now())
-            return None
-        except PlanRejected as exc:
-            log.error("plan rejected %s", kv(scheduler=self.name, job=job_id, reason=str(exc)))
-            self.queue.defer(job_id, self.clock.now())
-            return None
-        if result.pending and not result.job_gone:
-            self.queue.defer(job_id, self.clock.now())
-        else:
-            self.queue.reset(job_id)
-        return result
+        """Place one job's pending tasks now (``SchedulingCycle.place``); None when it is not
+        pending for this scheduler, refused or its plan rejected."""
+        entry = self.view.job(job_id)
+        return None if entry is None else self.cycle.place(entry)
 
     def _idle(self) -> None:
         """Wait on the watch until the cell changes or the next deferred job is due."""
         wait = self.options.idle_wait_s
-        due = self.queue.next_ready_at()
+        now = self.clock.now()
+        due = self.cycle.next_wake(now)
         if due is not None:
-            wait = min(wait, max(0.0, due - self.clock.now()))
+            wait = min(wait, max(0.0, due - now))
         self.view.pump(wait)
+
+    # -- what the cycle asks of its host (omega.cycle.CycleHost) ------------------------------
+
+    def catch_up(self) -> None:
+        self.view.pump(0.0)
+
+    def peers(self) -> list[str]:
+        return self.view.peers(self.kind)
+
+    def decide(self, job: JobEntry, tasks: list[int], view: CellView) -> Decision:
+        return self._decide(job, tasks, view)
+
+    def taken(self, entry: JobEntry) -> None:
+        pass
+
+    def placed(self, entry: JobEntry, result: PlacementResult | None) -> None:
+        pass
+
+    def stopping(self) -> bool:
+        """True once ``stop()`` was asked."""
+        return self._stop.is_set()
 
     def _decide(self, job: JobEntry, tasks: list[int], view: CellView) -> Decision:
         """The scheduler's decision as omega's ``Decision``."""

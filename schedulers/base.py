@@ -1,22 +1,14 @@
-"""What every scheduler returns and promises: ``Decision`` and the ``Scheduler`` protocol."""
+"""What every scheduler returns and promises: ``omega.protocols.Decision`` and the ``Scheduler``
+protocol."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from itertools import islice
 from operator import lt
 from typing import Protocol, Sequence
 
 from cellstate.fastbuild import builder
-from omega.protocols import CellView, Claim, JobEntry
-
-
-@dataclass(slots=True)
-class Decision:
-    """Claims for one job's tasks and, for each task left out, why."""
-
-    claims: list[Claim] = field(default_factory=list)
-    unplaced: dict[int, str] = field(default_factory=dict)
+from omega.protocols import CellView, Claim, Decision, JobEntry  # (Decision: what every scheduler returns)
 
 
 new_decision = builder(Decision)

@@ -11,8 +11,11 @@ def register(sub) -> None:
     imp = sub.add_parser("import", help="convert a published workload trace into an omega trace")
     imp_sub = imp.add_subparsers(dest="import_format", required=True, metavar="FORMAT")
     google = imp_sub.add_parser("google2011", help="Google clusterdata-2011 task_events + job_events parts")
-    google.add_argument("--task-events", required=True, help="task_events part file (.csv.gz)")
-    google.add_argument("--job-events", required=True, help="job_events part file (.csv.gz)")
+    google.add_argument("--task-events", required=True, nargs="+", metavar="FILE",
+                        help="task_events part file(s) (.csv.gz); several consecutive parts, in time order, "
+                             "make one trace (a part other than 0 opens with the state its rows show)")
+    google.add_argument("--job-events", required=True, nargs="+", metavar="FILE",
+                        help="job_events part file(s) (.csv.gz) of the same parts")
     google.add_argument("--out", required=True, help="output trace (.omt, or .omt.gz to compress)")
     google.add_argument("--capacity-model", choices=("mix", "uniform"), default="mix",
                         help="physical capacities of machines the machine_events table does not give "

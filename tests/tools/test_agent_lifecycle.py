@@ -12,7 +12,7 @@ from cellstate.resources import Resources
 from omega.protocols import JobEntry, MachineEntry
 from tools.agents.failures import FailureInjector
 from tools.agents.lifecycle import (
-    EndSchedule, MachineNeed, MachineSelector, TaskEnd, end_time, failure_delay, machine_need, startable,
+    EndSchedule, MachineNeed, MachineSelector, DueEnd, end_time, failure_delay, machine_need, startable,
 )
 
 R = Resources.of(100, 100)
@@ -76,10 +76,10 @@ def test_machine_need(state, jobs, need):
 
 def test_end_schedule_orders_dedupes_and_replaces_placements():
     ends = EndSchedule()
-    assert ends.add(TaskEnd(5.0, "j", 0, "m1", 1.0))
-    assert not ends.add(TaskEnd(5.0, "j", 0, "m1", 1.0))  # same placement seen again
-    assert ends.add(TaskEnd(3.0, "k", 0, "m1", 1.0))
-    assert ends.add(TaskEnd(9.0, "j", 0, "m2", 2.0))       # re-placed: the old end is stale
+    assert ends.add(DueEnd(5.0, "j", 0, "m1", 1.0))
+    assert not ends.add(DueEnd(5.0, "j", 0, "m1", 1.0))  # same placement seen again
+    assert ends.add(DueEnd(3.0, "k", 0, "m1", 1.0))
+    assert ends.add(DueEnd(9.0, "j", 0, "m2", 2.0))       # re-placed: the old end is stale
     assert ends.next_at() == 3.0
     assert [e.job_id for e in ends.pop_due(6.0)] == ["k"]
     assert ends.next_at() == 9.0

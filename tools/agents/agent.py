@@ -35,7 +35,7 @@ from cellstate.store import Store, StoreError
 from omega.protocols import MachineEntry
 from tools.agents.failures import FailureInjector, MachineOps
 from tools.agents.lifecycle import (
-    EndSchedule, MachineNeed, MachineSelector, TaskEnd, end_time, machine_need, startable,
+    EndSchedule, MachineNeed, MachineSelector, DueEnd, end_time, machine_need, startable,
 )
 from tools.agents.metrics import AgentMetrics
 from tools.agents.runner import TxnGaveUp, TxnRunner
@@ -196,7 +196,7 @@ class Agent:
         for alloc in allocs:
             at = end_time(alloc, job(alloc.job_id), self.config.time_scale, now)
             if at is not None:
-                self.ends.add(TaskEnd(at, alloc.job_id, alloc.task_index, machine_id, alloc.placed_at))
+                self.ends.add(DueEnd(at, alloc.job_id, alloc.task_index, machine_id, alloc.placed_at))
         self._to_start.update(startable(allocs, job))
         need = machine_need(entry, allocs, job)
         if need is not MachineNeed.NOTHING:
@@ -255,7 +255,7 @@ class Agent:
         return start_task_ops(self.keys, entry, out) if out else None
 
     def _end_due(self, now: float) -> None:
-        by_job: dict[str, dict[int, TaskEnd]] = {}
+        by_job: dict[str, dict[int, DueEnd]] = {}
         for end in self.ends.pop_due(now):
             by_job.setdefault(end.job_id, {})[end.task_index] = end
         for job_id, wanted in by_job.items():
@@ -265,9 +265,9 @@ class Agent:
     def _put_off(self, ends) -> None:
         later = self.clock() + RETRY_DELAY
         for end in ends:
-            self.ends.add(TaskEnd(later, end.job_id, end.task_index, end.machine_id, end.placed_at))
+            self.ends.add(DueEnd(later, end.job_id, end.task_index, end.machine_id, end.placed_at))
 
-    def _finish_job(self, job_id: str, wanted: dict[int, TaskEnd], now: float) -> None:
+    def _finish_job(self, job_id: str, wanted: dict[int, DueEnd], now: float) -> None:
         """End the wanted tasks of one job (those still placed as scheduled), in as few txns as fit."""
         while wanted:
             chunk: list[Alloc] = []
@@ -279,7 +279,7 @@ class Agent:
                 log.debug("task finished agent=%s job=%s task=%d machine=%s late_s=%.3f", self.config.name,
                           job_id, alloc.task_index, alloc.machine_id, now - end.at)
 
-    def _finish_txn(self, job_id: str, wanted: dict[int, TaskEnd], out: list[Alloc]):
+    def _finish_txn(self, job_id: str, wanted: dict[int, DueEnd], out: list[Alloc]):
         entry = self.replica.job(job_id)
         if entry is None:
             return None

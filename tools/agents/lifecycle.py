@@ -107,7 +107,7 @@ def machine_need(entry: MachineEntry, allocs: list[Alloc], job_of: JobLookup) ->
 
 
 @dataclass(frozen=True, slots=True, order=True)
-class TaskEnd:
+class DueEnd:
     """A batch task due to end at ``at``; ``machine_id`` and ``placed_at`` identify the placement
     (a task re-placed elsewhere is a different placement)."""
 
@@ -122,13 +122,13 @@ class EndSchedule:
     """Batch task ends ordered by time; a task is scheduled at most once per placement."""
 
     def __init__(self):
-        self._heap: list[TaskEnd] = []
-        self._placements: dict[tuple[str, int], TaskEnd] = {}
+        self._heap: list[DueEnd] = []
+        self._placements: dict[tuple[str, int], DueEnd] = {}
 
     def __len__(self) -> int:
         return len(self._placements)
 
-    def add(self, end: TaskEnd) -> bool:
+    def add(self, end: DueEnd) -> bool:
         """Schedule ``end`` unless this placement is already scheduled; True when added."""
         key = (end.job_id, end.task_index)
         current = self._placements.get(key)
@@ -143,7 +143,7 @@ class EndSchedule:
         self._drop_stale()
         return self._heap[0].at if self._heap else math.inf
 
-    def pop_due(self, now: float) -> list[TaskEnd]:
+    def pop_due(self, now: float) -> list[DueEnd]:
         """Every live end at or before ``now``, earliest first (removed from the schedule)."""
         due = []
         while self._heap and self.next_at() <= now:

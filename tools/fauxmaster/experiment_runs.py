@@ -187,13 +187,13 @@ def compared(larger: bool, conclusive: bool = True) -> str:
     return "inconclusive" if not conclusive else ("yes" if larger else "no")
 
 
-def verdict_of(outcomes: list[str], detail: str, warnings: list[str] | None = None) -> Verdict:
+def verdict_of(outcomes: list[str], detail: str, warnings: list[str] | None = None) -> ExperimentVerdict:
     """REPRODUCED when every comparison is "yes"; NOT reproduced when any is "no"; INCONCLUSIVE
     otherwise (some had too few events and none went against)."""
     if "no" in outcomes:
-        return Verdict(False, detail, warnings=tuple(warnings or ()))
+        return ExperimentVerdict(False, detail, warnings=tuple(warnings or ()))
     inconclusive = "inconclusive" in outcomes
-    return Verdict(not inconclusive, detail, inconclusive, tuple(warnings or ()))
+    return ExperimentVerdict(not inconclusive, detail, inconclusive, tuple(warnings or ()))
 
 
 def conflict_setup_warnings(label: str, f: RunFigures) -> list[str]:
@@ -222,7 +222,7 @@ class Column:
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
+class ExperimentVerdict:
     """Whether the paper's direction was reproduced, and the numbers that say so."""
 
     reproduced: bool
@@ -248,7 +248,7 @@ class ExperimentReport:
     setup: str
     columns: list[Column]
     rows: list[dict[str, Any]]
-    verdict: Verdict
+    verdict: ExperimentVerdict
     wall_s: float = 0.0
     runs_ok: bool = True
 

@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from tools.fauxmaster.experiment_runs import (
-    BATCH_T_TASK, MIN_EFFECT, T_TASK, Bench, Column, ExperimentReport, Verdict, ratio,
+    BATCH_T_TASK, MIN_EFFECT, T_TASK, Bench, Column, ExperimentReport, ExperimentVerdict, ratio,
 )
 from tools.fauxmaster.scheduler_process import SchedulerConfig
 
@@ -53,7 +53,7 @@ def batch_scaling(bench: Bench) -> ExperimentReport:
         "before the schedulers saturate (busyness near 1, unscheduled jobs growing).",
         f"{_setup(bench)}; shared-state, batch t_job {bench.sizing.scaling_batch_t_job:g} s, service scheduler "
         f"t_job 0.1 s, resource-fit, incremental",
-        columns, rows, Verdict(later and estimate >= MIN_EFFECT, detail), runs_ok=ok)
+        columns, rows, ExperimentVerdict(later and estimate >= MIN_EFFECT, detail), runs_ok=ok)
 
 
 def _setup(bench: Bench) -> str:

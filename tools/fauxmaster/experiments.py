@@ -19,7 +19,7 @@ from cellstate.model import JobKind
 from tools.fauxmaster.architectures import CodePath, MultiPath, OfferBroker
 from tools.fauxmaster.experiment_runs import (
     BATCH_T_JOB, BATCH_T_TASK, MIN_EVENTS, NOISE_SIGMAS, T_TASK, Bench, Column, ExperimentReport, Overrides,
-    RunFigures, Sizing, Verdict,
+    RunFigures, Sizing, ExperimentVerdict,
     clearly_larger, compared, conflict_setup_warnings, counts_conclusive, pair, ratio, verdict_of,
 )
 from tools.fauxmaster.experiment_scaling import batch_scaling
@@ -79,7 +79,7 @@ def architectures(bench: Bench) -> ExperimentReport:
         "scheduler; shared-state keeps batch wait low.",
         f"{bench.describe()}; service t_job {t_svc:g} s, batch t_job {BATCH_T_JOB:g} s, t_task {T_TASK:g} s; "
         f"two-level offers: all free machines nobody holds",
-        columns, rows, Verdict(reproduced, detail, warnings=tuple(warnings)),
+        columns, rows, ExperimentVerdict(reproduced, detail, warnings=tuple(warnings)),
         runs_ok=all(f.invariants_ok for f in runs.values()))
 
 
@@ -176,7 +176,7 @@ def _mode_rows(bench: Bench, label: str, variants: dict[str, dict]) -> tuple[lis
     return rows, ok, warnings
 
 
-def _mode_verdict(rows: list[dict], larger: int, smaller: int, detail: str, warnings: list[str]) -> Verdict:
+def _mode_verdict(rows: list[dict], larger: int, smaller: int, detail: str, warnings: list[str]) -> ExperimentVerdict:
     """Row ``larger``'s conflict fraction clearly above row ``smaller``'s, on enough conflicts."""
     a, b = rows[larger], rows[smaller]
     outcome = compared(clearly_larger(a["conflict_fraction"], b["conflict_fraction"]),

@@ -1,24 +1,23 @@
-"""One replayed scheduler: the REAL scheduler class (``make_scheduler``), the REAL
-``OptimisticPlacer`` and ``StoreCommitter``, its own watch-fed ``ReplicaView``, and the
-``JobQueue`` — run as a simulated process on virtual time.
+"""One replayed scheduler: the REAL scheduler class (``make_scheduler``), the REAL scheduling
+cycle (``omega.cycle.SchedulingCycle``: the live process's loop, with its ``OptimisticPlacer``,
+``JobQueue`` and refusals) over the REAL ``StoreCommitter`` and its own watch-fed
+``ReplicaView`` — run as a simulated process on virtual time.
 
-Loop: pump the replica (the view is now as of T), choose the next job (in the config's queue
-order, fair or drf; work shared with same-kind peers), ``placer.place`` it. The decide
-function the placer calls runs the scheduler on the view as of T, then holds the process for
+The process is the cycle's host: it brings the replica up to date (the view is then as of T),
+names its peers (the replay's schedulers serving the same jobs), and lets a decision's time
+pass: the decide function runs the scheduler on the view as of T, then holds the process for
 the decision time (modelled ``t_job + t_task × tasks``, or the measured wall time ×
 ``time_scale``), so the commit lands at T + decision time, after every commit other
 schedulers made meanwhile. Idle, the process parks until the cell changes or a deferred job
-is due. Jobs whose last decision found no machine are left out of the candidates until room
-may have appeared for them (``tools.fauxmaster.fit_memo``; batch and service kinds, ``skip_nothing_fits``).
-The candidates are kept across rounds: a round hands the memo and the queue only the jobs whose
-record changed and those the memo released or remembered (``JobQueue.track``/``select_tracked``),
-so its cost follows the changes, not the backlog.
+is due. What the replay adds to the live loop, each an option of the cycle: the nothing-fits
+memo (jobs whose last decision found no machine are left out of the candidates until room may
+have appeared for them, ``tools.fauxmaster.fit_memo``; batch and service kinds,
+``skip_nothing_fits``) and stealing after ``steal_after_s`` (its peers never die).
 """
 
 from __future__ import annotations
 
 import time
-from functools import partial
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,19 +26,19 @@ from cellstate.memory_store import MemoryStore
 from cellstate.model import JobKind
 from cellstate.placement_view import ReplicaView
 from cellstate.store import Store
-from omega.attempts import Attempt
+from omega.attempts import Attempt, PlacementResult
+from omega.cycle import SchedulingCycle
 from omega.modes import CommitMode, ConflictMode
 from omega.occ import OptimisticPlacer
-from omega.protocols import Decision, JobEntry, PlanTooLarge
+from omega.protocols import Decision, JobEntry
 from omega.queue import JobQueue, check_order, make_order
-from omega.refusals import RefusedJobs
 from omega.retry import retry_policy_for
 from schedulers.chains import KINDS, make_scheduler
 from tools.fauxmaster.clock import EventCore, Process, VirtualClock
 from tools.fauxmaster.fit_memo import NothingFitsMemo, memo_applies
 
 DECISION_TIME_MODES = ("modelled", "measured")
-SELECT_BATCH = 16  # jobs taken from one fair ordering of the queue before ordering it again
+SELECT_BATCH = 16  # jobs taken from one fair ordering of the queue before ordering it again (batch_jobs)
 _DECISION = builder(Decision)  # one per decision of a scheduler answering otherwise: without __init__
 _JOB_KINDS = {"batch": (JobKind.BATCH,), "service": (JobKind.SERVICE,), "all": (JobKind.BATCH, JobKind.SERVICE)}
 
@@ -129,8 +128,7 @@ class SimScheduler:
         self.store = store
         self.core = core
         self.clock = clock
-        self.peers = peers
-        self.kinds = _JOB_KINDS[config.jobs or config.kind]
+        self.peers_list = peers
         self.measured = decision_time == "measured"
         self.synchronous_watch = isinstance(store, MemoryStore)
         self.time_scale = time_scale
@@ -140,116 +138,50 @@ class SimScheduler:
         self.view = ReplicaView(store, cell.keys, shared_decodes=cell.decodes)
         self.placer = OptimisticPlacer(config.name, cell.committer(), ConflictMode.parse(config.conflict_mode),
                                        CommitMode.parse(config.commit_mode),
-                                       retry_policy_for(config.kind, config.seed), clock, self._on_attempt)
+                                       retry_policy_for(config.kind, config.seed), clock, self._on_attempt,
+                                       refresh=self.catch_up)
         self.queue = JobQueue(config.name, order=make_order(config.order, self.view, config.drf_weights))
         self.memo = (NothingFitsMemo(self.view, CommitMode.parse(config.commit_mode) is CommitMode.ALL_OR_NOTHING)
                      if skip_nothing_fits and memo_applies(self.scheduler) else None)
-        self.refused = RefusedJobs()  # refused jobs stay out until they change
-        self.view.track_changed_jobs()
-        lookups = [self.view.replica.pending_lookup(kind) for kind in self.kinds]
-        self._pending_entry = lookups[0] if len(lookups) == 1 else partial(_first_pending, lookups)
-        """job id → its entry if it is pending (not killed) and of this scheduler's kinds."""
-        self._started = False
+        self.cycle = SchedulingCycle(config.name, served_classes(config), self.view, self.placer, self.queue,
+                                     self, clock, batch_jobs=SELECT_BATCH, memo=self.memo,
+                                     share_machines=getattr(self.scheduler, "share_machines", None))
+        self.refused = self.cycle.refused  # refused jobs stay out until they change
         self.process = Process(core, config.name, self._run)
 
     # -- the loop ---------------------------------------------------------------------------
 
     def _run(self) -> None:
+        cycle = self.cycle
         while True:
-            self.catch_up()
-            if self.view.take_freed():
-                self.queue.reset()
-            now = self.clock.now()
-            self._refresh_candidates()
-            chosen = self.queue.select_tracked(self.peers, now, SELECT_BATCH)
-            if not chosen:
-                self.process.park(self._idle_timeout(now))
-                continue
-            for entry in chosen:  # the fair order is walked once per batch of jobs
-                current = self.view.job(entry.id)
-                if current is not None and "p" in current.record.tasks and not current.record.killed:
-                    self._place(current)
-                if self.view.take_freed() and self._release_deferred():
-                    break
+            if not cycle.round():
+                now = self.clock.now()
+                wake = cycle.next_wake(now)
+                self.process.park(None if wake is None else wake - now)
 
-    def _release_deferred(self) -> bool:
-        """The cell freed resources: deferred jobs may fit now. Forget their backoff; True
-        when there were some (then the fair order is walked again, with them)."""
-        deferred = self.queue.has_deferred()
-        self.queue.reset()
-        return deferred
+    # -- what the cycle asks of its host (omega.cycle.CycleHost) --------------------------------
 
-    def _refresh_candidates(self) -> None:
-        """Hand the queue the jobs whose candidacy may have changed since the last round: the
-        jobs whose record changed (all pending ones the first time), those the memo noted,
-        released or remembered on their own, and the request groups it put to sleep or woke.
-        Candidates: pending jobs of its kinds the memo does not skip."""
-        if self._started:
-            changed = self.view.take_changed_jobs()
-        else:
-            self._started = True
-            self.view.take_changed_jobs()
-            changed = {entry.id for kind in self.kinds for entry in self.view.pending_jobs(kind)}
-        memo, queue, refused = self.memo, self.queue, self.refused
-        held = refused.holds if refused.jobs else None  # (no refusal: no call per job)
-        if memo is None:
-            for job_id in changed:
-                entry = self._pending_entry(job_id)
-                if entry is None:
-                    queue.untrack(job_id)
-                    if held is not None:
-                        refused.forget(job_id)
-                elif held is not None and held(entry):
-                    queue.untrack(job_id)
-                else:
-                    queue.track(entry)
-            return
-        changes = memo.refresh(changed, self._pending_entry)
-        for request, asleep in changes.groups.items():
-            queue.set_group_asleep(request, asleep)
-        pending, ids = self._pending_entry, (changed | changes.touched) if changes.touched else changed
-        for job_id in ids:  # a job changed and touched is looked at once
-            entry = pending(job_id)
-            if entry is None:
-                queue.untrack(job_id)
-                if held is not None:
-                    refused.forget(job_id)
-            elif memo.solo(job_id) or held is not None and held(entry):
-                queue.untrack(job_id, coming_back=True)
-            else:
-                queue.track(entry, memo.group_of(job_id))
+    def peers(self) -> list[str]:
+        return self.peers_list
 
-    def _place(self, entry: JobEntry) -> None:
+    def taken(self, entry: JobEntry) -> None:
         self.tally.jobs_taken += 1
         if self.journal is not None:
             self.journal.taken(entry.id, self.clock.now())
-        try:
-            result = self.placer.place(entry.id, self.view, self._decide)
-        except PlanTooLarge:
-            self.tally.too_large += 1
-            self.refused.refuse(entry)  # out of the candidates until the job changes
-            self.queue.untrack(entry.id)
+
+    def placed(self, entry: JobEntry, result: PlacementResult | None) -> None:
+        if result is None:
+            self.tally.too_large = self.cycle.tally.refused
             return
         self.tally.gave_up += result.gave_up
-        if self.memo is not None:
-            self.memo.note(entry.id, result)
-        if result.pending and not result.job_gone:
-            self.queue.defer(entry.id, self.clock.now())
-        else:
-            self.queue.reset(entry.id)
-            if self.journal is not None and not result.job_gone:
-                self.journal.placed(entry.id, self.clock.now())
+        if self.journal is not None and not result.pending and not result.job_gone:
+            self.journal.placed(entry.id, self.clock.now())
 
-    def _idle_timeout(self, now: float) -> float | None:
-        """Until the next deferred job is due or a candidate may be stolen (None: no such time)."""
-        times = []
-        ready = self.queue.next_ready_at()
-        if ready is not None and ready > now:
-            times.append(ready)
-        steal = self.queue.next_steal_at(now)
-        if steal is not None:
-            times.append(steal)
-        return min(times) - now if times else None
+    def stopping(self) -> bool:
+        return False
+
+    def decide(self, entry: JobEntry, tasks: list[int], view) -> Decision:
+        return self._decide(entry, tasks, view)
 
     def catch_up(self) -> None:
         """Bring the replica to the store's current revision (a memory store's watch is
@@ -299,10 +231,11 @@ class SimScheduler:
         return self.process.held_until(self.core.now)
 
 
-def _first_pending(lookups, job_id: str) -> JobEntry | None:
-    """The entry the first of ``lookups`` finds for ``job_id`` (None: none)."""
-    for pending in lookups:
-        entry = pending(job_id)
-        if entry is not None:
-            return entry
-    return None
+def served_classes(config: SchedulerConfig) -> frozenset[str]:
+    """The scheduler classes (``Job.scheduler_class``) a replayed scheduler serves: those named
+    like the job kinds of its ``jobs``, and its own kind's when that is no job kind's (a borg
+    or solver scheduler also serves the jobs that name it)."""
+    classes = {kind.value for kind in _JOB_KINDS[config.jobs or config.kind]}
+    if config.kind not in {kind.value for kind in JobKind}:
+        classes.add(config.kind)
+    return frozenset(classes)

@@ -84,9 +84,10 @@ class GoogleTraceError(ValueError):
     """A malformed row in a Google trace file (names the file and line)."""
 
 
-def trace_time(ts_us: int) -> float:
-    """Seconds since the window opened; 0 for the initial state and anything before 600 s."""
-    return 0.0 if ts_us <= WINDOW_START_US else (ts_us - WINDOW_START_US) / 1e6
+def trace_time(ts_us: int, window_us: int = WINDOW_START_US) -> float:
+    """Seconds since the window opened (at ``window_us``); 0 for the initial state and anything
+    before the window."""
+    return 0.0 if ts_us <= window_us else (ts_us - window_us) / 1e6
 
 
 def scaled_request(cpu: float, memory: float, disk: float) -> Resources:
@@ -137,6 +138,11 @@ class Survey:
     """What pass 1 learns: facts an event needs before its own time."""
 
     machine_ids: list[str] = field(default_factory=list)
+    window_us: int = WINDOW_START_US
+    """When the window opens: 600 s for a trace that starts at 0 (part 0: its t = 0 rows are the
+    state the trace opens with), else the first row's timestamp (a later part)."""
+    carried: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    """Tasks live before a later part opens, inferred from their first row in it (counts by kind)."""
     different_machine: set[str] = field(default_factory=set)
     run_times: dict[tuple[str, str, int], float] = field(default_factory=dict)  # (job, task, attempt) → s
     job_kills: list[tuple[int, str]] = field(default_factory=list)  # (timestamp_us, job), sorted
@@ -150,6 +156,7 @@ class Survey:
     grouping: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # what the grouping inferred
     first_scheduled: dict[tuple[str, str, int], int] = field(default_factory=dict)  # (job, task, attempt) → ts
     occupancy: list[tuple[float, int, int, int]] = field(default_factory=list)  # (t, d cpu, d memory, d tasks)
+    source: TaskRows | None = None  # the rows pass 2 reads again (with the inferred opening rows)
 
 
 @dataclass
@@ -173,22 +180,70 @@ def read_rows(path: str, limit: int | None = None):
         raise GoogleTraceError(f"{path}: cut or corrupt after {number:,} rows ({exc})") from None
 
 
-def _parse(path: str, number: int, row: list[str]) -> tuple[int, int]:
+class TaskRows:
+    """The task_events rows of one or several consecutive part files, read in order, numbered
+    from 1 across them, with the rows inferred for a later part's opening state first (numbered
+    below 0). ``where(number)`` names a row's file and line for messages."""
+
+    def __init__(self, paths, limit: int | None = None):
+        self.paths = [paths] if isinstance(paths, (str, bytes)) or not hasattr(paths, "__iter__") else list(paths)
+        if not self.paths:
+            raise GoogleTraceError("no task_events part file given")
+        self.paths = [str(p) for p in self.paths]
+        self.limit = limit
+        self.opening: list[list[str]] = []  # inferred rows, at the window's opening
+        self._starts: list[tuple[int, str]] = []  # (first number, path) of each part read so far
+
+    def __str__(self) -> str:
+        return ",".join(self.paths)
+
+    def where(self, number: int) -> str:
+        if number < 0:
+            return f"{self}: inferred row {-number}"
+        path, first = self.paths[0], 1
+        for start, name in self._starts:
+            if start <= number:
+                path, first = name, start
+        return f"{path}: line {number - first + 1}"
+
+    def __iter__(self):
+        for n, row in enumerate(self.opening, 1):
+            yield -n, row
+        number, last_ts = 0, None
+        self._starts = []
+        for path in self.paths:
+            self._starts.append((number + 1, path))
+            first, last_row = True, None
+            for _, row in read_rows(path):
+                number += 1
+                if self.limit is not None and number > self.limit:
+                    return
+                if first and last_ts is not None and row and row[0].isdecimal() and int(row[0]) < last_ts:
+                    raise GoogleTraceError(f"{self.where(number)}: timestamp {row[0]} is before the previous "
+                                           f"part's last ({last_ts}); give the parts in time order")
+                first, last_row = False, row
+                yield number, row
+            if last_row and last_row[0].isdecimal():
+                last_ts = int(last_row[0])
+
+
+def _parse(rows: TaskRows, number: int, row: list[str]) -> tuple[int, int]:
     """(timestamp_us, event_type) of a task_events row after checking every column the import
-    reads (task index, machine id, priority, requests); GoogleTraceError if malformed."""
+    reads (task index, machine id, priority, requests); GoogleTraceError (naming the file and
+    line) if malformed."""
     if len(row) != 13:
-        raise GoogleTraceError(f"{path}: line {number}: expected 13 columns, got {len(row)}")
+        raise GoogleTraceError(f"{rows.where(number)}: expected 13 columns, got {len(row)}")
     try:
         ts, kind = int(row[TS]), int(row[TYPE])
     except ValueError:
-        raise GoogleTraceError(f"{path}: line {number}: bad timestamp or event type {row[:6]!r}") from None
+        raise GoogleTraceError(f"{rows.where(number)}: bad timestamp or event type {row[:6]!r}") from None
     for column, name, optional in ((TASK, "task index", False), (MACHINE, "machine id", True),
                                    (PRIORITY, "priority", False)):
         if not (row[column].isdecimal() or (optional and not row[column])):
-            raise GoogleTraceError(f"{path}: line {number}: bad {name} {row[column]!r}")
+            raise GoogleTraceError(f"{rows.where(number)}: bad {name} {row[column]!r}")
     for column, name in ((CPU, "cpu request"), (MEMORY, "memory request"), (DISK, "disk request")):
         if row[column] and not _amount(row[column]):
-            raise GoogleTraceError(f"{path}: line {number}: bad {name} {row[column]!r} "
+            raise GoogleTraceError(f"{rows.where(number)}: bad {name} {row[column]!r} "
                                    "(expected a normalized amount 0..1)")
     return ts, kind
 
@@ -201,9 +256,53 @@ def _amount(text: str) -> bool:
         return False
 
 
-def survey(task_events: str, job_events: str, limit: int | None = None) -> Survey:
-    """Pass 1 over the task events (and the job events for kills)."""
+UPDATE_PENDING, UPDATE_RUNNING = 7, 8
+
+
+def opening_rows(rows: TaskRows, window_us: int, carried: dict[str, int]) -> list[list[str]]:
+    """The state a later part opens with, as rows at ``window_us``: a task whose first row in
+    the part is not a SUBMIT was submitted before it opened. It was running, on the machine its
+    row names, when that row is an end (EVICT, FAIL, FINISH, KILL, LOST) or UPDATE_RUNNING with a
+    machine: a SUBMIT and a SCHEDULE row are inferred for it; otherwise (a SCHEDULE, an
+    UPDATE_PENDING, an end without a machine) it was pending: a SUBMIT row. The inferred rows copy
+    the task's first row (user, priority, requests, constraints); SUBMITs first, then
+    SCHEDULEs, each by job and task. A task running or pending at the opening that shows no row
+    in the part cannot be seen (``carried`` counts what was inferred)."""
+    first: dict[tuple[str, str], list[str]] = {}
+    for number, row in rows:
+        _parse(rows, number, row)
+        first.setdefault((row[JOB], row[TASK]), row)
+    submits, schedules = [], []
+    for (job, task), row in sorted(first.items(), key=lambda item: (int(item[0][0]), int(item[0][1]))):
+        kind = int(row[TYPE])
+        if kind == SUBMIT:
+            continue
+        submit = list(row)
+        submit[TS], submit[TYPE], submit[MACHINE] = str(window_us), str(SUBMIT), ""
+        submits.append(submit)
+        if row[MACHINE] and (kind in _ENDS or kind == UPDATE_RUNNING):
+            schedule = list(row)
+            schedule[TS], schedule[TYPE] = str(window_us), str(SCHEDULE)
+            schedules.append(schedule)
+            carried["running when the part opens (a later row names its machine)"] += 1
+        else:
+            carried["pending when the part opens (scheduled, updated or ended without a machine later)"] += 1
+    return submits + schedules
+
+
+def survey(task_events, job_events, limit: int | None = None) -> Survey:
+    """Pass 1 over the task events (and the job events for kills). ``task_events`` and
+    ``job_events``: a part file or consecutive part files, in time order. A trace that does not
+    start at 0 (a later part) opens at its first row, with the state inferred from the rows
+    (``opening_rows``); part 0 opens at 600 s with the state its t = 0 rows record."""
     s = Survey()
+    rows = TaskRows(task_events, limit)
+    first = next(iter(rows), None)
+    if first is not None and first[1] and first[1][0].isdecimal() and int(first[1][0]) > 0:
+        s.window_us = int(first[1][0])
+        rows.opening = opening_rows(rows, s.window_us, s.carried)
+    s.source = rows
+    window = s.window_us
     machines: set[str] = set()
     attempts: dict[tuple[str, str], int] = defaultdict(int)
     started: dict[tuple[str, str, int], int] = {}
@@ -215,8 +314,8 @@ def survey(task_events: str, job_events: str, limit: int | None = None) -> Surve
     requests: dict[str, tuple[int, int]] = {}  # Google job → its last known (cpu, memory)
     occupancy = s.occupancy
     with progress("survey", None) as advance:
-        for number, row in read_rows(task_events, limit):
-            ts, kind = _parse(task_events, number, row)
+        for number, row in rows:
+            ts, kind = _parse(rows, number, row)
             job, task = row[JOB], row[TASK]
             if row[MACHINE]:
                 machines.add(row[MACHINE])
@@ -226,13 +325,13 @@ def survey(task_events: str, job_events: str, limit: int | None = None) -> Surve
                 requests[job] = (max(1, math.ceil(float(row[CPU]) * CPU_SCALE)),
                                  max(1, math.ceil(float(row[MEMORY]) * MEMORY_SCALE)))
             if kind != SUBMIT and job in open_batch and (
-                    ts > WINDOW_START_US if kind == SCHEDULE else task in open_batch[job][2]):
+                    ts > window if kind == SCHEDULE else task in open_batch[job][2]):
                 # a SCHEDULE of the job after t = 0 (the scheduler acted on it), or any row of a task
                 # in the open batch (it ended or changed): the batch is closed
                 del open_batch[job]
             if kind == SUBMIT:
                 attempts[job, task] += 1
-                key = (ts <= WINDOW_START_US, row[PRIORITY], row[CPU], row[MEMORY], row[DISK])
+                key = (ts <= window, row[PRIORITY], row[CPU], row[MEMORY], row[DISK])
                 current = open_batch.get(job)
                 if current is None or current[1] != key or task in current[2]:
                     if current is not None:  # the job's rows go on, but this one cannot join
@@ -257,16 +356,16 @@ def survey(task_events: str, job_events: str, limit: int | None = None) -> Surve
                 old = running.get((job, task))
                 running[job, task] = request
                 if old is None:
-                    occupancy.append((trace_time(ts), request[0], request[1], 1))
+                    occupancy.append((trace_time(ts, window), request[0], request[1], 1))
                 else:  # scheduled again without an end: the new request replaces the old
-                    occupancy.append((trace_time(ts), request[0] - old[0], request[1] - old[1], 0))
+                    occupancy.append((trace_time(ts, window), request[0] - old[0], request[1] - old[1], 0))
             elif kind in _ENDS:
                 old = running.pop((job, task), None)
                 if old is not None:
-                    occupancy.append((trace_time(ts), -old[0], -old[1], -1))
+                    occupancy.append((trace_time(ts, window), -old[0], -old[1], -1))
                 if kind == FINISH and (job, task, attempts[job, task]) in started:
                     key = (job, task, attempts[job, task])
-                    s.run_times[key] = trace_time(ts) - trace_time(started[key])
+                    s.run_times[key] = trace_time(ts, window) - trace_time(started[key], window)
             s.rows, s.last_us = number, ts
             if number % 20_000 == 0:
                 advance(20_000)
@@ -275,10 +374,18 @@ def survey(task_events: str, job_events: str, limit: int | None = None) -> Surve
     grouping["SUBMIT rows"] = sum(sizes)
     grouping["batches (replayed jobs)"] = len(sizes)
     grouping["SUBMIT rows in batches of 2+ rows"] = sum(n for n in sizes if n > 1)
-    spans = sorted(ts - members[0][2] for ts, members in s.batches.values() if ts > WINDOW_START_US)
+    spans = sorted(ts - members[0][2] for ts, members in s.batches.values() if ts > window)
     if spans:  # how far a batch's submission lags its first row (after t = 0)
         grouping["batch span p99 ms (first to last row, t > 0)"] = spans[int(0.99 * (len(spans) - 1))] // 1000
         grouping["batch span max ms"] = spans[-1] // 1000
+    for path in ([job_events] if isinstance(job_events, str) else job_events):
+        _job_kills(s, str(path))
+    s.job_kills.sort()
+    return s
+
+
+def _job_kills(s: Survey, job_events: str) -> None:
+    """The job KILL rows of one job_events part file (up to the task events' last row)."""
     for number, row in read_rows(job_events):
         if len(row) != 8:  # job_events has 8 columns: a row of another shape is dropped, and counted
             s.dropped_job_rows += 1
@@ -288,8 +395,6 @@ def survey(task_events: str, job_events: str, limit: int | None = None) -> Surve
                 raise GoogleTraceError(f"{job_events}: line {number}: bad timestamp {row[0]!r}")
             if int(row[0]) <= s.last_us:
                 s.job_kills.append((int(row[0]), row[2]))
-    s.job_kills.sort()
-    return s
 
 
 class _Batches:
@@ -393,35 +498,33 @@ class _Batches:
                     del self.task_of[key]
 
 
-def google2011_events(task_events: str, s: Survey, capacity: CapacityModel, stats: ImportStats,
-                      limit: int | None = None):
+def google2011_events(s: Survey, capacity: CapacityModel, stats: ImportStats):
     """Pass 2: the trace's events in time order (the plain cell of the capacity model)."""
     for machine_id in s.machine_ids:
         yield MachineAdd(0.0, Machine(id=f"m{machine_id}", capacity=capacity.capacity(machine_id)))
-    yield from _task_events(task_events, s, stats, limit)
+    yield from _task_events(s, stats)
 
 
-def _task_events(task_events: str, s: Survey, stats: ImportStats, limit: int | None = None,
-                 prod_extra: bool = False):
+def _task_events(s: Survey, stats: ImportStats, prod_extra: bool = False):
     """Pass 2 without the machines: the jobs' and tasks' events in time order."""
     state = _Batches(s, stats, prod_extra)
     kills = list(s.job_kills)
     kill_at = {job: ts for ts, job in kills}
-    current = 0
+    current, window, rows = 0, s.window_us, s.source
     opening = True  # still inside t = 0 (the recorded initial state)
     with progress("import", s.rows) as advance:
-        for number, row in read_rows(task_events, limit):
-            ts, kind = _parse(task_events, number, row)
+        for number, row in rows:
+            ts, kind = _parse(rows, number, row)
             if ts != current:
-                if opening and ts > WINDOW_START_US:
+                if opening and ts > window:
                     opening = False
                     yield from state.initial_placements()
                 while kills and kills[0][0] < ts:
                     k_ts, job = kills.pop(0)
                     if job not in state.killed:
-                        yield from state.kill(trace_time(k_ts), job)
+                        yield from state.kill(trace_time(k_ts, window), job)
                 current = ts
-            t, job = trace_time(ts), row[JOB]
+            t, job = trace_time(ts, window), row[JOB]
             if kind == SUBMIT:
                 yield from state.submit_row(number, row, t)
             elif kind == KILL and 0 <= kill_at.get(job, -1) - ts <= KILL_COALESCE_US:
@@ -438,7 +541,7 @@ def _task_events(task_events: str, s: Survey, stats: ImportStats, limit: int | N
             yield from state.initial_placements()
         for k_ts, job in kills:
             if job not in state.killed:
-                yield from state.kill(trace_time(k_ts), job)
+                yield from state.kill(trace_time(k_ts, window), job)
 
 
 def ground_truth(s: Survey, capacity: CapacityModel | list[Resources]) -> GroundTruth:
@@ -446,18 +549,19 @@ def ground_truth(s: Survey, capacity: CapacityModel | list[Resources]) -> Ground
     (t > 0), each task's own SUBMIT → first SCHEDULE delay of that attempt (None: not scheduled by
     the last row), and the cell's occupancy (the requests of the tasks between their SCHEDULE and
     their end) sampled every max(60 s, span / 1000) against the machines' capacity."""
-    horizon = trace_time(s.last_us)
+    window = s.window_us
+    horizon = trace_time(s.last_us, window)
     submitted, delays = {}, {}
     first = s.first_scheduled
     for batch_id, (ts, members) in s.batches.items():
-        if ts <= WINDOW_START_US:
+        if ts <= window:
             continue
-        t = trace_time(ts)
+        t = trace_time(ts, window)
         job = batch_id[1:].split(".")[0]
         row = []
         for task, attempt, own in sorted(members, key=lambda m: m[0]):  # pass 2's task order
             at = first.get((job, str(task), attempt))  # from the task's own SUBMIT, as before revision 4
-            row.append(None if at is None else max(0.0, trace_time(at) - trace_time(own)))
+            row.append(None if at is None else max(0.0, trace_time(at, window) - trace_time(own, window)))
         submitted[batch_id], delays[batch_id] = t, row
     caps = capacity if isinstance(capacity, list) else [capacity.capacity(m) for m in s.machine_ids]
     times, (cpu, memory, tasks) = sample_steps(0.0, horizon, s.occupancy)
@@ -470,11 +574,13 @@ def ground_truth(s: Survey, capacity: CapacityModel | list[Resources]) -> Ground
     return GroundTruth("task", horizon, submitted, delays, occupancy, notes)
 
 
-def import_google2011(task_events: str, job_events: str, out, capacity: CapacityModel | None = None,
+def import_google2011(task_events, job_events, out, capacity: CapacityModel | None = None,
                       limit: int | None = None, cell: str = "google-2011", cell_model: CellModel | None = None,
                       machine_events: str | None = None) -> ImportStats:
-    """Write the omega trace of a task_events/job_events part pair to ``out``; the counts. On
-    an error nothing is written at ``out``. ``cell_model``: plain (default) or overcommit;
+    """Write the omega trace of task_events/job_events parts to ``out``; the counts. On an
+    error nothing is written at ``out``. ``task_events``/``job_events``: a part file, or
+    consecutive part files in time order (one trace); a trace that does not start at 0 opens at
+    its first row with the state inferred from its rows (``opening_rows``). ``cell_model``: plain (default) or overcommit;
     ``machine_events``: the trace's machine_events part file (real capacities, machines added
     and removed), else the capacity model's seeded draw (``tools.trace.google2011_cell``)."""
     capacity = capacity or CapacityModel()
@@ -485,18 +591,26 @@ def import_google2011(task_events: str, job_events: str, out, capacity: Capacity
         stats.skipped["job_events rows dropped (not 8 columns)"] = s.dropped_job_rows
     for what, n in s.grouping.items():  # printed with the import summary
         stats.skipped[f"inferred grouping: {what}"] = n
+    for what, n in s.carried.items():
+        stats.skipped[f"inferred opening state: tasks {what}"] = n
+    if s.window_us != WINDOW_START_US and machine_events is None:
+        stats.skipped["inferred cell: machines named by the parts' task rows (--machine-events gives them all)"] = \
+            len(s.machine_ids)
     if cell_model.name == "plain" and machine_events is None:  # the cell of importer revision 3, unchanged
         machines = [Machine(id=f"m{m}", capacity=capacity.capacity(m)) for m in s.machine_ids]
-        text, events = capacity.describe(), _task_events(task_events, s, stats, limit)
+        text, events = capacity.describe(), _task_events(s, stats)
     else:
-        machines, text, events = _cell(task_events, s, capacity, cell_model, machine_events, stats, limit)
+        machines, text, events = _cell(s, capacity, cell_model, machine_events, stats)
     header = TraceHeader(
-        source=f"google clusterdata-2011-2 task_events={task_events} job_events={job_events}"
+        source=f"google clusterdata-2011-2 task_events={s.source} job_events={_names(job_events)}"
                + (f" machine_events={machine_events}" if machine_events else "")
                + (f" limit={limit} rows" if limit is not None else ""),
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
         capacity_model=text, cell=cell,
-        notes=f"importer revision {IMPORTER_REVISION}; t = max(0, timestamp_us/1e6 - 600); a batch = the "
+        notes=f"importer revision {IMPORTER_REVISION}; t = max(0, (timestamp_us - {s.window_us})/1e6) (the window "
+              f"opens at {s.window_us} us" + ("" if not s.carried else "; the opening state inferred from the part's "
+                                              "rows: " + ", ".join(f"{n} tasks {what}" for what, n in s.carried.items()))
+              + "); a batch = the "
               "consecutive SUBMIT rows of a job with no SCHEDULE of the job (after t = 0) nor other row of a "
               "task of the batch between them, equal priority and requests, no task twice; submitted at its last row; "
               "inferred: " + ", ".join(f"{what} {n}" for what, n in s.grouping.items())
@@ -512,6 +626,10 @@ def import_google2011(task_events: str, job_events: str, out, capacity: Capacity
     return stats
 
 
+def _names(paths) -> str:
+    return str(paths) if isinstance(paths, str) else ",".join(map(str, paths))
+
+
 def _physical(s: Survey, capacity: CapacityModel, machine_events: str | None,
               stats: ImportStats) -> tuple[list[str], dict[str, Resources], MachineEvents | None, str]:
     """The machine ids up at t = 0, their physical capacities, the machine_events table and the
@@ -519,7 +637,7 @@ def _physical(s: Survey, capacity: CapacityModel, machine_events: str | None,
     if machine_events is None:
         return (list(s.machine_ids), {m: capacity.capacity(m) for m in s.machine_ids}, None,
                 "physical capacities: " + capacity.describe())
-    table = read_machine_events(machine_events, WINDOW_START_US, s.last_us)
+    table = read_machine_events(machine_events, s.window_us, s.last_us)
     ids = sorted(set(s.machine_ids) | set(table.at_open), key=int)
     physical = {}
     for m in ids:
@@ -546,14 +664,14 @@ def _capacity_of(machine_id: str, amounts: tuple[float | None, float | None], ca
     return Resources(round(cpu * CPU_SCALE), round(memory * MEMORY_SCALE), DISK_SCALE)
 
 
-def _cell(task_events: str, s: Survey, capacity: CapacityModel, cell_model: CellModel, machine_events: str | None,
-          stats: ImportStats, limit: int | None):
+def _cell(s: Survey, capacity: CapacityModel, cell_model: CellModel, machine_events: str | None,
+          stats: ImportStats):
     """(the machines at t = 0, the capacity model in words, the other events in time order) of
     the cell model and capacities (``tools.trace.google2011_cell``). The overcommit model reads
     pass 2's t = 0 events first (its capacities hold the recorded t = 0 state), then hands them on."""
     ids, physical, table, text = _physical(s, capacity, machine_events, stats)
     overcommit = cell_model.name == "overcommit"
-    events = _task_events(task_events, s, stats, limit, prod_extra=overcommit)
+    events = _task_events(s, stats, prod_extra=overcommit)
     oc: Overcommit | None = None
     if overcommit:
         prefix, jobs, placed = [], {}, []
@@ -574,7 +692,7 @@ def _cell(task_events: str, s: Survey, capacity: CapacityModel, cell_model: Cell
         text = "cell model plain (every task against capacity); " + text
         machines = [Machine(id=f"m{m}", capacity=physical[m]) for m in ids]
     if table is not None and table.later:
-        events = heapq.merge(events, _machine_changes(table, capacity, oc, stats), key=_T)
+        events = heapq.merge(events, _machine_changes(table, capacity, oc, stats, s.window_us), key=_T)
     return machines, text, events
 
 
@@ -587,10 +705,11 @@ def _chain(prefix: list, rest):
     yield from rest
 
 
-def _machine_changes(table: MachineEvents, capacity: CapacityModel, oc: Overcommit | None, stats: ImportStats):
+def _machine_changes(table: MachineEvents, capacity: CapacityModel, oc: Overcommit | None, stats: ImportStats,
+                     window_us: int):
     """machine_add / machine_remove of the machine_events rows after t = 0, in time order."""
     for ts, machine_id, kind, cpu, memory in table.later:
-        t = trace_time(ts)
+        t = trace_time(ts, window_us)
         if kind == ADD:
             phys = _capacity_of(machine_id, (cpu, memory), capacity, stats)
             cap = phys if oc is None else oc.later(phys.cpu, phys.memory, phys.disk)
