@@ -136,6 +136,9 @@ def test_the_plots_label_the_never_placed_and_use_the_span_unit(tmp_path):
     report._conflicts(fig, [run])
     assert fig.axes[0].get_xlabel() == "virtual time (min)"
     assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["b (0.0000 overall)"]
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
 
 
 def test_the_html_report_has_every_plot_and_the_counts(tmp_path):
