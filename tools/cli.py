@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "tools.cmd_record",
     "tools.cmd_agents",
     "tools.cmd_replay",
+    "tools.cmd_report",
     "tools.cmd_scheduler",
     "tools.cmd_demo",
     "tools.cmd_explain",

@@ -188,6 +188,8 @@ def _unwritable(path: str, directory: bool) -> str | None:
 
 
 def _print_summary(result) -> None:
+    from tools.fauxmaster.report import utilization_means
+
     print(f"{result.trace}: {result.sim_time_s:,.1f} virtual s in {result.wall_time_s:,.2f} s "
           f"({result.speedup:,.0f}x), {result.events:,} events, {result.jobs_submitted:,} jobs, "
           f"{result.jobs_unscheduled:,} unscheduled at the end")
@@ -203,8 +205,16 @@ def _print_summary(result) -> None:
     w1, w2 = result.wait_to_first_attempt, result.wait_to_placed
     print(f"  wait to first attempt mean {w1.mean:.2f} s (p90 {w1.p90:.2f}, p99 {w1.p99:.2f}); "
           f"to placed mean {w2.mean:.2f} s (p90 {w2.p90:.2f}, p99 {w2.p99:.2f})")
+    if result.wait_cdf:
+        cdf = result.wait_cdf
+        print(f"  of {cdf['jobs']:,} jobs to place: {cdf['to_first_attempt']['never']:,} never attempted, "
+              f"{cdf['to_placed']['never']:,} never fully placed ({cdf['to_placed']['pending_at_end']:,} pending "
+              f"at the end, {cdf['to_placed']['ended_unplaced']:,} ended or killed before)")
     print(f"  utilization: {len(result.utilization):,} samples, every {result.utilization_interval_s:,.0f} virtual s "
           f"(at least --sample-every; grows with the span to bound the samples)")
+    if result.utilization:
+        means = utilization_means([u.to_dict() for u in result.utilization])
+        print("  utilization means over the samples: " + ", ".join(f"{name} {v:.3f}" for name, v in means.items()))
     if result.losses:
         print("  losses: " + ", ".join(f"{name.replace('_', ' ')} {n:,}" for name, n in result.losses.items()))
     if result.check is not None:

@@ -10,7 +10,6 @@ from fauxmaster_traces import batch, machine, write
 
 from tools.cli import main
 from tools.fauxmaster.replay import MAX_SAMPLES, ReplayConfig, replay
-from tools.fauxmaster.report import time_unit
 from tools.trace.events import JobSubmit, MachineAdd
 
 ONE = [dict(name="b", kind="batch")]
@@ -57,8 +56,3 @@ def test_the_summary_and_report_state_the_interval(tmp_path, capsys):
     assert "utilization: 2,502 samples, every 4 virtual s" in capsys.readouterr().out
     assert json.loads(out.read_text())["utilization_interval_s"] == 4.0
     assert "2,502 samples, every 4 virtual s" in (report / "index.html").read_text()
-
-
-@pytest.mark.parametrize("span, unit", [(3600.0, "h"), (72 * 3600.0, "h"), (149 * 86_400.0, "days")])
-def test_plots_scale_their_time_axis(span, unit):
-    assert time_unit(span)[1] == unit

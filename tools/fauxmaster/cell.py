@@ -52,6 +52,10 @@ class UsageLedger:
     """the sums of ``machines``' lists"""
     shares: dict[str, float] = field(default_factory=dict)
     """machine → its cpu share (the machines in the same order)"""
+    extra: dict[str, list[int]] = field(default_factory=dict)
+    """extra resource (gpu, …) → [capacity, allocated] summed over the up machines (empty: none has any)"""
+    machine_extra: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    """machine → extra resource → [capacity, allocated], for the up machines with an extra resource"""
 
     def add_machine(self, machine: Machine) -> None:
         """Follow ``machine`` (one already followed is replaced in its place)."""
@@ -65,12 +69,41 @@ class UsageLedger:
         totals[1] += row[1] - old[1]
         totals[2] += row[2] - old[2]
         totals[3] += row[3] - old[3]
+        if self.machine_extra:
+            self._drop_extra(machine_id)
+        if capacity.extra or allocated.extra:
+            rows = {name: [amount, 0] for name, amount in capacity.extra}
+            for name, amount in allocated.extra:
+                rows.setdefault(name, [0, 0])[1] += amount
+            self.machine_extra[machine_id] = rows
+            for name, (cap, used) in rows.items():
+                total = self.extra.setdefault(name, [0, 0])
+                total[0] += cap
+                total[1] += used
 
     def remove_machine(self, machine_id: str) -> None:
         row = self.machines.pop(machine_id, None)
         if row is not None:
             del self.shares[machine_id]
             self.totals = [total - x for total, x in zip(self.totals, row)]
+            if self.machine_extra:
+                self._drop_extra(machine_id)
+
+    def _drop_extra(self, machine_id: str) -> None:
+        """Take a machine's extra resources out of the sums."""
+        for name, (cap, used) in self.machine_extra.pop(machine_id, {}).items():
+            total = self.extra[name]
+            total[0] -= cap
+            total[1] -= used
+
+    def charge_extra(self, machine_id: str, extra: tuple[tuple[str, int], ...], sign: int = 1) -> None:
+        """Charge a followed machine ``sign`` × the extra resources ``extra`` (a ``Resources.extra``)."""
+        if machine_id not in self.machines:
+            return
+        rows = self.machine_extra.setdefault(machine_id, {})
+        for name, amount in extra:
+            rows.setdefault(name, [0, 0])[1] += sign * amount
+            self.extra.setdefault(name, [0, 0])[1] += sign * amount
 
     def charge(self, machine_id: str, cpu: int, memory: int) -> None:
         row = self.machines.get(machine_id)
@@ -91,6 +124,8 @@ class UsageLedger:
             row = machines.get(machine_id)
             if row is not None:
                 request = alloc.resources
+                if request.extra:
+                    self.charge_extra(machine_id, request.extra, -1)
                 cpu, memory = -request.cpu, -request.memory
                 row[2] += cpu
                 row[3] += memory
@@ -154,6 +189,8 @@ class SimCell:
         self.submitted_at: dict[str, float] = {}
         self.placed_log: dict[str, dict[int, float]] | None = None
         """When set (a trace with per-task ground truth): job → task → when the replay first placed it."""
+        self.initial_jobs: set[str] = set()
+        """Jobs the recorded t = 0 state placed whole (``tools.fauxmaster.initial_state``)."""
         self._down: set[str] = set()  # machines in the store that failed, were removed or came down
         # the schedulers' replicas decode each value once (a memory store shares the bytes);
         # the cell's own reads of a task's alloc, job and machine share those decodes too
@@ -299,11 +336,17 @@ class SimCell:
             now = self.core.now
             for claim in plan.claims:
                 first.setdefault(claim.task_index, now)
+        usage = self.usage
         for claim in plan.claims:
-            self.usage.charge(claim.machine_id, claim.request.cpu, claim.request.memory)
+            request = claim.request
+            usage.charge(claim.machine_id, request.cpu, request.memory)
+            if request.extra:
+                usage.charge_extra(claim.machine_id, request.extra)
             for victim_id, _ in claim.evicts:
                 request = plan.victims[victim_id].record.job.request
-                self.usage.charge(claim.machine_id, -request.cpu, -request.memory)
+                usage.charge(claim.machine_id, -request.cpu, -request.memory)
+                if request.extra:
+                    usage.charge_extra(claim.machine_id, request.extra, -1)
         if spec.kind is JobKind.BATCH and spec.duration_s is not None:
             placed = {claim.task_index: (claim.machine_id, plan.now) for claim in plan.claims}
             self.core.after(spec.duration_s, self._ender(spec.id, placed))

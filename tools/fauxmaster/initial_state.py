@@ -151,7 +151,9 @@ class _Placer:
         """Write what was placed, follow it in the cell, and count what was not."""
         cell, jobs, allocs = self.cell, self.jobs, self.allocs
         ledgers = self._ledgers()
-        _write(cell, ledgers, self._placed_jobs(), self.puts, self.now)
+        placed = self._placed_jobs()
+        _write(cell, ledgers, placed, self.puts, self.now)
+        cell.initial_jobs.update(job_id for job_id in placed if _PENDING not in self.tasks[job_id])
         _follow(cell, ledgers, self.machines, {job_id: jobs[job_id].job.duration_s for job_id in self.ends},
                 self.ends)
         if allocs:
@@ -232,5 +234,7 @@ def _follow(cell, ledgers: dict[str, Machine], machines: dict[str, Machine | Non
     for machine_id, ledger in ledgers.items():
         before = machines[machine_id].allocated
         cell.usage.charge(machine_id, ledger.allocated.cpu - before.cpu, ledger.allocated.memory - before.memory)
+        if ledger.allocated.extra or before.extra:
+            cell.usage.charge_extra(machine_id, (ledger.allocated - before).extra)
     for job_id, placed in ends.items():
         cell.core.after(durations[job_id], cell._ender(job_id, placed))

@@ -8,6 +8,10 @@
 - job wait time from submission to the first attempt and to fully placed (mean, p90, p99;
   nearest-rank percentiles);
 - unscheduled jobs at the end (a pending task left, not killed);
+- the wait CDFs over every job a scheduler had to place (``wait_cdf``): a curve ends at the
+  fraction that got there, and the rest is counted ("never"), not dropped;
+- the conflict fraction over time per scheduler (``conflicts_over_time``): the schedulers'
+  cumulative transaction counts, sampled with utilization, and the fraction in each window;
 - utilization (allocated ÷ capacity of up machines, cpu and memory) sampled over time, and
   the load distribution across machines: std ÷ mean of per-machine cpu utilization.
 """
@@ -63,21 +67,32 @@ class JobJournal:
 
 @dataclass(frozen=True, slots=True)
 class UtilizationSample:
-    """Cell utilization at virtual time ``t``; ``load_cv`` = std/mean of machines' cpu utilization."""
+    """Cell utilization at virtual time ``t``; ``load_cv`` = std/mean of machines' cpu utilization;
+    ``extra``: (name, allocated ÷ capacity) of each extra resource (gpu, …) the up machines have."""
 
     t: float
     cpu: float
     memory: float
     load_cv: float
     machines: int
+    extra: tuple[tuple[str, float], ...] = ()
+
+    def to_dict(self) -> dict:
+        """Plain data; ``extra`` as {name: fraction}, left out when the cell has no extra resource."""
+        d = {"t": self.t, "cpu": self.cpu, "memory": self.memory, "load_cv": self.load_cv, "machines": self.machines}
+        if self.extra:
+            d["extra"] = dict(self.extra)
+        return d
 
 
 def sample_utilization(t: float, usage: UsageLedger) -> UtilizationSample:
     """Utilization of the up machines of ``usage`` now (from the ledger's totals and shares)."""
     cap_cpu, cap_mem, used_cpu, used_mem = usage.totals
     shares = list(usage.shares.values())
+    extra = tuple((name, used / cap if cap else 0.0)
+                  for name, (cap, used) in sorted(usage.extra.items())) if usage.extra else ()
     return UtilizationSample(t, used_cpu / cap_cpu if cap_cpu else 0.0, used_mem / cap_mem if cap_mem else 0.0,
-                             load_cv(shares), len(shares))
+                             load_cv(shares), len(shares), extra)
 
 
 def load_cv(shares: list[float]) -> float:
@@ -125,6 +140,71 @@ def busyness(busy_s: float, sim_time_s: float) -> float:
     """Busy ÷ simulated time, in [0, 1] (``busy_s`` must be clipped to the simulated time;
     the min only absorbs float rounding)."""
     return min(1.0, busy_s / sim_time_s) if sim_time_s > 0 else 0.0
+
+
+CDF_MAX_POINTS = 500
+"""A wait CDF in the JSON keeps at most this many (wait, fraction) steps (``cdf_steps``)."""
+
+
+def cdf_steps(waits: list[float], population: int, max_points: int = CDF_MAX_POINTS) -> dict[str, list[float]]:
+    """The empirical CDF of ``waits`` as a fraction of ``population`` (>= len(waits): the others never got
+    there, so the curve ends at len(waits) / population): ``{"waits_s": [...], "fractions": [...]}``,
+    every step when at most ``max_points``, else the step at each rank ceil(k n / max_points), k = 1..max_points
+    (the largest wait always included)."""
+    ordered = sorted(waits)
+    n = len(ordered)
+    if population < n:
+        raise ValueError(f"population {population} < {n} waits")
+    ranks = range(1, n + 1) if n <= max_points else [-(-k * n // max_points) for k in range(1, max_points + 1)]
+    return {"waits_s": [ordered[r - 1] for r in ranks], "fractions": [r / population for r in ranks]}
+
+
+def wait_cdf(journal: JobJournal, pending_at_end: set[str], recorded: set[str]) -> dict:
+    """The wait CDFs' population and steps: every submitted job but those the recorded t = 0 state placed
+    whole and no scheduler touched (``recorded``: they never waited). Each curve ends below 1 by its
+    "never" count; for "to_placed" that splits into jobs still pending at the end and jobs that ended or
+    were killed before being fully placed."""
+    submitted, taken, placed = journal.submitted, journal.first_taken, journal.fully_placed
+    untouched = {j for j in recorded if j in submitted and j not in taken and j not in placed}
+    population = len(submitted) - len(untouched)
+    first, full = journal.waits_to_first_attempt(), journal.waits_to_placed()
+    pending = sum(1 for j in pending_at_end if j in submitted and j not in placed and j not in untouched)
+    never_placed = population - len(full)
+    return {"jobs": population, "recorded_at_t0": len(untouched),
+            "to_first_attempt": {**cdf_steps(first, population), "never": population - len(first)},
+            "to_placed": {**cdf_steps(full, population), "never": never_placed, "pending_at_end": pending,
+                          "ended_unplaced": never_placed - pending}}
+
+
+def windowed_fractions(transactions: list[int], failed: list[int], conflicts: list[int],
+                       step: int = 1) -> tuple[list[int], list[float | None]]:
+    """The conflict fraction in each window between cumulative counts about ``step`` samples apart: the
+    windows end at samples step, 2 step, ... and the last; the first opens at sample 0. Returns the
+    windows' end indices and, for each, conflicts ÷ successful transactions in it (None when none
+    succeeded in it)."""
+    n = len(transactions)
+    ends = list(range(step, n, step))
+    if n > 1 and (not ends or ends[-1] != n - 1):
+        ends.append(n - 1)
+    fractions: list[float | None] = []
+    start = 0
+    for end in ends:
+        ok = (transactions[end] - failed[end]) - (transactions[start] - failed[start])
+        fractions.append((conflicts[end] - conflicts[start]) / ok if ok > 0 else None)
+        start = end
+    return ends, fractions
+
+
+def conflicts_over_time(names: list[str], samples: list[tuple[float, tuple]]) -> dict:
+    """``{"t": [...], "schedulers": {name: {"transactions", "failed", "conflicts": cumulative counts at
+    each t, "fraction": [None, then the window (t[i-1], t[i]]'s conflict fraction or None]}}}`` from
+    ``samples`` of ``(t, ((transactions, failed, conflicts) per scheduler in ``names`` order))``."""
+    out = {"t": [t for t, _ in samples], "schedulers": {}}
+    for i, name in enumerate(names):
+        tx, failed, conflicts = ([counts[i][k] for _, counts in samples] for k in range(3))
+        out["schedulers"][name] = {"transactions": tx, "failed": failed, "conflicts": conflicts,
+                                   "fraction": ([None] + windowed_fractions(tx, failed, conflicts)[1]) if tx else []}
+    return out
 
 
 def as_plain(value):

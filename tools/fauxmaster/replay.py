@@ -27,7 +27,8 @@ from tools.fauxmaster.clock import EventCore, VirtualClock
 from tools.fauxmaster.fidelity import Fidelity, compute_fidelity
 from tools.fauxmaster.initial_state import INITIAL_STATES
 from tools.fauxmaster.metrics import (
-    JobJournal, SchedulerMetrics, UtilizationSample, WaitStats, busyness, conflict_fraction, sample_utilization,
+    JobJournal, SchedulerMetrics, UtilizationSample, WaitStats, busyness, conflict_fraction, conflicts_over_time,
+    sample_utilization, wait_cdf,
 )
 from tools.fauxmaster.scheduler_process import DECISION_TIME_MODES, SchedulerConfig, SimScheduler
 from tools.fauxmaster.trace_feed import TraceFeed
@@ -126,6 +127,12 @@ class ReplayResult:
     """The interval of the utilization samples at the end (``MAX_SAMPLES``: it grows with the span)."""
     losses: dict[str, int] = field(default_factory=dict)
     """What the replay did not apply as the trace has it, every count zero or not (``LOSSES``)."""
+    wait_cdf: dict[str, Any] = field(default_factory=dict)
+    """The wait CDFs over every job a scheduler had to place, the never-placed counted
+    (``tools.fauxmaster.metrics.wait_cdf``)."""
+    conflicts_over_time: dict[str, Any] = field(default_factory=dict)
+    """Per scheduler, cumulative transaction counts at the utilization sample times and the conflict
+    fraction in each window (``tools.fauxmaster.metrics.conflicts_over_time``)."""
     capacity_model: str = field(default="", repr=False, compare=False)
     """The trace header's statement of the cell (not in ``to_dict``: the figures of a trace
     without ground truth stay as they were; the fidelity section carries it)."""
@@ -143,9 +150,11 @@ class ReplayResult:
         out["schedulers"] = [asdict(s) for s in self.schedulers]
         out["wait_to_first_attempt"] = asdict(self.wait_to_first_attempt)
         out["wait_to_placed"] = asdict(self.wait_to_placed)
-        out["utilization"] = [asdict(u) for u in self.utilization]
+        out["utilization"] = [u.to_dict() for u in self.utilization]
         out["losses"] = dict(self.losses)
         out["utilization_interval_s"] = self.utilization_interval_s
+        out["wait_cdf"] = self.wait_cdf
+        out["conflicts_over_time"] = self.conflicts_over_time
         if self.fidelity is not None:  # a trace without ground truth: the same figures as before
             out["fidelity"] = self.fidelity.to_dict()
         if include_wall:
@@ -252,13 +261,16 @@ def _run(trace_path, config: ReplayConfig, core: EventCore, store, keys: CellKey
             setup(schedulers, core)
         feed.start()
         samples: list[UtilizationSample] = []
-        interval = _sample_every(core, cell, config.sample_every_s, samples, config.until)
+        counts: list[tuple[float, tuple]] = []
+        interval = _sample_every(core, cell, config.sample_every_s, samples, config.until, schedulers, counts)
         core.run(config.until, _progress_hook(core, progress, config.until))
         sim_time = core.now
         events = feed.events
     samples.append(sample_utilization(sim_time, cell.usage))
+    counts.append((sim_time, _txn_counts(schedulers)))
     result = _result(trace_path, config, store, keys, schedulers, cell, journal, samples, sim_time, events,
                      core, started)
+    result.conflicts_over_time = conflicts_over_time([s.name for s in schedulers], counts)
     result.capacity_model = capacity_model
     result.utilization_interval_s = interval[0]
     if truth is not None:  # after the replay: its cost is not in the replay's wall time
@@ -282,22 +294,34 @@ known in advance), every other one is dropped and the interval doubles: at most 
 
 
 def _sample_every(core: EventCore, cell: SimCell, every: float, samples: list[UtilizationSample],
-                  until: float | None = None) -> list[float]:
-    """Sample utilization into ``samples`` from now, by the ``MAX_SAMPLES`` rule; the interval in use
-    (a one-item list, updated as it doubles)."""
+                  until: float | None = None, schedulers: list[SimScheduler] = (),
+                  counts: list[tuple[float, tuple]] | None = None) -> list[float]:
+    """Sample utilization into ``samples`` from now, by the ``MAX_SAMPLES`` rule, and at the same times the
+    ``schedulers``' cumulative transaction counts into ``counts`` (``_txn_counts``; thinned alike); the
+    interval in use (a one-item list, updated as it doubles)."""
     interval = [max(every, until / MAX_SAMPLES) if until is not None else every]
+    if counts is None:
+        counts = []
 
     def sample() -> None:
         samples.append(sample_utilization(core.now, cell.usage))
+        counts.append((core.now, _txn_counts(schedulers)))
         if len(samples) < 2 * MAX_SAMPLES:
             core.after(interval[0], sample)
             return
         del samples[1::2]  # keep t0, t0 + 2 i, ...: evenly spaced at the doubled interval
+        del counts[1::2]  # cumulative counts: the windows merge, nothing is lost
         interval[0] *= 2
         core.at(samples[-1].t + interval[0], sample)
 
     core.at(core.now, sample)
     return interval
+
+
+def _txn_counts(schedulers: list[SimScheduler]) -> tuple:
+    """Each scheduler's cumulative (transactions, failed, conflict) transactions now."""
+    return tuple((t.transactions, t.failed_transactions, t.conflict_transactions)
+                 for t in (s.tally for s in schedulers))
 
 
 def _progress_hook(core: EventCore, progress, until):
@@ -340,7 +364,7 @@ def _result(trace_path, config, store, keys, schedulers, cell, journal, samples,
             started) -> ReplayResult:
     first = schedulers[0]
     first.catch_up()
-    unscheduled = len(first.view.pending_jobs())
+    pending = {entry.id for entry in first.view.pending_jobs()}
     for s in schedulers:
         s.view.close()
     report = check_cell(store, keys).to_dict() if config.check else None
@@ -351,9 +375,9 @@ def _result(trace_path, config, store, keys, schedulers, cell, journal, samples,
         trace=str(trace_path), sim_time_s=sim_time, wall_time_s=time.perf_counter() - started,
         events=events, schedulers=metrics, wait_to_first_attempt=WaitStats.of(waits_first),
         wait_to_placed=WaitStats.of(waits_placed), jobs_submitted=cell.counters.jobs_submitted,
-        jobs_unscheduled=unscheduled, cell=asdict(cell.counters), utilization=samples, check=report,
+        jobs_unscheduled=len(pending), cell=asdict(cell.counters), utilization=samples, check=report,
         config=plain_config, waits_first=waits_first, waits_placed=waits_placed, store=store, keys=keys,
-        losses=replay_losses(schedulers, cell.counters))
+        losses=replay_losses(schedulers, cell.counters), wait_cdf=wait_cdf(journal, pending, cell.initial_jobs))
 
 
 def _scheduler_metrics(s: SimScheduler, sim_time: float) -> SchedulerMetrics:

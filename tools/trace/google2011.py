@@ -39,6 +39,7 @@ import gzip
 import hashlib
 import heapq
 import math
+import zlib
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -166,12 +167,17 @@ class ImportStats:
 
 
 def read_rows(path: str, limit: int | None = None):
-    """(line number, row) of a gzip CSV part file, at most ``limit`` rows."""
-    with gzip.open(path, "rt", newline="") as f:
-        for number, row in enumerate(csv.reader(f), 1):
-            if limit is not None and number > limit:
-                return
-            yield number, row
+    """(line number, row) of a gzip CSV part file, at most ``limit`` rows; GoogleTraceError naming the
+    file for a cut or corrupt gzip stream or bytes that are not text (not a traceback)."""
+    number = 0
+    try:
+        with gzip.open(path, "rt", newline="") as f:
+            for number, row in enumerate(csv.reader(f), 1):
+                if limit is not None and number > limit:
+                    return
+                yield number, row
+    except (EOFError, gzip.BadGzipFile, zlib.error, UnicodeDecodeError) as exc:
+        raise GoogleTraceError(f"{path}: cut or corrupt after {number:,} rows ({exc})") from None
 
 
 class TaskRows:

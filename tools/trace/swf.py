@@ -21,6 +21,8 @@ import gzip
 import math
 import os
 import re
+import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -81,8 +83,21 @@ class SWFStats:
                 f"bad rows skipped: {len(self.bad_lines):,}")
 
 
+@contextmanager
 def _open(path: str):
-    return gzip.open(path, "rt") if path.endswith(".gz") else open(path)
+    """The lines of an SWF log (gzip when named .gz); SWFError naming the file for a cut or corrupt
+    gzip stream or bytes that are not text (not a traceback)."""
+    with gzip.open(path, "rt") if path.endswith(".gz") else open(path) as f:
+        yield _lines(path, f)
+
+
+def _lines(path: str, f):
+    number = 0
+    try:
+        for number, line in enumerate(f, 1):
+            yield line
+    except (EOFError, gzip.BadGzipFile, zlib.error, UnicodeDecodeError) as exc:
+        raise SWFError(f"{path}: cut or corrupt after {number:,} lines ({exc})") from None
 
 
 def read_header(path: str) -> dict[str, str]:
