@@ -57,13 +57,13 @@ def test_cli_flags_reach_the_options():
 
     args = build_parser().parse_args(["etcd", "up", "--auto-compaction-retention", "123",
                                       "--quota-backend-bytes", "456"])
-    from tools.cmd_etcd import server_options
+    from tools.cli.etcd import server_options
 
     options = server_options(args)
     assert options["auto_compaction_retention"] == 123 and options["quota_backend_bytes"] == 456
     cell = build_parser().parse_args(["cell", "up"])
     assert server_options(cell)["auto_compaction_retention"] == DEFAULT_COMPACTION_RETENTION
-    from tools.cmd_demo import config_from_args
+    from tools.cli.demo import config_from_args
 
     demo = config_from_args(build_parser().parse_args(["demo", "--etcd-compaction-retention", "7",
                                                         "--etcd-quota-bytes", "8"]))
@@ -222,7 +222,7 @@ def test_versions_not_for_production_are_named(version, warned):
 ], ids=["default-2379", "zero-free", "given", "recorded"])
 def test_etcd_up_client_port(tmp_path, argv, recorded, expected):
     from tools.cli import build_parser
-    from tools.cmd_etcd import client_port
+    from tools.cli.etcd import client_port
 
     if recorded:
         (tmp_path / CLUSTER_FILE).write_text("{}")
@@ -232,7 +232,7 @@ def test_etcd_up_client_port(tmp_path, argv, recorded, expected):
 
 def test_etcd_up_port_errors_say_what_to_do():
     from tools.cli import UsageError, build_parser
-    from tools.cmd_etcd import client_port, port_in_use_hint
+    from tools.cli.etcd import client_port, port_in_use_hint
 
     with pytest.raises(UsageError, match="--port must be 0..65535"):
         client_port(build_parser().parse_args(["etcd", "up", "--port", "70000"]), None)

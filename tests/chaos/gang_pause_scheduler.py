@@ -1,5 +1,5 @@
 """A batch scheduler process for test_chaos_gang_kill.py: ``omega scheduler run`` as
-tools/cmd_scheduler wires it (etcd's default limits: 128 ops per txn), except that its gang
+tools/cli/scheduler.py wires it (etcd's default limits: 128 ops per txn), except that its gang
 reservations pause before chunk ``PAUSE_AT``: it writes ``MARKER`` (the chunks reserved so far)
 and waits there, keeping its lease alive, until it is killed. Deterministic: the test kills it
 between two chunks without racing a sleep.

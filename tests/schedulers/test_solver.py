@@ -239,7 +239,7 @@ def test_scheduler_process_round_with_the_solver_kind():
 
 
 def test_cli_builds_a_solver_scheduler_from_flags_and_toml(tmp_path):
-    from tools.cmd_scheduler import build_parts, register
+    from tools.cli.scheduler import build_parts, register
 
     config = tmp_path / "solver.toml"
     config.write_text('time_limit_s = 0.25\ncandidates = 16\nobjectives = ["placed", "max_load"]\n'

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tools.cli import UsageError, main
-from tools.common import add_store_args, store_auth
+from tools.cli.common import add_store_args, store_auth
 
 REPO = Path(__file__).resolve().parents[2]
 

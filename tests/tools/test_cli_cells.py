@@ -1,10 +1,10 @@
-"""Which cells exist: ``EtcdStore.first_key`` (one keys-only read) and ``tools.common``'s
+"""Which cells exist: ``EtcdStore.first_key`` (one keys-only read) and ``tools.cli.common``'s
 ``cell_exists`` / ``list_cells`` (a cell exists once it has machines)."""
 
 from __future__ import annotations
 
 from cellstate.keys import CellKeys
-from tools.common import cell_exists, list_cells
+from tools.cli.common import cell_exists, list_cells
 
 
 def test_first_key(etcd_store):

@@ -13,7 +13,7 @@ import socket
 import pytest
 
 from tools.cli import main
-from tools.common import add_store_args
+from tools.cli.common import add_store_args
 
 
 def run_cli(argv: list[str]) -> tuple[int, str, str]:
@@ -158,14 +158,14 @@ def test_a_plain_etcd_reached_with_a_ca_says_so(tls_etcd, etcd_server):
 
 
 def test_scheduler_waiting_for_etcd_warns_once_then_prints_progress(monkeypatch, caplog):
-    import tools.cmd_scheduler as cmd
+    import tools.cli.scheduler as cmd
 
     monkeypatch.setattr(cmd, "WAIT_PROGRESS_EVERY_S", 1.0)
     dead = _dead_endpoint()
-    with caplog.at_level(logging.WARNING, logger="tools.cmd_scheduler"):
+    with caplog.at_level(logging.WARNING, logger="tools.cli.scheduler"):
         status, _, err = run_cli(["scheduler", "run", "--kind", "batch", "--endpoints", dead,
                                   "--startup-timeout", "3.2"])
     assert status == 1 and "cannot reach etcd" in err
-    lines = [r.getMessage() for r in caplog.records if r.name == "tools.cmd_scheduler"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "tools.cli.scheduler"]
     assert lines[0].startswith("waiting up to 3.2 s (--startup-timeout) for etcd: cannot reach etcd at")
     assert 2 <= len(lines[1:]) <= 3 and all(line.startswith("still waiting for etcd: ") for line in lines[1:]), lines

@@ -128,7 +128,7 @@ def test_job_list_and_status(etcd_server, cell_keys, tmp_path):
 def test_json_output_is_one_flag_everywhere():
     """-o json|table is accepted by every command with a result; --json stays a hidden alias."""
     from tools.cli import build_parser
-    from tools.cmd_completion import command_tree
+    from tools.cli.completion import command_tree
 
     tree = command_tree(build_parser())
     with_output = sorted(" ".join(path) for path, node in tree.items() if "-o" in node["flags"])
@@ -191,7 +191,7 @@ def test_scheduler_run_config_takes_the_chain_file_explain_reads(kind):
     import argparse
 
     from schedulers.chain_config import load_chain_config
-    from tools.cmd_scheduler import build_parts, register
+    from tools.cli.scheduler import build_parts, register
 
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())

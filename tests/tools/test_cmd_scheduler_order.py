@@ -19,7 +19,7 @@ from cellstate.model import Job, JobKind, Machine  # noqa: E402
 from cellstate.resources import Resources  # noqa: E402
 from cellstate.submit import submit_jobs  # noqa: E402
 from tools.cli import build_parser, main  # noqa: E402
-from tools.cmd_scheduler import build_parts  # noqa: E402
+from tools.cli.scheduler import build_parts  # noqa: E402
 
 CELL = Resources(9000, 18 * 1024, 100_000)
 A_TASK, B_TASK = Resources(1000, 4 * 1024), Resources(3000, 1024)

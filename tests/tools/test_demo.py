@@ -23,9 +23,9 @@ from rich.console import Console
 
 from cellstate.cellspec import CellSpec, init_cell
 from tools.cli import main
-from tools.demo import DemoConfig
-from tools.demo_children import PROJECT_ROOT, Children
-from tools.demo_summary import final_stats, scheduler_summary
+from tools.demo.cell import DemoConfig
+from tools.demo.children import PROJECT_ROOT, Children
+from tools.demo.summary import final_stats, scheduler_summary
 from tools.monitor.live import run_monitor
 from omega.stats import SchedulerStats
 

@@ -12,7 +12,7 @@ from cellstate.model import Job, JobKind, Machine
 from cellstate.resources import Resources
 from omega.protocols import MachineEntry
 from tools.cli import main
-from tools.cmd_experiment import NAMES, format_cell
+from tools.cli.experiment import NAMES, format_cell
 from tools.fauxmaster.architectures import CodePath, MultiPath, OfferBroker
 from tools.fauxmaster.experiment_runs import (
     MIN_EVENTS, Overrides, RunFigures, clearly_larger, conflict_setup_warnings, counts_conclusive, run_case,

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tools.cli import main
-from tools.cmd_replay import parse_schedulers
+from tools.cli.replay import parse_schedulers
 
 from fauxmaster_traces import mixed_trace
 

@@ -25,7 +25,7 @@ from cellstate.keys import CellKeys  # noqa: E402
 from cellstate.replica.watched import Replica  # noqa: E402
 from tools.agents.metrics import AgentMetrics  # noqa: E402
 from tools.cli import main  # noqa: E402
-from tools.metrics_endpoint import MetricsEndpoint, MetricsTls, parse_metrics_addr  # noqa: E402
+from tools.metrics.endpoint import MetricsEndpoint, MetricsTls, parse_metrics_addr  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 

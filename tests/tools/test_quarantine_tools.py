@@ -27,7 +27,7 @@ from tools.agents.agent import Agent, AgentConfig
 from tools.monitor.model import build_frame
 from tools.monitor.render import render_frame
 from tools.recorder import Recorder, recording_header
-from tools.scheduler_metrics import SchedulerMetrics, count_quarantine
+from tools.metrics.scheduler import SchedulerMetrics, count_quarantine
 from tools.trace.events import JobSubmit, MachineAdd
 from tools.trace.format import TraceWriter, read_trace
 

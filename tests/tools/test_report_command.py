@@ -10,7 +10,7 @@ import pytest
 from fauxmaster_traces import mixed_trace
 
 from tools.cli import main
-from tools.cmd_report import labels_of
+from tools.cli.report import labels_of
 from tools.fauxmaster.report import PLOTS, Run, load_result
 
 

@@ -1,7 +1,7 @@
 """Prometheus metrics of one agents process (own registry, so several can live in one process).
 
 Every series carries the labels ``cell`` and ``agent`` (the agents' name); the registry also
-holds the process and Python collectors (``tools.metrics_endpoint``).
+holds the process and Python collectors (``tools.metrics.endpoint``).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from tools.metrics_endpoint import MetricsEndpoint, replica_gauges
+from tools.metrics.endpoint import MetricsEndpoint, replica_gauges
 
 
 class AgentMetrics(MetricsEndpoint):

@@ -15,8 +15,8 @@ import os
 import sys
 
 from cellstate.store import StoreError
-from tools.common import DEFAULT_ENDPOINTS, add_output_arg, output_json
-from tools.plugin_args import add_plugin_arg, load_plugin_args
+from tools.cli.common import DEFAULT_ENDPOINTS, add_output_arg, output_json
+from tools.cli.plugin_args import add_plugin_arg, load_plugin_args
 
 DEFAULT_SPEC = "batch:batch,service:service"
 
@@ -98,7 +98,7 @@ def _item(item: str) -> dict:
 def run_replay(args) -> int:
     from omega.drf import parse_weight_flags
     from tools.cli import InputError, UsageError
-    from tools.common import endpoints_of, require_optional, store_failure
+    from tools.cli.common import endpoints_of, require_optional, store_failure
     from tools.fauxmaster.replay import ReplayConfig, replay
     from tools.fauxmaster.report import rich_progress, write_html, write_json
     from tools.trace.format import TraceError

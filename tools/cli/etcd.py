@@ -25,7 +25,7 @@ from cellstate.etcd.server import (
     DEFAULT_QUOTA_BACKEND_BYTES, EtcdCluster, EtcdError, EtcdOptions, RestartPolicy, version_note,
 )
 
-DEFAULT_CLIENT_PORT = 2379  # etcd's own default, and the one omega's clients connect to (tools/common.py)
+DEFAULT_CLIENT_PORT = 2379  # etcd's own default, and the one omega's clients connect to (tools/cli/common.py)
 
 
 def add_server_flags(parser) -> None:

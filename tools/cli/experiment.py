@@ -10,8 +10,8 @@ import argparse
 import json
 from pathlib import Path
 
-from tools.common import add_output_arg, output_json
-from tools.plugin_args import add_plugin_arg, load_plugin_args
+from tools.cli.common import add_output_arg, output_json
+from tools.cli.plugin_args import add_plugin_arg, load_plugin_args
 
 
 # The experiments of tools.fauxmaster.experiments (kept here so building the parser imports
@@ -40,7 +40,7 @@ def register(sub) -> None:
 def run_experiment_command(args) -> int:
     from omega.drf import parse_weight_flags
     from tools.cli import InputError, UsageError
-    from tools.common import require_optional
+    from tools.cli.common import require_optional
     from tools.fauxmaster.experiment_runs import Overrides
     from tools.fauxmaster.experiments import run_experiment
     from tools.trace.format import TraceError

@@ -10,7 +10,7 @@ import sys
 from dataclasses import replace
 
 # The cell-spec, checker and store modules are imported where they are used (a light parser).
-from tools.common import (
+from tools.cli.common import (
     add_output_arg, add_store_args, cell_keys, connect, output_json, readable_file, store_failure,
 )
 

@@ -15,7 +15,7 @@ import threading
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from tools.common import add_store_args, cell_keys, connect, store_failure
+from tools.cli.common import add_store_args, cell_keys, connect, store_failure
 
 if TYPE_CHECKING:
     from tools.agents.metrics import AgentMetrics
@@ -38,7 +38,7 @@ def register(sub) -> None:
     run.add_argument("--fail", action="append", default=[], metavar="ID", help="fail this machine at start")
     run.add_argument("--drain", action="append", default=[], metavar="ID", help="drain this machine at start")
     run.add_argument("--seed", type=int, default=0, help="seed of the random failures (default 0)")
-    from tools.metrics_args import add_metrics_args
+    from tools.cli.metrics_args import add_metrics_args
 
     add_metrics_args(run)
     run.add_argument("--run-for", type=float, default=0.0, metavar="SECONDS",
@@ -71,7 +71,7 @@ def init_spec_from_args(args):
     """The cell spec to register first (None: use the machines already in the cell)."""
     from cellstate.cellspec import CellSpec, CellSpecError, load_cell_spec
     from tools.cli import InputError, UsageError
-    from tools.common import readable_file
+    from tools.cli.common import readable_file
 
     if args.init_spec is None and args.init_machines is None:
         return None
@@ -95,7 +95,7 @@ def run_agents(args) -> int:
     spec = init_spec_from_args(args)
     if args.run_for < 0:
         raise UsageError(f"--run-for must be >= 0 seconds, got {args.run_for:g}")
-    from tools.metrics_args import metrics_from_args
+    from tools.cli.metrics_args import metrics_from_args
 
     try:
         serving = metrics_from_args(args)
@@ -176,7 +176,7 @@ def _check_selected(agent, machine_ids: list[str]) -> None:
 
 def _serve(metrics: AgentMetrics, serving) -> bool:
     """Serve the metrics at ``serving`` (host, port, tls) and say where; False (and why) if it cannot."""
-    from tools.metrics_endpoint import MetricsError
+    from tools.metrics.endpoint import MetricsError
 
     try:
         metrics.serve(serving[1], serving[0], serving[2])

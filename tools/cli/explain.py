@@ -7,7 +7,7 @@ import sys
 from dataclasses import replace
 
 from cellstate.store import StoreError
-from tools.common import add_output_arg, add_store_args, cell_keys, connect, output_json, store_failure
+from tools.cli.common import add_output_arg, add_store_args, cell_keys, connect, output_json, store_failure
 
 
 def register(sub) -> None:

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from cellstate.store import StoreError
-from tools.common import add_store_args, cell_keys, connect, store_failure
+from tools.cli.common import add_store_args, cell_keys, connect, store_failure
 
 
 def register(sub) -> None:

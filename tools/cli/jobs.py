@@ -18,7 +18,7 @@ import os
 import sys
 import time
 
-from tools.common import (
+from tools.cli.common import (
     add_output_arg, add_store_args, cell_keys, connect, output_json, readable_file, store_failure,
 )
 

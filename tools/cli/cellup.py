@@ -1,6 +1,6 @@
 """``omega cell up [--secure]``: run the embedded etcd for cells in the foreground until Ctrl-C.
 
-It serves clients on 127.0.0.1:2379 like ``omega etcd up`` (``--port``, see tools/cmd_etcd.py).
+It serves clients on 127.0.0.1:2379 like ``omega etcd up`` (``--port``, see tools/cli/etcd.py).
 With ``--secure`` clients must use TLS (a local CA and server certificate in ``DATA_DIR/pki``,
 which only etcd reads) and log in: per ``--cell`` the users ``{cell}-scheduler``/``{cell}-agent``
 (read-write on the cell) and ``{cell}-monitor``/``{cell}-recorder`` (read-only), plus ``root``.
@@ -12,7 +12,7 @@ It prints the etcd version and, for a version whose RBAC has known holes
 (``cellstate.security.RBAC_GAPS``), what a holder of any credential can still do; while it
 serves, it reports early compactions and raised alarms as ``etcd: ALERT`` lines.
 
-Registers ``up`` under the ``cell`` command of ``tools.cmd_cell`` (listed after it
+Registers ``up`` under the ``cell`` command of ``tools.cli.cell`` (listed after it
 in ``COMMAND_MODULES``), or creates ``cell`` when that module is absent.
 """
 
@@ -26,7 +26,7 @@ from pathlib import Path
 
 from cellstate.etcd.server import EtcdCluster, EtcdError, EtcdOptions, RestartPolicy
 from cellstate.keys import DEFAULT_ROOT
-from tools.cmd_etcd import (
+from tools.cli.etcd import (
     add_server_flags, announce_endpoints, client_port, describe_members, port_in_use_hint, serve_until_stopped,
     server_options,
 )

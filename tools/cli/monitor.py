@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from cellstate.store import StoreError
-from tools.common import add_output_arg, add_store_args, cell_keys, connect, output_json
+from tools.cli.common import add_output_arg, add_store_args, cell_keys, connect, output_json
 
 
 def register(sub) -> None:

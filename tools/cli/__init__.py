@@ -1,4 +1,4 @@
-"""The ``omega`` command line. Each command group lives in its own ``tools/cmd_*.py``
+"""The ``omega`` command line. Each command group lives in its own ``tools/cli/*.py``
 module exposing ``register(subparsers)``; this module only assembles them."""
 
 from __future__ import annotations
@@ -14,21 +14,21 @@ from cellstate.codec.fields import CodecError
 
 # Command modules, in the order they appear in --help.
 COMMAND_MODULES = [
-    "tools.cmd_etcd",
-    "tools.cmd_jobs",
-    "tools.cmd_cell",
-    "tools.cmd_cellup",
-    "tools.cmd_monitor",
-    "tools.cmd_trace",
-    "tools.cmd_record",
-    "tools.cmd_agents",
-    "tools.cmd_replay",
-    "tools.cmd_report",
-    "tools.cmd_scheduler",
-    "tools.cmd_demo",
-    "tools.cmd_explain",
-    "tools.cmd_experiment",
-    "tools.cmd_completion",
+    "tools.cli.etcd",
+    "tools.cli.jobs",
+    "tools.cli.cell",
+    "tools.cli.cellup",
+    "tools.cli.monitor",
+    "tools.cli.trace",
+    "tools.cli.record",
+    "tools.cli.agents",
+    "tools.cli.replay",
+    "tools.cli.report",
+    "tools.cli.scheduler",
+    "tools.cli.demo",
+    "tools.cli.explain",
+    "tools.cli.experiment",
+    "tools.cli.completion",
 ]
 
 
@@ -171,10 +171,3 @@ def run() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     sys.exit(code)
 
-
-if __name__ == "__main__":
-    # Run as ``python -m tools.cli``: use the importable module so commands and main share
-    # one UsageError class.
-    from tools.cli import run as _run
-
-    _run()

@@ -1,7 +1,7 @@
 """Prometheus metrics of one scheduler process (own registry, so several can live in one process).
 
 Every series carries the labels ``cell``, ``kind`` and ``scheduler``; the registry also holds
-the process and Python collectors (``tools.metrics_endpoint``).
+the process and Python collectors (``tools.metrics.endpoint``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from cellstate.model import JobKind
 from omega.attempts import Attempt
-from tools.metrics_endpoint import MetricsEndpoint, replica_gauges
+from tools.metrics.endpoint import MetricsEndpoint, replica_gauges
 
 DECISION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 COMMIT_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)

@@ -60,7 +60,7 @@ def config_from_args(args):
     """The DemoConfig of the flags; UsageError naming what is wrong."""
     from omega.modes import ConflictMode
     from tools.cli import UsageError
-    from tools.demo import DemoConfig
+    from tools.demo.cell import DemoConfig
 
     try:
         ConflictMode.parse(args.conflict_mode)
@@ -77,12 +77,12 @@ def config_from_args(args):
 
 
 def run(args) -> int:
-    from tools.demo import run_demo
-    from tools.demo_summary import print_summary
+    from tools.demo.cell import run_demo
+    from tools.demo.summary import print_summary
 
     config = config_from_args(args)
     if args.solver_schedulers > 0:  # the solver extra: checked before anything starts
-        from tools.common import require_optional
+        from tools.cli.common import require_optional
         require_optional("ortools", "demo --solver-schedulers")
     try:
         summary = run_demo(config, sys.stdout, args.run_dir)

@@ -1,6 +1,6 @@
 """The flags of a process that serves Prometheus metrics (``--metrics-addr HOST:PORT``,
 ``--metrics-port``, the TLS files) and their checks. Light on purpose: building the command
-line imports this, never prometheus_client or ssl (``tools.metrics_endpoint`` serves)."""
+line imports this, never prometheus_client or ssl (``tools.metrics.endpoint`` serves)."""
 
 from __future__ import annotations
 

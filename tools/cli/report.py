@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tools.common import add_output_arg, output_json
+from tools.cli.common import add_output_arg, output_json
 
 
 def register(sub) -> None:
@@ -41,8 +41,8 @@ def labels_of(paths: list[str]) -> list[str]:
 
 def run_report(args) -> int:
     from tools.cli import InputError, UsageError
-    from tools.cmd_replay import _unwritable
-    from tools.common import require_optional
+    from tools.cli.replay import _unwritable
+    from tools.cli.common import require_optional
     from tools.fauxmaster.report import ResultError, Run, load_result, write_report
 
     if args.label and len(args.label) != len(args.results):

@@ -18,8 +18,8 @@ import sys
 import time
 import tomllib
 
-from tools.common import add_store_args, cell_keys, open_store, store_failure
-from tools.plugin_args import add_plugin_arg, load_plugin_args
+from tools.cli.common import add_store_args, cell_keys, open_store, store_failure
+from tools.cli.plugin_args import add_plugin_arg, load_plugin_args
 
 # The scheduler, store and metrics modules are imported where they are used: building the
 # parser (every `omega` command, `omega --help`) then loads none of them (docs/BENCHMARKS.md).
@@ -57,7 +57,7 @@ def register(sub) -> None:
                           "owners' dominant resource shares)")
     run.add_argument("--drf-weight", action="append", default=[], metavar="OWNER=W",
                      help="weight of OWNER's dominant share under --order drf (default 1; repeatable)")
-    from tools.metrics_args import add_metrics_args
+    from tools.cli.metrics_args import add_metrics_args
 
     add_metrics_args(run)
     run.add_argument("--startup-timeout", type=float, default=30.0, metavar="SECONDS",
@@ -136,7 +136,7 @@ def build_parts(args):
     name = args.name or f"{args.kind}-{os.getpid()}"
     if "/" in name:
         raise UsageError(f'--name may not contain "/", got {name!r}')
-    from tools.metrics_args import metrics_from_args
+    from tools.cli.metrics_args import metrics_from_args
 
     try:
         args.metrics = metrics_from_args(args)
@@ -189,7 +189,7 @@ def open_view(store, keys, timeout_s: float, describe=str):
     WAIT_PROGRESS_EVERY_S seconds."""
     from cellstate.replica.view import ReplicaView
     from cellstate.store import Unavailable
-    from tools.common import require_cell
+    from tools.cli.common import require_cell
 
     deadline = time.monotonic() + timeout_s
     waiting_since = next_line = None
@@ -224,7 +224,7 @@ def run_scheduler(args) -> int:
     from cellstate.store import StoreError
     from omega.retry import retry_policy_for
     from omega.runtime import SchedulerProcess
-    from tools.scheduler_metrics import SchedulerMetrics, count_quarantine
+    from tools.metrics.scheduler import SchedulerMetrics, count_quarantine
 
     scheduler, conflict, commit, options = build_parts(args)
     keys = cell_keys(args)
@@ -244,7 +244,7 @@ def run_scheduler(args) -> int:
         metrics.watch_view(view, process.scheduler_class, store.revision)
         try:
             if args.metrics is not None:
-                from tools.metrics_endpoint import MetricsError
+                from tools.metrics.endpoint import MetricsError
 
                 try:
                     metrics.serve(args.metrics[1], args.metrics[0], args.metrics[2])

@@ -39,8 +39,8 @@ from cellstate.etcd.server import (
 from cellstate.etcd.store import EtcdStore
 from cellstate.keys import DEFAULT_ROOT, CellKeys
 from cellstate.store import StoreError
-from tools.demo_children import Child, Children
-from tools.demo_summary import (
+from tools.demo.children import Child, Children
+from tools.demo.summary import (
     DemoSummary, check_dict, describe_cell, final_stats, read_leased_stats, scheduler_summary,
 )
 

@@ -1,0 +1,1 @@
+"""Prometheus metrics endpoints of omega's processes (docs/MONITOR.md)."""
