@@ -19,12 +19,12 @@ from schedulers.chain_spec import DEFAULT_CHAINS, ChainConfig, PluginSpec, _tupl
 from schedulers.chains import KINDS, make_scheduler
 from schedulers.plugin import PluginConfigError
 
-__all__ = ["DEFAULT_CHAINS", "ChainConfig", "PluginSpec", "SchedulerConfig", "default_chain", "load_chain_config",
+__all__ = ["DEFAULT_CHAINS", "ChainConfig", "PluginSpec", "SchedulerTable", "default_chain", "load_chain_config",
            "parse_chain", "parse_chain_file"]
 
 
 @dataclass(frozen=True, slots=True)
-class SchedulerConfig:
+class SchedulerTable:
     """One table of a chain file: a scheduler ``kind``, its chain and its other options."""
 
     name: str
@@ -37,7 +37,7 @@ class SchedulerConfig:
         return {**self.options, "chain": self.chain}
 
 
-def parse_chain_file(data: Mapping[str, Any], source: str) -> dict[str, SchedulerConfig]:
+def parse_chain_file(data: Mapping[str, Any], source: str) -> dict[str, SchedulerTable]:
     """Scheduler configs of a parsed chain file: one per top-level table."""
     out = {}
     for name, table in data.items():
@@ -49,11 +49,11 @@ def parse_chain_file(data: Mapping[str, Any], source: str) -> dict[str, Schedule
             raise PluginConfigError(f"{where}: kind: unknown scheduler kind {kind!r}; known: {sorted(KINDS)}")
         chain = parse_chain(table, where)
         options = {k: _tuples({k: v})[k] for k, v in table.items() if k not in ("kind", "filters", "scorers")}
-        out[name] = SchedulerConfig(name, kind, chain, options)
+        out[name] = SchedulerTable(name, kind, chain, options)
     return out
 
 
-def load_chain_config(path: str | Path) -> dict[str, SchedulerConfig]:
+def load_chain_config(path: str | Path) -> dict[str, SchedulerTable]:
     """Scheduler configs of a TOML chain file, keyed by table name; PluginConfigError naming
     the file, table, entry, plugin and field for anything wrong (OSError if unreadable)."""
     path = Path(path)
@@ -67,7 +67,7 @@ def load_chain_config(path: str | Path) -> dict[str, SchedulerConfig]:
     return configs
 
 
-def _check_options(config: SchedulerConfig, source: str) -> None:
+def _check_options(config: SchedulerTable, source: str) -> None:
     try:
         make_scheduler(config.kind, config.name, 0, config.as_config())
     except (PluginConfigError, ValueError) as err:

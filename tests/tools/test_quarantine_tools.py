@@ -27,7 +27,7 @@ from tools.agents.agent import Agent, AgentConfig
 from tools.monitor.model import build_frame
 from tools.monitor.render import render_frame
 from tools.recorder import Recorder, recording_header
-from tools.metrics.scheduler import SchedulerMetrics, count_quarantine
+from tools.metrics.scheduler import SchedulerEndpoint, count_quarantine
 from tools.trace.events import JobSubmit, MachineAdd
 from tools.trace.format import TraceWriter, read_trace
 
@@ -105,7 +105,7 @@ def test_scheduler_stats_metrics_and_monitor_count_quarantined_keys():
     view = ReplicaView(store, keys)
     process = SchedulerProcess(make_scheduler("batch", "b1", 0), view, StoreCommitter(store, keys), _Sink(),
                                clock=_Clock())
-    metrics = SchedulerMetrics("b1")
+    metrics = SchedulerEndpoint("b1")
     count_quarantine(process, view, metrics)
     process.work_round()
     stats = process.snapshot()

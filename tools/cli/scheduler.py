@@ -224,11 +224,11 @@ def run_scheduler(args) -> int:
     from cellstate.store import StoreError
     from omega.retry import retry_policy_for
     from omega.runtime import SchedulerProcess
-    from tools.metrics.scheduler import SchedulerMetrics, count_quarantine
+    from tools.metrics.scheduler import SchedulerEndpoint, count_quarantine
 
     scheduler, conflict, commit, options = build_parts(args)
     keys = cell_keys(args)
-    metrics = SchedulerMetrics(scheduler.name, cell=keys.cell, kind=scheduler.kind)
+    metrics = SchedulerEndpoint(scheduler.name, cell=keys.cell, kind=scheduler.kind)
     with open_store(args) as store:
         try:
             view = open_view(store, keys, args.startup_timeout, lambda exc: store_failure(exc, args))

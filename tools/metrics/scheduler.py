@@ -20,7 +20,7 @@ COMMIT_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 
 LABELS = ("cell", "kind", "scheduler")
 
 
-class SchedulerMetrics(MetricsEndpoint):
+class SchedulerEndpoint(MetricsEndpoint):
     """Counters of attempts, txns, commits, conflicts, stale retries and tasks placed, histograms of
     decision and commit seconds; ``observe`` is an ``on_attempt`` observer, ``timed`` wraps the
     committer. Gauges read the process when scraped: quarantined keys (``count_quarantine``),
@@ -102,7 +102,7 @@ class TimedCommitter:
     """A committer whose ``commit`` calls are timed (committed / failed); every other attribute
     (``max_claims_per_txn``, ``gangs``…) is the wrapped committer's."""
 
-    def __init__(self, committer, metrics: SchedulerMetrics):
+    def __init__(self, committer, metrics: SchedulerEndpoint):
         self._committer = committer
         self._committed = metrics._l(metrics.commit_seconds, outcome="committed")
         self._failed = metrics._l(metrics.commit_seconds, outcome="failed")
@@ -121,7 +121,7 @@ class TimedCommitter:
         return getattr(self._committer, name)
 
 
-def count_quarantine(process, view, metrics: SchedulerMetrics | None = None) -> Callable[[], int]:
+def count_quarantine(process, view, metrics: SchedulerEndpoint | None = None) -> Callable[[], int]:
     """Count the keys ``view`` (a ``ReplicaView``) holds quarantined in ``process``'s published
     stats (``SchedulerStats.quarantined``) and, when given, in ``metrics``; returns the probe.
     (``len`` of the replica's dict: safe to call from the stats thread.)"""

@@ -214,7 +214,7 @@ def duration(seconds: float) -> str:
 
 
 @dataclass(frozen=True)
-class Column:
+class SchedulerColumn:
     """A scheduler-table column: ``drop`` orders what goes first when the table is too wide
     (0: never), ``wide_only`` columns show only on wide consoles."""
 
@@ -264,26 +264,26 @@ def trend(r: SchedulerRow) -> Text:
 
 
 COLUMNS = (
-    Column("scheduler", lambda r: r.name, right=False),
-    Column("kind", lambda r: r.kind, right=False, drop=8, wide_only=True),
-    Column("up", lambda r: Text("●", "green") if r.alive else Text("✗", "red"), right=False, drop=7),
-    Column("jobs/s", lambda r: f"{r.jobs_per_s:.1f}", drop=9, wide_only=True),
-    Column("place/s", lambda r: f"{r.placements_per_s:.1f}", drop=4),
-    Column("txns", lambda r: str(r.txns), drop=10, wide_only=True),
-    Column("confl m/j", lambda r: f"{r.conflicts - r.job_conflicts}/{r.job_conflicts}"),
-    Column("frac", lambda r: _fraction_text(r.conflict_fraction), drop=3),
-    Column("10s", lambda r: _window(r.recent)),
-    Column("60s", lambda r: _window(r.minute), drop=2),
-    Column("trend", trend, right=False, drop=1),
-    Column("stale", lambda r: str(r.stale_retries), drop=6),
-    Column("retries", lambda r: str(r.retries), drop=11, wide_only=True),
-    Column("busy", lambda r: Text(f"{r.busyness:.0%}", _severity(r.busyness, 0.5, 0.9)), drop=5),
-    Column("p50 ms", lambda r: f"{r.decision_ms_p50:.1f}", drop=12, wide_only=True),
-    Column("p99 ms", lambda r: f"{r.decision_ms_p99:.1f}", drop=5),
+    SchedulerColumn("scheduler", lambda r: r.name, right=False),
+    SchedulerColumn("kind", lambda r: r.kind, right=False, drop=8, wide_only=True),
+    SchedulerColumn("up", lambda r: Text("●", "green") if r.alive else Text("✗", "red"), right=False, drop=7),
+    SchedulerColumn("jobs/s", lambda r: f"{r.jobs_per_s:.1f}", drop=9, wide_only=True),
+    SchedulerColumn("place/s", lambda r: f"{r.placements_per_s:.1f}", drop=4),
+    SchedulerColumn("txns", lambda r: str(r.txns), drop=10, wide_only=True),
+    SchedulerColumn("confl m/j", lambda r: f"{r.conflicts - r.job_conflicts}/{r.job_conflicts}"),
+    SchedulerColumn("frac", lambda r: _fraction_text(r.conflict_fraction), drop=3),
+    SchedulerColumn("10s", lambda r: _window(r.recent)),
+    SchedulerColumn("60s", lambda r: _window(r.minute), drop=2),
+    SchedulerColumn("trend", trend, right=False, drop=1),
+    SchedulerColumn("stale", lambda r: str(r.stale_retries), drop=6),
+    SchedulerColumn("retries", lambda r: str(r.retries), drop=11, wide_only=True),
+    SchedulerColumn("busy", lambda r: Text(f"{r.busyness:.0%}", _severity(r.busyness, 0.5, 0.9)), drop=5),
+    SchedulerColumn("p50 ms", lambda r: f"{r.decision_ms_p50:.1f}", drop=12, wide_only=True),
+    SchedulerColumn("p99 ms", lambda r: f"{r.decision_ms_p99:.1f}", drop=5),
 )
 
 
-def scheduler_columns(rows: tuple[SchedulerRow, ...], width: int, wide: bool) -> tuple[list[Column], list[int], int]:
+def scheduler_columns(rows: tuple[SchedulerRow, ...], width: int, wide: bool) -> tuple[list[SchedulerColumn], list[int], int]:
     """The columns that fit ``width`` (dropping the highest ``drop`` first), their widths, the gap."""
     columns = [c for c in COLUMNS if wide or not c.wide_only]
     cells = {c.header: [_text(c.cell(r)) for r in rows] for c in columns}
@@ -316,7 +316,7 @@ def scheduler_lines(frame: MonitorFrame, width: int, wide: bool) -> list[Text]:
     return [title, head] + [_row([_text(c.cell(r)) for c in columns], columns, widths, gap) for r in frame.schedulers]
 
 
-def _row(cells: list[Text], columns: list[Column], widths: list[int], gap: int) -> Text:
+def _row(cells: list[Text], columns: list[SchedulerColumn], widths: list[int], gap: int) -> Text:
     line = Text()
     for i, (cell, column, w) in enumerate(zip(cells, columns, widths)):
         if i:
