@@ -18,7 +18,7 @@ import pytest
 from cellstate.etcd.server import EtcdCluster
 from cellstate.etcd.store import parse_endpoint
 from cellstate.jobspec import load_jobs
-from chaos_helpers import OmegaProc, job_records, own_etcd, store_on, wait_for
+from chaos_helpers import OmegaProc, chaos_cell, job_records, own_etcd, store_on, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -74,6 +74,7 @@ def test_generate_submit_rides_out_etcd_restarts(cell_keys, tmp_path):
     assert len(jobs) > 100
     cluster = own_etcd()
     store = store_on(cluster)
+    chaos_cell(store, cell_keys, machines=4)  # the cell exists: submitting into an unknown cell is refused
     proc = None
     try:
         proc = _submitter(tmp_path, prefix, cluster.endpoints, cell_keys.cell)
@@ -118,6 +119,7 @@ def test_generate_submit_survives_losing_the_leader(cell_keys, tmp_path):
     jobs = _generated(tmp_path, prefix)
     cluster = own_etcd(3)
     store = store_on(cluster)
+    chaos_cell(store, cell_keys, machines=4)  # the cell exists: submitting into an unknown cell is refused
     proc = None
     try:
         leader = _leader_index(cluster)

@@ -54,7 +54,7 @@ def test_the_parsers_copies_of_heavy_modules_constants_agree():
     import re
 
     from cellstate.submit import DEFAULT_RETRY_FOR_S
-    from tools.cli import jobs as cmd_jobs, cmd_scheduler
+    from tools.cli import jobs as cmd_jobs, scheduler as cmd_scheduler
 
     assert cmd_jobs.DEFAULT_RETRY_FOR_S == DEFAULT_RETRY_FOR_S
     registered = re.findall(r'^register_kind\("(\w+)"', (REPO / "schedulers" / "chains.py").read_text(), re.M)

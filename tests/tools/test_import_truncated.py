@@ -24,7 +24,7 @@ def _cut(data: bytes) -> bytes:
 def _run(argv, capsys) -> str:
     with pytest.raises(SystemExit) as exc:
         main(argv)
-    assert exc.value.code == 2
+    assert exc.value.code == 65  # an invalid input file (docs/CLI.md)
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "Traceback" not in err
     return err
