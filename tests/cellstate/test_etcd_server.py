@@ -264,7 +264,8 @@ def test_etcd_up_prints_binary_version_and_export_line(tmp_path):
 
     repo = Path(__file__).resolve().parents[2]
     process = subprocess.Popen([sys.executable, "-m", "tools.cli", "etcd", "up", "--port", "0", "--no-fsync"],
-                               cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                               cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               preexec_fn=sigint_default)
     try:
         lines = [process.stdout.readline() for _ in range(5)]
     finally:
@@ -275,3 +276,32 @@ def test_etcd_up_prints_binary_version_and_export_line(tmp_path):
     binary = find_etcd_binary()
     assert f"  etcd {binary_version(binary)} ({binary})\n" in lines, text
     assert f"  export OMEGA_ENDPOINTS={endpoint}\n" in lines, text
+
+
+@pytest.mark.slow
+def test_etcd_up_interrupted_while_announcing_stops_etcd(tmp_path):
+    """Ctrl-C after etcd started but before the serve loop took the signals over (here: as soon
+    as the first line is out) stops etcd too: nothing is left holding the output pipe."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    process = subprocess.Popen([sys.executable, "-m", "tools.cli", "etcd", "up", "--port", "0", "--no-fsync"],
+                               cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               preexec_fn=sigint_default)
+    try:
+        first = process.stdout.readline()
+        process.send_signal(signal.SIGINT)
+        out, _ = process.communicate(timeout=30)  # EOF: no etcd child holds the pipe any more
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert "endpoints: " in first and process.returncode in (0, 130), out
+
+
+def sigint_default() -> None:
+    """In the child: SIGINT back to its default. A test run started in the background by a shell
+    without job control ignores SIGINT, and an ignored disposition is inherited across exec, so
+    a Ctrl-C sent before the command installs its own handler would be lost."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -105,7 +105,8 @@ def test_cell_up_secure_serves_cell_users_until_interrupted(tmp_path, no_auth_en
     data = tmp_path / "data"
     process = subprocess.Popen(
         [sys.executable, "-m", "tools.cli", "cell", "up", "--secure", "--data-dir", str(data), "--cell", "a",
-         "--no-fsync", "--port", "0"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+         "--no-fsync", "--port", "0"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # (a background run ignores SIGINT)
     try:
         lines = []
         deadline = time.monotonic() + 60

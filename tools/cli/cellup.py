@@ -28,7 +28,7 @@ from cellstate.etcd.server import EtcdCluster, EtcdError, EtcdOptions, RestartPo
 from cellstate.keys import DEFAULT_ROOT
 from tools.cli.etcd import (
     add_server_flags, announce_endpoints, client_port, describe_members, port_in_use_hint, serve_until_stopped,
-    server_options,
+    server_options, stopped_on_interrupt,
 )
 
 GUARD_EVERY_S = 10.0
@@ -90,6 +90,9 @@ def _start(args, data_dir: Path):
     except SecurityError as exc:
         cluster.stop()
         raise UsageError(str(exc)) from None
+    except BaseException:  # Ctrl-C while setting up auth: never leave the started etcd running
+        cluster.stop()
+        raise
     try:
         _metrics_files(data_dir)
     except (OSError, PkiError) as exc:
@@ -155,10 +158,11 @@ def run_up(args) -> int:
     close = None
     try:
         cluster, creds = _start(args, data_dir)
-        _announce(cluster, data_dir, creds)
-        check = None
-        if creds is not None:
-            check, close = _guard(cluster, creds, args.auto_compaction_retention)
+        with stopped_on_interrupt(cluster):
+            _announce(cluster, data_dir, creds)
+            check = None
+            if creds is not None:
+                check, close = _guard(cluster, creds, args.auto_compaction_retention)
         return serve_until_stopped(cluster, RestartPolicy(max_restarts=args.max_restarts), check=check,
                                    check_every=GUARD_EVERY_S)
     finally:

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import signal
 import threading
-
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
@@ -110,9 +110,23 @@ def run_up(args) -> int:
         cluster.start()
     except EtcdError as exc:
         raise UsageError(port_in_use_hint(exc, args)) from None
-    announce_endpoints(cluster)
-    describe_members(cluster)
+    with stopped_on_interrupt(cluster):
+        announce_endpoints(cluster)
+        describe_members(cluster)
     return serve_until_stopped(cluster, RestartPolicy(max_restarts=args.max_restarts))
+
+
+@contextmanager
+def stopped_on_interrupt(cluster: EtcdCluster):
+    """Stop ``cluster`` when anything (Ctrl-C before the serve loop takes the signals over, a
+    failed announcement) ends the block: a started etcd is never left running, holding the
+    terminal or a parent's pipe, after its command exited."""
+    try:
+        yield
+    except BaseException:
+        cluster.stop()
+        print("etcd stopped", flush=True)
+        raise
 
 
 def describe_members(cluster: EtcdCluster) -> None:
