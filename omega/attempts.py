@@ -43,6 +43,9 @@ class Attempt:
     """Who last wrote the conflicting machines (their ledgers' ``writer``)."""
     stale_retries: int = 0
     job_conflicts: int = 0
+    conflict_writers: tuple[str, ...] = ()
+    """Per machine of ``conflicting_machines`` (same order), who had last written it when the
+    txn failed ("" when unknown)."""
 
     @property
     def conflict_transactions(self) -> int:

@@ -63,7 +63,7 @@ class _Tally:
     """The transactions of one attempt."""
 
     committed: list[Claim] = field(default_factory=list)
-    conflicting: dict[str, None] = field(default_factory=dict)
+    conflicting: dict[str, str | None] = field(default_factory=dict)  # machine -> who had won it (None: unknown)
     winners: dict[str, None] = field(default_factory=dict)
     redecide: list[int] = field(default_factory=list)
     transactions: int = 0
@@ -389,7 +389,7 @@ class OptimisticPlacer:
         record = _ATTEMPT(self.scheduler, st.job_id, attempt["decision_time_s"], attempt["claims"],
                           tuple(tally.committed), tuple(tally.conflicting), len(st.attempts), outcome,
                           tally.transactions, tally.failed, attempt["started_at"], tuple(tally.winners),
-                          tally.stale, tally.job_conflicts)
+                          tally.stale, tally.job_conflicts, tuple(w or "" for w in tally.conflicting.values()))
         st.attempts.append(record)
         if self.on_attempt is not None:
             self.on_attempt(record)
@@ -403,8 +403,14 @@ class OptimisticPlacer:
 
 
 def _note_conflict(outcome: CommitOutcome, split: ConflictSplit, tally: _Tally) -> None:
-    """Record the machines of the rejected claims and who last wrote them."""
-    machines = dict.fromkeys(claim.machine_id for claim, _ in split.rejected)
-    tally.conflicting.update(machines)
-    fresh = (outcome.fresh_machines.get(machine_id) for machine_id in machines)
-    tally.winners.update(dict.fromkeys(m.machine.writer for m in fresh if m and m.machine.writer))
+    """Record the machines of the rejected claims and who had last written each when the txn
+    failed (its fresh ledger's ``writer``: the winner; read now, not at the attempt's end, when
+    a retry of this scheduler's may have written the machine since)."""
+    fresh_machines, conflicting, winners = outcome.fresh_machines, tally.conflicting, tally.winners
+    for machine_id in dict.fromkeys(claim.machine_id for claim, _ in split.rejected):
+        fresh = fresh_machines.get(machine_id)
+        writer = fresh.machine.writer if fresh is not None else ""
+        if not conflicting.get(machine_id):
+            conflicting[machine_id] = writer
+        if writer:
+            winners[writer] = None

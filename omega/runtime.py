@@ -294,9 +294,13 @@ class SchedulerProcess:
     def _on_attempt(self, attempt: Attempt) -> None:
         now = self.clock.now()
         winners = {}
-        for machine_id in attempt.conflicting_machines:
-            entry = self.view.machine(machine_id)
-            winners[machine_id] = entry.machine.writer if entry is not None else ""
+        writers = attempt.conflict_writers
+        for i, machine_id in enumerate(attempt.conflicting_machines):
+            writer = writers[i] if i < len(writers) else ""
+            if not writer:  # (not known at the conflict: the machine's writer now)
+                entry = self.view.machine(machine_id)
+                writer = entry.machine.writer if entry is not None else ""
+            winners[machine_id] = writer
         job = self.view.job(attempt.job_id)
         job_placed = bool(attempt.committed) and job is not None and not job.record.pending_tasks()
         unplaced, self._last_unplaced = self._last_unplaced, 0

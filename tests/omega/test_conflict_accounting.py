@@ -97,3 +97,19 @@ def test_refresh_before_commit_saves_only_stale_retries(room, refresh, txns, fai
     assert result.pending == () and our_view.job("B").record.tasks == "aa"
     first = attempts[0]
     assert (first.transactions, first.failed_transactions, first.stale_retries) == (txns, failed, stale)
+
+
+def test_the_winner_of_a_conflict_is_who_had_written_the_machine_when_the_txn_failed():
+    """Not whoever wrote it last by the attempt's end (a retry of the loser's own may have)."""
+    from omega.occ import _note_conflict, _Tally
+
+    plan = Plan(JOB, CLAIMS, dict(SEEN), "us")
+    tally = _Tally()
+    outcome = CommitOutcome(False, 10, fresh_m1(cpu_used=3500), JOB)  # m1 no longer fits: rejected
+    _note_conflict(outcome, FIT.strategy.split(plan, outcome), tally)
+    assert tally.conflicting == {"m1": "rival"} and list(tally.winners) == ["rival"]
+    ours = dict(fresh_m1(cpu_used=3500))
+    ours["m1"] = MachineEntry(replace(ours["m1"].machine, writer="us"), 11)  # our own retry wrote m1 since
+    again = CommitOutcome(False, 12, ours, JOB)
+    _note_conflict(again, FIT.strategy.split(plan, again), tally)
+    assert tally.conflicting == {"m1": "rival"}  # the first winner stays the machine's
