@@ -140,7 +140,7 @@ class ReplicaView:
             gone_machines = [mid for mid in gone_machines if keys.machine(mid) not in bad]
         self.replica.apply_entries([m for m in machines.values() if m], jobs.values(),
                                    revision=outcome.revision, deleted_machines=gone_machines,
-                                   deleted_jobs=gone_jobs)
+                                   deleted_jobs=gone_jobs, allocs=outcome.fresh_allocs.values())
         if bad:
             self.replica.apply_quarantined(bad)
 
