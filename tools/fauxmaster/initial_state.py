@@ -24,7 +24,7 @@ from collections import Counter
 from itertools import groupby
 from operator import attrgetter, itemgetter
 
-from cellstate.codec import decode_job_record, decode_machine, encode_job_record
+from cellstate.codec import decode_alloc, decode_job_record, decode_machine, encode_job_record
 from cellstate.codec_trusted import pack_alloc, pack_machine
 from cellstate.fastbuild import builder
 from cellstate.model import Alloc, JobKind, JobRecord, Machine, MachineState
@@ -197,8 +197,16 @@ def _resources(left: list | Resources) -> Resources:
 
 
 def _job_record(cell, job_id: str) -> JobRecord | None:
+    """The job's effective record (``JobRecord.with_allocs``: a pending task with an alloc is
+    placed), or None."""
     kv = cell.store.get(cell.keys.job(job_id))
-    return None if kv is None else decode_job_record(kv.key, kv.value)
+    if kv is None:
+        return None
+    record = decode_job_record(kv.key, kv.value)
+    if record.job.gang:
+        return record
+    allocs = cell.store.range(cell.keys.job_allocs(job_id)).kvs
+    return record.with_allocs([decode_alloc(a.key, a.value) for a in allocs]) if allocs else record
 
 
 def _machine(cell, machine_id: str) -> Machine | None:
