@@ -276,7 +276,7 @@ class SimCell:
         """Kill a job: its allocs released, pending tasks killed."""
         allocs: list[Alloc] = []  # those the kill deleted
         try:
-            kill_job(self.store, self.keys, job_id, released=allocs)
+            kill_job(self.store, self.keys, job_id, released=allocs, now=self.core.now)
         except JobNotFound:
             self.counters.skip("kill of an unknown job")
             return
