@@ -17,7 +17,7 @@ Violation kinds:
   orphaned-reservation  an alloc of a pending task while its job has no gang key: an
                     orphaned gang reservation (docs/CELLSTATE.md, "Gangs larger than one
                     transaction"); with a gang key it is a reservation in progress, legal
-  kill-marker       a kill marker ``kills/{job}`` whose job is missing or not killed (a kill
+  kill-marker       a (decodable) kill marker ``kills/{job}`` whose job is missing or not killed (a kill
                     that stopped between its first txn and the record's; no task of the job can
                     be placed while it stays)
   undecodable/bad-key also cover ``gangs/{job}`` values (reservation records) and ``kills/{job}``
@@ -157,10 +157,11 @@ def _decode_one(kind: str, parts: tuple[str, ...], kv: KeyValue, cell: _Cell, re
         if gang.job_id != parts[0]:
             report.add("key-mismatch", kv.key, f"holds the reservation of job {gang.job_id!r}")
     elif kind == "kills" and len(parts) == 1:
-        cell.kills[parts[0]] = kv.key  # (held even if its value is bad: the key is what guards)
         marker = decode_kill(kv.key, kv.value)
         if marker.job_id != parts[0]:
             report.add("key-mismatch", kv.key, f"holds the kill marker of job {marker.job_id!r}")
+        else:
+            cell.kills[parts[0]] = kv.key  # (a bad value is reported as such, once)
     elif kind == "allocs" and len(parts) == 2:
         alloc = decode_alloc(kv.key, kv.value)
         if (alloc.job_id, str(alloc.task_index)) != parts:

@@ -376,3 +376,38 @@ def test_a_gang_whose_claim_no_longer_fits_goes_back_whole():
     assert decide_calls.calls == [[0, 1], [0, 1]] and result.placed == ()
     assert view.job("g").record.tasks == "pp" and view.job("filler").record.tasks == "aaaa"
     assert_consistent(store, keys)
+
+
+@pytest.mark.parametrize("conflict", [SEQ, FIT], ids=["sequence", "fit"])
+def test_a_task_placed_without_the_record_meanwhile_is_dropped_not_decided_again(cell, conflict):
+    """Issue 19.2: "one" places task 1 of J without writing its record (J's first attempt is
+    recorded, no reason changes); "two", on a copy from before, claims tasks 0-2. Its txn fails
+    on task 1's alloc key (the job's revision is unchanged); the fresh job read back has task 1
+    placed, so the claim is dropped, the others go again at once and nothing is decided twice."""
+    store, keys = cell
+    job = replace(batch_job("J", 4), first_attempt_at=1.0)
+    seed(store, keys, [machine(f"m{i}") for i in range(4)], [job])
+    one_view, two_view = ReplicaView(store, keys), ReplicaView(store, keys)
+    req = job.job.request
+
+    def only_task_1(entry, tasks, view):
+        return Decision([Claim(1, "m3", req)])
+
+    first = placer(store, keys, conflict, name="one").place("J", one_view, only_task_1)
+    assert [c.task_index for c in first.placed] == [1]
+    assert store.get(keys.job("J")).mod_revision == one_view.job("J").mod_revision  # no record written
+    calls = []
+
+    def three_tasks(entry, tasks, view):
+        calls.append(list(tasks))
+        return Decision([Claim(t, f"m{t}", req) for t in (0, 1, 2) if t in tasks])
+
+    attempts = []
+    second = placer(store, keys, conflict, name="two", attempts=attempts).place("J", two_view, three_tasks)
+    assert calls == [[0, 1, 2, 3]]
+    assert sorted(c.task_index for c in second.placed) == [0, 2]
+    first_attempt = attempts[0]
+    assert first_attempt.failed_transactions == 1 and first_attempt.job_conflicts == 1
+    assert first_attempt.conflicting_machines == () and first_attempt.stale_retries == 0
+    assert two_view.job("J").record.tasks == "aaap"
+    assert_consistent(store, keys)
