@@ -147,7 +147,8 @@ class PlanTooLarge(Exception):
 
 
 class Committer(Protocol):
-    """Turns a plan into ONE store transaction guarded by the machines' and job's revisions."""
+    """Turns a plan into ONE store transaction guarded by the machines' revisions and, per
+    claimed task, by the task being unplaced (or by the job's revision: a store-specific choice)."""
 
     max_claims_per_txn: int
 
