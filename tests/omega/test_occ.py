@@ -143,6 +143,20 @@ def test_oversized_gang_is_refused_and_keeps_its_reason():
     assert record.tasks == "p" * 25 and "gang too large" in record.reason and "limit 9" in record.reason
 
 
+def test_all_or_nothing_mode_does_not_reserve_a_job_that_is_no_gang():
+    """Reservations in chunks are for gangs only: the allocs of a job that is not a gang place
+    its tasks (docs/CELLSTATE.md, "Task state out of the record"), so in the all-or-nothing
+    commit mode such a job larger than one txn is refused, its tasks pending with the reason."""
+    store, keys = MemoryStore(max_txn_ops=20), CellKeys("aon")
+    seed(store, keys, [machine(f"m{i}", cpu=8000) for i in range(5)], [batch_job("j", 25)])
+    attempts, decide, view = [], RecordingDecide(), ReplicaView(store, keys)
+    with pytest.raises(PlanTooLarge, match=r"'j' has 25 tasks.*at most 9 claims"):
+        placer(store, keys, commit=AON, attempts=attempts).place("j", view, decide)
+    assert [a.outcome for a in attempts] == [O.TOO_LARGE] and decide.calls == []
+    assert list(view.allocs_of("j")) == [] and store.get(keys.gang("j")) is None
+    assert view.job("j").record.tasks == "p" * 25 and "limit 9" in view.job("j").record.reason
+
+
 @pytest.mark.parametrize("commit, reason", [
     (INC, "1 task: no machine has 3000 millicores free"),
     (AON, "3 tasks: gang of 3 tasks: only 2 fit (no machine has 3000 millicores free)"),
