@@ -184,13 +184,16 @@ class StoreCommitter:
         ``_compares`` gave, whose strings the writes of the same keys reuse, ``alloc_keys`` the
         claims' alloc keys, in claim order, and ``record`` the job's new record (``updated_record``;
         put when it differs from the seen one; None: a record-free placement)."""
-        written, ledgers, allocs = self._claim_writes(plan, new, compared, alloc_keys)
+        claims, ledgers, allocs = self._claim_writes(plan, new, compared, alloc_keys)
         deleted: list[str] = []
         job = plan.job.record
         records = ([record] if record is not None and record != job else []) + list(victim_records(plan).values())
         job_key = compared[len(new)]
-        for record in records:
-            written[job_key if record.id == plan.job.id else self.keys.job(record.id)] = encode_job_record(record)
+        # The records first: a watcher then applies the record with the claimed tasks placed
+        # before their allocs, so it never derives them from the allocs only to drop that again.
+        written = {job_key if record.id == plan.job.id else self.keys.job(record.id): encode_job_record(record)
+                   for record in records}
+        written.update(claims)
         for claim in plan.claims:
             deleted.extend(self.keys.alloc(job_id, task) for job_id, task in claim.evicts)
         ops = [_PUT(key, value, 0) for key, value in written.items()] + [Delete(key) for key in deleted]

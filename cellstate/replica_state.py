@@ -33,7 +33,7 @@ from cellstate.codec import (
 )
 from cellstate.fastbuild import builder
 from cellstate.keys import CellKeys
-from cellstate.model import Alloc, JobKind, set_placed
+from cellstate.model import Alloc, JobKind, pending_indices, set_placed
 from cellstate.shared_decodes import SharedDecodes
 from omega.protocols import AllocEntry, JobEntry, MachineEntry
 
@@ -293,8 +293,14 @@ class ReplicaState:
         of = self._allocs_of.get(ident)
         if of and not record.job.gang:
             tasks = record.tasks
-            n = len(tasks)
-            derived = {i for i in of if i < n and tasks[i] == "p"}
+            pending = tasks.count("p")  # (C: most records put have none, or fewer than allocs)
+            if not pending:
+                derived = None
+            elif pending < len(of):
+                derived = {i for i in pending_indices(tasks) if i in of}
+            else:
+                n = len(tasks)
+                derived = {i for i in of if i < n and tasks[i] == "p"}
             if derived:
                 self._derived[ident] = derived
                 self._dirty[ident] = None
