@@ -96,8 +96,8 @@ class ReplicaState:
     def _reset(self) -> None:
         """Forget everything (every dict is cleared in place)."""
         for held in (self.quarantine, self.stats_raw, self.conflicts_raw, self.gangs_raw, self.kills_raw, self._mod,
-                     self._machines, self._jobs, self._raw_jobs, self._derived, self._dirty, self._allocs, self._allocs_on, self._allocs_of, *self._pending.values(),
-                     *self._pending_class.values()):
+                     self._machines, self._jobs, self._raw_jobs, self._derived, self._dirty, self._allocs,
+                     self._allocs_on, self._allocs_of, *self._pending.values(), *self._pending_class.values()):
             held.clear()
 
     # -- reads ---------------------------------------------------------------------------
@@ -409,7 +409,7 @@ class ReplicaState:
         ``_put``'s dispatch by kind; a put whose value does not decode or match its key takes
         ``_store_value``'s path; a new key is indexed inline (``_set_alloc``'s work)."""
         quarantine, allocs, allocs_on, allocs_of = self.quarantine, self._allocs, self._allocs_on, self._allocs_of
-        decode, start = self._decode_alloc, len(self._alloc_prefix)
+        decode, start, raw_jobs = self._decode_alloc, len(self._alloc_prefix), self._raw_jobs
         for ev in puts:
             key, raw = ev.key, ev.value
             alloc = ALLOC_MEMO.get(raw) if type(raw) is bytes else None  # the decoder's first step, without its call
@@ -424,7 +424,11 @@ class ReplicaState:
             if key in allocs:
                 self._set_alloc(key, alloc)
             else:
-                self._note_alloc(alloc.job_id, alloc.task_index)
+                raw_job = raw_jobs.get(alloc.job_id)  # _note_alloc's first test, without its call
+                if raw_job is not None:
+                    states, task = raw_job.record.tasks, alloc.task_index
+                    if task < len(states) and states[task] == "p":
+                        self._note_alloc(alloc.job_id, task)
                 allocs[key] = alloc
                 on = allocs_on.get(alloc.machine_id)
                 if on is None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 from cellstate.codec import decode_alloc, decode_job_record, decode_machine
 from cellstate.codec_trusted import pack_machine

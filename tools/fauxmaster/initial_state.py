@@ -198,12 +198,14 @@ def _resources(left: list | Resources) -> Resources:
 
 def _job_record(cell, job_id: str) -> JobRecord | None:
     """The job's effective record (``JobRecord.with_allocs``: a pending task with an alloc is
-    placed), or None."""
+    placed), or None. A job no placement has attempted yet (``first_attempt_at`` unset: the
+    first placement writes the record) has no such task, so its allocs are not read (at t = 0
+    that is nearly every job)."""
     kv = cell.store.get(cell.keys.job(job_id))
     if kv is None:
         return None
     record = decode_job_record(kv.key, kv.value)
-    if record.job.gang:
+    if record.job.gang or record.first_attempt_at is None:
         return record
     allocs = cell.store.range(cell.keys.job_allocs(job_id)).kvs
     return record.with_allocs([decode_alloc(a.key, a.value) for a in allocs]) if allocs else record
