@@ -293,14 +293,10 @@ class ReplicaState:
         of = self._allocs_of.get(ident)
         if of and not record.job.gang:
             tasks = record.tasks
-            pending = tasks.count("p")  # (C: most records put have none, or fewer than allocs)
-            if not pending:
-                derived = None
-            elif pending < len(of):
-                derived = {i for i in pending_indices(tasks) if i in of}
-            else:
-                n = len(tasks)
-                derived = {i for i in of if i < n and tasks[i] == "p"}
+            # the allocated tasks that are pending, in C loops (most records put have no "p"; a
+            # long string's pending indices are remembered by its identity, and the replicas of
+            # one process share the decoded record)
+            derived = of.keys() & pending_indices(tasks) if "p" in tasks else None
             if derived:
                 self._derived[ident] = derived
                 self._dirty[ident] = None

@@ -13,9 +13,9 @@ job's request (every resource: ``Resources.fits_in`` the machine's free amount, 
 rules hold. Anything else stays pending for the schedulers; the cell's counters say how many
 were written (``initial_placed``) and why the others were not (``initial_not_placed``).
 The writes are one bulk write (txns of at most the store's op limit, no compares: nothing
-else runs at t = 0 before the schedulers are woken): machine ledgers, one alloc per task
-(``scheduler`` = "trace") and the job records with the tasks ``a``, exactly what a
-scheduler's commit writes. Batch tasks end ``duration_s`` later as if placed at t = 0.
+else runs at t = 0 before the schedulers are woken): machine ledgers, the job records with the
+tasks ``a`` and one alloc per task (``scheduler`` = "trace"), in that order, as a scheduler's
+commit that writes the record puts them. Batch tasks end ``duration_s`` later as if placed at t = 0.
 """
 
 from __future__ import annotations
@@ -222,12 +222,12 @@ def _write(cell, ledgers: dict[str, Machine], jobs: dict[str, JobRecord], alloc_
     left pending), in txns of at most the store's op limit."""
     keys = cell.keys
     ops = [_PUT(keys.machine(m), pack_machine(ledgers[m]), 0) for m in sorted(ledgers)]
-    ops += alloc_puts
-    for job_id in sorted(jobs):
+    for job_id in sorted(jobs):  # the records before the allocs, as a placement puts them
         record = jobs[job_id]
         if "p" not in record.tasks:
             record = record.with_progress(record.tasks, "", record.first_attempt_at, now)
         ops.append(Put(keys.job(job_id), encode_job_record(record)))
+    ops += alloc_puts
     step = cell.store.max_txn_ops
     for i in range(0, len(ops), step):
         result = cell.store.txn([], ops[i:i + step], [])
