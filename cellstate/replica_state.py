@@ -293,10 +293,14 @@ class ReplicaState:
         of = self._allocs_of.get(ident)
         if of and not record.job.gang:
             tasks = record.tasks
-            # the allocated tasks that are pending, in C loops (most records put have no "p"; a
-            # long string's pending indices are remembered by its identity, and the replicas of
-            # one process share the decoded record)
-            derived = of.keys() & pending_indices(tasks) if "p" in tasks else None
+            if "p" not in tasks:  # (C: most records put have no pending task)
+                derived = None
+            elif len(of) < 16:
+                n = len(tasks)
+                derived = {i for i in of if i < n and tasks[i] == "p"}
+            else:  # a C set intersection: a long string's pending indices are remembered by its
+                # identity, and the replicas of one process share the decoded record
+                derived = of.keys() & pending_indices(tasks)
             if derived:
                 self._derived[ident] = derived
                 self._dirty[ident] = None
