@@ -188,6 +188,8 @@ class Replica(ReplicaState):
                     self._delete(key)
         if run:
             put_allocs(run)
+        if self._ahead:
+            self._caught_up(batch.revision)
         if self._dirty:
             self._flush_derived()
         if batch.revision > self.revision:
@@ -260,13 +262,21 @@ class Replica(ReplicaState):
 
     def apply_entries(self, machines: Iterable[MachineEntry] = (), jobs: Iterable[JobEntry] = (), *,
                       revision: int = 0, deleted_machines: Iterable[str] = (),
-                      deleted_jobs: Iterable[str] = (), allocs: Iterable[AllocEntry] = ()) -> int:
-        """Apply fresh, decoded entries (a failed commit's failure branch), each only if newer
-        than what the replica holds; ``deleted_*`` ids were found absent at ``revision``.
-        A job entry is taken as the stored record (a failed placement's fresh job may have
-        tasks whose ``allocs`` it found already placed: the same effective record, and every
-        later delete of those allocs writes the record again). Returns how many changed."""
+                      deleted_jobs: Iterable[str] = (), allocs: Iterable[AllocEntry] = (),
+                      deleted_allocs: Iterable[tuple[str, int]] = ()) -> int:
+        """Apply fresh, decoded entries (a failed commit's failure branch, read at ``revision``),
+        each only if newer than what the replica holds; ``deleted_*`` ids (and (job, task) of
+        allocations) were found absent at ``revision``. A job entry is taken as the stored
+        record (a failed placement's fresh job may have tasks whose ``allocs`` it found already
+        placed: the same effective record, and every later delete of those allocs writes the
+        record again), with no task derived from the other allocations held until the watch
+        reaches ``revision`` (``_set_job_ahead``). Returns how many changed."""
         applied = 0
+        for job_id, task in deleted_allocs:
+            key = self.keys.alloc(job_id, task)
+            if revision and self._newer(key, revision):
+                self._delete_local(key, revision)
+                applied += 1
         for entry in allocs:
             alloc = entry.alloc
             key = self.keys.alloc(alloc.job_id, alloc.task_index)
@@ -286,7 +296,7 @@ class Replica(ReplicaState):
             key = self.keys.job(entry.id)
             if self._newer(key, entry.mod_revision):
                 self._mod[key] = entry.mod_revision
-                self._set_job(entry.id, entry)
+                self._set_job_ahead(entry.id, entry, max(revision, entry.mod_revision))
                 self.quarantine.pop(key, None)
                 applied += 1
         gone = [self.keys.machine(i) for i in deleted_machines] + [self.keys.job(i) for i in deleted_jobs]

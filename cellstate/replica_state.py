@@ -82,6 +82,9 @@ class ReplicaState:
         self._raw_jobs: dict[str, JobEntry] = {}  # the stored records
         self._derived: dict[str, set[int]] = {}  # job -> its derived task indices (non-empty sets only)
         self._dirty: dict[str, list[int] | None] = {}  # job -> new derived tasks, or None: rebuild
+        # job -> the revision of a record taken ahead of the watch (a failed commit's read): its
+        # allocs held may be older than the record, so none is derived until the watch is there
+        self._ahead: dict[str, int] = {}
         self._allocs: dict[str, Alloc] = {}  # by key
         self._pending: dict[JobKind, dict[str, JobEntry]] = {kind: {} for kind in JobKind}
         # the same entries by scheduler class (``Job.scheduler_class``): the jobs a scheduler serves
@@ -96,7 +99,7 @@ class ReplicaState:
     def _reset(self) -> None:
         """Forget everything (every dict is cleared in place)."""
         for held in (self.quarantine, self.stats_raw, self.conflicts_raw, self.gangs_raw, self.kills_raw, self._mod,
-                     self._machines, self._jobs, self._raw_jobs, self._derived, self._dirty, self._allocs,
+                     self._machines, self._jobs, self._raw_jobs, self._derived, self._dirty, self._ahead, self._allocs,
                      self._allocs_on, self._allocs_of, *self._pending.values(), *self._pending_class.values()):
             held.clear()
 
@@ -217,6 +220,7 @@ class ReplicaState:
             self._raw_jobs.pop(ident, None)
             self._derived.pop(ident, None)
             self._dirty.pop(ident, None)
+            self._ahead.pop(ident, None)
             old_job = self._jobs.pop(ident, None)
             if old_job is not None:
                 self._pending[old_job.record.job.kind].pop(ident, None)
@@ -295,6 +299,8 @@ class ReplicaState:
             tasks = record.tasks
             if "p" not in tasks:  # (C: most records put have no pending task)
                 derived = None
+            elif self._ahead and ident in self._ahead:
+                derived = self._current_derived(ident, tasks, of)
             elif len(of) < 16:
                 n = len(tasks)
                 derived = {i for i in of if i < n and tasks[i] == "p"}
@@ -340,6 +346,9 @@ class ReplicaState:
         raw = self._raw_jobs.get(job_id)
         if raw is None:
             return  # (no record yet: its put derives from the allocations held)
+        if self._ahead and job_id in self._ahead \
+                and self._mod.get(self.keys.alloc(job_id, task), 0) < self._ahead[job_id]:
+            return  # (an alloc older than a record held ahead of the watch: see _set_job_ahead)
         record = raw.record
         tasks = record.tasks
         if task < len(tasks) and tasks[task] == "p" and not record.job.gang:
@@ -354,6 +363,31 @@ class ReplicaState:
                 new = dirty[job_id]
                 if new is not None:
                     new.append(task)
+
+    def _set_job_ahead(self, ident: str, entry: JobEntry, revision: int) -> None:
+        """Hold ``entry`` (a record read at ``revision``, ahead of the watch) as ``_set_job``, but
+        until the watch reaches ``revision`` (``_caught_up``) derive tasks only from allocations
+        written at or after it (``_current_derived``): older ones may have been deleted meanwhile
+        (the watch has not brought the delete yet) and would place their task again. Too few
+        placed tasks only cost a failed commit (its alloc compare); one too many could be written
+        into the record by a writer of the effective view (``lifecycle_txn``, the committer)."""
+        self._ahead[ident] = max(revision, self._ahead.get(ident, 0))
+        self._set_job(ident, entry)
+
+    def _current_derived(self, ident: str, tasks: str, of: dict[int, Alloc]) -> set[int]:
+        """The derived tasks of a job held ahead of the watch: only allocations written at or
+        after the record's read (the owner's own commits, a failed commit's reads) count."""
+        ahead, mods, alloc_key, n = self._ahead[ident], self._mod, self.keys.alloc, len(tasks)
+        return {i for i in of if i < n and tasks[i] == "p" and mods.get(alloc_key(ident, i), 0) >= ahead}
+
+    def _caught_up(self, revision: int) -> None:
+        """The watch reached ``revision``: the jobs held ahead of it up to there derive again."""
+        for ident, ahead in list(self._ahead.items()):
+            if ahead <= revision:
+                del self._ahead[ident]
+                raw = self._raw_jobs.get(ident)
+                if raw is not None:
+                    self._set_job(ident, raw)
 
     def _unnote_alloc(self, job_id: str, task: int) -> None:
         """The allocation of ``job_id``'s task ``task`` went away: no longer derived."""

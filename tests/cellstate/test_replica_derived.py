@@ -17,6 +17,7 @@ from cellstate.memory_store import MemoryStore
 from cellstate.model import Alloc, Job, JobKind, JobRecord
 from cellstate.replica import Replica
 from cellstate.store import Delete, Put
+from omega.protocols import JobEntry
 
 JOBS = ("j0", "j1", "j2", "g3", "j4")  # g3 is a gang: its records are never derived
 TASKS = 6
@@ -104,3 +105,26 @@ def test_the_replica_holds_the_rule_after_random_writes(seed):
 
 def test_the_replica_holds_the_rule_on_etcd(etcd_store, cell_keys):
     _run(etcd_store, cell_keys, 99, 150)
+
+
+def test_a_record_taken_ahead_of_the_watch_derives_nothing_from_older_allocs(store, keys):
+    """A failed commit hands the replica a job record newer than its watch. An alloc the replica
+    still holds may have been deleted meanwhile (an eviction: the record back to ``p``, the
+    alloc gone); it must not place its task again until the watch brings the delete. Allocs
+    written after the record's read (the owner's own commit) do count."""
+    record = JobRecord(Job("j", JobKind.BATCH, 3, REQUEST), "ppp", first_attempt_at=1.0)
+    store.txn((), [Put(keys.job("j"), encode_job_record(record)),
+                   Put(keys.alloc("j", 0), encode_alloc(Alloc("j", 0, "m0", REQUEST)))])
+    replica = Replica(store, keys)
+    replica.sync()
+    assert replica.job("j").record.tasks == "app"
+    evicted = JobRecord(record.job, "ppp", reason="machine m0 failed", first_attempt_at=1.0)
+    revision = store.txn((), [Delete(keys.alloc("j", 0)), Put(keys.job("j"), encode_job_record(evicted))]).revision
+    replica.apply_entries(jobs=[JobEntry(evicted, revision)], revision=revision)
+    assert replica.job("j").record.tasks == "ppp" and replica.pending_lookup(JobKind.BATCH)("j") is not None
+    own = store.put(keys.alloc("j", 2), encode_alloc(Alloc("j", 2, "m1", REQUEST)))
+    replica.apply_local(own, [(keys.alloc("j", 2), encode_alloc(Alloc("j", 2, "m1", REQUEST)))])
+    assert replica.job("j").record.tasks == "ppa"
+    catch_up(replica, own)
+    assert replica.job("j").record.tasks == "ppa" and replica.alloc_entry("j", 0) is None
+    replica.close()
