@@ -26,6 +26,8 @@ Not thread-safe: one thread applies and reads (see ``cellstate.replica``).
 from __future__ import annotations
 
 import logging
+from itertools import compress
+from operator import itemgetter
 from typing import Callable, Iterable
 
 from cellstate.codec import (
@@ -33,7 +35,7 @@ from cellstate.codec import (
 )
 from cellstate.fastbuild import builder
 from cellstate.keys import CellKeys
-from cellstate.model import Alloc, JobKind, pending_indices, set_placed
+from cellstate.model import Alloc, JobKind, set_placed
 from cellstate.shared_decodes import SharedDecodes
 from omega.protocols import AllocEntry, JobEntry, MachineEntry
 
@@ -42,6 +44,7 @@ log = logging.getLogger(__name__)
 DecodeErrorHandler = Callable[[str, Exception], None]
 _MACHINE_ENTRY, _JOB_ENTRY = builder(MachineEntry), builder(JobEntry)  # entries without __init__'s cost
 _EMPTY: dict = {}  # shared, never mutated: the answer for an unknown machine or job
+_IS_PENDING = "p".__eq__
 
 
 def log_decode_error(key: str, error: Exception) -> None:
@@ -304,9 +307,12 @@ class ReplicaState:
             elif len(of) < 16:
                 n = len(tasks)
                 derived = {i for i in of if i < n and tasks[i] == "p"}
-            else:  # a C set intersection: a long string's pending indices are remembered by its
-                # identity, and the replicas of one process share the decoded record
-                derived = of.keys() & pending_indices(tasks)
+            else:  # the same in C loops: the states of the allocated tasks, those that are "p"
+                try:
+                    derived = set(compress(of, map(_IS_PENDING, itemgetter(*of)(tasks))))
+                except IndexError:  # (an alloc of a task the record does not have)
+                    n = len(tasks)
+                    derived = {i for i in of if i < n and tasks[i] == "p"}
             if derived:
                 self._derived[ident] = derived
                 self._dirty[ident] = None

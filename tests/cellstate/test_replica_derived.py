@@ -23,21 +23,21 @@ JOBS = ("j0", "j1", "j2", "g3", "j4")  # g3 is a gang: its records are never der
 TASKS = 6
 
 
-def _record(rng: random.Random, job_id: str) -> JobRecord:
+def _record(rng: random.Random, job_id: str, tasks: int = TASKS) -> JobRecord:
     kind = JobKind.SERVICE if job_id == "j4" else JobKind.BATCH
-    states = "".join(rng.choice("ppppaarfk") for _ in range(TASKS))
-    return JobRecord(Job(job_id, kind, TASKS, REQUEST, gang=job_id.startswith("g")), states,
+    states = "".join(rng.choice("ppppaarfk") for _ in range(tasks))
+    return JobRecord(Job(job_id, kind, tasks, REQUEST, gang=job_id.startswith("g")), states,
                      killed=rng.random() < 0.1)
 
 
-def _ops(rng: random.Random, keys: CellKeys) -> tuple[list[Put], list[Delete]]:
+def _ops(rng: random.Random, keys: CellKeys, tasks: int = TASKS) -> tuple[list[Put], list[Delete]]:
     """One txn's writes: a few record puts, alloc puts (running or not) and deletes."""
     puts: dict[str, bytes] = {}
     deletes: set[str] = set()
     for _ in range(rng.randrange(1, 6)):
-        roll, job_id, task = rng.random(), rng.choice(JOBS), rng.randrange(TASKS + 1)  # (task 6: out of range)
+        roll, job_id, task = rng.random(), rng.choice(JOBS), rng.randrange(tasks + 1)  # (the last: out of range)
         if roll < 0.25:
-            key, value = keys.job(job_id), encode_job_record(_record(rng, job_id))
+            key, value = keys.job(job_id), encode_job_record(_record(rng, job_id, tasks))
         elif roll < 0.75:
             key = keys.alloc(job_id, task)
             value = encode_alloc(Alloc(job_id, task, f"m{rng.randrange(3)}", REQUEST, running=rng.random() < 0.3))
@@ -78,13 +78,13 @@ def _assert_equal(replica: Replica, store, keys: CellKeys) -> None:
     assert {j for j in jobs if lookup(j) is not None} == pending[JobKind.BATCH]
 
 
-def _run(store, keys: CellKeys, seed: int, txns: int) -> None:
+def _run(store, keys: CellKeys, seed: int, txns: int, tasks: int = TASKS) -> None:
     rng = random.Random(seed)
     replica = Replica(store, keys)
     replica.sync()
     replica.pending_class_lookup("batch")  # the class index kept from the start
     for n in range(txns):
-        puts, deletes = _ops(rng, keys)
+        puts, deletes = _ops(rng, keys, tasks)
         revision = store.txn((), puts + deletes).revision
         if rng.random() < 0.3:  # the owner applies its own commit before the watch brings it
             replica.apply_local(revision, [(p.key, p.value) for p in puts], [d.key for d in deletes])
@@ -101,6 +101,12 @@ def _run(store, keys: CellKeys, seed: int, txns: int) -> None:
 @pytest.mark.parametrize("seed", range(6))
 def test_the_replica_holds_the_rule_after_random_writes(seed):
     _run(MemoryStore(), CellKeys("derived"), seed, 300)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_replica_holds_the_rule_with_many_allocs_per_job(seed):
+    """Jobs of 40 tasks: records put over 16 allocs take the C path."""
+    _run(MemoryStore(), CellKeys("derived"), seed, 1500, tasks=40)
 
 
 def test_the_replica_holds_the_rule_on_etcd(etcd_store, cell_keys):
