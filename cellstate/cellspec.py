@@ -119,7 +119,8 @@ def init_cell(store: Store, keys: CellKeys, spec: CellSpec, replace: bool = Fals
     """Write the spec's machines into the cell; return the revision after the last txn.
 
     Refuses (CellExists) when the cell already has machines, unless ``replace``: then the
-    cell's machines, allocs and jobs are deleted first (a fresh cell). Machines are written
+    cell's machines, allocs, jobs and kill markers are deleted first (a fresh cell: job ids may
+    be submitted again, so their markers go with them). Machines are written
     in txns as big as ``store.max_txn_ops`` and the request-size limit allow, each guarded by
     ``missing`` compares on its keys, so a concurrent init fails rather than interleaves.
     """
@@ -128,7 +129,8 @@ def init_cell(store: Store, keys: CellKeys, spec: CellSpec, replace: bool = Fals
         raise CellExists(f"cell {keys.cell!r} already has {len(existing.kvs)} machines "
                          "(use replace to start a fresh cell)")
     if replace:
-        store.txn([], [Delete(keys.kind_prefix(kind), prefix=True) for kind in ("machines", "allocs", "jobs")], [])
+        store.txn([], [Delete(keys.kind_prefix(kind), prefix=True) for kind in ("machines", "allocs", "jobs", "kills")],
+                  [])
     revision = 0
     for chunk in txn_chunks([(keys.machine(m.id), encode_machine(m)) for m in build_machines(spec)],
                          store.max_txn_ops, store.max_request_bytes):

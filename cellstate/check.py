@@ -11,11 +11,17 @@ Violation kinds:
   orphan-alloc      an alloc whose job or machine does not exist
   task-out-of-range an alloc for a task index the job does not have
   task-state        a task whose char is 'a'/'r' without an alloc, or with an alloc but not 'a'/'r'
+                    (judged on the effective record: a pending task of a job that is not a gang
+                    and that has an alloc is placed, ``JobRecord.with_allocs``)
   task-accounting   pending + placed/running + finished/failed/killed != tasks
   orphaned-reservation  an alloc of a pending task while its job has no gang key: an
                     orphaned gang reservation (docs/CELLSTATE.md, "Gangs larger than one
                     transaction"); with a gang key it is a reservation in progress, legal
-  undecodable/bad-key also cover ``gangs/{job}`` values (reservation records)
+  kill-marker       a (decodable) kill marker ``kills/{job}`` whose job is missing or not killed (a kill
+                    that stopped between its first txn and the record's; no task of the job can
+                    be placed while it stays)
+  undecodable/bad-key also cover ``gangs/{job}`` values (reservation records) and ``kills/{job}``
+                    values (kill markers)
 
 A machine or job value that does not decode or is misfiled (another machine's valid value
 under ``machines/m1``) is reported once, under its own key, and then left out as the schedulers
@@ -31,6 +37,7 @@ from dataclasses import asdict, dataclass, field
 
 from cellstate.codec.records import decode_alloc, decode_job_record, decode_machine
 from cellstate.codec.gang import decode_gang
+from cellstate.codec.kill import decode_kill
 from cellstate.codec.fields import CodecError
 from cellstate.keys import CellKeys
 from cellstate.model import Alloc, JobRecord, Machine, TaskState
@@ -82,6 +89,7 @@ class _Cell:
     undecodable_jobs: set[str] = field(default_factory=set)
     bad_alloc_tasks: set[tuple[str, int]] = field(default_factory=set)
     gangs: set[str] = field(default_factory=set)  # jobs with a gang key (a reservation in progress)
+    kills: dict[str, str] = field(default_factory=dict)  # job id -> key of its kill marker
 
 
 def check_cell(store: Store, keys: CellKeys, revision: int | None = None) -> Report:
@@ -93,6 +101,7 @@ def check_cell(store: Store, keys: CellKeys, revision: int | None = None) -> Rep
     _check_ledgers(keys, cell, report)
     _check_allocs(keys, cell, report)
     _check_tasks(keys, cell, report)
+    _check_kills(cell, report)
     return report
 
 
@@ -147,6 +156,12 @@ def _decode_one(kind: str, parts: tuple[str, ...], kv: KeyValue, cell: _Cell, re
         gang = decode_gang(kv.key, kv.value)
         if gang.job_id != parts[0]:
             report.add("key-mismatch", kv.key, f"holds the reservation of job {gang.job_id!r}")
+    elif kind == "kills" and len(parts) == 1:
+        marker = decode_kill(kv.key, kv.value)
+        if marker.job_id != parts[0]:
+            report.add("key-mismatch", kv.key, f"holds the kill marker of job {marker.job_id!r}")
+        else:
+            cell.kills[parts[0]] = kv.key  # (a bad value is reported as such, once)
     elif kind == "allocs" and len(parts) == 2:
         alloc = decode_alloc(kv.key, kv.value)
         if (alloc.job_id, str(alloc.task_index)) != parts:
@@ -203,10 +218,13 @@ def _check_allocs(keys: CellKeys, cell: _Cell, report: Report) -> None:
 def _check_tasks(keys: CellKeys, cell: _Cell, report: Report) -> None:
     """A task is 'a'/'r' iff it has an alloc; the state counts add up to the task count."""
     allocated: dict[str, set[int]] = {}
+    allocs_of: dict[str, list[Alloc]] = {}
     for _, alloc in cell.allocs:
         allocated.setdefault(alloc.job_id, set()).add(alloc.task_index)
+        allocs_of.setdefault(alloc.job_id, []).append(alloc)
     for job_id, record in sorted(cell.jobs.items()):
         key = keys.job(job_id)
+        record = record.with_allocs(allocs_of.get(job_id, ()))  # placements that wrote no record
         with_alloc = allocated.get(job_id, set())
         unknown = {t for j, t in cell.bad_alloc_tasks if j == job_id} if cell.bad_alloc_tasks else ()
         live_without = [i for i, c in enumerate(record.tasks) if c in _LIVE and i not in with_alloc
@@ -226,6 +244,19 @@ def _check_tasks(keys: CellKeys, cell: _Cell, report: Report) -> None:
         counted = sum(record.count(s) for s in TaskState)
         if counted != record.job.tasks:
             report.add("task-accounting", key, f"{counted} task states for {record.job.tasks} tasks")
+
+
+def _check_kills(cell: _Cell, report: Report) -> None:
+    """Every kill marker names a job that is killed (a job whose record does not decode is
+    left out, as everywhere)."""
+    for job_id, key in sorted(cell.kills.items()):
+        record = cell.jobs.get(job_id)
+        if record is None:
+            if job_id not in cell.undecodable_jobs:
+                report.add("kill-marker", key, f"kill marker of job {job_id!r}, which does not exist")
+        elif not record.killed:
+            report.add("kill-marker", key, f"kill marker of job {job_id!r}, which is not killed "
+                       "(an unfinished kill: no task of it can be placed; kill it again)")
 
 
 def _few(indices: list[int]) -> str:

@@ -1,12 +1,27 @@
 """``StoreCommitter``: a placement plan as ONE store transaction (Omega §3.4).
 
-    compare  mod_revision == seen for every touched machine, the job and every victim job;
-             for a gang, create_revision == 0 (missing) for every claimed task's alloc key;
+A placement of a job that is not a gang guards each task it places, not the job record
+(docs/CELLSTATE.md, "Task state out of the record"):
+
+    compare  mod_revision == seen for every touched machine, every victim job and victim alloc;
+             create_revision == 0 (missing) for every claimed task's alloc key and for the
+             job's kill marker ``kills/{job}``; the job's mod_revision only when the plan
+             changes the record's bookkeeping (below);
     success  put each touched machine with its new ledger (seen ledger + claims - evictions),
-             put allocs/{job}/{task} per claim, put the job record (claimed tasks 'a',
-             reason, first_attempt_at, placed_at), delete evicted allocs and put the victim
-             job records with the evicted tasks back to 'p';
-    failure  get every compared key, decoded into fresh entries.
+             put allocs/{job}/{task} per claim, delete evicted allocs and put the victim job
+             records with the evicted tasks back to 'p'; put the job record only when its
+             bookkeeping changes: the first attempt (first_attempt_at), the last pending task
+             placed (placed_at), a new reason. Otherwise the placement is *record-free*: the
+             claimed tasks are placed because their allocs exist (``model.effective_tasks``),
+             and the bytes it writes grow with the tasks it places, not the job's size;
+    failure  get every compared key, the job record and the claimed alloc keys and the kill
+             marker, decoded into fresh entries: the fresh job has the claimed tasks another
+             writer placed meanwhile as placed (their allocs in ``fresh_allocs``) and is killed
+             when the marker exists, so the conflict split drops those claims.
+
+A gang's plan compares the machines, the job's mod_revision and each claimed alloc key missing
+(a dead scheduler's reservation writes allocs without the record), and puts the record with the
+claimed tasks 'a' (gang records are never derived).
 
 Bad values are quarantined, never fatal: a failure-branch value that does not decode, or whose
 id is not its key's (``machines/m1`` holding machine m2), becomes a None entry (the machine
@@ -22,6 +37,7 @@ job's revision; if the record would not change, the txn writes nothing and only 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from operator import itemgetter
 
 from cellstate.codec.records import decode_alloc, decode_job_record, decode_machine, encode_job_record
@@ -30,7 +46,7 @@ from cellstate.codec.trusted import pack_alloc, pack_machine
 from cellstate.fastbuild import builder
 from cellstate.gang_commit import GangCommits
 from cellstate.keys import CellKeys
-from cellstate.model import Alloc, JobRecord, Machine, MachineState, TaskState, with_states
+from cellstate.model import Alloc, JobRecord, Machine, MachineState, TaskState, set_placed, with_states
 from cellstate.resources import Resources
 from cellstate.store import (
     Compare, CompareOp, CompareTarget, Delete, Get, KeyValue, Put, Store, TxnTooLarge,
@@ -48,11 +64,12 @@ _DOWN = MachineState.DOWN
 
 
 def claims_per_txn(max_txn_ops: int) -> int:
-    """Claims one txn can hold without evictions: each claim puts an alloc and (at worst)
-    a machine, and the job record is one more put."""
-    if type(max_txn_ops) is not int or max_txn_ops < 3:
-        raise ValueError(f"max_txn_ops must be an int >= 3 to hold one claim, got {max_txn_ops!r}")
-    return (max_txn_ops - 1) // 2
+    """Claims one txn can hold without evictions: each claim compares its alloc key missing and
+    puts the alloc and (at worst) a machine it compares, and the job record and the kill marker
+    take one more compare (the record one more put, the marker one more read)."""
+    if type(max_txn_ops) is not int or max_txn_ops < 4:
+        raise ValueError(f"max_txn_ops must be an int >= 4 to hold one claim, got {max_txn_ops!r}")
+    return (max_txn_ops - 2) // 2
 
 
 def summarize_reasons(unplaced: dict[int, str]) -> str:
@@ -89,8 +106,11 @@ class StoreCommitter:
         ValueError if the plan is inconsistent (claims for tasks that are not pending, …)."""
         check_plan(plan)
         ledgers = new_ledgers(plan)
-        compares, keys, gets, alloc_keys = self._compares(plan, ledgers)
-        success, written, deleted, applied = self._writes(plan, ledgers, keys, alloc_keys)
+        record = updated_record(plan)
+        free = record_free(plan, record)
+        compares, keys, gets, alloc_keys = self._compares(plan, ledgers, free)
+        success, written, deleted, applied = self._writes(plan, ledgers, keys, alloc_keys,
+                                                          None if free else record)
         result = self._send("plan", plan, compares, success, gets)
         if result.succeeded:
             return self._success(result.revision, written, deleted, applied)
@@ -112,14 +132,18 @@ class StoreCommitter:
 
     # -- building the txn ----------------------------------------------------------------
 
-    def _compares(self, plan: Plan, ledgers: dict[str, Machine]):
-        """Compares, the compared keys in order: touched machines (those of ``ledgers``), the
-        job, victim jobs (each ``mod_revision_is(key, seen)``, built without the dataclass
-        ``__init__``), and the failure branch's Gets of those keys; then, for a gang, the claims'
-        alloc keys, each compared missing (``create_revision == 0``: a task is never placed over
-        an allocation the view has not seen yet, a dead scheduler's gang reservation, which
-        wrote allocs without the job record), which the failure branch does not read back.
-        Other jobs' allocs are always written with their record, so its revision guards them."""
+    def _compares(self, plan: Plan, ledgers: dict[str, Machine], free: bool = False):
+        """Compares (each built without the dataclass ``__init__``), the keys read back in
+        order (touched machines, those of ``ledgers``; the job; victim jobs; victim allocs), the
+        failure branch's Gets and the claims' alloc keys in claim order.
+
+        Each machine, victim job and victim alloc is compared at its seen mod_revision; the job
+        too unless ``free`` (a record-free placement, ``record_free``). Every claimed task's
+        alloc key is compared missing (``create_revision == 0``): a task is never placed over an
+        allocation the plan did not see (another placement's, written without the record, or a
+        dead scheduler's gang reservation). A plan with claims of a job that is not a gang also
+        compares its kill marker missing, and its failure branch reads the claimed alloc keys and
+        the marker after the compared keys (``guarded``); a gang's does not read them back."""
         keys, compares, gets = [], [], []
         reads = self.keys.machine_reads
         for machine_id in ledgers:
@@ -127,37 +151,49 @@ class StoreCommitter:
             keys.append(key)
             gets.append(get)
             compares.append(_COMPARE(key, _MOD, _EQ, plan.machines[machine_id].mod_revision))
-        for entry in (plan.job, *plan.victims.values()):
+        job_id = plan.job.id
+        job_key = self.keys.job(job_id)
+        keys.append(job_key)
+        if not free:
+            compares.append(_COMPARE(job_key, _MOD, _EQ, plan.job.mod_revision))
+        for entry in plan.victims.values():
             key = self.keys.job(entry.id)
             keys.append(key)
             compares.append(_COMPARE(key, _MOD, _EQ, entry.mod_revision))
-        for (job_id, task), entry in plan.victim_allocs.items():
-            key = self.keys.alloc(job_id, task)
+        for (victim_id, task), entry in plan.victim_allocs.items():
+            key = self.keys.alloc(victim_id, task)
             keys.append(key)
             compares.append(_COMPARE(key, _MOD, _EQ, entry.mod_revision))
         gets += [_GET(key, False) for key in keys[len(gets):]]
         alloc = self.keys.alloc
-        job_id = plan.job.id
         alloc_keys = [alloc(job_id, claim.task_index) for claim in plan.claims]
-        if plan.job.record.job.gang:
-            compares += [_COMPARE(key, _CREATE, _EQ, 0) for key in alloc_keys]
+        compares += [_COMPARE(key, _CREATE, _EQ, 0) for key in alloc_keys]
+        if guarded(plan):
+            marker = self.keys.kill(job_id)
+            compares.append(_COMPARE(marker, _CREATE, _EQ, 0))
+            gets += [_GET(key, False) for key in alloc_keys]
+            gets.append(_GET(marker, False))
         return compares, keys, gets, alloc_keys
 
-    def _writes(self, plan: Plan, new: dict[str, Machine], compared: list[str], alloc_keys: list[str]):
+    def _writes(self, plan: Plan, new: dict[str, Machine], compared: list[str], alloc_keys: list[str],
+                record: JobRecord | None):
         """Success ops, the {key: value} put, the keys deleted, and the values put as
         objects: (ledgers, job records, {alloc key: Alloc}). Values are built here from the
         plan's decoded entries, so they take the codec's trusted encoders (field checks
         instead of a decode-back; same bytes, same errors). ``compared`` are the keys
-        ``_compares`` gave, whose strings the writes of the same keys reuse, and ``alloc_keys`` the
-        claims' alloc keys, in claim order."""
-        written, ledgers, allocs = self._claim_writes(plan, new, compared, alloc_keys)
+        ``_compares`` gave, whose strings the writes of the same keys reuse, ``alloc_keys`` the
+        claims' alloc keys, in claim order, and ``record`` the job's new record (``updated_record``;
+        put when it differs from the seen one; None: a record-free placement)."""
+        claims, ledgers, allocs = self._claim_writes(plan, new, compared, alloc_keys)
         deleted: list[str] = []
         job = plan.job.record
-        record = updated_record(plan)
-        records = ([record] if record != job else []) + list(victim_records(plan).values())
+        records = ([record] if record is not None and record != job else []) + list(victim_records(plan).values())
         job_key = compared[len(new)]
-        for record in records:
-            written[job_key if record.id == plan.job.id else self.keys.job(record.id)] = encode_job_record(record)
+        # The records first: a watcher then applies the record with the claimed tasks placed
+        # before their allocs, so it never derives them from the allocs only to drop that again.
+        written = {job_key if record.id == plan.job.id else self.keys.job(record.id): encode_job_record(record)
+                   for record in records}
+        written.update(claims)
         for claim in plan.claims:
             deleted.extend(self.keys.alloc(job_id, task) for job_id, task in claim.evicts)
         ops = [_PUT(key, value, 0) for key, value in written.items()] + [Delete(key) for key in deleted]
@@ -188,30 +224,87 @@ class StoreCommitter:
         # field given in order (fresh_* and quarantined empty): one per commit, without its dataclass __init__.
         return _COMMIT_OUTCOME(True, revision, {}, None, False, {}, {}, written, deleted,
                                tuple([_MACHINE_ENTRY(m, revision) for m in ledgers]),
-                               tuple([_JOB_ENTRY(r, revision) for r in records]), allocs, True, {})
+                               tuple([_JOB_ENTRY(r, revision) for r in records]), allocs, True, {}, {})
 
     # -- failure -------------------------------------------------------------------------
 
     def _failure(self, plan: Plan, revision: int, reads) -> CommitOutcome:
-        """Decode the Gets of the failure branch (same order as the compares). A key still at
+        """Decode the Gets of the failure branch (``_compares``' order). A key still at
         the revision the plan saw holds the value the plan saw (a revision names one write):
         the plan's entry is reused instead of decoding it again (most of a failed txn's keys).
         A value that does not decode or names another id is quarantined: its entry is None
-        and ``quarantined`` names its key (see the module docstring)."""
+        and ``quarantined`` names its key (see the module docstring). For a ``guarded`` plan
+        the claimed alloc keys found are ``fresh_allocs`` and applied to the fresh job (those
+        tasks placed), which is killed when the kill marker exists."""
         machine_ids = touched_machines(plan)
         values = [kvs[0] if kvs else None for kvs in reads]
         bad: dict[str, tuple[int, str]] = {}
         fresh_machines = {mid: _fresh(kv, plan.machines[mid], _machine_entry, mid, bad)
                           for mid, kv in zip(machine_ids, values)}
-        job_kvs = values[len(machine_ids):len(machine_ids) + 1 + len(plan.victims)]
+        at = len(machine_ids)
+        job_kvs = values[at:at + 1 + len(plan.victims)]
         fresh_job = _fresh(job_kvs[0], plan.job, _job_entry, plan.job.id, bad)
         victims = {victim: _fresh(kv, plan.victims[victim], _job_entry, victim, bad)
                    for victim, kv in zip(plan.victims, job_kvs[1:])}
-        alloc_kvs = values[len(machine_ids) + 1 + len(plan.victims):]
+        at += 1 + len(plan.victims)
+        alloc_kvs = values[at:at + len(plan.victim_allocs)]
         allocs = {task: _fresh(kv, plan.victim_allocs[task], _alloc_entry, task, bad)
                   for task, kv in zip(plan.victim_allocs, alloc_kvs)}
         deleted = fresh_job is None and job_kvs[0] is None  # (a quarantined job is unusable, not gone)
-        return CommitOutcome(False, revision, fresh_machines, fresh_job, deleted, victims, allocs, quarantined=bad)
+        found: dict[tuple[str, int], AllocEntry] = {}
+        if guarded(plan):
+            at += len(plan.victim_allocs)
+            job_id = plan.job.id
+            for claim, kv in zip(plan.claims, values[at:at + len(plan.claims)]):
+                if kv is not None:
+                    task = (job_id, claim.task_index)
+                    entry = _fresh(kv, _UNSEEN, _alloc_entry, task, bad)
+                    if entry is not None:
+                        found[task] = entry
+            killed = values[at + len(plan.claims)] is not None
+            if fresh_job is not None and (found or killed):
+                fresh_job = _placed_by_others(fresh_job, found.values(), killed)
+        return _COMMIT_OUTCOME(False, revision, fresh_machines, fresh_job, deleted, victims, allocs, {}, (),
+                               (), (), {}, False, bad, found)
+
+
+def guarded(plan: Plan) -> bool:
+    """True for a plan with claims of a job that is not a gang: its claims are guarded per task
+    (alloc keys and the kill marker compared missing, read back on failure)."""
+    return bool(plan.claims) and not plan.job.record.job.gang
+
+
+def record_free(plan: Plan, record: JobRecord) -> bool:
+    """True when ``plan`` (``guarded``) need not write its job record: ``record``, its
+    ``updated_record``, differs from the seen record only in task states (the claimed tasks
+    are placed by their allocs alone: ``model.effective_tasks``)."""
+    if not guarded(plan):
+        return False
+    seen = plan.job.record
+    return (record.reason == seen.reason and record.first_attempt_at == seen.first_attempt_at
+            and record.placed_at == seen.placed_at and record.killed == seen.killed)
+
+
+def _placed_by_others(entry: JobEntry, found, killed: bool) -> JobEntry:
+    """``entry`` (the fresh job) with the tasks of the allocs ``found`` placed and, when the kill
+    marker exists, killed (its mod_revision kept: the record's)."""
+    record = entry.record
+    tasks = record.tasks
+    changes = [(e.alloc.task_index, e.alloc.running) for e in found
+               if 0 <= e.alloc.task_index < len(tasks) and tasks[e.alloc.task_index] == "p"]
+    if changes:
+        record = record.with_progress(set_placed(tasks, changes), record.reason, record.first_attempt_at,
+                                      record.placed_at)
+    if killed and not record.killed:
+        record = replace(record, killed=True)
+    return entry if record is entry.record else _JOB_ENTRY(record, entry.mod_revision)
+
+
+class _Unseen:
+    mod_revision = -1  # no key has it: a found value is always decoded
+
+
+_UNSEEN = _Unseen()
 
 
 def _machine_entry(kv: KeyValue, ident: str) -> tuple[MachineEntry | None, str]:

@@ -6,6 +6,8 @@
     {root}/cells/{cell}/stats/{scheduler}          scheduler stats (leased: vanish with their process)
     {root}/cells/{cell}/conflicts/{scheduler}/{n}  recent conflicts (leased)
     {root}/cells/{cell}/gangs/{job_id}             a gang reservation in progress (leased)
+    {root}/cells/{cell}/kills/{job_id}             kill marker: the job is being (or was) killed;
+                                                   a placement that writes no record compares it missing
 
 Ids may not contain "/" (validated by the codec and the job-spec loader).
 """
@@ -20,7 +22,7 @@ from cellstate.store import Get
 _GET = builder(Get)
 
 DEFAULT_ROOT = "/omega"
-KINDS = ("machines", "jobs", "allocs", "stats", "conflicts", "gangs")
+KINDS = ("machines", "jobs", "allocs", "stats", "conflicts", "gangs", "kills")
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +69,9 @@ class CellKeys:
 
     def gang(self, job_id: str) -> str:
         return f"{self.prefix}gangs/{job_id}"
+
+    def kill(self, job_id: str) -> str:
+        return f"{self.prefix}kills/{job_id}"
 
     def conflict(self, scheduler: str, seq: int) -> str:
         return f"{self.prefix}conflicts/{scheduler}/{seq:012d}"

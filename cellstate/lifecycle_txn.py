@@ -10,8 +10,12 @@ gets every compared key, so a loser sees who changed what. The builders never re
              (a killed job's tasks to 'k') and the reason — used to fail and to drain a machine
     repair   compare machine;        put machine up with an empty ledger
 
-Every write to ``allocs/{job}/{task}`` also writes ``jobs/{job}``, so a job revision that is
-unchanged proves its allocs are unchanged too: that is why start and finish need no alloc compares.
+Every change or delete of an existing ``allocs/{job}/{task}`` also writes ``jobs/{job}``, so a job
+revision that is unchanged proves the allocs a builder was given are unchanged too: that is why
+start and finish need no alloc compares. (A placement of a job that is not a gang adds allocs
+without writing the record, docs/CELLSTATE.md "Task state out of the record"; the builders get the
+effective record of a replica and write its states, so a task placed that way stays placed: a
+stored ``p`` with an alloc is placed, and one the builder saw as ``a`` is written ``a``.)
 """
 
 from __future__ import annotations

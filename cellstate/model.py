@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from itertools import compress
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from cellstate.fastbuild import builder
 from cellstate.resources import ZERO, Resources
@@ -195,6 +195,14 @@ class JobRecord:
             return replace(self, tasks=tasks, reason=reason, first_attempt_at=first_attempt_at, placed_at=placed_at)
         return _JOB_RECORD(self.job, tasks, self.submitted_at, reason, self.killed, first_attempt_at, placed_at)
 
+    def with_allocs(self, allocs: Iterable[Alloc]) -> JobRecord:
+        """The effective record: this stored record with ``allocs`` (allocations of its tasks
+        that exist in the store) applied by ``effective_tasks``' rule; ``self`` when nothing
+        changes (a gang, or no alloc of a pending task)."""
+        tasks = effective_tasks(self, allocs)
+        return self if tasks is self.tasks else self.with_progress(tasks, self.reason, self.first_attempt_at,
+                                                                   self.placed_at)
+
 
 _JOB_RECORD, _MACHINE, _RESOURCES = builder(JobRecord), builder(Machine), builder(Resources)
 _PENDING_BYTES = bytes(int(b == ord("p")) for b in range(256))  # bytes.translate table: 1 for "p"
@@ -234,15 +242,54 @@ class Alloc:
 
 
 def with_states(tasks: str, indices: Sequence[int], char: str) -> str:
-    """``tasks`` with the states at ``indices`` set to ``char``; one index by slicing (no
-    per-task list of a job of thousands of tasks). IndexError for an index out of range."""
+    """``tasks`` with the states at ``indices`` set to ``char``; one index by slicing, more
+    through a bytearray of the ASCII string (no per-task list of a job of thousands of tasks).
+    IndexError for an index out of range."""
     if len(indices) == 1 and 0 <= indices[0] < len(tasks):
         i = indices[0]
         return tasks[:i] + char + tasks[i + 1:]
-    chars = list(tasks)
+    if not (tasks.isascii() and len(char) == 1 and char.isascii()):
+        chars = list(tasks)
+        for i in indices:
+            chars[i] = char
+        return "".join(chars)
+    states, code = bytearray(tasks, "ascii"), ord(char)
     for i in indices:
-        chars[i] = char
-    return "".join(chars)
+        states[i] = code
+    return states.decode("ascii")
+
+
+def effective_tasks(record: JobRecord, allocs: Iterable[Alloc]) -> str:
+    """The task states of ``record`` as the cell has them, given allocations of its tasks that
+    exist in the store (any subset: tasks whose alloc is not given keep their stored state).
+
+    The one rule of derived placement (docs/CELLSTATE.md, "Task state out of the record"): a
+    placement of a job that is not a gang writes the task's alloc without the record, so a task
+    whose stored state is ``p`` and that has an alloc is placed: ``r`` if the alloc says running,
+    else ``a``. A gang's reservations are allocs of pending tasks (placed only by the gang's
+    finish, which writes ``a`` into the record), so a gang's record is taken as stored.
+    Returns ``record.tasks`` itself when nothing changes."""
+    tasks = record.tasks
+    if record.job.gang:
+        return tasks
+    n = len(tasks)
+    changes = [(a.task_index, a.running) for a in allocs if 0 <= a.task_index < n and tasks[a.task_index] == "p"]
+    if not changes:
+        return tasks
+    return set_placed(tasks, changes)
+
+
+def set_placed(tasks: str, changes: Sequence[tuple[int, bool]]) -> str:
+    """``tasks`` with each (index, running) of ``changes`` set to ``r`` (running) or ``a``: one
+    change by slicing, more through a bytearray of the ASCII string (one copy of the string,
+    then a byte per change; no per-task list)."""
+    if len(changes) == 1:
+        i, running = changes[0]
+        return tasks[:i] + ("r" if running else "a") + tasks[i + 1:]
+    states = bytearray(tasks, "ascii")
+    for i, running in changes:
+        states[i] = 114 if running else 97  # ord("r"), ord("a")
+    return states.decode("ascii")
 
 
 def pending_indices(tasks: str) -> list[int]:

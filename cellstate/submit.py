@@ -14,12 +14,13 @@ from typing import Callable, Sequence
 from tenacity import Retrying, retry_if_exception, stop_before_delay, wait_random_exponential
 
 from cellstate.codec.records import CodecError, decode_alloc, decode_job_record, decode_machine, encode_job_record
+from cellstate.codec.kill import KillMarker, encode_kill
 from cellstate.codec.trusted import pack_machine
 from cellstate.keys import CellKeys
 from cellstate.model import Alloc, Job, JobRecord, Machine, TaskState
 from cellstate.fastbuild import builder
 from cellstate.store import (
-    Compacted, Compare, CompareOp, CompareTarget, Delete, KeyValue, Op, PermissionDenied, Put, Store, StoreError,
+    Compacted, Compare, CompareOp, CompareTarget, Delete, Get, KeyValue, Op, PermissionDenied, Put, Store, StoreError,
     TxnTooLarge, mod_revision_is,
 )
 
@@ -208,26 +209,41 @@ def _ids_of(keys: CellKeys, present: dict[str, KeyValue]) -> list[str]:
 
 
 def kill_job(store: Store, keys: CellKeys, job_id: str, attempts: int = 5,
-             released: list[Alloc] | None = None) -> int:
+             released: list[Alloc] | None = None, now: float | None = None) -> int:
     """Mark the job killed, delete its allocs and release them from their machines' ledgers.
 
-    Each txn compares the revisions of the job, of every alloc it deletes and of every machine
-    it updates, and sets the killed flag, pending tasks and the released tasks to 'k'. When the
-    whole kill fits in ``store.max_txn_ops`` it is one txn; otherwise the allocs are released
-    in several txns of whole machines (the job is marked killed by the first, so no scheduler
-    places more tasks meanwhile). A lost race re-reads and retries, up to ``attempts`` times in
-    a row (KillConflict beyond). JobNotFound when the job is absent; UnreadableRecord when the
-    job's record, an alloc or a machine does not decode (all are decoded before a txn is built).
+    The first txn puts the job's kill marker ``kills/{job}`` (``KillMarker``, at ``now``, default
+    the wall clock), unless it exists: a placement that writes no job record compares it missing,
+    so no task is placed after it; the kill then reads the job again. Each later txn compares the
+    revisions of the job, of every alloc it deletes and of every machine it updates, and sets the
+    killed flag, pending tasks and the released tasks to 'k' (tasks placed by their allocs alone,
+    ``JobRecord.with_allocs``, count as placed). When the whole kill fits in ``store.max_txn_ops``
+    it is one txn; otherwise the allocs are released in several txns of whole machines (the job is
+    marked killed by the first). A lost race re-reads and retries, up to ``attempts`` times in a row
+    (KillConflict beyond). JobNotFound when the job is absent; UnreadableRecord when the job's
+    record, an alloc or a machine does not decode (all are decoded before a txn is built).
     Returns the revision; ``released``, when given, gets every alloc the kill deleted appended.
     """
     conflicts = committed = 0
     recheck = False  # a gang reservation was in progress: look again once everything is released
+    marked = False
     revision = 0
     while True:
         try:
             job_kv, record, allocs, machines = _read_job_state(store, keys, job_id)
         except CodecError as exc:
             raise UnreadableRecord(exc, committed) from None
+        if not marked:
+            marked, wrote = _mark_killed(store, keys, job_kv, time.time() if now is None else now)
+            if wrote:
+                committed += 1
+                revision = wrote
+            elif not marked:  # the job changed identity under us: read again (JobNotFound if gone)
+                conflicts += 1
+                if conflicts >= attempts:
+                    raise KillConflict(f"job {job_id!r} changed during {attempts} kill attempts")
+            continue  # (read again: from the marker on, no placement lands without the record)
+        record = record.with_allocs(alloc for _, alloc in allocs.values())
         # A gang reservation in progress (gangs/{job}) adds allocations without writing the job
         # record: the kill deletes the gang key, so none can land afterwards, and reads again.
         gang = store.get(keys.gang(job_id))
@@ -251,6 +267,20 @@ def kill_job(store: Store, keys: CellKeys, job_id: str, attempts: int = 5,
             released.extend(deleted)
         if len(ops) - 1 - (gang is not None) >= _live_count(allocs, machines) and not recheck:
             return result.revision
+
+
+def _mark_killed(store: Store, keys: CellKeys, job_kv: KeyValue, now: float) -> tuple[bool, int]:
+    """Put the kill marker of the job read as ``job_kv`` unless it exists; (marked, the revision
+    of the txn that put it, 0 if none). Compares the job's create_revision (the job still
+    exists, whatever changed in it) and the marker missing; False when the job is gone."""
+    job_id = keys.parse(job_kv.key)[1][0]
+    marker = keys.kill(job_id)
+    result = store.txn([Compare(job_kv.key, CompareTarget.CREATE, CompareOp.EQ, job_kv.create_revision),
+                        Compare(marker, CompareTarget.CREATE, CompareOp.EQ, 0)],
+                       [Put(marker, encode_kill(KillMarker(job_id, float(now))))], [Get(marker)])
+    if result.succeeded:
+        return True, result.revision
+    return bool(result.reads and result.reads[0]), 0
 
 
 def _read_job_state(store: Store, keys: CellKeys, job_id: str):

@@ -139,8 +139,12 @@ class OptimisticPlacer:
             return True
         started = self.clock.now()
         if mode is CommitMode.ALL_OR_NOTHING:
-            if self._gangs is not None and (len(tasks) > self.committer.max_claims_per_txn
-                                            or has_reservations(st.view, entry)):
+            # Reservations in chunks are for gangs only: a job that is not a gang has its tasks
+            # placed as soon as their allocs exist (docs/CELLSTATE.md, "Task state out of the
+            # record"), so an all-or-nothing commit mode cannot reserve its tasks; larger than one
+            # txn it is refused as before (PlanTooLarge).
+            if self._gangs is not None and entry.record.job.gang and (
+                    len(tasks) > self.committer.max_claims_per_txn or has_reservations(st.view, entry)):
                 return place_in_chunks(self, st, entry, tasks, started, _Tally())
             self._refuse_oversized_gang(st, entry, tasks, started)
         decision, decision_time = self._decide(st, entry, tasks)

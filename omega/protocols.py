@@ -132,6 +132,9 @@ class CommitOutcome:
     quarantined: dict[str, tuple[int, str]] = field(default_factory=dict)
     """On failure: compared keys whose read-back value does not decode or names another id
     (key -> (mod_revision, why)); their ``fresh_*`` entry is None (unusable, not deleted)."""
+    fresh_allocs: dict[tuple[str, int], AllocEntry] = field(default_factory=dict)
+    """On failure: allocations of the plan's claimed tasks that another writer made meanwhile
+    ((job, task) -> entry); ``fresh_job`` has those tasks placed already."""
 
 
 class PlanRejected(ValueError):
@@ -144,7 +147,8 @@ class PlanTooLarge(Exception):
 
 
 class Committer(Protocol):
-    """Turns a plan into ONE store transaction guarded by the machines' and job's revisions."""
+    """Turns a plan into ONE store transaction guarded by the machines' revisions and, per
+    claimed task, by the task being unplaced (or by the job's revision: a store-specific choice)."""
 
     max_claims_per_txn: int
 

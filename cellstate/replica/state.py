@@ -9,7 +9,16 @@ whose id is not its key's (``machines/{id}``, ``jobs/{id}``, ``allocs/{job}/{tas
 quarantined, never fatal: reported to ``on_decode_error(key, error)`` once (not again while the
 key stays quarantined for the same reason), recorded in ``quarantine`` and treated as absent
 (a quarantined machine takes no claims, a quarantined job is not scheduled); a later good value
-(or a delete) clears it.
+(or a delete) clears it. ``kills/`` markers are held raw (``kills_raw``).
+
+Job entries hold the *effective* record (``model.effective_tasks``: a pending task of a job that
+is not a gang and that has an allocation is placed), with the stored record's mod_revision, so
+every reader sees placements that wrote no record. Kept incrementally: per job the stored
+entry (``_raw_jobs``) and the derived task indices (``_derived``); allocation puts and deletes
+and record puts note the job (``_dirty``: the new derived tasks, or None to rebuild), and each
+apply (a watch batch, a listing, a commit, a single ``_put``/``_delete``) rebuilds each noted
+job's effective record once (``_flush_derived``: a copy of the task string, then one byte per
+new derived task).
 
 Not thread-safe: one thread applies and reads (see ``cellstate.replica.watched``).
 """
@@ -17,6 +26,8 @@ Not thread-safe: one thread applies and reads (see ``cellstate.replica.watched``
 from __future__ import annotations
 
 import logging
+from itertools import compress
+from operator import itemgetter
 from typing import Callable, Iterable
 
 from cellstate.codec.records import (
@@ -24,7 +35,7 @@ from cellstate.codec.records import (
 )
 from cellstate.fastbuild import builder
 from cellstate.keys import CellKeys
-from cellstate.model import Alloc, JobKind
+from cellstate.model import Alloc, JobKind, set_placed
 from cellstate.replica.shared_decodes import SharedDecodes
 from omega.protocols import AllocEntry, JobEntry, MachineEntry
 
@@ -33,6 +44,7 @@ log = logging.getLogger(__name__)
 DecodeErrorHandler = Callable[[str, Exception], None]
 _MACHINE_ENTRY, _JOB_ENTRY = builder(MachineEntry), builder(JobEntry)  # entries without __init__'s cost
 _EMPTY: dict = {}  # shared, never mutated: the answer for an unknown machine or job
+_IS_PENDING = "p".__eq__
 
 
 def log_decode_error(key: str, error: Exception) -> None:
@@ -60,14 +72,22 @@ class ReplicaState:
         self._put_kind = {
             "machines": self._put_machine, "jobs": self._put_job, "allocs": self._put_alloc,
             "stats": self._put_stats, "conflicts": self._put_conflict, "gangs": self._put_gang,
+            "kills": self._put_kill,
         }
         self.quarantine: dict[str, str] = {}  # key -> why its value was refused
         self.stats_raw: dict[str, bytes] = {}
         self.conflicts_raw: dict[str, bytes] = {}
         self.gangs_raw: dict[str, bytes] = {}  # gangs/{job} (reservations in progress): raw, by key
+        self.kills_raw: dict[str, bytes] = {}  # kills/{job} (kill markers): raw, by key
         self._mod: dict[str, int] = {}  # key -> mod_revision (or a local delete's revision)
         self._machines: dict[str, MachineEntry] = {}
-        self._jobs: dict[str, JobEntry] = {}
+        self._jobs: dict[str, JobEntry] = {}  # effective records (see the module docstring)
+        self._raw_jobs: dict[str, JobEntry] = {}  # the stored records
+        self._derived: dict[str, set[int]] = {}  # job -> its derived task indices (non-empty sets only)
+        self._dirty: dict[str, list[int] | None] = {}  # job -> new derived tasks, or None: rebuild
+        # job -> the revision of a record taken ahead of the watch (a failed commit's read): its
+        # allocs held may be older than the record, so none is derived until the watch is there
+        self._ahead: dict[str, int] = {}
         self._allocs: dict[str, Alloc] = {}  # by key
         self._pending: dict[JobKind, dict[str, JobEntry]] = {kind: {} for kind in JobKind}
         # the same entries by scheduler class (``Job.scheduler_class``): the jobs a scheduler serves
@@ -81,9 +101,9 @@ class ReplicaState:
 
     def _reset(self) -> None:
         """Forget everything (every dict is cleared in place)."""
-        for held in (self.quarantine, self.stats_raw, self.conflicts_raw, self.gangs_raw, self._mod, self._machines, self._jobs,
-                     self._allocs, self._allocs_on, self._allocs_of, *self._pending.values(),
-                     *self._pending_class.values()):
+        for held in (self.quarantine, self.stats_raw, self.conflicts_raw, self.gangs_raw, self.kills_raw, self._mod,
+                     self._machines, self._jobs, self._raw_jobs, self._derived, self._dirty, self._ahead, self._allocs,
+                     self._allocs_on, self._allocs_of, *self._pending.values(), *self._pending_class.values()):
             held.clear()
 
     # -- reads ---------------------------------------------------------------------------
@@ -152,6 +172,8 @@ class ReplicaState:
         """Store the value of ``key`` at ``mod``; a bad value is quarantined, never fatal."""
         self._mod[key] = mod
         self._store_value(key, raw, mod)
+        if self._dirty:
+            self._flush_derived()
 
     def _store_value(self, key: str, raw: bytes, mod: int) -> None:
         """``_put`` but for the mod record (the caller's business)."""
@@ -177,6 +199,8 @@ class ReplicaState:
         self._forget(kind, key, ident)
         if self.quarantine:
             self.quarantine.pop(key, None)
+        if self._dirty:
+            self._flush_derived()
 
     def _reject(self, key: str, error: Exception) -> None:
         why = str(error)
@@ -196,6 +220,10 @@ class ReplicaState:
         elif kind == "machines":
             self._machines.pop(ident, None)
         elif kind == "jobs":
+            self._raw_jobs.pop(ident, None)
+            self._derived.pop(ident, None)
+            self._dirty.pop(ident, None)
+            self._ahead.pop(ident, None)
             old_job = self._jobs.pop(ident, None)
             if old_job is not None:
                 self._pending[old_job.record.job.kind].pop(ident, None)
@@ -209,6 +237,8 @@ class ReplicaState:
             self.conflicts_raw.pop(key, None)
         elif kind == "gangs":
             self.gangs_raw.pop(key, None)
+        elif kind == "kills":
+            self.kills_raw.pop(key, None)
 
     # -- by kind ----------------------------------------------------------------------------
 
@@ -262,8 +292,39 @@ class ReplicaState:
         self._set_job(record.job.id, _JOB_ENTRY(record, mod))
 
     def _set_job(self, ident: str, entry: JobEntry) -> None:
-        """Hold ``entry`` for job ``ident``, in the pending index when it has a pending task
-        and is not killed; note ``ident`` in ``changed_jobs`` when tracked."""
+        """Hold ``entry``, the stored record of job ``ident``: its effective record is held
+        now when no task of it is derived, else noted for ``_flush_derived`` (the stored one
+        held meanwhile, so the jobs keep their order)."""
+        self._raw_jobs[ident] = entry
+        record = entry.record
+        of = self._allocs_of.get(ident)
+        if of and not record.job.gang:
+            tasks = record.tasks
+            if "p" not in tasks:  # (C: most records put have no pending task)
+                derived = None
+            elif self._ahead and ident in self._ahead:
+                derived = self._current_derived(ident, tasks, of)
+            elif len(of) < 16:
+                n = len(tasks)
+                derived = {i for i in of if i < n and tasks[i] == "p"}
+            else:  # the same in C loops: the states of the allocated tasks, those that are "p"
+                try:
+                    derived = set(compress(of, map(_IS_PENDING, itemgetter(*of)(tasks))))
+                except IndexError:  # (an alloc of a task the record does not have)
+                    n = len(tasks)
+                    derived = {i for i in of if i < n and tasks[i] == "p"}
+            if derived:
+                self._derived[ident] = derived
+                self._dirty[ident] = None
+            elif ident in self._derived:
+                del self._derived[ident]
+        elif ident in self._derived:
+            del self._derived[ident]
+        self._store_effective(ident, entry)
+
+    def _store_effective(self, ident: str, entry: JobEntry) -> None:
+        """Hold ``entry`` (an effective record) for job ``ident``, in the pending index when it
+        has a pending task and is not killed; note ``ident`` in ``changed_jobs`` when tracked."""
         record = entry.record
         old = self._jobs.get(ident)
         self._jobs[ident] = entry
@@ -285,6 +346,91 @@ class ReplicaState:
         if self.changed_jobs is not None:
             self.changed_jobs.add(ident)
 
+    def _note_alloc(self, job_id: str, task: int) -> None:
+        """An allocation of ``job_id``'s task ``task`` was put: the task is derived if the
+        stored record has it pending (and the job is no gang)."""
+        raw = self._raw_jobs.get(job_id)
+        if raw is None:
+            return  # (no record yet: its put derives from the allocations held)
+        if self._ahead and job_id in self._ahead \
+                and self._mod.get(self.keys.alloc(job_id, task), 0) < self._ahead[job_id]:
+            return  # (an alloc older than a record held ahead of the watch: see _set_job_ahead)
+        record = raw.record
+        tasks = record.tasks
+        if task < len(tasks) and tasks[task] == "p" and not record.job.gang:
+            derived = self._derived.get(job_id)
+            if derived is None:
+                self._derived[job_id] = derived = set()
+            derived.add(task)
+            dirty = self._dirty
+            if job_id not in dirty:
+                dirty[job_id] = [task]
+            else:
+                new = dirty[job_id]
+                if new is not None:
+                    new.append(task)
+
+    def _set_job_ahead(self, ident: str, entry: JobEntry, revision: int) -> None:
+        """Hold ``entry`` (a record read at ``revision``, ahead of the watch) as ``_set_job``, but
+        until the watch reaches ``revision`` (``_caught_up``) derive tasks only from allocations
+        written at or after it (``_current_derived``): older ones may have been deleted meanwhile
+        (the watch has not brought the delete yet) and would place their task again. Too few
+        placed tasks only cost a failed commit (its alloc compare); one too many could be written
+        into the record by a writer of the effective view (``lifecycle_txn``, the committer)."""
+        self._ahead[ident] = max(revision, self._ahead.get(ident, 0))
+        self._set_job(ident, entry)
+
+    def _current_derived(self, ident: str, tasks: str, of: dict[int, Alloc]) -> set[int]:
+        """The derived tasks of a job held ahead of the watch: only allocations written at or
+        after the record's read (the owner's own commits, a failed commit's reads) count."""
+        ahead, mods, alloc_key, n = self._ahead[ident], self._mod, self.keys.alloc, len(tasks)
+        return {i for i in of if i < n and tasks[i] == "p" and mods.get(alloc_key(ident, i), 0) >= ahead}
+
+    def _caught_up(self, revision: int) -> None:
+        """The watch reached ``revision``: the jobs held ahead of it up to there derive again."""
+        for ident, ahead in list(self._ahead.items()):
+            if ahead <= revision:
+                del self._ahead[ident]
+                raw = self._raw_jobs.get(ident)
+                if raw is not None:
+                    self._set_job(ident, raw)
+
+    def _unnote_alloc(self, job_id: str, task: int) -> None:
+        """The allocation of ``job_id``'s task ``task`` went away: no longer derived."""
+        derived = self._derived.get(job_id)
+        if derived is not None and task in derived:
+            derived.discard(task)
+            if not derived:
+                del self._derived[job_id]
+            self._dirty[job_id] = None
+
+    def _flush_derived(self) -> None:
+        """Rebuild the effective record of each job noted since the last flush: from the stored
+        record with every derived task (a rebuild), or from the effective record held with the
+        new derived tasks only (ASCII task strings through a bytearray: ``model.set_placed``)."""
+        dirty, self._dirty = self._dirty, {}
+        raw_jobs, derived_of, allocs_of, jobs = self._raw_jobs, self._derived, self._allocs_of, self._jobs
+        for ident, new in dirty.items():
+            raw = raw_jobs.get(ident)
+            if raw is None:
+                continue
+            derived = derived_of.get(ident)
+            of = allocs_of.get(ident)
+            if not derived or of is None:
+                if jobs.get(ident) is not raw:
+                    self._store_effective(ident, raw)
+                continue
+            held = jobs.get(ident)
+            if new is None or held is None:
+                base, tasks = raw.record, derived
+            else:
+                base, tasks = held.record, new
+            changes = [(i, of[i].running) for i in tasks if i in of]
+            record = raw.record
+            states = set_placed(base.tasks, changes) if changes else base.tasks
+            self._store_effective(ident, _JOB_ENTRY(record.with_progress(
+                states, record.reason, record.first_attempt_at, record.placed_at), raw.mod_revision))
+
     def _unpend_class(self, old: JobEntry, ident: str) -> None:
         by_class = self._pending_class.get(old.record.job.scheduler_class)
         if by_class is not None:
@@ -303,7 +449,7 @@ class ReplicaState:
         ``_put``'s dispatch by kind; a put whose value does not decode or match its key takes
         ``_store_value``'s path; a new key is indexed inline (``_set_alloc``'s work)."""
         quarantine, allocs, allocs_on, allocs_of = self.quarantine, self._allocs, self._allocs_on, self._allocs_of
-        decode, start = self._decode_alloc, len(self._alloc_prefix)
+        decode, start, raw_jobs = self._decode_alloc, len(self._alloc_prefix), self._raw_jobs
         for ev in puts:
             key, raw = ev.key, ev.value
             alloc = ALLOC_MEMO.get(raw) if type(raw) is bytes else None  # the decoder's first step, without its call
@@ -318,6 +464,11 @@ class ReplicaState:
             if key in allocs:
                 self._set_alloc(key, alloc)
             else:
+                raw_job = raw_jobs.get(alloc.job_id)  # _note_alloc's first test, without its call
+                if raw_job is not None:
+                    states, task = raw_job.record.tasks, alloc.task_index
+                    if task < len(states) and states[task] == "p":
+                        self._note_alloc(alloc.job_id, task)
                 allocs[key] = alloc
                 on = allocs_on.get(alloc.machine_id)
                 if on is None:
@@ -337,6 +488,7 @@ class ReplicaState:
         if old is not None:
             self._unindex_alloc(key, old)
         self._allocs[key] = alloc
+        self._note_alloc(job_id, alloc.task_index)
         on = self._allocs_on.get(alloc.machine_id)
         if on is None:
             self._allocs_on[alloc.machine_id] = on = {}
@@ -362,6 +514,8 @@ class ReplicaState:
             of.pop(old.task_index, None)
             if not of:
                 del self._allocs_of[old.job_id]
+        if self._derived:
+            self._unnote_alloc(old.job_id, old.task_index)
 
     def _unindex_alloc(self, key: str, alloc: Alloc) -> None:
         on = self._allocs_on.get(alloc.machine_id)
@@ -374,6 +528,8 @@ class ReplicaState:
             of.pop(alloc.task_index, None)
             if not of:
                 del self._allocs_of[alloc.job_id]
+        if self._derived:
+            self._unnote_alloc(alloc.job_id, alloc.task_index)
 
     def _put_stats(self, key: str, ident: str, raw: bytes, mod: int) -> None:
         self.stats_raw[key] = raw
@@ -383,3 +539,6 @@ class ReplicaState:
 
     def _put_gang(self, key: str, ident: str, raw: bytes, mod: int) -> None:
         self.gangs_raw[key] = raw
+
+    def _put_kill(self, key: str, ident: str, raw: bytes, mod: int) -> None:
+        self.kills_raw[key] = raw

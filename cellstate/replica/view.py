@@ -138,9 +138,15 @@ class ReplicaView:
             keys = self.replica.keys
             gone_jobs = [job_id for job_id in gone_jobs if keys.job(job_id) not in bad]
             gone_machines = [mid for mid in gone_machines if keys.machine(mid) not in bad]
+        victim_allocs = outcome.fresh_victim_allocs
+        gone_allocs = [task for task, entry in victim_allocs.items() if entry is None]
+        if bad and gone_allocs:
+            keys = self.replica.keys
+            gone_allocs = [task for task in gone_allocs if keys.alloc(*task) not in bad]
         self.replica.apply_entries([m for m in machines.values() if m], jobs.values(),
                                    revision=outcome.revision, deleted_machines=gone_machines,
-                                   deleted_jobs=gone_jobs)
+                                   deleted_jobs=gone_jobs, deleted_allocs=gone_allocs,
+                                   allocs=[*outcome.fresh_allocs.values(), *(e for e in victim_allocs.values() if e)])
         if bad:
             self.replica.apply_quarantined(bad)
 

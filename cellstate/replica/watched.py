@@ -32,7 +32,7 @@ from cellstate.model import Alloc
 from cellstate.replica.state import DecodeErrorHandler, ReplicaState
 from cellstate.replica.shared_decodes import SharedDecodes
 from cellstate.store import Compacted, EventKind, Store, StoreError, Unavailable, WatchBatch, WatchStream
-from omega.protocols import JobEntry, MachineEntry
+from omega.protocols import AllocEntry, JobEntry, MachineEntry
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +89,8 @@ class Replica(ReplicaState):
             put = self._put
             for kv in result.kvs:
                 put(kv.key, kv.value, kv.mod_revision)
+            if self._dirty:
+                self._flush_derived()
         self.revision = result.revision
         self._stream = self.store.watch(self._prefix, result.revision + 1)
         return result.revision
@@ -186,6 +188,10 @@ class Replica(ReplicaState):
                     self._delete(key)
         if run:
             put_allocs(run)
+        if self._ahead:
+            self._caught_up(batch.revision)
+        if self._dirty:
+            self._flush_derived()
         if batch.revision > self.revision:
             self.revision = batch.revision
             if self._tombstones:
@@ -256,11 +262,29 @@ class Replica(ReplicaState):
 
     def apply_entries(self, machines: Iterable[MachineEntry] = (), jobs: Iterable[JobEntry] = (), *,
                       revision: int = 0, deleted_machines: Iterable[str] = (),
-                      deleted_jobs: Iterable[str] = ()) -> int:
-        """Apply fresh, decoded entries (a failed commit's failure branch), each only if newer
-        than what the replica holds; ``deleted_*`` ids were found absent at ``revision``.
-        Returns how many changed."""
+                      deleted_jobs: Iterable[str] = (), allocs: Iterable[AllocEntry] = (),
+                      deleted_allocs: Iterable[tuple[str, int]] = ()) -> int:
+        """Apply fresh, decoded entries (a failed commit's failure branch, read at ``revision``),
+        each only if newer than what the replica holds; ``deleted_*`` ids (and (job, task) of
+        allocations) were found absent at ``revision``. A job entry is taken as the stored
+        record (a failed placement's fresh job may have tasks whose ``allocs`` it found already
+        placed: the same effective record, and every later delete of those allocs writes the
+        record again), with no task derived from the other allocations held until the watch
+        reaches ``revision`` (``_set_job_ahead``). Returns how many changed."""
         applied = 0
+        for job_id, task in deleted_allocs:
+            key = self.keys.alloc(job_id, task)
+            if revision and self._newer(key, revision):
+                self._delete_local(key, revision)
+                applied += 1
+        for entry in allocs:
+            alloc = entry.alloc
+            key = self.keys.alloc(alloc.job_id, alloc.task_index)
+            if self._newer(key, entry.mod_revision):
+                self._mod[key] = entry.mod_revision
+                self._set_alloc(key, alloc)
+                self.quarantine.pop(key, None)
+                applied += 1
         for entry in machines:
             key = self.keys.machine(entry.id)
             if self._newer(key, entry.mod_revision):
@@ -272,7 +296,7 @@ class Replica(ReplicaState):
             key = self.keys.job(entry.id)
             if self._newer(key, entry.mod_revision):
                 self._mod[key] = entry.mod_revision
-                self._set_job(entry.id, entry)
+                self._set_job_ahead(entry.id, entry, max(revision, entry.mod_revision))
                 self.quarantine.pop(key, None)
                 applied += 1
         gone = [self.keys.machine(i) for i in deleted_machines] + [self.keys.job(i) for i in deleted_jobs]
@@ -280,6 +304,8 @@ class Replica(ReplicaState):
             if revision and self._newer(key, revision):
                 self._delete_local(key, revision)
                 applied += 1
+        if self._dirty:
+            self._flush_derived()
         return applied
 
     def apply_quarantined(self, bad: Mapping[str, tuple[int, str]]) -> int:
@@ -295,6 +321,8 @@ class Replica(ReplicaState):
                 self._forget(kind, key, ident)
                 self._reject(key, ValueError(why))
                 applied += 1
+        if self._dirty:
+            self._flush_derived()
         return applied
 
     def apply_commit(self, revision: int, machines: Iterable[MachineEntry] = (), jobs: Iterable[JobEntry] = (),
@@ -313,7 +341,10 @@ class Replica(ReplicaState):
         if allocs:
             applied += self._store_news([(key, key, alloc) for key, alloc in allocs.items()], self._set_alloc,
                                         revision)
-        return applied + self._delete_news(deletes, revision)
+        applied += self._delete_news(deletes, revision)
+        if self._dirty:
+            self._flush_derived()
+        return applied
 
     def _store_news(self, changes: list[tuple[str, str, object]], store, revision: int) -> int:
         """``store(ident, value)`` each (key, ident, value) this replica has not seen a later

@@ -185,7 +185,8 @@ def test_inconsistent_plans_are_refused(claims, message):
     assert store.get(keys.alloc("j", 0)) is None
 
 
-@pytest.mark.parametrize("ops, claims", [(128, 63), (20, 9), (3, 1)], ids=["etcd-default", "twenty", "minimum"])
+@pytest.mark.parametrize("ops, claims", [(128, 63), (20, 9), (21, 9), (4, 1)],
+                         ids=["etcd-default", "twenty", "twenty-one", "minimum"])
 def test_claims_per_txn_follows_the_op_limit(ops, claims):
     assert claims_per_txn(ops) == claims
     assert StoreCommitter(MemoryStore(max_txn_ops=ops), CellKeys()).max_claims_per_txn == claims
@@ -193,7 +194,7 @@ def test_claims_per_txn_follows_the_op_limit(ops, claims):
 
 def test_too_small_op_limit_is_refused():
     with pytest.raises(ValueError, match="max_txn_ops"):
-        StoreCommitter(MemoryStore(), CellKeys(), max_txn_ops=2)
+        StoreCommitter(MemoryStore(), CellKeys(), max_txn_ops=3)
 
 
 def test_plan_beyond_the_op_limit_is_too_large():
@@ -201,7 +202,8 @@ def test_plan_beyond_the_op_limit_is_too_large():
     machines = {f"m{i}": seed_machine(store, keys, f"m{i}") for i in range(10)}
     job = seed_job(store, keys, "j", tasks=10)
     plan = Plan(job, tuple(Claim(i, f"m{i}", REQ) for i in range(10)), machines, "s")
-    with pytest.raises(PlanTooLarge, match="'j'.*10 claims.*21.*limit is 20"):
+    # 10 machine compares, 10 alloc keys and the kill marker compared missing, the job's revision
+    with pytest.raises(PlanTooLarge, match="'j'.*10 claims.*22.*limit is 20"):
         StoreCommitter(store, keys).commit(plan)
 
 

@@ -45,8 +45,11 @@ def _replica(errors: list) -> Replica:
 
 
 def _state(replica: Replica) -> list:
+    # The pending index is compared as a mapping (not in order): a job's effective record is
+    # rebuilt once per applied batch (placements derived from allocations, docs/CELLSTATE.md),
+    # so a batch may move a job in and out of the index at other points than its events one by one.
     return [list(replica._mod.items()), list(replica._machines.items()), list(replica._jobs.items()),
-            list(replica._allocs.items()), [list(d.items()) for d in replica._pending.values()],
+            list(replica._allocs.items()), [dict(d) for d in replica._pending.values()],
             [(k, list(d.items())) for k, d in replica._allocs_on.items()],
             [(k, list(d.items())) for k, d in replica._allocs_of.items()], list(replica.quarantine.items())]
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from cellstate.cellspec import CellSpec, init_cell
 from cellstate.check import check_cell
-from cellstate.codec.records import decode_job_record, decode_machine
+from cellstate.codec.records import decode_alloc, decode_job_record, decode_machine
 from cellstate.committer import StoreCommitter
 from cellstate.etcd.server import EtcdCluster, EtcdOptions
 from cellstate.etcd.store import EtcdStore
@@ -297,8 +297,15 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):
 
 
 def job_records(store: EtcdStore, keys: CellKeys) -> dict[str, JobRecord]:
-    return {record.id: record for record in
-            (decode_job_record(kv.key, kv.value) for kv in store.range(keys.kind_prefix("jobs")).kvs)}
+    """The effective job records at one revision (placements that wrote no record applied:
+    ``JobRecord.with_allocs``)."""
+    jobs = store.range(keys.kind_prefix("jobs"))
+    allocs: dict[str, list] = {}
+    for kv in store.range(keys.kind_prefix("allocs"), jobs.revision).kvs:
+        alloc = decode_alloc(kv.key, kv.value)
+        allocs.setdefault(alloc.job_id, []).append(alloc)
+    records = (decode_job_record(kv.key, kv.value) for kv in jobs.kvs)
+    return {record.id: record.with_allocs(allocs.get(record.id, ())) for record in records}
 
 
 def pending_that_fit(store: EtcdStore, keys: CellKeys) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from cellstate.codec.records import decode_job_record, encode_machine
+from cellstate.codec.records import decode_alloc, decode_job_record, encode_machine
 from cellstate.model import Job, JobKind, Machine
 from cellstate.resources import Resources
 from cellstate.store import Put
@@ -29,7 +29,14 @@ def submit(store, keys, jobs: list[Job]) -> int:
 
 
 def job_records(store, keys) -> list:
-    return [decode_job_record(kv.key, kv.value) for kv in store.range(keys.kind_prefix("jobs")).kvs]
+    """The effective job records (placements that wrote no record applied: ``with_allocs``)."""
+    jobs = store.range(keys.kind_prefix("jobs"))
+    allocs: dict[str, list] = {}
+    for kv in store.range(keys.kind_prefix("allocs"), jobs.revision).kvs:
+        alloc = decode_alloc(kv.key, kv.value)
+        allocs.setdefault(alloc.job_id, []).append(alloc)
+    records = [decode_job_record(kv.key, kv.value) for kv in jobs.kvs]
+    return [r.with_allocs(allocs.get(r.id, ())) for r in records]
 
 
 def settled(store, keys, expected_placed: int) -> bool:

@@ -143,6 +143,20 @@ def test_oversized_gang_is_refused_and_keeps_its_reason():
     assert record.tasks == "p" * 25 and "gang too large" in record.reason and "limit 9" in record.reason
 
 
+def test_all_or_nothing_mode_does_not_reserve_a_job_that_is_no_gang():
+    """Reservations in chunks are for gangs only: the allocs of a job that is not a gang place
+    its tasks (docs/CELLSTATE.md, "Task state out of the record"), so in the all-or-nothing
+    commit mode such a job larger than one txn is refused, its tasks pending with the reason."""
+    store, keys = MemoryStore(max_txn_ops=20), CellKeys("aon")
+    seed(store, keys, [machine(f"m{i}", cpu=8000) for i in range(5)], [batch_job("j", 25)])
+    attempts, decide, view = [], RecordingDecide(), ReplicaView(store, keys)
+    with pytest.raises(PlanTooLarge, match=r"'j' has 25 tasks.*at most 9 claims"):
+        placer(store, keys, commit=AON, attempts=attempts).place("j", view, decide)
+    assert [a.outcome for a in attempts] == [O.TOO_LARGE] and decide.calls == []
+    assert list(view.allocs_of("j")) == [] and store.get(keys.gang("j")) is None
+    assert view.job("j").record.tasks == "p" * 25 and "limit 9" in view.job("j").record.reason
+
+
 @pytest.mark.parametrize("commit, reason", [
     (INC, "1 task: no machine has 3000 millicores free"),
     (AON, "3 tasks: gang of 3 tasks: only 2 fit (no machine has 3000 millicores free)"),
@@ -375,4 +389,39 @@ def test_a_gang_whose_claim_no_longer_fits_goes_back_whole():
     result = placer(store, keys, FIT, AON).place("g", view, decide_calls)
     assert decide_calls.calls == [[0, 1], [0, 1]] and result.placed == ()
     assert view.job("g").record.tasks == "pp" and view.job("filler").record.tasks == "aaaa"
+    assert_consistent(store, keys)
+
+
+@pytest.mark.parametrize("conflict", [SEQ, FIT], ids=["sequence", "fit"])
+def test_a_task_placed_without_the_record_meanwhile_is_dropped_not_decided_again(cell, conflict):
+    """Issue 19.2: "one" places task 1 of J without writing its record (J's first attempt is
+    recorded, no reason changes); "two", on a copy from before, claims tasks 0-2. Its txn fails
+    on task 1's alloc key (the job's revision is unchanged); the fresh job read back has task 1
+    placed, so the claim is dropped, the others go again at once and nothing is decided twice."""
+    store, keys = cell
+    job = replace(batch_job("J", 4), first_attempt_at=1.0)
+    seed(store, keys, [machine(f"m{i}") for i in range(4)], [job])
+    one_view, two_view = ReplicaView(store, keys), ReplicaView(store, keys)
+    req = job.job.request
+
+    def only_task_1(entry, tasks, view):
+        return Decision([Claim(1, "m3", req)])
+
+    first = placer(store, keys, conflict, name="one").place("J", one_view, only_task_1)
+    assert [c.task_index for c in first.placed] == [1]
+    assert store.get(keys.job("J")).mod_revision == one_view.job("J").mod_revision  # no record written
+    calls = []
+
+    def three_tasks(entry, tasks, view):
+        calls.append(list(tasks))
+        return Decision([Claim(t, f"m{t}", req) for t in (0, 1, 2) if t in tasks])
+
+    attempts = []
+    second = placer(store, keys, conflict, name="two", attempts=attempts).place("J", two_view, three_tasks)
+    assert calls == [[0, 1, 2, 3]]
+    assert sorted(c.task_index for c in second.placed) == [0, 2]
+    first_attempt = attempts[0]
+    assert first_attempt.failed_transactions == 1 and first_attempt.job_conflicts == 1
+    assert first_attempt.conflicting_machines == () and first_attempt.stale_retries == 0
+    assert two_view.job("J").record.tasks == "aaap"
     assert_consistent(store, keys)

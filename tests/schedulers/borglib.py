@@ -72,7 +72,8 @@ class ReplicaPlacementView:
         jobs = {j.id: j for j in (outcome.fresh_job, *outcome.fresh_victims.values()) if j}
         self.replica.apply_entries([m for m in machines.values() if m], jobs.values(), revision=outcome.revision,
                                    deleted_machines=[mid for mid, m in machines.items() if m is None],
-                                   deleted_jobs=[jid for jid, j in outcome.fresh_victims.items() if j is None])
+                                   deleted_jobs=[jid for jid, j in outcome.fresh_victims.items() if j is None],
+                                   allocs=list(outcome.fresh_allocs.values()))
 
 
 def omega_decide(sched):

@@ -78,7 +78,7 @@ def test_replay_into_an_unreachable_etcd_is_a_clean_error(tmp_path, capsys, monk
 def test_replay_max_txn_ops_flag(tmp_path, capsys):
     trace = mixed_trace(tmp_path / "t.omt")
     with pytest.raises(SystemExit) as info:
-        main(["replay", trace, "--max-txn-ops", "2"])
-    assert info.value.code == 2 and "max_txn_ops must be an int >= 3" in capsys.readouterr().err
+        main(["replay", trace, "--max-txn-ops", "3"])
+    assert info.value.code == 2 and "max_txn_ops must be an int >= 4" in capsys.readouterr().err
     assert main(["replay", trace, "--max-txn-ops", "512", "--json", str(tmp_path / "r.json")]) == 0
     assert json.loads((tmp_path / "r.json").read_text())["config"]["max_txn_ops"] == 512

@@ -48,7 +48,7 @@ def test_a_higher_txn_limit_places_the_gang(tmp_path):
     assert result.schedulers[0].tasks_placed == 70 + 40
 
 
-@pytest.mark.parametrize("ops", [2, 3.5, "128"], ids=["too-few", "float", "str"])
+@pytest.mark.parametrize("ops", [3, 3.5, "128"], ids=["too-few", "float", "str"])
 def test_txn_limit_must_hold_one_claim(ops):
-    with pytest.raises(ValueError, match="max_txn_ops must be an int >= 3"):
+    with pytest.raises(ValueError, match="max_txn_ops must be an int >= 4"):
         ReplayConfig(max_txn_ops=ops)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 from cellstate.codec.records import decode_alloc, decode_job_record, decode_machine
 from cellstate.codec.trusted import pack_machine
@@ -262,7 +262,8 @@ class SimCell:
         entry = MachineEntry(decode_machine(kv.key, kv.value), kv.mod_revision)
         allocs = [a for a in self._all_allocs() if a.machine_id == machine_id]
         while True:
-            jobs = {job_id: self._job(job_id) for job_id in {a.job_id for a in allocs}}
+            jobs = {job_id: self._job(job_id, [a for a in allocs if a.job_id == job_id])
+                    for job_id in {a.job_id for a in allocs}}
             eviction = fail_machine_ops(self.keys, entry, allocs, jobs, AGENT, self.store.max_txn_ops,
                                         self.store.max_request_bytes)
             result = self.store.txn(*eviction.ops)
@@ -312,7 +313,7 @@ class SimCell:
         """Kill a job: its allocs released, pending tasks killed."""
         allocs: list[Alloc] = []  # those the kill deleted
         try:
-            kill_job(self.store, self.keys, job_id, released=allocs)
+            kill_job(self.store, self.keys, job_id, released=allocs, now=self.core.now)
         except JobNotFound:
             self.counters.skip("kill of an unknown job")
             return
@@ -367,7 +368,7 @@ class SimCell:
             allocs, machines = self._live_allocs(job_id, left, per_txn)
             if not allocs:
                 return ended
-            job = self._job(job_id)
+            job = self._job(job_id, allocs)
             if job is None:
                 return ended
             if self.store.txn(*finish_task_ops(self.keys, job, allocs, machines, AGENT)).succeeded:
@@ -420,6 +421,12 @@ class SimCell:
         if self.store.get(self.keys.alloc(job_id, task)) is None or not self.end_tasks(job_id, {task: None}):
             self.counters.trace_ends_of_unplaced_tasks += 1
 
-    def _job(self, job_id: str) -> JobEntry | None:
+    def _job(self, job_id: str, allocs: Sequence[Alloc] = ()) -> JobEntry | None:
+        """The job's entry as stored, with the tasks of ``allocs`` (allocations of it read from
+        the store) placed if the record has them pending (``JobRecord.with_allocs``: placements
+        write no record)."""
         kv = self.store.get(self.keys.job(job_id))
-        return None if kv is None else _JOB_ENTRY(self._decode_job(kv.key, kv.value), kv.mod_revision)
+        if kv is None:
+            return None
+        record = self._decode_job(kv.key, kv.value)
+        return _JOB_ENTRY(record.with_allocs(allocs) if allocs else record, kv.mod_revision)

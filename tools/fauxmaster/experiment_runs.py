@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from cellstate.codec.records import decode_job_record
+from cellstate.codec.records import decode_alloc, decode_job_record
 from omega.queue import check_order
 from tools.fauxmaster.architectures import MultiPath, OfferBroker
 from tools.fauxmaster.metrics import SchedulerMetrics, WaitStats
@@ -125,8 +125,13 @@ def _count_stale(sim, stale: dict[str, int]) -> None:
 def _kind_figures(result: ReplayResult, journal) -> dict[str, KindFigures]:
     kinds: dict[str, str] = {}
     unscheduled: dict[str, int] = {}
+    placed: dict[str, list] = {}  # job -> its allocs (placements write no record: JobRecord.with_allocs)
+    for kv in result.store.range(result.keys.kind_prefix("allocs")).kvs:
+        alloc = decode_alloc(kv.key, kv.value)
+        placed.setdefault(alloc.job_id, []).append(alloc)
     for kv in result.store.range(result.keys.kind_prefix("jobs")).kvs:
         record = decode_job_record(kv.key, kv.value)
+        record = record.with_allocs(placed.get(record.id, ()))
         kind = str(record.job.kind)
         kinds[record.id] = kind
         unscheduled[kind] = unscheduled.get(kind, 0) + bool(record.pending_tasks())

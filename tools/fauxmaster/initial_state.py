@@ -13,9 +13,9 @@ job's request (every resource: ``Resources.fits_in`` the machine's free amount, 
 rules hold. Anything else stays pending for the schedulers; the cell's counters say how many
 were written (``initial_placed``) and why the others were not (``initial_not_placed``).
 The writes are one bulk write (txns of at most the store's op limit, no compares: nothing
-else runs at t = 0 before the schedulers are woken): machine ledgers, one alloc per task
-(``scheduler`` = "trace") and the job records with the tasks ``a``, exactly what a
-scheduler's commit writes. Batch tasks end ``duration_s`` later as if placed at t = 0.
+else runs at t = 0 before the schedulers are woken): machine ledgers, the job records with the
+tasks ``a`` and one alloc per task (``scheduler`` = "trace"), in that order, as a scheduler's
+commit that writes the record puts them. Batch tasks end ``duration_s`` later as if placed at t = 0.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections import Counter
 from itertools import groupby
 from operator import attrgetter, itemgetter
 
-from cellstate.codec.records import decode_job_record, decode_machine, encode_job_record
+from cellstate.codec.records import decode_alloc, decode_job_record, decode_machine, encode_job_record
 from cellstate.codec.trusted import pack_alloc, pack_machine
 from cellstate.fastbuild import builder
 from cellstate.model import Alloc, JobKind, JobRecord, Machine, MachineState
@@ -199,8 +199,18 @@ def _resources(left: list | Resources) -> Resources:
 
 
 def _job_record(cell, job_id: str) -> JobRecord | None:
+    """The job's effective record (``JobRecord.with_allocs``: a pending task with an alloc is
+    placed), or None. A job no placement has attempted yet (``first_attempt_at`` unset: the
+    first placement writes the record) has no such task, so its allocs are not read (at t = 0
+    that is nearly every job)."""
     kv = cell.store.get(cell.keys.job(job_id))
-    return None if kv is None else decode_job_record(kv.key, kv.value)
+    if kv is None:
+        return None
+    record = decode_job_record(kv.key, kv.value)
+    if record.job.gang or record.first_attempt_at is None:
+        return record
+    allocs = cell.store.range(cell.keys.job_allocs(job_id)).kvs
+    return record.with_allocs([decode_alloc(a.key, a.value) for a in allocs]) if allocs else record
 
 
 def _machine(cell, machine_id: str) -> Machine | None:
@@ -214,12 +224,12 @@ def _write(cell, ledgers: dict[str, Machine], jobs: dict[str, JobRecord], alloc_
     left pending), in txns of at most the store's op limit."""
     keys = cell.keys
     ops = [_PUT(keys.machine(m), pack_machine(ledgers[m]), 0) for m in sorted(ledgers)]
-    ops += alloc_puts
-    for job_id in sorted(jobs):
+    for job_id in sorted(jobs):  # the records before the allocs, as a placement puts them
         record = jobs[job_id]
         if "p" not in record.tasks:
             record = record.with_progress(record.tasks, "", record.first_attempt_at, now)
         ops.append(Put(keys.job(job_id), encode_job_record(record)))
+    ops += alloc_puts
     step = cell.store.max_txn_ops
     for i in range(0, len(ops), step):
         result = cell.store.txn([], ops[i:i + step], [])

@@ -82,8 +82,8 @@ class ReplayConfig:
             raise ValueError(f"decision_time must be one of {DECISION_TIME_MODES}, got {self.decision_time!r}")
         if self.until is not None and self.until <= 0:
             raise ValueError(f"until must be > 0 virtual seconds, got {self.until!r}")
-        if type(self.max_txn_ops) is not int or self.max_txn_ops < 3:
-            raise ValueError(f"max_txn_ops must be an int >= 3 (one claim per txn), got {self.max_txn_ops!r}")
+        if type(self.max_txn_ops) is not int or self.max_txn_ops < 4:
+            raise ValueError(f"max_txn_ops must be an int >= 4 (one claim per txn), got {self.max_txn_ops!r}")
         if self.sample_every_s <= 0 or self.time_scale <= 0:
             raise ValueError(f"sample_every_s and time_scale must be > 0, got {self.sample_every_s!r}, "
                              f"{self.time_scale!r}")
