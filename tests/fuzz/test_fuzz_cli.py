@@ -8,18 +8,20 @@ refused at once). ``etcd up`` is left out: it starts a real server and waits for
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
+import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cellstate.etcd.server import free_port
-from tools.cli import main
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+from cli_helpers import run_cli  # noqa: E402
 
 DEAD = f"127.0.0.1:{free_port()}"
 _TMP = tempfile.mkdtemp(prefix="omega-fuzz-cli-")
@@ -110,16 +112,6 @@ def argvs(draw, command: tuple[str, ...]):
     if command == ("scheduler", "run"):
         argv += ["--startup-timeout", "0"]  # do not wait for the (dead) store to come up
     return argv
-
-
-def run_cli(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            status = main(argv)
-        except SystemExit as exit_:
-            status = exit_.code
-    return status, out.getvalue(), err.getvalue()
 
 
 @pytest.mark.parametrize("command", list(COMMANDS), ids=["-".join(c) for c in COMMANDS])

@@ -5,25 +5,13 @@ etcd reached with one, and `scheduler run` waiting for etcd with one warning the
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import logging
 import socket
 
 import pytest
+from cli_helpers import run_cli
 
-from tools.cli import main
 from tools.cli.common import add_store_args
-
-
-def run_cli(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            status = main(argv)
-        except SystemExit as exit_:
-            status = exit_.code
-    return status, out.getvalue(), err.getvalue()
 
 
 def _dead_endpoint() -> str:

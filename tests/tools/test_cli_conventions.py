@@ -4,8 +4,6 @@ statuses (2 usage, 65 invalid input file), one chain-config format for `schedule
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import subprocess
 import sys
@@ -14,23 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from tools.cli import EXIT_DATA, EXIT_USAGE, main
+from tools.cli import EXIT_DATA, EXIT_USAGE
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cli_helpers import run_cli  # noqa: E402
 from fauxmaster_traces import mixed_trace  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 CHAINS = str(REPO / "schedulers" / "default_chains.toml")
-
-
-def run_cli(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            status = main(argv)
-        except SystemExit as exit_:
-            status = exit_.code
-    return status, out.getvalue(), err.getvalue()
 
 
 def test_version_is_the_projects():
