@@ -9,6 +9,7 @@ failure into one line saying what to do (``store_failure``).
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 
 from cellstate.keys import DEFAULT_ROOT, CellKeys
 
@@ -299,3 +300,21 @@ def readable_file(path: str, flag: str = "") -> str:
             return path
     except OSError as exc:
         raise UsageError(f"{where}: {exc.strerror or exc}") from None
+
+
+@contextmanager
+def replay_errors():
+    """A replay's errors as the command line reports them (docs/CLI.md): a file that cannot be
+    read, or a bad value, is a usage error (2); a trace that does not parse is an invalid input
+    file (65). For ``replay`` and ``experiment``, which run whole replays."""
+    from tools.cli import InputError, UsageError
+    from tools.trace.format import TraceError
+
+    try:
+        yield
+    except OSError as exc:
+        raise UsageError(f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else str(exc)) from None
+    except TraceError as exc:
+        raise InputError(str(exc)) from None
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None

@@ -39,11 +39,10 @@ def register(sub) -> None:
 
 def run_experiment_command(args) -> int:
     from omega.drf import parse_weight_flags
-    from tools.cli import InputError, UsageError
-    from tools.cli.common import require_optional
+    from tools.cli import UsageError
+    from tools.cli.common import replay_errors, require_optional
     from tools.fauxmaster.experiment_runs import Overrides
     from tools.fauxmaster.experiments import run_experiment
-    from tools.trace.format import TraceError
 
     load_plugin_args(args)
     try:
@@ -55,14 +54,8 @@ def run_experiment_command(args) -> int:
     chosen = list(NAMES) if args.name == "all" else [args.name]
     reports = []
     for name in chosen:
-        try:
+        with replay_errors():
             report = run_experiment(name, trace=args.trace, quick=args.quick, overrides=overrides)
-        except OSError as exc:
-            raise UsageError(f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else str(exc)) from None
-        except TraceError as exc:
-            raise InputError(str(exc)) from None
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
         if not output_json(args):
             print_report(report)
         reports.append(report)

@@ -98,10 +98,9 @@ def _item(item: str) -> dict:
 def run_replay(args) -> int:
     from omega.drf import parse_weight_flags
     from tools.cli import InputError, UsageError
-    from tools.cli.common import endpoints_of, require_optional, store_failure
+    from tools.cli.common import endpoints_of, replay_errors, require_optional, store_failure
     from tools.fauxmaster.replay import ReplayConfig, replay
     from tools.fauxmaster.report import rich_progress, write_html, write_json
-    from tools.trace.format import TraceError
 
     load_plugin_args(args)
     from_file = args.schedulers.strip().startswith("@")
@@ -130,17 +129,11 @@ def run_replay(args) -> int:
     if args.html:
         require_optional("matplotlib", "replay --html")
     try:
-        with rich_progress(sys.stderr.isatty()) as progress:
+        with replay_errors(), rich_progress(sys.stderr.isatty()) as progress:
             result = replay(args.file, config, progress)
     except StoreError as exc:  # --store etcd: unreachable, refused, …
         print(f"omega: replay: {store_failure(exc, args)}", file=sys.stderr)
         return 1
-    except OSError as exc:
-        raise UsageError(f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else str(exc)) from None
-    except TraceError as exc:
-        raise InputError(str(exc)) from None
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
     if output_json(args):
         print(result.to_json())
     else:
