@@ -107,6 +107,10 @@ def main() -> int:
     parser.add_argument("--cell-model", choices=CELL_MODELS, default="plain",
                         help="the import's cell model (default plain: the cell an older tree's bench replays, "
                              "for side-by-side speed; overcommit: Borg's reclamation, the fidelity goals' cell)")
+    parser.add_argument("--decision-commits", choices=("as-decided", "at-end"), default="as-decided",
+                        help="when a modelled decision's txns go out (omega replay --decision-commits)")
+    parser.add_argument("--unplaced-charge", choices=("every", "once"), default="every",
+                        help="modelled t_task for a decision's unplaced tasks (omega replay --unplaced-charge)")
     parser.add_argument("--digest", action="store_true", help="also print digests of the figures (wall times "
                         "left out) and of every key and value of the final cell, to check that a change of "
                         "the replay's code left what it simulates unchanged")
@@ -126,7 +130,8 @@ def main() -> int:
     modes = ("recorded", "scheduled") if args.initial_state == "both" else (args.initial_state,)
     for mode in modes:
         print(f"== initial state {mode}")
-        config = ReplayConfig(schedulers=schedulers, until=until, check=False, initial_state=mode)
+        config = ReplayConfig(schedulers=schedulers, until=until, check=False, initial_state=mode,
+                              decision_commits=args.decision_commits, unplaced_charge=args.unplaced_charge)
         profile = args.profile if len(modes) == 1 else _suffixed(args.profile, mode)
         run_once(trace, config, profile, args.digest)
     if args.kth:

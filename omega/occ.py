@@ -13,6 +13,9 @@ One *attempt* = one decision by the scheduler and the transactions it leads to:
      the same round trip; the commit mode says which to retry at once (rebased on the fresh
      revisions) and which tasks go back to the scheduler. The failed txn counts as a
      conflict, or as a stale retry when nothing really conflicted (``omega.modes``).
+With a ``pace`` (a replay's modelled decision time), the decision's time passes as it goes:
+``pace(k)`` before each txn of k claims, ``pace(0)`` once its txns are over (the rest);
+without one, all of it passed inside ``decide``.
 Attempts repeat (tenacity) while tasks are sent back, up to ``retry.max_attempts`` attempts
 in a row without progress, with jittered exponential backoff slept on the injected clock.
 The first attempt is made before tenacity's loop (most placements end there), which then
@@ -80,7 +83,8 @@ class OptimisticPlacer:
     def __init__(self, scheduler_name: str, committer: Committer, conflict_mode: ConflictMode,
                  commit_mode: CommitMode, retry: RetryPolicy, clock: Clock,
                  on_attempt: Callable[[Attempt], None] | None = None,
-                 refresh: Callable[[], object] | None = None):
+                 refresh: Callable[[], object] | None = None,
+                 pace: Callable[[int], object] | None = None):
         if not isinstance(conflict_mode, ConflictMode) or not isinstance(commit_mode, CommitMode):
             raise TypeError(f"conflict_mode and commit_mode must be ConflictMode and CommitMode members, "
                             f"got {conflict_mode!r} and {commit_mode!r}")
@@ -92,6 +96,7 @@ class OptimisticPlacer:
         self.clock = clock
         self.on_attempt = on_attempt
         self.refresh = refresh
+        self.pace = pace
         self._gangs = getattr(committer, "gangs", None)  # a GangCommitter: gangs larger than one txn
         self._seen: dict[str, tuple[str, list[int]]] = {}  # job id → (task states, pending tasks) last read
         # one loop for every placement: its stop and wait read the placement it is called with
@@ -147,11 +152,12 @@ class OptimisticPlacer:
                     len(tasks) > self.committer.max_claims_per_txn or has_reservations(st.view, entry)):
                 return place_in_chunks(self, st, entry, tasks, started, _Tally())
             self._refuse_oversized_gang(st, entry, tasks, started)
-        decision, decision_time = self._decide(st, entry, tasks)
+        decision, decision_time = self._decide(st, entry, tasks, paced=True)
         decision = mode.strategy.admit(entry, tasks, decision)
         st.unplaced.update(decision.unplaced)
         attempt = {"decision_time_s": decision_time, "claims": tuple(decision.claims), "started_at": started}
         if not decision.claims:
+            self._paced(attempt, 0)
             tally = _Tally()
             self._write_reason(st, entry, tally)
             self._emit(st, attempt, tally, AttemptOutcome.NOTHING_FITS)
@@ -178,12 +184,26 @@ class OptimisticPlacer:
         self._seen[entry.id] = (record.tasks, pending)
         return pending
 
-    def _decide(self, st: _Placement, entry: JobEntry, tasks: list[int]) -> tuple[Decision, float]:
+    def _decide(self, st: _Placement, entry: JobEntry, tasks: list[int],
+                paced: bool = False) -> tuple[Decision, float]:
+        """The decision and the time it took; ``paced``: its txns will call ``pace`` (else
+        the rest of a paced decision's time passes here, before anything is committed)."""
         before = self.clock.now()
         decision = st.decide(entry, list(tasks), st.view)
+        if not paced and self.pace is not None:
+            self.pace(0)
         elapsed = max(0.0, self.clock.now() - before)
         self._check_decision(entry, tasks, decision)
         return decision, elapsed
+
+    def _paced(self, attempt: dict, claims: int) -> None:
+        """Let the share of the decision's time for ``claims`` claims pass (0: all that is
+        left); the attempt's decision time includes it."""
+        if self.pace is None:
+            return
+        before = self.clock.now()
+        self.pace(claims)
+        attempt["decision_time_s"] += max(0.0, self.clock.now() - before)
 
     def _check_decision(self, entry: JobEntry, tasks: list[int], decision: Decision) -> None:
         if not isinstance(decision, Decision):
@@ -225,10 +245,12 @@ class OptimisticPlacer:
         chunks = mode.strategy.chunks(st.view.job(st.job_id), list(decision.claims), limit)
         try:
             for chunk in chunks:
+                self._paced(attempt, len(chunk))
                 self._commit_claims(st, mode, chunk, tally)
                 if tally.job_gone:
                     break
         except PlanTooLarge as exc:
+            self._paced(attempt, 0)
             self._record_committed(st, tally)
             self._emit(st, attempt, tally, AttemptOutcome.TOO_LARGE)
             entry = st.view.job(st.job_id)
@@ -237,6 +259,7 @@ class OptimisticPlacer:
                                     for c in decision.claims if c not in tally.committed})
                 self._write_reason(st, entry, _Tally())
             raise
+        self._paced(attempt, 0)
         self._record_committed(st, tally)
         return tally
 

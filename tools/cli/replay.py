@@ -34,6 +34,12 @@ def register(sub) -> None:
     p.add_argument("--schedulers", default=DEFAULT_SPEC, metavar="SPEC",
                    help=f"JSON list, @file.json, or NAME:KIND[:CONFLICT[:COMMIT]],… (default {DEFAULT_SPEC})")
     p.add_argument("--decision-time", choices=("modelled", "measured"), default="modelled")
+    p.add_argument("--decision-commits", choices=("as-decided", "at-end"), default="as-decided",
+                   help="a modelled decision's txns go out as-decided (default: each once its tasks' "
+                        "share of the decision time has passed) or at-end (Omega's simulator)")
+    p.add_argument("--unplaced-charge", choices=("every", "once"), default="every",
+                   help="modelled t_task for the tasks a decision leaves unplaced: every one (default, "
+                        "the paper's model) or once per decision (Borg's equivalence classes)")
     p.add_argument("--time-scale", type=float, default=1.0, help="measured decision time multiplier")
     p.add_argument("--t-job", type=float, default=None, help="modelled seconds per job (default 0.1)")
     p.add_argument("--t-task", type=float, default=None, help="modelled seconds per task (default 0.005)")
@@ -120,7 +126,8 @@ def run_replay(args) -> int:
         config = ReplayConfig(
             schedulers=schedulers, store=args.store,
             endpoints=endpoints_of(args.endpoints) if args.store == "etcd" else [], cell=args.cell,
-            decision_time=args.decision_time, time_scale=args.time_scale, until=args.until,
+            decision_time=args.decision_time, decision_commits=args.decision_commits,
+            unplaced_charge=args.unplaced_charge, time_scale=args.time_scale, until=args.until,
             sample_every_s=args.sample_every, check=not args.no_check, initial_state=args.initial_state,
             max_txn_ops=args.max_txn_ops)
     except ValueError as exc:  # a flag, or a scheduler config naming an unknown kind or mode
@@ -181,6 +188,7 @@ def _unwritable(path: str, directory: bool) -> str | None:
 
 
 def _print_summary(result) -> None:
+    from tools.fauxmaster.replay import decision_model
     from tools.fauxmaster.report import utilization_means
 
     print(f"{result.trace}: {result.sim_time_s:,.1f} virtual s in {result.wall_time_s:,.2f} s "
@@ -188,6 +196,7 @@ def _print_summary(result) -> None:
           f"{result.jobs_unscheduled:,} unscheduled at the end")
     if result.capacity_model:
         print(f"  cell (trace header): {result.capacity_model}")
+    print(f"  decision time: {decision_model(result.config)}")
     not_placed = result.cell.get("initial_not_placed") or {}
     if result.cell.get("initial_placed") or not_placed:
         print(f"  recorded t = 0 state: {result.cell['initial_placed']:,} tasks on their recorded machines, "

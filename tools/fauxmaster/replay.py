@@ -30,7 +30,9 @@ from tools.fauxmaster.metrics import (
     JobJournal, SchedulerMetrics, UtilizationSample, WaitStats, busyness, conflict_fraction, conflicts_over_time,
     sample_utilization, wait_cdf,
 )
-from tools.fauxmaster.scheduler_process import DECISION_TIME_MODES, SchedulerConfig, SimScheduler
+from tools.fauxmaster.scheduler_process import (
+    DECISION_COMMITS, DECISION_TIME_MODES, UNPLACED_CHARGES, SchedulerConfig, SimScheduler,
+)
 from tools.fauxmaster.trace_feed import TraceFeed
 
 DEFAULT_SCHEDULERS = (SchedulerConfig("batch", "batch"), SchedulerConfig("service", "service"))
@@ -46,6 +48,11 @@ class ReplayConfig:
     endpoints: list[str] = field(default_factory=list)
     cell: str = "fauxmaster"
     decision_time: str = "modelled"
+    decision_commits: str = "as-decided"
+    """A modelled decision's txns: "as-decided" or "at-end" (``scheduler_process.DECISION_COMMITS``)."""
+    unplaced_charge: str = "every"
+    """A modelled decision's ``t_task`` for the tasks it left unplaced: "every" one (the paper's
+    model) or "once" (``scheduler_process.UNPLACED_CHARGES``)."""
     time_scale: float = 1.0
     until: float | None = None
     sample_every_s: float = 60.0
@@ -80,6 +87,10 @@ class ReplayConfig:
             raise ValueError('store="etcd" needs endpoints (["host:port", …])')
         if self.decision_time not in DECISION_TIME_MODES:
             raise ValueError(f"decision_time must be one of {DECISION_TIME_MODES}, got {self.decision_time!r}")
+        if self.decision_commits not in DECISION_COMMITS:
+            raise ValueError(f"decision_commits must be one of {DECISION_COMMITS}, got {self.decision_commits!r}")
+        if self.unplaced_charge not in UNPLACED_CHARGES:
+            raise ValueError(f"unplaced_charge must be one of {UNPLACED_CHARGES}, got {self.unplaced_charge!r}")
         if self.until is not None and self.until <= 0:
             raise ValueError(f"until must be > 0 virtual seconds, got {self.until!r}")
         if type(self.max_txn_ops) is not int or self.max_txn_ops < 4:
@@ -87,6 +98,19 @@ class ReplayConfig:
         if self.sample_every_s <= 0 or self.time_scale <= 0:
             raise ValueError(f"sample_every_s and time_scale must be > 0, got {self.sample_every_s!r}, "
                              f"{self.time_scale!r}")
+
+
+def decision_model(config: Mapping[str, Any]) -> str:
+    """The decision-time model of a replay's config (``ReplayConfig`` as a dict, as in a result's
+    JSON), in words: what the report and the summary state."""
+    if config.get("decision_time") == "measured":
+        return f"measured wall time x {config.get('time_scale', 1.0):g}"
+    times = ", ".join(f"{s['name']} {s['t_job']:g} + {s['t_task']:g} s" for s in config.get("schedulers", ()))
+    commits = config.get("decision_commits", "at-end")
+    charge = config.get("unplaced_charge", "every")
+    return (f"modelled t_job + t_task x tasks ({times}); txns "
+            + ("as the decision reaches them" if commits == "as-decided" else "after the whole decision")
+            + "; unplaced tasks charged " + ("every one" if charge == "every" else "once per decision"))
 
 
 def _scheduler_from_dict(d: Mapping[str, Any]) -> SchedulerConfig:
@@ -256,7 +280,8 @@ def _run(trace_path, config: ReplayConfig, core: EventCore, store, keys: CellKey
         for sc in config.schedulers:
             peers = [o.name for o in config.schedulers if (o.jobs or o.kind) == (sc.jobs or sc.kind)]
             schedulers.append(SimScheduler(sc, store, core, clock, cell, peers, config.decision_time,
-                                           config.time_scale, journal, config.skip_nothing_fits))
+                                           config.time_scale, journal, config.skip_nothing_fits,
+                                           config.decision_commits, config.unplaced_charge))
         if setup is not None:
             setup(schedulers, core)
         feed.start()

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from tools.fauxmaster.replay import LOSSES, MAX_SAMPLES, ReplayResult
+from tools.fauxmaster.replay import LOSSES, MAX_SAMPLES, ReplayResult, decision_model
 
 PLOTS = ("utilization.png", "wait_cdf.png", "busyness.png", "conflicts.png")
 FIDELITY_PLOTS = ("fidelity_delay_cdf.png", "fidelity_occupancy.png")  # a trace with ground truth only
@@ -536,6 +536,7 @@ def _run_html(run: Run) -> str:
 {d['events']:,} trace events; {d['jobs_submitted']:,} jobs submitted, {d['jobs_unscheduled']:,}
 unscheduled at the end.</p>
 {f'<p><small>The cell (trace header): {html.escape(capacity)}</small></p>' if capacity else ''}
+{f'<p><small>Decision time: {html.escape(decision_model(d["config"]))}</small></p>' if d.get("config") else ''}
 <p>Wait to first attempt: mean {w1['mean']:.2f} s, p90 {w1['p90']:.2f} s, p99 {w1['p99']:.2f} s ({w1['jobs']} jobs).<br>
 Wait to fully placed: mean {w2['mean']:.2f} s, p90 {w2['p90']:.2f} s, p99 {w2['p99']:.2f} s ({w2['jobs']} jobs).\
 {_never_text(d)}</p>
@@ -592,7 +593,9 @@ def _summary_html(runs: list[Run]) -> str:
                    + "".join(f"<td>{html.escape(v)}</td>" for v in values) + "</tr>"
                    for what, values in summary_rows(runs))
     cells = "".join(f"<li>{html.escape(r.label)}: {html.escape(r.data['trace'])}"
-                    + (f"; the cell (trace header): {html.escape(c)}" if (c := _capacity(r)) else "") + "</li>"
+                    + (f"; the cell (trace header): {html.escape(c)}" if (c := _capacity(r)) else "")
+                    + (f"; decision time: {html.escape(decision_model(r.data['config']))}"
+                       if r.data.get("config") else "") + "</li>"
                     for r in runs)
     return f"<table><tr><th></th>{heads}</tr>{rows}</table>\n<ul>{cells}</ul>"
 

@@ -8,7 +8,8 @@ names its peers (the replay's schedulers serving the same jobs), and lets a deci
 pass: the decide function runs the scheduler on the view as of T, then holds the process for
 the decision time (modelled ``t_job + t_task × tasks``, or the measured wall time ×
 ``time_scale``), so the commit lands at T + decision time, after every commit other
-schedulers made meanwhile. Idle, the process parks until the cell changes or a deferred job
+schedulers made meanwhile. A modelled decision whose claims take several txns sends each as
+the decision reaches it (``DECISION_COMMITS``, the placer's ``pace``). Idle, the process parks until the cell changes or a deferred job
 is due. What the replay adds to the live loop, each an option of the cycle: the nothing-fits
 memo (jobs whose last decision found no machine are left out of the candidates until room may
 have appeared for them, ``tools.fauxmaster.fit_memo``; batch and service kinds,
@@ -38,6 +39,16 @@ from tools.fauxmaster.clock import EventCore, Process, VirtualClock
 from tools.fauxmaster.fit_memo import NothingFitsMemo, memo_applies
 
 DECISION_TIME_MODES = ("modelled", "measured")
+DECISION_COMMITS = ("as-decided", "at-end")
+"""When a modelled decision's txns go out: "as-decided", each txn of k claims once t_job and
+t_task per claim decided so far have passed (the tasks it could not place take their t_task
+after its last txn); "at-end", all of them after the whole ``t_job + t_task × tasks`` (Omega's
+simulator, whose decision is one txn). The scheduler is busy the same time either way."""
+UNPLACED_CHARGES = ("every", "once")
+"""What a modelled decision charges ``t_task`` for: "every" task it decided (the paper's
+``t_job + t_task × tasks``); "once": every task it placed, plus one ``t_task`` when it left any
+unplaced (Borg's equivalence classes: once one task of a class finds no machine, its identical
+siblings are not examined again; a replayed job has one request shape)."""
 SELECT_BATCH = 16  # jobs taken from one fair ordering of the queue before ordering it again (batch_jobs)
 _DECISION = builder(Decision)  # one per decision of a scheduler answering otherwise: without __init__
 _JOB_KINDS = {"batch": (JobKind.BATCH,), "service": (JobKind.SERVICE,), "all": (JobKind.BATCH, JobKind.SERVICE)}
@@ -120,9 +131,15 @@ class SimScheduler:
 
     def __init__(self, config: SchedulerConfig, store: Store, core: EventCore, clock: VirtualClock,
                  cell, peers: list[str], decision_time: str = "modelled", time_scale: float = 1.0,
-                 journal=None, skip_nothing_fits: bool = True):
+                 journal=None, skip_nothing_fits: bool = True, decision_commits: str = "as-decided",
+                 unplaced_charge: str = "every"):
         if decision_time not in DECISION_TIME_MODES:
             raise ValueError(f"decision_time must be one of {DECISION_TIME_MODES}, got {decision_time!r}")
+        if decision_commits not in DECISION_COMMITS:
+            raise ValueError(f"decision_commits must be one of {DECISION_COMMITS}, got {decision_commits!r}")
+        if unplaced_charge not in UNPLACED_CHARGES:
+            raise ValueError(f"unplaced_charge must be one of {UNPLACED_CHARGES}, got {unplaced_charge!r}")
+        self.charge_every = unplaced_charge == "every"
         self.config = config
         self.name = config.name
         self.store = store
@@ -130,6 +147,8 @@ class SimScheduler:
         self.clock = clock
         self.peers_list = peers
         self.measured = decision_time == "measured"
+        self.paced = not self.measured and decision_commits == "as-decided"
+        self._owed = 0.0  # of a paced decision's time: what has not passed yet
         self.synchronous_watch = isinstance(store, MemoryStore)
         self.time_scale = time_scale
         self.journal = journal
@@ -139,7 +158,7 @@ class SimScheduler:
         self.placer = OptimisticPlacer(config.name, cell.committer(), ConflictMode.parse(config.conflict_mode),
                                        CommitMode.parse(config.commit_mode),
                                        retry_policy_for(config.kind, config.seed), clock, self._on_attempt,
-                                       refresh=self.catch_up)
+                                       refresh=self.catch_up, pace=self._pace if self.paced else None)
         self.queue = JobQueue(config.name, order=make_order(config.order, self.view, config.drf_weights))
         self.memo = (NothingFitsMemo(self.view, CommitMode.parse(config.commit_mode) is CommitMode.ALL_OR_NOTHING)
                      if skip_nothing_fits and memo_applies(self.scheduler) else None)
@@ -199,21 +218,37 @@ class SimScheduler:
 
     def _decide(self, entry: JobEntry, tasks: list[int], view) -> Decision:
         """The scheduler's decision on the view as of now; then the decision time passes."""
+        self._pace(0)  # an earlier decision's time passes first (normally the placer has let it)
         self.catch_up()
         started = time.perf_counter()
         answer = self.scheduler.decide(entry, tasks, view)
         wall = time.perf_counter() - started
         self.tally.decide_wall_s += wall
+        if type(answer) is not Decision:
+            claims, unplaced = answer.claims, answer.unplaced  # the scheduler's own, fresh for this call
+            answer = _DECISION(claims if type(claims) is list else list(claims),
+                               unplaced if type(unplaced) is dict else dict(unplaced))
         if self.measured:
             spent = wall * self.time_scale
         else:
-            spent = self.config.t_job + self.config.t_task * len(tasks)
+            decided = len(tasks) if self.charge_every else len(answer.claims) + (1 if answer.unplaced else 0)
+            if self.paced:
+                spent = self.config.t_job
+                self._owed = self.config.t_task * decided
+            else:
+                spent = self.config.t_job + self.config.t_task * decided
         self.process.hold(spent, "decide")
-        if type(answer) is Decision:
-            return answer
-        claims, unplaced = answer.claims, answer.unplaced  # the scheduler's own, fresh for this call
-        return _DECISION(claims if type(claims) is list else list(claims),
-                         unplaced if type(unplaced) is dict else dict(unplaced))
+        return answer
+
+    def _pace(self, claims: int) -> None:
+        """The placer's ``pace``: the decision time of ``claims`` more claims passes (0: all
+        that is left of the decision's ``t_task × tasks``)."""
+        owed = self._owed
+        if owed <= 0.0:
+            return
+        step = owed if claims <= 0 else min(owed, self.config.t_task * claims)
+        self._owed = 0.0 if step >= owed else owed - step
+        self.process.hold(step, "decide")
 
     def _on_attempt(self, attempt: Attempt) -> None:
         t = self.tally
