@@ -29,6 +29,10 @@ def register(sub) -> None:
                         "the trace's own t = 0 overcommit) or a number >= 0")
     google.add_argument("--machine-events", default=None, metavar="FILE",
                         help="the trace's machine_events part file: real capacities, machines added and removed")
+    google.add_argument("--keep-unscheduled-at-open", action="store_true",
+                        help="keep the tasks pending when the window opens that no row schedules (by default "
+                             "they are left out, and counted: the real cell held them for reasons the tables "
+                             "read here do not carry)")
     google.add_argument("--seed", type=int, default=0, help="seed of the capacity draw (default 0)")
     google.add_argument("--limit", type=int, default=None, help="read only the first N task event rows")
     google.set_defaults(func=run_import_google)
@@ -62,7 +66,8 @@ def run_import_google(args) -> int:
     try:
         stats = import_google2011(args.task_events, args.job_events, args.out,
                                   CapacityModel(args.capacity_model, args.seed), limit=args.limit,
-                                  cell_model=cell_model, machine_events=args.machine_events)
+                                  cell_model=cell_model, machine_events=args.machine_events,
+                                  keep_unscheduled_at_open=args.keep_unscheduled_at_open)
     except OSError as exc:
         raise UsageError(_os_error(exc)) from None
     except (GoogleTraceError, TraceError, MachineEventsError) as exc:

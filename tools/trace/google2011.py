@@ -20,7 +20,8 @@ and the job kills. Pass 2 emits the events (rules in docs/TRACE_FORMAT.md):
   trace resubmits later is a new batch); a job KILL → ``job_kill`` of every batch of that job
   with live tasks, emitted at the first task KILL of the job within 1 s before it;
 - a SCHEDULE row at t = 0 (the task runs when the window opens) → ``task_placed`` at t = 0 on
-  ``m{machine}``, emitted once t = 0 is over for the tasks still live then (a replay may start
+  ``m{machine}`` (revision 5: with the SCHEDULE row's request, which its SUBMIT row may not carry:
+  ``requests_at_open``), emitted once t = 0 is over for the tasks still live then (a replay may start
   from this recorded state); later SCHEDULE and UPDATE_* rows carry no event (the replayed
   schedulers decide placement).
 
@@ -59,7 +60,7 @@ CPU_SCALE = 64_000  # millicores per normalized 1.0 (the largest machine)
 MEMORY_SCALE = 262_144  # MiB per normalized 1.0
 DISK_SCALE = 1_048_576  # MiB per normalized 1.0; every machine gets 1.0 (the trace has no disk capacities)
 PRODUCTION_PRIORITY = 9
-IMPORTER_REVISION = 4
+IMPORTER_REVISION = 5
 """Bumped when the same rows import differently (2: a job with no run time known in the window
 gets no modelled end; it was given the rest of the window; 3: the same events, and the ground
 truth: ``tools.trace.truth``, format version 3; 4: a batch is the rows of a job pending together,
@@ -157,6 +158,10 @@ class Survey:
     first_scheduled: dict[tuple[str, str, int], int] = field(default_factory=dict)  # (job, task, attempt) → ts
     occupancy: list[tuple[float, int, int, int]] = field(default_factory=list)  # (t, d cpu, d memory, d tasks)
     source: TaskRows | None = None  # the rows pass 2 reads again (with the inferred opening rows)
+    left_out_rows: frozenset[int] = frozenset()  # the SUBMIT rows of ``held_at_open`` pass 2 leaves out
+    held_at_open: dict[tuple[str, str], int] = field(default_factory=dict)
+    """Tasks pending when the window opens that no row of the import shows scheduled: (job, task)
+    → their opening SUBMIT row (left out unless ``keep_unscheduled_at_open``)."""
 
 
 @dataclass
@@ -192,6 +197,7 @@ class TaskRows:
         self.paths = [str(p) for p in self.paths]
         self.limit = limit
         self.opening: list[list[str]] = []  # inferred rows, at the window's opening
+        self.requests_at_open: dict[int, tuple[str, str, str]] = {}  # SUBMIT row number → its task's t = 0 SCHEDULE request
         self._starts: list[tuple[int, str]] = []  # (first number, path) of each part read so far
 
     def __str__(self) -> str:
@@ -222,6 +228,10 @@ class TaskRows:
                     raise GoogleTraceError(f"{self.where(number)}: timestamp {row[0]} is before the previous "
                                            f"part's last ({last_ts}); give the parts in time order")
                 first, last_row = False, row
+                request = self.requests_at_open.get(number)
+                if request is not None:
+                    row = list(row)
+                    row[CPU], row[MEMORY], row[DISK] = request
                 yield number, row
             if last_row and last_row[0].isdecimal():
                 last_ts = int(last_row[0])
@@ -257,6 +267,9 @@ def _amount(text: str) -> bool:
 
 
 UPDATE_PENDING, UPDATE_RUNNING = 7, 8
+HELD_AT_OPEN = ("inferred opening state: tasks pending when the window opens that no row of the trace "
+                "schedules, left out (held by what the task_events and job_events tables do not carry: "
+                "constraints, quota…)")
 
 
 def opening_rows(rows: TaskRows, window_us: int, carried: dict[str, int]) -> list[list[str]]:
@@ -290,6 +303,29 @@ def opening_rows(rows: TaskRows, window_us: int, carried: dict[str, int]) -> lis
     return submits + schedules
 
 
+def requests_at_open(rows: TaskRows, window_us: int, counts: dict[str, int]) -> dict[int, tuple[str, str, str]]:
+    """Part 0's recorded state: a task running when the window opens has a SUBMIT and a SCHEDULE
+    row at t = 0, and the two may carry different requests (the SCHEDULE row's is what the task
+    holds on its machine, as the truth's occupancy counts it; after t = 0 the two always agree
+    in part 0). The request of each such task's last SUBMIT row before its t = 0 SCHEDULE row is
+    replaced by the SCHEDULE row's (by row number, for both passes; ``counts`` says how many)."""
+    last_submit: dict[tuple[str, str], tuple[int, list[str]]] = {}
+    replaced: dict[int, tuple[str, str, str]] = {}
+    for number, row in rows:
+        ts, kind = _parse(rows, number, row)
+        if ts > window_us:
+            break
+        if kind == SUBMIT:
+            last_submit[row[JOB], row[TASK]] = (number, row)
+        elif kind == SCHEDULE and row[CPU] and row[MEMORY] and row[DISK]:
+            submit = last_submit.get((row[JOB], row[TASK]))
+            request = (row[CPU], row[MEMORY], row[DISK])
+            if submit is not None and (submit[1][CPU], submit[1][MEMORY], submit[1][DISK]) != request:
+                replaced[submit[0]] = request
+    counts["t = 0 SUBMIT rows given their t = 0 SCHEDULE row's request (it differed)"] = len(replaced)
+    return replaced
+
+
 def survey(task_events, job_events, limit: int | None = None) -> Survey:
     """Pass 1 over the task events (and the job events for kills). ``task_events`` and
     ``job_events``: a part file or consecutive part files, in time order. A trace that does not
@@ -301,6 +337,8 @@ def survey(task_events, job_events, limit: int | None = None) -> Survey:
     if first is not None and first[1] and first[1][0].isdecimal() and int(first[1][0]) > 0:
         s.window_us = int(first[1][0])
         rows.opening = opening_rows(rows, s.window_us, s.carried)
+    else:
+        rows.requests_at_open = requests_at_open(rows, s.window_us, s.grouping)
     s.source = rows
     window = s.window_us
     machines: set[str] = set()
@@ -313,6 +351,7 @@ def survey(task_events, job_events, limit: int | None = None) -> Survey:
     running: dict[tuple[str, str], tuple[int, int]] = {}  # (job, task) → its (cpu, memory) while scheduled
     requests: dict[str, tuple[int, int]] = {}  # Google job → its last known (cpu, memory)
     occupancy = s.occupancy
+    held = s.held_at_open
     with progress("survey", None) as advance:
         for number, row in rows:
             ts, kind = _parse(rows, number, row)
@@ -329,6 +368,10 @@ def survey(task_events, job_events, limit: int | None = None) -> Survey:
                 # a SCHEDULE of the job after t = 0 (the scheduler acted on it), or any row of a task
                 # in the open batch (it ended or changed): the batch is closed
                 del open_batch[job]
+            if kind == SUBMIT and ts <= window:
+                held[job, task] = number  # pending at the opening, unless a row below says otherwise
+            elif kind == SCHEDULE or (kind in _ENDS and ts <= window):
+                held.pop((job, task), None)
             if kind == SUBMIT:
                 attempts[job, task] += 1
                 key = (ts <= window, row[PRIORITY], row[CPU], row[MEMORY], row[DISK])
@@ -412,16 +455,22 @@ class _Batches:
         self.killed: set[str] = set()
         self.pending: dict[str, list[list[str]]] = defaultdict(list)  # open batch id → its SUBMIT rows so far
         self.running_at_open: dict[tuple[str, str], str] = {}  # (job, task) → machine of its t = 0 SCHEDULE
+        self.held_rows: frozenset[int] = s.left_out_rows  # SUBMIT rows left out (``held_at_open``)
 
     def submit_row(self, number: int, row: list[str], t: float):
         """Buffer a SUBMIT row in its batch (the survey's grouping); the batch's job_submit at its
-        last row."""
+        last row. A row of ``held_rows`` (a task pending at the opening that the trace never
+        schedules) is left out of its batch, and counted."""
         self.attempts[row[JOB], row[TASK]] += 1
         batch_id = self.survey.batch_of[number]
-        self.pending[batch_id].append(row)
+        if number in self.held_rows:
+            self.stats.skipped[HELD_AT_OPEN] += 1
+        else:
+            self.pending[batch_id].append(row)
         if self.survey.batch_last[batch_id] == number:
-            rows = self.pending.pop(batch_id)
-            yield JobSubmit(t, self._batch(row[JOB], batch_id, sorted(rows, key=lambda r: int(r[TASK])), t))
+            rows = self.pending.pop(batch_id, None)
+            if rows:
+                yield JobSubmit(t, self._batch(row[JOB], batch_id, sorted(rows, key=lambda r: int(r[TASK])), t))
 
     def _batch(self, job: str, batch_id: str, rows: list[list[str]], t: float) -> Job:
         self.batches[job].append(batch_id)
@@ -459,7 +508,9 @@ class _Batches:
         mapped = self.task_of.pop((job, task), None)
         self.running_at_open.pop((job, task), None)
         if mapped is None:
-            self.stats.skipped["end of a task not live in the window"] += 1
+            held = self.held_rows and self.survey.held_at_open.get((job, task)) in self.held_rows
+            self.stats.skipped["end of a task left out at the opening (never scheduled)" if held
+                               else "end of a task not live in the window"] += 1
             return
         batch_id, index = mapped
         self.live[batch_id] -= 1
@@ -576,7 +627,7 @@ def ground_truth(s: Survey, capacity: CapacityModel | list[Resources]) -> Ground
 
 def import_google2011(task_events, job_events, out, capacity: CapacityModel | None = None,
                       limit: int | None = None, cell: str = "google-2011", cell_model: CellModel | None = None,
-                      machine_events: str | None = None) -> ImportStats:
+                      machine_events: str | None = None, keep_unscheduled_at_open: bool = False) -> ImportStats:
     """Write the omega trace of task_events/job_events parts to ``out``; the counts. On an
     error nothing is written at ``out``. ``task_events``/``job_events``: a part file, or
     consecutive part files in time order (one trace); a trace that does not start at 0 opens at
@@ -586,6 +637,8 @@ def import_google2011(task_events, job_events, out, capacity: CapacityModel | No
     capacity = capacity or CapacityModel()
     cell_model = cell_model or CellModel()
     s = survey(task_events, job_events, limit)
+    if not keep_unscheduled_at_open:
+        s.left_out_rows = frozenset(s.held_at_open.values())
     stats = ImportStats()
     if s.dropped_job_rows:
         stats.skipped["job_events rows dropped (not 8 columns)"] = s.dropped_job_rows
@@ -610,6 +663,9 @@ def import_google2011(task_events, job_events, out, capacity: CapacityModel | No
         notes=f"importer revision {IMPORTER_REVISION}; t = max(0, (timestamp_us - {s.window_us})/1e6) (the window "
               f"opens at {s.window_us} us" + ("" if not s.carried else "; the opening state inferred from the part's "
                                               "rows: " + ", ".join(f"{n} tasks {what}" for what, n in s.carried.items()))
+              + ("" if keep_unscheduled_at_open else
+                 f"; {len(s.left_out_rows)} tasks pending at the opening that no row schedules left out (held by "
+                 "what the imported tables do not carry; --keep-unscheduled-at-open keeps them)")
               + "); a batch = the "
               "consecutive SUBMIT rows of a job with no SCHEDULE of the job (after t = 0) nor other row of a "
               "task of the batch between them, equal priority and requests, no task twice; submitted at its last row; "
