@@ -15,6 +15,7 @@ from tools.trace.shared import traces_dir
 from tools.trace.google2011 import (
     CPU_SCALE,
     GOOGLE_2011_MIX,
+    HELD_AT_OPEN,
     MEMORY_SCALE,
     CapacityModel,
     GoogleTraceError,
@@ -47,9 +48,12 @@ def test_part0_counts_match_the_readme(part0):
     submits = [e for e in events if isinstance(e, JobSubmit)]
     assert stats.rows == 450_146
     assert by_type["MachineAdd"] == 12_492
-    assert len({e.job.id.split(".")[0] for e in submits}) == 4_895
+    # 4,895 Google jobs; 5 of them only had tasks pending at the opening that no row schedules
+    assert len({e.job.id.split(".")[0] for e in submits}) == 4_890
     assert sum(e.job.tasks for e in submits if e.t > 0) == 57_152  # later SUBMITs
-    assert sum(e.job.tasks for e in submits if e.t == 0) == 144_339  # SUBMIT rows at timestamp 0
+    # SUBMIT rows at timestamp 0: 132,982 running + 11,357 pending, 11,054 of which no row schedules
+    assert stats.skipped[HELD_AT_OPEN] == 11_054
+    assert sum(e.job.tasks for e in submits if e.t == 0) == 144_339 - 11_054
     placed = [e for e in events if isinstance(e, TaskPlaced)]
     assert all(e.t == 0 for e in placed) and by_type["TaskPlaced"] == len(placed)
     assert 0.9 * 144_339 < len(placed) <= 144_339  # running when the window opened
@@ -138,7 +142,7 @@ def test_rules_on_hand_written_rows(tmp_path):
     assert [(j.id, j.tasks, j.kind, j.duration_s) for j in g7] == [
         ("g7", 2, JobKind.SERVICE, None), ("g7.1", 1, JobKind.SERVICE, None)]
     assert [(j.id, j.tasks, j.request.cpu, j.different_machine) for j in g8] == [
-        ("g8", 1, 32_000, True), ("g8.1", 1, 32_000, True)]
+        ("g8", 1, 32_000, True), ("g8.1", 1, 32_000, False)]  # the flag is each row's own (revision 5)
     assert g8[0].duration_s == 20.0  # finished 20 s after its SCHEDULE at 11 s
     assert g8[1].duration_s is None  # never ran: no run time known, no modelled end
     assert [e for e in events if isinstance(e, (TaskEnd, JobKill))] == [
@@ -161,7 +165,7 @@ def test_a_task_running_through_the_window_is_still_running_when_the_replay_ends
     ])
     import_google2011(tasks, write_gz(tmp_path / "j.csv.gz", []), tmp_path / "x.omt", CapacityModel("uniform"))
     header, events = read_all(tmp_path / "x.omt")
-    assert "importer revision 4" in header.notes
+    assert "importer revision 5" in header.notes
     assert [e.job.duration_s for e in events if isinstance(e, JobSubmit)] == [None, None]
     result = replay(tmp_path / "x.omt", ReplayConfig(schedulers=[dict(name="b", kind="batch")]))
     assert result.sim_time_s == 50.0 and result.cell["initial_placed"] == 1
@@ -256,10 +260,68 @@ def test_submissions_pending_together_form_one_batch(tmp_path):
                 if k.startswith("inferred grouping: ")}
     assert grouping["SUBMIT rows"] == 14 and grouping["batches (replayed jobs)"] == 9
     assert grouping["SUBMIT rows in batches of 2+ rows"] == 9
-    assert grouping["batches split: priority or request differs"] == 2
+    assert grouping["batches split: priority, request or different-machine flag differs"] == 2
     assert grouping["batch span max ms"] == 500
-    assert "importer revision 4" in header.notes and "batches (replayed jobs) 9" in header.notes
+    assert "importer revision 5" in header.notes and "batches (replayed jobs) 9" in header.notes
     # the ground truth: each task's own SUBMIT -> first SCHEDULE (job 2 task 0: 10 -> 12 s)
     truth = read_trace(out)[1].truth
     assert truth.submitted["g2"] == 10.5
     assert truth.delays["g2"] == pytest.approx([2.0, 1.8, 3.5]) and truth.delays["g2.1"] == [1.0, None]
+
+
+def test_revision5_a_task_running_at_open_holds_its_schedule_rows_request(tmp_path):
+    """The t = 0 snapshot's SUBMIT row may carry another request than the SCHEDULE row of the same
+    task; the running task holds the SCHEDULE row's (the one the truth's occupancy counts)."""
+    tasks = write_gz(tmp_path / "t.csv.gz", [
+        task_row(0, 7, 0, "", 0, cpu=0.125), task_row(0, 7, 0, 100, 1, cpu=0.25),  # differs: 0.25 held
+        task_row(0, 7, 1, "", 0, cpu=0.25), task_row(0, 7, 1, 100, 1, cpu=0.25),  # agrees
+        task_row(S + 10_000_000, 7, 2, "", 0, cpu=0.125), task_row(S + 11_000_000, 7, 2, 100, 1, cpu=0.125),
+    ])
+    jobs = write_gz(tmp_path / "j.csv.gz", [])
+    stats = import_google2011(tasks, jobs, tmp_path / "x.omt", CapacityModel("uniform"))
+    header, events = read_all(tmp_path / "x.omt")
+    g7 = [(e.t, e.job.tasks, e.job.request.cpu) for e in events if isinstance(e, JobSubmit)]
+    assert g7 == [(0.0, 2, CPU_SCALE // 4), (10.0, 1, CPU_SCALE // 8)]  # one t = 0 batch: same request now
+    assert sum(isinstance(e, TaskPlaced) for e in events) == 2
+    key = "inferred grouping: t = 0 SUBMIT rows given their t = 0 SCHEDULE row's request (it differed)"
+    assert stats.skipped[key] == 1
+
+
+@pytest.mark.parametrize("keep", [False, True], ids=["left-out", "kept"])
+def test_revision5_tasks_pending_at_open_that_no_row_schedules_are_left_out(tmp_path, keep):
+    """Pending at t = 0: task 0 is scheduled later (kept), task 1 ends later on a machine (it ran:
+    kept), task 2 never shows a machine (left out, counted, unless kept); task 3 ends during t = 0
+    (not live at the opening: the rule does not apply)."""
+    tasks = write_gz(tmp_path / "t.csv.gz", [
+        task_row(0, 7, 0, "", 0), task_row(0, 7, 1, "", 0), task_row(0, 7, 2, "", 0), task_row(0, 7, 3, "", 0),
+        task_row(0, 7, 3, "", 5),
+        task_row(S + 10_000_000, 7, 0, 100, 1), task_row(S + 20_000_000, 7, 1, 100, 2),
+        task_row(S + 30_000_000, 7, 2, "", 5),
+    ])
+    jobs = write_gz(tmp_path / "j.csv.gz", [])
+    stats = import_google2011(tasks, jobs, tmp_path / "x.omt", CapacityModel("uniform"),
+                              keep_unscheduled_at_open=keep)
+    header, events = read_all(tmp_path / "x.omt")
+    submits = [e.job.tasks for e in events if isinstance(e, JobSubmit)]
+    assert submits == ([4] if keep else [3])
+    assert stats.skipped.get(HELD_AT_OPEN, 0) == (0 if keep else 1)
+    assert ("1 tasks pending at the opening that no row schedules left out" in header.notes) is not keep
+    ends = [e for e in events if isinstance(e, TaskEnd)]
+    assert len(ends) == (3 if keep else 2)  # task 2's kill has nothing to end when it was left out
+    if not keep:
+        assert stats.skipped["end of a task left out at the opening (never scheduled)"] == 1
+
+
+def test_revision5_the_different_machine_flag_is_each_rows_own(tmp_path):
+    """Rows of one job with and without the flag are separate batches; each batch has its rows' flag."""
+    tasks = write_gz(tmp_path / "t.csv.gz", [
+        task_row(0, 9, 0, "", 0), task_row(0, 9, 0, 100, 1),  # part 0: the window opens at 600 s
+        task_row(S + 10_000_000, 7, 0, "", 0, different=1), task_row(S + 10_000_000, 7, 1, "", 0, different=1),
+        task_row(S + 10_000_000, 7, 2, "", 0, different=0),
+        task_row(S + 20_000_000, 7, 0, 100, 1),
+    ])
+    jobs = write_gz(tmp_path / "j.csv.gz", [])
+    import_google2011(tasks, jobs, tmp_path / "x.omt", CapacityModel("uniform"))
+    _, events = read_all(tmp_path / "x.omt")
+    assert [(e.job.id, e.job.tasks, e.job.different_machine) for e in events
+            if isinstance(e, JobSubmit) and e.job.id.startswith("g7")] == [("g7", 2, True), ("g7.1", 1, False)]

@@ -1,7 +1,7 @@
 """Import Google clusterdata-2011 task_events + job_events part files into an omega trace.
 
 Two streaming passes over the task events. The survey (pass 1) collects what an event
-needs before its time: the machine ids, per-job ``different_machine``, task run times
+needs before its time: the machine ids, task run times
 and the job kills. Pass 2 emits the events (rules in docs/TRACE_FORMAT.md):
 
 - time: ``t = max(0, timestamp_us / 1e6 - 600)`` (the window opens at 600 s; 0 = initial state);
@@ -9,7 +9,8 @@ and the job kills. Pass 2 emits the events (rules in docs/TRACE_FORMAT.md):
 - the SUBMIT rows of one Google job that the real scheduler had pending together form one
   ``job_submit`` ("batch", importer revision 4): consecutive SUBMIT rows of the job with no
   SCHEDULE of that job in between (the scheduler had acted on the job) and no other row of a
-  task already in the batch (it ended or changed), with the same priority and requests
+  task already in the batch (it ended or changed), with the same priority, requests and
+  different-machine flag (revision 5: the batch's ``different_machine`` is its rows' own flag)
   (a row that differs starts a new batch: nothing is inflated) and no task twice; after t = 0 a
   batch is submitted at its last row's time (the real cell scheduled none of its tasks before
   it: a SCHEDULE would have closed the group); at t = 0 (the recorded state) SCHEDULE rows do
@@ -144,7 +145,6 @@ class Survey:
     state the trace opens with), else the first row's timestamp (a later part)."""
     carried: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     """Tasks live before a later part opens, inferred from their first row in it (counts by kind)."""
-    different_machine: set[str] = field(default_factory=set)
     run_times: dict[tuple[str, str, int], float] = field(default_factory=dict)  # (job, task, attempt) → s
     job_kills: list[tuple[int, str]] = field(default_factory=list)  # (timestamp_us, job), sorted
     rows: int = 0
@@ -267,7 +267,7 @@ def _amount(text: str) -> bool:
 
 
 UPDATE_PENDING, UPDATE_RUNNING = 7, 8
-HELD_AT_OPEN = ("inferred opening state: tasks pending when the window opens that no row of the trace "
+HELD_AT_OPEN = ("left out: tasks pending when the window opens that no row of the trace "
                 "schedules, left out (held by what the task_events and job_events tables do not carry: "
                 "constraints, quota…)")
 
@@ -358,8 +358,6 @@ def survey(task_events, job_events, limit: int | None = None) -> Survey:
             job, task = row[JOB], row[TASK]
             if row[MACHINE]:
                 machines.add(row[MACHINE])
-            if row[DIFFERENT] == "1":
-                s.different_machine.add(job)
             if row[CPU] and row[MEMORY]:
                 requests[job] = (max(1, math.ceil(float(row[CPU]) * CPU_SCALE)),
                                  max(1, math.ceil(float(row[MEMORY]) * MEMORY_SCALE)))
@@ -370,15 +368,16 @@ def survey(task_events, job_events, limit: int | None = None) -> Survey:
                 del open_batch[job]
             if kind == SUBMIT and ts <= window:
                 held[job, task] = number  # pending at the opening, unless a row below says otherwise
-            elif kind == SCHEDULE or (kind in _ENDS and ts <= window):
-                held.pop((job, task), None)
+            elif kind == SCHEDULE or row[MACHINE] or (kind in _ENDS and ts <= window):
+                held.pop((job, task), None)  # scheduled, seen on a machine, or not live at the opening
             if kind == SUBMIT:
                 attempts[job, task] += 1
-                key = (ts <= window, row[PRIORITY], row[CPU], row[MEMORY], row[DISK])
+                key = (ts <= window, row[PRIORITY], row[CPU], row[MEMORY], row[DISK], row[DIFFERENT] == "1")
                 current = open_batch.get(job)
                 if current is None or current[1] != key or task in current[2]:
                     if current is not None:  # the job's rows go on, but this one cannot join
-                        grouping["batches split: priority or request differs" if current[1][1:] != key[1:]
+                        grouping["batches split: priority, request or different-machine flag differs"
+                                 if current[1][1:] != key[1:]
                                  else "batches split: t = 0 rows and later rows" if current[1] != key
                                  else "batches split: a task submitted twice"] += 1
                     n = batch_count[job]
@@ -489,7 +488,7 @@ class _Batches:
         self.members[batch_id] = [(job, r[TASK]) for r in rows]
         return Job(id=batch_id, kind=JobKind.SERVICE if service else JobKind.BATCH, tasks=len(rows),
                    request=request, priority=priority, owner=rows[0][USER], duration_s=duration,
-                   different_machine=job in self.survey.different_machine)
+                   different_machine=any(r[DIFFERENT] == "1" for r in rows))
 
     def _request(self, job: str, rows: list[list[str]]) -> Resources:
         """Per-resource maximum of the rows' requests; rows missing them (missing_info) use the
