@@ -667,7 +667,7 @@ def import_google2011(task_events, job_events, out, capacity: CapacityModel | No
                  "what the imported tables do not carry; --keep-unscheduled-at-open keeps them)")
               + "); a batch = the "
               "consecutive SUBMIT rows of a job with no SCHEDULE of the job (after t = 0) nor other row of a "
-              "task of the batch between them, equal priority and requests, no task twice; submitted at its last row; "
+              "task of the batch between them, equal priority, requests and different-machine flag, no task twice; submitted at its last row; "
               "inferred: " + ", ".join(f"{what} {n}" for what, n in s.grouping.items())
               + "; see docs/TRACE_FORMAT.md")
     truth = ground_truth(s, [m.capacity for m in machines])
