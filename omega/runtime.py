@@ -148,6 +148,8 @@ class SchedulerProcess:
         self.view = view
         self.sink = sink
         self.clock = clock or SystemClock()
+        if hasattr(scheduler, "use_clock"):  # a scheduler that plans in time: this process's clock
+            scheduler.use_clock(self.clock)
         self.options = options
         self.observers = list(observers)
         self.scheduler_class = self.kind  # the jobs it serves: those whose scheduler_class this is

@@ -1,0 +1,125 @@
+"""EASY backfilling (schedulers/easy, docs/EASY.md): hand-made SWF logs whose EASY schedules
+are worked out by hand and replayed job by job, and the pass on a small view."""
+
+from __future__ import annotations
+
+import pytest
+
+from cellstate.codec.job import decode_job_record
+from cellstate.model import Constraint, ConstraintOp, JobRecord
+from omega.protocols import JobEntry
+from schedulers.chains import make_scheduler
+from schedulers.easy.plan import NEVER, easy_pass, estimate_of, queue_order
+from tools.fauxmaster.replay import ReplayConfig, replay
+from tools.trace.swf import import_swf
+from viewlib import DictView, job, machine
+
+HEADER = "; Version: 2.2\n; MaxNodes: 4\n; Note: uses the EASY scheduler\n"
+
+
+def swf_line(number: int, submit: float, run: float, procs: int, requested: float) -> str:
+    """An SWF job line: submitted at ``submit``, running ``run`` s on ``procs`` processors,
+    ``requested`` s asked for (field 9)."""
+    return f"{number} {submit} -1 {run} {procs} -1 -1 {procs} {requested} -1 1 1 1 -1 -1 -1 -1 -1\n"
+
+
+def replay_starts(tmp_path, lines: list[str], kind: str = "easy") -> tuple[dict[str, float], object]:
+    """Each job's start (its record's ``placed_at``) when ``lines`` are replayed on 4 nodes by one
+    scheduler of ``kind`` deciding in no time, until every job has ended."""
+    swf = tmp_path / "x.swf"
+    swf.write_text(HEADER + "".join(lines))
+    import_swf(str(swf), tmp_path / "x.omt")
+    result = replay(tmp_path / "x.omt", ReplayConfig(
+        schedulers=[{"name": "s", "kind": kind, "t_job": 0.0, "t_task": 0.0}], until=1000.0))
+    assert result.check["ok"] and result.jobs_unscheduled == 0
+    starts = {}
+    for n in range(1, len(lines) + 1):
+        key = result.keys.job(f"j{n}")
+        record = decode_job_record(key, result.store.get(key).value)
+        assert record.state.value == "finished"
+        starts[record.job.id] = record.placed_at
+    return starts, result
+
+
+# 4 nodes. j1 (3 procs, 0..100) runs; j2 (4 procs) does not fit: the head, reserved at 100 (j1's
+# requested end), when all 4 are free: no extra processor. j3 (1 proc, asks 100 s) fits at 20
+# but would end at 120 > 100 on a processor the head needs: held. j4 (1 proc, asks 50 s) fits
+# at 30 and ends by 80 <= 100: backfilled at 30 (it ends at 60). j2 starts at 100 (ends 150);
+# j3, now the head, starts at 150.
+DELAY_RULE = [swf_line(1, 0, 100, 3, 100), swf_line(2, 10, 50, 4, 50), swf_line(3, 20, 100, 1, 100),
+              swf_line(4, 30, 30, 1, 50)]
+
+# 4 nodes. a1 (2 procs, 0..100) runs; a2 (3 procs) is the head, reserved at 100, when 4 are free:
+# one extra processor. a3 (1 proc, asks 200 s) ends after 100 but fits in the extra processor:
+# backfilled at 20. a4 (1 proc, asks 200 s) fits at 30 on the last free node, but no extra is
+# left: held. a2 starts at 100 (ends 150); a4 then heads the queue and starts at 150.
+EXTRA_RULE = [swf_line(1, 0, 100, 2, 100), swf_line(2, 10, 50, 3, 50), swf_line(3, 20, 200, 1, 200),
+              swf_line(4, 30, 200, 1, 200)]
+
+
+def test_backfills_a_job_that_ends_before_the_reservation_and_holds_one_that_would_delay_it(tmp_path):
+    starts, result = replay_starts(tmp_path, DELAY_RULE)
+    assert starts == {"j1": 0.0, "j2": 100.0, "j3": 150.0, "j4": 30.0}
+    assert result.schedulers[0].kind == "easy"
+
+
+def test_backfills_into_the_processors_the_head_leaves_over(tmp_path):
+    starts, _ = replay_starts(tmp_path, EXTRA_RULE)
+    assert starts == {"j1": 0.0, "j2": 100.0, "j3": 20.0, "j4": 150.0}
+
+
+def test_the_greedy_batch_scheduler_schedules_these_logs_otherwise(tmp_path):
+    """The EASY figures above are not what any start-when-it-fits policy gives: the batch
+    scheduler starts j3 at once and the 4-processor head only when j3 is done."""
+    starts, _ = replay_starts(tmp_path, DELAY_RULE, kind="batch")
+    assert starts["j3"] == 20.0 and starts["j2"] > 100.0
+
+
+def test_held_jobs_are_decided_when_the_cell_changes_not_on_a_backoff_loop(tmp_path):
+    _, result = replay_starts(tmp_path, DELAY_RULE)
+    # j3 waits 130 s; a backoff of at most 5 s would take it ~26 times. Here: one decision per
+    # job when it starts, plus the head's first try at its submission.
+    assert result.schedulers[0].jobs_taken <= 6, result.schedulers[0]
+
+
+# ----------------------------------------------------------------------------- the pass
+
+
+def entries(view: DictView, submitted: dict[str, float]) -> list[JobEntry]:
+    out = []
+    for job_id, t in submitted.items():
+        record = view.job(job_id).record
+        out.append(JobEntry(JobRecord(record.job, record.tasks, t), 1))
+    return queue_order(out)
+
+
+def test_an_estimate_falls_back_to_the_duration_then_to_never():
+    assert estimate_of(job(estimate_s=30.0, duration_s=10.0)) == 30.0
+    assert estimate_of(job(duration_s=10.0)) == 10.0
+    assert estimate_of(job()) == NEVER
+
+
+def test_a_running_job_without_any_estimate_gives_the_head_no_reservation():
+    """A head behind a job that never ends gets no reservation: every later job that fits starts."""
+    view = DictView([machine("m0", cpu=1000), machine("m1", cpu=1000)],
+                    [job("run", cpu=1000), job("head", tasks=2, cpu=1000, estimate_s=10.0),
+                     job("late", cpu=1000, estimate_s=1e9)])
+    view.place("run", 0, "m0")
+    plan = easy_pass(view, 5.0, entries(view, {"head": 1.0, "late": 2.0}))
+    assert (plan.head, plan.shadow, set(plan.start)) == ("head", NEVER, {"late"})
+
+
+def test_jobs_with_placement_rules_are_left_out_with_a_reason():
+    rule = (Constraint("zone", ConstraintOp.EQ, ("z1",)),)
+    view = DictView([machine("m0", cpu=1000)], [job("ruled", cpu=1000, constraints=rule, estimate_s=5.0),
+                                                 job("plain", cpu=1000, estimate_s=5.0)])
+    plan = easy_pass(view, 0.0, entries(view, {"ruled": 1.0, "plain": 2.0}))
+    assert set(plan.start) == {"plain"} and "placement rules" in plan.waits["ruled"]
+    scheduler = make_scheduler("easy", "e", 0)
+    decision = scheduler.decide(view.job("ruled"), [0], view)
+    assert not decision.claims and "not evaluated" in decision.unplaced[0]
+
+
+def test_the_kind_takes_no_config():
+    with pytest.raises(ValueError, match="easy: takes no config keys"):
+        make_scheduler("easy", "e", 0, {"k": 2})
