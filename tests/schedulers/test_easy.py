@@ -3,6 +3,9 @@ are worked out by hand and replayed job by job, and the pass on a small view."""
 
 from __future__ import annotations
 
+import json
+import sys
+
 import pytest
 
 from cellstate.codec.job import decode_job_record
@@ -10,6 +13,7 @@ from cellstate.model import Constraint, ConstraintOp, JobRecord
 from omega.protocols import JobEntry
 from schedulers.chains import make_scheduler
 from schedulers.easy.plan import NEVER, easy_pass, estimate_of, queue_order
+from tools.cli import main
 from tools.fauxmaster.replay import ReplayConfig, replay
 from tools.trace.swf import import_swf
 from viewlib import DictView, job, machine
@@ -23,14 +27,15 @@ def swf_line(number: int, submit: float, run: float, procs: int, requested: floa
     return f"{number} {submit} -1 {run} {procs} -1 -1 {procs} {requested} -1 1 1 1 -1 -1 -1 -1 -1\n"
 
 
-def replay_starts(tmp_path, lines: list[str], kind: str = "easy") -> tuple[dict[str, float], object]:
+def replay_starts(tmp_path, lines: list[str], kind: str = "easy", until: float = 1000.0
+                  ) -> tuple[dict[str, float], object]:
     """Each job's start (its record's ``placed_at``) when ``lines`` are replayed on 4 nodes by one
     scheduler of ``kind`` deciding in no time, until every job has ended."""
     swf = tmp_path / "x.swf"
     swf.write_text(HEADER + "".join(lines))
     import_swf(str(swf), tmp_path / "x.omt")
     result = replay(tmp_path / "x.omt", ReplayConfig(
-        schedulers=[{"name": "s", "kind": kind, "t_job": 0.0, "t_task": 0.0}], until=1000.0))
+        schedulers=[{"name": "s", "kind": kind, "t_job": 0.0, "t_task": 0.0}], until=until))
     assert result.check["ok"] and result.jobs_unscheduled == 0
     starts = {}
     for n in range(1, len(lines) + 1):
@@ -123,3 +128,50 @@ def test_jobs_with_placement_rules_are_left_out_with_a_reason():
 def test_the_kind_takes_no_config():
     with pytest.raises(ValueError, match="easy: takes no config keys"):
         make_scheduler("easy", "e", 0, {"k": 2})
+
+
+def test_omega_replay_picks_it_by_kind_and_says_so(tmp_path, capsys):
+    swf = tmp_path / "x.swf"
+    swf.write_text(HEADER + "".join(DELAY_RULE))
+    assert main(["import", "swf", str(swf), "--out", str(tmp_path / "x.omt")]) == 0
+    capsys.readouterr()
+    out = tmp_path / "r.json"
+    assert main(["replay", str(tmp_path / "x.omt"), "--schedulers", "easy:easy", "--until", "400",
+                 "--json-out", str(out)]) == 0
+    assert "easy (easy): busyness" in capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert [(s["name"], s["kind"]) for s in data["schedulers"]] == [("easy", "easy")]
+    assert data["jobs_unscheduled"] == 0 and data["check"]["ok"]
+
+
+def reference():
+    """``bench/swf_easy_reference.py``: an EASY event loop written apart from omega."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "swf_easy_reference.py"
+    spec = importlib.util.spec_from_file_location("swf_easy_reference", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # (its dataclass looks its module up)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_random_log_starts_every_job_when_an_independent_easy_simulation_does(tmp_path, seed):
+    """150 jobs on 4 nodes, times drawn apart (no two events at one instant), requested times
+    above and below the run times: the replay's start of every job equals the reference's."""
+    import random
+
+    rng, t, lines = random.Random(seed), 0.0, []
+    for n in range(1, 151):
+        t += rng.expovariate(1 / 40)
+        run = round(rng.uniform(1, 300), 3)
+        requested = round(run * rng.choice((0.8, 1.0, 1.5, 3.0)) + rng.uniform(0, 50), 3)
+        lines.append(swf_line(n, round(t, 3), run, rng.choice((1, 1, 2, 3, 4)), requested))
+    starts, _ = replay_starts(tmp_path, lines, until=t + 200_000)
+    ref = reference()
+    jobs, nodes = ref.read_swf(str(tmp_path / "x.swf"))
+    expected = ref.easy_starts(jobs, nodes)
+    assert starts == pytest.approx(expected, abs=1e-6)
+    assert sum(starts[j] > jobs[n].submit for n, j in enumerate(starts)) > 30  # a queue formed
