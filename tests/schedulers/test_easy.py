@@ -175,3 +175,49 @@ def test_a_random_log_starts_every_job_when_an_independent_easy_simulation_does(
     expected = ref.easy_starts(jobs, nodes)
     assert starts == pytest.approx(expected, abs=1e-6)
     assert sum(starts[j] > jobs[n].submit for n, j in enumerate(starts)) > 30  # a queue formed
+
+
+class TenClock:
+    def now(self) -> float:
+        return 10.0
+
+    def sleep(self, seconds: float) -> None:
+        pass
+
+
+class NullSink:
+    def publish(self, stats) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_live_scheduler_process_plans_on_its_own_clock():
+    """``omega scheduler run --kind easy``: the process hands the scheduler its clock (here 10 s).
+    On 2 machines: "first" starts (1 task, asks 100 s: ends 110); "head" (2 tasks) waits,
+    reserved at 110; "short" (asks 50 s: ends 60 <= 110) is backfilled; "long" finds no room."""
+    from dataclasses import replace
+
+    from cellstate.codec.records import encode_job_record, encode_machine
+    from cellstate.committer import StoreCommitter
+    from cellstate.keys import CellKeys
+    from cellstate.memory.store import MemoryStore
+    from cellstate.replica.view import ReplicaView
+    from cellstate.store import Put
+    from omega.runtime import SchedulerProcess
+
+    store, keys = MemoryStore(), CellKeys("easy")
+    specs = [("first", 1, 100.0), ("head", 2, 10.0), ("short", 1, 50.0), ("long", 1, 500.0)]
+    ops = [Put(keys.machine(f"m{i}"), encode_machine(machine(f"m{i}", cpu=1000))) for i in range(2)]
+    ops += [Put(keys.job(name), encode_job_record(JobRecord.new(
+        replace(job(name, tasks, cpu=1000), scheduler="easy", estimate_s=estimate), float(n))))
+        for n, (name, tasks, estimate) in enumerate(specs)]
+    store.txn((), ops)
+    process = SchedulerProcess(make_scheduler("easy", "easy-1", 0), ReplicaView(store, keys),
+                               StoreCommitter(store, keys), NullSink(), clock=TenClock())
+    process.work_round()
+    records = {name: decode_job_record(keys.job(name), store.get(keys.job(name)).value) for name, _, _ in specs}
+    assert {name for name, r in records.items() if r.placed_at is not None} == {"first", "short"}
+    assert records["head"].reason == "2 tasks: easy: head of the queue, waits for room (reserved at 110.000)"
+    assert "no room now" in records["long"].reason
