@@ -25,7 +25,8 @@ class Scheduler(Protocol):
     so a replay may skip its jobs while nothing fits; default False), ``pipeline`` (its chain
     of plugins, whose traits the fast paths ask), ``share_machines(peers)`` (the runtime tells
     it its live peers), ``use_clock(clock)`` (the host's clock, virtual in a replay, for a
-    scheduler that plans in time), ``candidate_filter(view)`` (a replay's candidate filter,
+    scheduler that plans in time), ``use_refusals(refused)`` (the jobs its cycle refused,
+    ``omega.refusals.RefusedJobs``), ``candidate_filter(view)`` (a replay's candidate filter,
     ``omega.cycle.CandidateFilter``, in place of the nothing-fits memo)."""
 
     name: str

@@ -6,7 +6,8 @@ it serves (in a replay, those its scheduling cycle serves, handed over by ``Easy
 otherwise the pending jobs of the decided job's scheduler class), up to the job: it claims the
 machines the pass gives the job, or leaves every pending task unplaced with the pass's reason
 (a gang: all or nothing, as always). It never preempts. Its clock is the host's (``use_clock``:
-the replay's virtual clock, the live runtime's wall clock), else the wall clock.
+the replay's virtual clock, the live runtime's wall clock), else the wall clock; the jobs its cycle
+refused (``use_refusals``) are out of the queue.
 
 ``EasyHolds`` is the replayed scheduler's candidate filter (``omega.cycle.CandidateFilter``,
 offered by ``EasyScheduler.candidate_filter``): a job the pass does not start now is held (left
@@ -26,6 +27,7 @@ from typing import Callable, Hashable, Iterable
 
 from omega.attempts import PlacementResult
 from omega.protocols import CellView, Decision, JobEntry
+from omega.refusals import RefusedJobs
 from schedulers.base import checked_tasks, gang_outcome, new_claim, new_decision
 from schedulers.easy.plan import EasyPlan, easy_pass, queue_order
 
@@ -48,11 +50,16 @@ class EasyScheduler:
         self.served: PendingLookup | None = None
         """job id → its entry when it is pending and served (set by ``EasyHolds``); None: the
         jobs of the decided job's scheduler class."""
-        self.passes = 0
+        self.refused: RefusedJobs | None = None
 
     def use_clock(self, clock) -> None:
         """Plan at ``clock.now()`` (the host's clock: virtual in a replay)."""
         self.clock = clock
+
+    def use_refusals(self, refused: RefusedJobs) -> None:
+        """Leave the jobs its cycle refused (``PlanTooLarge``: they cannot be placed as they stand)
+        out of the queue: a refused head would hold every job behind it."""
+        self.refused = refused
 
     def candidate_filter(self, view) -> EasyHolds:
         """The holds a replayed scheduler's cycle uses with this scheduler (module docstring)."""
@@ -65,11 +72,13 @@ class EasyScheduler:
             entries = [e for e in view.pending_jobs() if served(e.record.job.id) is not None]
         else:
             entries = [e for e in view.pending_jobs() if e.record.job.scheduler_class == job_class]
+        refused = self.refused
+        if refused is not None and refused.jobs:
+            entries = [e for e in entries if not refused.holds(e)]
         return queue_order(entries)
 
     def plan(self, view: CellView, job_class: str | None = None, stop_at: str | None = None) -> EasyPlan:
         """The EASY pass over the served queue, now."""
-        self.passes += 1
         return easy_pass(view, self.clock.now(), self.queue(view, job_class), stop_at)
 
     def decide(self, job: JobEntry, tasks: list[int], view: CellView) -> Decision:
@@ -119,7 +128,6 @@ class EasyHolds:
         self._first = False
         scheduler = self.scheduler
         queue = scheduler.queue(self.view)
-        scheduler.passes += 1
         plan = easy_pass(self.view, scheduler.clock.now(), queue)
         held = {e.record.job.id for e in queue} - plan.start.keys()
         touched = (held ^ self.held) | noted

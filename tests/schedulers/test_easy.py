@@ -221,3 +221,18 @@ def test_a_live_scheduler_process_plans_on_its_own_clock():
     assert {name for name, r in records.items() if r.placed_at is not None} == {"first", "short"}
     assert records["head"].reason == "2 tasks: easy: head of the queue, waits for room (reserved at 110.000)"
     assert "no room now" in records["long"].reason
+
+
+def test_a_job_its_cycle_refused_is_out_of_the_queue():
+    """A refused job (PlanTooLarge) cannot be placed as it stands: counted in the pass, it would
+    take the room the next job gets."""
+    from omega.refusals import RefusedJobs
+
+    view = DictView([machine("m0", cpu=1000)], [job("a-refused", cpu=1000, estimate_s=5.0),
+                                                 job("b-next", cpu=1000, estimate_s=5.0)])
+    scheduler = make_scheduler("easy", "e", 0)
+    assert scheduler.decide(view.job("b-next"), [0], view).unplaced  # behind "a-refused" (same submission time, id first), which fits
+    refused = RefusedJobs()
+    refused.refuse(view.job("a-refused"))
+    scheduler.use_refusals(refused)
+    assert [c.machine_id for c in scheduler.decide(view.job("b-next"), [0], view).claims] == ["m0"]

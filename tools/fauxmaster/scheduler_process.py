@@ -151,6 +151,8 @@ class SimScheduler:
                                      self, clock, batch_jobs=SELECT_BATCH, memo=self.memo,
                                      share_machines=getattr(self.scheduler, "share_machines", None))
         self.refused = self.cycle.refused  # refused jobs stay out until they change
+        if hasattr(self.scheduler, "use_refusals"):  # a scheduler that plans over the whole queue
+            self.scheduler.use_refusals(self.cycle.refused)
         self.process = Process(core, config.name, self._run)
 
     # -- the loop ---------------------------------------------------------------------------
