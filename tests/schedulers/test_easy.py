@@ -236,3 +236,14 @@ def test_a_job_its_cycle_refused_is_out_of_the_queue():
     refused.refuse(view.job("a-refused"))
     scheduler.use_refusals(refused)
     assert [c.machine_id for c in scheduler.decide(view.job("b-next"), [0], view).claims] == ["m0"]
+
+
+def test_omega_scheduler_run_builds_it():
+    import argparse
+
+    from schedulers.easy.scheduler import EasyScheduler
+    from tools.cli.scheduler import build_parts, register
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    assert isinstance(build_parts(parser.parse_args(["scheduler", "run", "--kind", "easy"]))[0], EasyScheduler)
