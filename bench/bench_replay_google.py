@@ -10,7 +10,10 @@ Fidelity (issue 20): beside the speed, the replay's fidelity against the trace's
 (``tools.fauxmaster.fidelity``; goals: initial_pending_fraction <= 0.01, scheduled_ratio >= 0.95,
 delay p50/p90 ratios in [0.5, 2]). ``--kth`` also replays the KTH SP2 SWF log (imported once,
 cached; its own 100 nodes; ``--max-txn-ops 256`` so its gangs of up to 100 processors can be
-placed) and prints the replay's job wait p50 against the logged one (goal: within 2x).
+placed) and prints the replay's job wait p50 against the logged one (goal: within 2x), with the
+replay's default schedulers (place a job as soon as it fits) or, ``--kth-scheduler easy``, one
+EASY backfilling scheduler (docs/EASY.md: the policy the log's header names); ``--kth-only``
+skips part 0.
 
 ``--cell-model overcommit`` imports part 0 with Borg's overcommit cell (docs/TRACE_FORMAT.md, "Cell
 models and machine_events"; cached under its own name): the cell of the fidelity goals. The default,
@@ -69,20 +72,26 @@ def imported_kth() -> Path:
     return out
 
 
-def run_kth(until: float | None) -> None:
-    """Replay KTH SP2 and print the replay's wait p50 against the logged one."""
+KTH_SCHEDULERS = {"default": None, "easy": [{"name": "easy", "kind": "easy"}]}
+
+
+def run_kth(until: float | None, scheduler: str = "default") -> None:
+    """Replay KTH SP2 with the ``KTH_SCHEDULERS[scheduler]`` schedulers (None: the replay's
+    default ones) and print the replay's wait p50 against the logged one."""
     from tools.trace.format import read_trace
 
     trace = imported_kth()
     _, reader = read_trace(trace)
     with reader:
         horizon = reader.truth.horizon
-    config = ReplayConfig(until=until or horizon, check=False, max_txn_ops=256, sample_every_s=3600.0)
+    config = ReplayConfig(until=until or horizon, check=False, max_txn_ops=256, sample_every_s=3600.0,
+                          **({} if KTH_SCHEDULERS[scheduler] is None else {"schedulers": KTH_SCHEDULERS[scheduler]}))
     cpu_started = time.process_time()
     result = replay(trace, config)
     cpu = time.process_time() - cpu_started
     f = result.fidelity
-    print(f"== KTH SP2 (SWF, 100 nodes, max_txn_ops 256): virtual {result.sim_time_s:,.0f} s, wall "
+    kinds = ", ".join(f"{s.name}:{s.kind}" for s in config.schedulers)
+    print(f"== KTH SP2 (SWF, 100 nodes, max_txn_ops 256, schedulers {kinds}): virtual {result.sim_time_s:,.0f} s, wall "
           f"{result.wall_time_s:.1f} s, cpu {cpu:.1f} s, {result.jobs_submitted:,} jobs, "
           f"{result.jobs_unscheduled:,} unscheduled at the end")
     print("\n".join(f.lines()))
@@ -118,9 +127,16 @@ def main() -> int:
                         "fidelity (replay wait p50 vs the logged one)")
     parser.add_argument("--kth-until", type=float, default=None, help="virtual seconds of KTH SP2 to replay "
                         "(default: the whole log, to its last logged start)")
+    parser.add_argument("--kth-scheduler", choices=sorted(KTH_SCHEDULERS), default="default",
+                        help="KTH's schedulers: default (the replay's: a job starts as soon as it fits) or "
+                             "easy (FCFS with EASY backfilling, docs/EASY.md)")
+    parser.add_argument("--kth-only", action="store_true", help="replay only KTH SP2 (implies --kth)")
     parser.add_argument("--profile", metavar="OUT", help="write a pyinstrument profile here (HTML; text if "
                         "OUT ends with .txt)")
     args = parser.parse_args()
+    if args.kth_only:
+        run_kth(args.kth_until, args.kth_scheduler)
+        return 0
     trace = imported_trace(args.cell_model)
     print(f"interpreter {interpreter()}")
     print(f"cell model {args.cell_model} (mix capacity model, seed 0)")
@@ -135,7 +151,7 @@ def main() -> int:
         profile = args.profile if len(modes) == 1 else _suffixed(args.profile, mode)
         run_once(trace, config, profile, args.digest)
     if args.kth:
-        run_kth(args.kth_until)
+        run_kth(args.kth_until, args.kth_scheduler)
     return 0
 
 

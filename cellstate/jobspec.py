@@ -14,6 +14,7 @@ TOML; ``{"job": [...]}`` or a bare list in JSON). Fields of a job:
     priority      integer, default 0;   owner, package: strings
     constraints   list of {attribute, op (eq|in|not-in|exists), values}
     duration_s    seconds >= 0 (batch tasks); absent: runs until killed
+    estimate_s    seconds >= 0: the run time asked for (a backfilling scheduler plans with it)
     gang, different_machine: booleans;  max_per_machine: integer >= 0
     scheduler     the scheduler class that serves it (e.g. "borg"); default: its kind's class
 
@@ -38,7 +39,7 @@ from cellstate.resources import Resources
 
 KNOWN_FIELDS = frozenset(
     "id kind tasks cpu memory disk gpu resources priority owner constraints duration_s gang "
-    "package different_machine max_per_machine scheduler".split())
+    "package different_machine max_per_machine scheduler estimate_s".split())
 REQUIRED_FIELDS = ("id", "kind", "tasks", "cpu", "memory")
 _CONSTRAINT_FIELDS = frozenset(("attribute", "op", "values"))
 _UNITS = {"": Fraction(1), "Ki": Fraction(1, 1024), "Mi": Fraction(1), "Gi": Fraction(1024),
@@ -147,7 +148,7 @@ def job_to_mapping(job: Job) -> dict:
         d["resources"] = extra
     for name, default in (("priority", 0), ("owner", ""), ("duration_s", None), ("gang", False),
                           ("package", ""), ("different_machine", False), ("max_per_machine", 0),
-                          ("scheduler", "")):
+                          ("scheduler", ""), ("estimate_s", None)):
         if getattr(job, name) != default:
             d[name] = getattr(job, name)
     if job.constraints:
@@ -203,6 +204,7 @@ def _build_job(d) -> Job:
         different_machine=_flag("different_machine", d.get("different_machine", False)),
         max_per_machine=_integer("max_per_machine", d.get("max_per_machine", 0), 0),
         scheduler=_scheduler(d.get("scheduler", "")),
+        estimate_s=_duration(d.get("estimate_s"), "estimate_s"),
     )
 
 
@@ -330,15 +332,15 @@ def _number(field: str, x) -> int | float:
     raise FieldError(field, f"must be a finite number, got {_show(x)}")
 
 
-def _duration(x) -> float | None:
+def _duration(x, field: str = "duration_s") -> float | None:
     if x is None:
         return None
-    if _number("duration_s", x) < 0:
-        raise FieldError("duration_s", f"must be >= 0, got {_show(x)}")
+    if _number(field, x) < 0:
+        raise FieldError(field, f"must be >= 0, got {_show(x)}")
     try:
         return float(x)
     except OverflowError:  # an int beyond any float
-        raise FieldError("duration_s", f"must be a finite number, got {_show(x)}") from None
+        raise FieldError(field, f"must be a finite number, got {_show(x)}") from None
 
 
 def _text(field: str, x) -> str:

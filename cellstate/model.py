@@ -139,6 +139,9 @@ class Job:
     scheduler: str = ""
     """The scheduler class that serves the job (as Kubernetes' ``schedulerName``); empty: the
     class named like its kind (``scheduler_class``)."""
+    estimate_s: float | None = None
+    """The run time the job's owner asked for (an upper bound a backfilling scheduler plans
+    with, as SWF's requested time); None: not given. Nothing ends a task at it."""
 
     @property
     def scheduler_class(self) -> str:

@@ -148,6 +148,8 @@ class SchedulerProcess:
         self.view = view
         self.sink = sink
         self.clock = clock or SystemClock()
+        if hasattr(scheduler, "use_clock"):  # a scheduler that plans in time: this process's clock
+            scheduler.use_clock(self.clock)
         self.options = options
         self.observers = list(observers)
         self.scheduler_class = self.kind  # the jobs it serves: those whose scheduler_class this is
@@ -160,6 +162,8 @@ class SchedulerProcess:
                                      self.clock, batch_jobs=options.batch_jobs,
                                      share_machines=getattr(scheduler, "share_machines", None))
         self.refused = self.cycle.refused  # refused jobs stay out until they change
+        if hasattr(scheduler, "use_refusals"):  # a scheduler that plans over the whole queue
+            scheduler.use_refusals(self.cycle.refused)
         self.recorder = StatsRecorder(self.name, self.kind, pid=os.getpid(), host=socket.gethostname(),
                                       started_at=self.clock.now(), conflict_mode=conflict_mode.value.label,
                                       commit_mode=commit_mode.value.label)

@@ -24,7 +24,10 @@ class Scheduler(Protocol):
     never preempts and leaves a task unplaced only when no machine passes its filters for it,
     so a replay may skip its jobs while nothing fits; default False), ``pipeline`` (its chain
     of plugins, whose traits the fast paths ask), ``share_machines(peers)`` (the runtime tells
-    it its live peers)."""
+    it its live peers), ``use_clock(clock)`` (the host's clock, virtual in a replay, for a
+    scheduler that plans in time), ``use_refusals(refused)`` (the jobs its cycle refused,
+    ``omega.refusals.RefusedJobs``), ``candidate_filter(view)`` (a replay's candidate filter,
+    ``omega.cycle.CandidateFilter``, in place of the nothing-fits memo)."""
 
     name: str
     kind: str

@@ -1,6 +1,6 @@
-"""The scheduler kinds: ``KINDS`` (kind -> factory, filled by ``register_kind``; the four
-built-in kinds are registered here) and ``make_scheduler``, which builds a scheduler from a
-kind, a name, a seed and a config. Each built-in kind's default chain is wired in
+"""The scheduler kinds: ``KINDS`` (kind -> factory, filled by ``register_kind``; the built-in
+kinds batch, service, borg, solver and easy are registered here) and ``make_scheduler``, which
+builds a scheduler from a kind, a name, a seed and a config. Each built-in kind's default chain is wired in
 ``schedulers.chain_spec`` (re-exported here: ``batch_pipeline``, ``service_pipeline``,
 ``borg_pipeline``). Nothing in ``schedulers`` imports this module but ``chain_config`` and
 ``api`` (docs/LAYERS.md).
@@ -23,6 +23,7 @@ from omega.retry import set_kind_attempts
 from schedulers.base import Scheduler
 from schedulers.batch import BatchScheduler
 from schedulers.borg.scheduler import BorgScheduler
+from schedulers.easy.scheduler import EasyScheduler
 from schedulers.chain_spec import ChainConfig, batch_pipeline, borg_pipeline, parse_chain, service_pipeline
 from schedulers.pipeline import Pipeline
 from schedulers.plugin import PluginConfigError
@@ -97,6 +98,13 @@ def _make_solver(name: str, seed: int, config: Mapping[str, Any]) -> Scheduler:
     return SolverScheduler(name, seed, config)
 
 
+def _make_easy(name: str, seed: int, config: Mapping[str, Any]) -> Scheduler:
+    """FCFS with EASY backfilling (docs/EASY.md); no config keys, deterministic: seed unused."""
+    if not isinstance(config, Mapping) or config:
+        raise PluginConfigError(f"easy: takes no config keys, got {config!r}")
+    return EasyScheduler(name)
+
+
 class SolverUnavailable(PluginConfigError):
     """The solver kind was asked for without its optional dependencies (the ``solver`` extra)."""
 
@@ -131,6 +139,7 @@ register_kind("batch", _make_batch, retry_attempts=3)
 register_kind("service", _make_service, retry_attempts=8)
 register_kind("borg", _make_borg, retry_attempts=5)
 register_kind("solver", _make_solver, retry_attempts=5)
+register_kind("easy", _make_easy, retry_attempts=3)
 
 
 def make_scheduler(kind: str, name: str, seed: int, config: Mapping[str, Any] | None = None) -> Scheduler:

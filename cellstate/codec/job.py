@@ -29,7 +29,7 @@ RECORD_MEMO = codec_memo()
 
 _SPEC_DEFAULTS = (("priority", 0), ("owner", ""), ("duration_s", None), ("gang", False),
                   ("package", ""), ("different_machine", False), ("max_per_machine", 0),
-                  ("scheduler", ""))
+                  ("scheduler", ""), ("estimate_s", None))
 
 
 def _spec_map(job: Job) -> dict:
@@ -65,6 +65,8 @@ def _shaped_spec_map(job: Job) -> dict:
         d["max_per_machine"] = job.max_per_machine
     if job.scheduler:
         d["scheduler"] = job.scheduler
+    if job.estimate_s is not None:
+        d["estimate_s"] = job.estimate_s
     if job.constraints:
         d["constraints"] = [_constraint_map(c) for c in job.constraints]
     return d
@@ -120,7 +122,7 @@ def _spec_from_map(key: str, d, prefix: str = "") -> Job:
     tasks = fc.integer(key, prefix + "tasks", d["tasks"], 1)
     if tasks > MAX_TASKS:
         raise fc.expected(key, prefix + "tasks", f"at most {MAX_TASKS} tasks", tasks)
-    duration = d.get("duration_s")
+    duration, estimate = d.get("duration_s"), d.get("estimate_s")
     constraints = d.get("constraints")
     return Job(
         id=fc.ident(key, prefix + "id", d["id"]),
@@ -136,6 +138,7 @@ def _spec_from_map(key: str, d, prefix: str = "") -> Job:
         different_machine=fc.flag(key, prefix + "different_machine", d.get("different_machine", False)),
         max_per_machine=fc.integer(key, prefix + "max_per_machine", d.get("max_per_machine", 0)),
         scheduler=_scheduler_class(key, prefix + "scheduler", d.get("scheduler", "")),
+        estimate_s=None if estimate is None else fc.seconds(key, prefix + "estimate_s", estimate),
     )
 
 

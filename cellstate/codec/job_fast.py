@@ -40,7 +40,7 @@ NOT_A_TASK_STATE = str.maketrans("", "", TASK_CHARS)
 _TASK_BYTES = TASK_CHARS.encode()
 SPEC_FIELDS = frozenset(
     "id kind tasks request priority owner constraints duration_s gang package "
-    "different_machine max_per_machine scheduler".split())
+    "different_machine max_per_machine scheduler estimate_s".split())
 RECORD_FIELDS = frozenset(
     "v t spec tasks tasks_z submitted_at reason killed first_attempt_at placed_at".split())
 STATES_Z_MIN_TASKS = 4096
@@ -135,6 +135,12 @@ def fast_spec(d: dict) -> Job | None:
         if (t is not float and t is not int) or not 0 <= duration < _INF:
             return None
         duration = float(duration)
+    estimate = get("estimate_s")
+    if estimate is not None:
+        t = type(estimate)
+        if (t is not float and t is not int) or not 0 <= estimate < _INF:
+            return None
+        estimate = float(estimate)
     if constraints is None:
         constraints = ()
     else:
@@ -142,16 +148,16 @@ def fast_spec(d: dict) -> Job | None:
         if constraints is None:
             return None
     return _JOB(ident, kind, tasks, core_resources(cpu, memory, disk), priority, owner, constraints,
-                duration, gang, package, different, most, scheduler)
+                duration, gang, package, different, most, scheduler, estimate)
 
 
 def fast_bare_spec(d: dict) -> Job | None:
     """``fast_spec(d)``, with the Job it builds remembered as shape-checked when it passes
-    ``_spec_shape_ok`` (every field but a ``-0.0`` duration was checked while building it):
+    ``_spec_shape_ok`` (every field but a ``-0.0`` duration or estimate was checked while building it):
     a trace's submission is encoded into its first record right after, and that encoding
     then skips the spec's check (``shaped_spec_map``)."""
     job = fast_spec(d)
-    if job is not None and _time_ok(job.duration_s):
+    if job is not None and _time_ok(job.duration_s) and _time_ok(job.estimate_s):
         _remember_shaped(job, None)
     return job
 
@@ -287,6 +293,8 @@ def _spec_shape_ok(job) -> bool:
     if job.different_machine is not False and job.different_machine is not True:
         return False
     if type(job.max_per_machine) is not int or job.max_per_machine < 0 or not _time_ok(job.duration_s):
+        return False
+    if not _time_ok(job.estimate_s):
         return False
     constraints = job.constraints
     if type(constraints) is not tuple:

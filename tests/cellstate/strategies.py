@@ -80,6 +80,7 @@ def jobs(draw, max_tasks: int = 40) -> Job:
         owner=draw(texts),
         constraints=tuple(draw(st.lists(constraints(), max_size=3))),
         duration_s=draw(st.none() | times),
+        estimate_s=draw(st.none() | times),
         gang=draw(st.booleans()),
         package=draw(texts),
         different_machine=draw(st.booleans()),

@@ -112,6 +112,8 @@ BAD = [
     ("owner-int", {"owner": 3}, "owner", "string"),
     ("gang-int", {"gang": 1}, "gang", "true or false"),
     ("duration-negative", {"duration_s": -1}, "duration_s", ">= 0"),
+    ("estimate-negative", {"estimate_s": -1}, "estimate_s", ">= 0"),
+    ("estimate-not-a-number", {"estimate_s": "1h"}, "estimate_s", "finite number"),
     ("max-per-machine-negative", {"max_per_machine": -1}, "max_per_machine", ">= 0"),
     ("extra-resource-reserved", {"resources": {"cpu": 1}}, "resources", "own fields"),
     ("extra-resource-negative", {"resources": {"fpga": -1}}, "resources.fpga", ">= 0"),

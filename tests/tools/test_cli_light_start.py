@@ -58,4 +58,4 @@ def test_the_parsers_copies_of_heavy_modules_constants_agree():
 
     assert cmd_jobs.DEFAULT_RETRY_FOR_S == DEFAULT_RETRY_FOR_S
     registered = re.findall(r'^register_kind\("(\w+)"', (REPO / "schedulers" / "chains.py").read_text(), re.M)
-    assert sorted(cmd_scheduler.BUILT_IN_KINDS) == sorted(registered) and len(registered) == 4
+    assert sorted(cmd_scheduler.BUILT_IN_KINDS) == sorted(registered) and len(registered) == 5

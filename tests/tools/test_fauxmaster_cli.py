@@ -37,7 +37,7 @@ def test_replay_command_writes_json_and_html(tmp_path, capsys):
                  "--sample-every", "1", "--json", str(out), "--html", str(report)])
     assert code == 0
     text = capsys.readouterr().out
-    assert "invariants: ok" in text and "b2: busyness" in text
+    assert "invariants: ok" in text and "b2 (batch): busyness" in text
     data = json.loads(out.read_text())
     assert [s["name"] for s in data["schedulers"]] == ["b1", "b2", "s"] and data["sim_time_s"] == 20.0
     assert {p.name for p in report.iterdir()} >= {"index.html", "result.json", "utilization.png", "wait_cdf.png",

@@ -46,7 +46,8 @@ def test_kth_log_skips_and_counts_its_one_unusable_line(tmp_path, skip_bad):
     assert stats.bad_lines == [] and [n for n, _ in stats.unusable] == [27_323]
     assert "line 27323: field req_procs: unknown (-1), and alloc_procs too" in stats.unusable[0][1]
     # every KTH row logs req_mem_KB as -1: memory 0 assumed, counted; the one unusable row is not counted
-    assert stats.assumed == {"run_s": 0, "req_procs": 0, "req_mem_KB": 28_475, "wait_s": 0, "user": 0}
+    assert stats.assumed == {"run_s": 0, "req_time_s": 0, "req_procs": 0, "req_mem_KB": 28_475, "wait_s": 0,
+                             "user": 0}
     assert "req_mem_KB 28,475" in header.notes and "unusable rows skipped: 1" in header.notes
     assert sum(isinstance(e, MachineAdd) for e in events) == stats.machines == 100
     assert all(j.gang and j.kind is JobKind.BATCH and 1 <= j.tasks <= 100 for j in jobs)
@@ -70,6 +71,7 @@ BAD = [
     ("negative-submit", GOOD.replace("  10  ", "  -3  ", 1), "line 4: field submit_s: invalid value -3"),
     ("submit-goes-back", GOOD + GOOD.replace("  10  ", "  9  ", 1), "line 5: field submit_s: 9 is before"),
     ("infinite", GOOD.replace("100", "inf", 1), "line 4: field run_s: not finite"),
+    ("negative-req-time", GOOD.replace("200", "-7"), "line 4: field req_time_s: invalid value -7"),
 ]
 
 
@@ -106,8 +108,9 @@ def test_unknown_fields_are_assumed_and_counted(tmp_path):
     job = events[-2].job
     assert (job.tasks, job.request, job.duration_s, job.owner) == (2, Resources(1000, 0), 200.0, "")
     assert stats.jobs == 2 and stats.unusable == [] and stats.bad_lines == []
-    assert stats.assumed == {"run_s": 1, "req_procs": 1, "req_mem_KB": 1, "wait_s": 1, "user": 1}
-    assert ("unknown (-1) fields assumed: run_s 1, req_procs 1, req_mem_KB 1, wait_s 1, user 1; "
+    assert stats.assumed == {"run_s": 1, "req_time_s": 0, "req_procs": 1, "req_mem_KB": 1, "wait_s": 1,
+                             "user": 1}
+    assert ("unknown (-1) fields assumed: run_s 1, req_time_s 0, req_procs 1, req_mem_KB 1, wait_s 1, user 1; "
             "unusable rows skipped: 0; bad rows skipped: 0") in header.notes
 
 
@@ -118,6 +121,15 @@ def test_good_line_becomes_a_gang_job(tmp_path):
     job = events[-1].job
     assert (events[-1].t, job.id, job.tasks, job.request, job.duration_s, job.gang, job.owner) == (
         10.0, "j1", 2, Resources(1000, 2), 100.0, True, "u3")
+    assert job.estimate_s == 200.0  # the requested time (field 9)
+
+
+def test_unknown_requested_time_falls_back_to_the_run_time_and_is_counted(tmp_path):
+    stats = import_swf(swf(tmp_path, GOOD.replace("200", "-1")), tmp_path / "x.omt")
+    header, events = read_all(tmp_path / "x.omt")
+    assert events[-1].job.estimate_s == events[-1].job.duration_s == 100.0
+    assert stats.assumed["req_time_s"] == 1 and "req_time_s 1," in header.notes
+    assert "importer revision 4" in header.notes and "estimate_s = req_time_s" in header.notes
 
 
 @pytest.mark.parametrize("header, nodes, expected", [
@@ -137,7 +149,7 @@ def test_cli_import_and_info(tmp_path, capsys):
     assert main(["import", "swf", swf(tmp_path, GOOD + GOOD.replace("  1  10", "  2  20")), "--out", out]) == 0
     captured = capsys.readouterr()
     assert "4 machines, 2 jobs" in captured.out and "warning" not in captured.err
-    assert ("unknown (-1) fields assumed: run_s 0, req_procs 0, req_mem_KB 0, wait_s 0, user 0; "
+    assert ("unknown (-1) fields assumed: run_s 0, req_time_s 0, req_procs 0, req_mem_KB 0, wait_s 0, user 0; "
             "unusable rows skipped: 0; bad rows skipped: 0") in captured.out
     assert main(["trace", "info", out]) == 0
     lines = capsys.readouterr().out.splitlines()

@@ -202,7 +202,7 @@ def _print_summary(result) -> None:
         print(f"  recorded t = 0 state: {result.cell['initial_placed']:,} tasks on their recorded machines, "
               f"{sum(not_placed.values()):,} left pending ({', '.join(f'{k}: {v:,}' for k, v in not_placed.items())})")
     for s in result.schedulers:
-        print(f"  {s.name}: busyness {s.busyness:.3f}, conflict fraction {s.conflict_fraction:.4f}, "
+        print(f"  {s.name} ({s.kind}): busyness {s.busyness:.3f}, conflict fraction {s.conflict_fraction:.4f}, "
               f"{s.attempts:,} attempts, {s.tasks_placed:,} tasks placed")
     w1, w2 = result.wait_to_first_attempt, result.wait_to_placed
     print(f"  wait to first attempt mean {w1.mean:.2f} s (p90 {w1.p90:.2f}, p99 {w1.p99:.2f}); "

@@ -23,7 +23,7 @@ from tools.cli.plugin_args import add_plugin_arg, load_plugin_args
 
 # The scheduler, store and metrics modules are imported where they are used: building the
 # parser (every `omega` command, `omega --help`) then loads none of them (docs/BENCHMARKS.md).
-BUILT_IN_KINDS = ("batch", "borg", "service", "solver")
+BUILT_IN_KINDS = ("batch", "borg", "easy", "service", "solver")
 
 log = logging.getLogger(__name__)
 

@@ -160,12 +160,18 @@ class SimScheduler:
                                        retry_policy_for(config.kind, config.seed), clock, self._on_attempt,
                                        refresh=self.catch_up, pace=self._pace if self.paced else None)
         self.queue = JobQueue(config.name, order=make_order(config.order, self.view, config.drf_weights))
-        self.memo = (NothingFitsMemo(self.view, CommitMode.parse(config.commit_mode) is CommitMode.ALL_OR_NOTHING)
+        if hasattr(self.scheduler, "use_clock"):  # a scheduler that plans in time (easy): the virtual clock
+            self.scheduler.use_clock(clock)
+        own_filter = getattr(self.scheduler, "candidate_filter", None)  # its own holds (easy)
+        self.memo = (own_filter(self.view) if own_filter is not None else
+                     NothingFitsMemo(self.view, CommitMode.parse(config.commit_mode) is CommitMode.ALL_OR_NOTHING)
                      if skip_nothing_fits and memo_applies(self.scheduler) else None)
         self.cycle = SchedulingCycle(config.name, served_classes(config), self.view, self.placer, self.queue,
                                      self, clock, batch_jobs=SELECT_BATCH, memo=self.memo,
                                      share_machines=getattr(self.scheduler, "share_machines", None))
         self.refused = self.cycle.refused  # refused jobs stay out until they change
+        if hasattr(self.scheduler, "use_refusals"):  # a scheduler that plans over the whole queue
+            self.scheduler.use_refusals(self.cycle.refused)
         self.process = Process(core, config.name, self._run)
 
     # -- the loop ---------------------------------------------------------------------------

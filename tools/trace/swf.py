@@ -3,7 +3,8 @@
 Each job line becomes one rigid gang job (all tasks or none) submitted at ``submit_s``
 (trace time = SWF time): ``req_procs`` tasks (``alloc_procs`` when req_procs is -1) of one
 processor each (1000 millicores; memory = ``req_mem_KB`` per processor rounded up to MiB,
-0 when unknown), running ``run_s`` seconds. The cell has one machine per node (header
+0 when unknown), running ``run_s`` seconds, with ``estimate_s`` = ``req_time_s`` (the user's
+requested time, field 9: what a backfilling scheduler plans with; ``run_s`` when -1). The cell has one machine per node (header
 ``MaxNodes``, else ``MaxProcs``): 1000 millicores and ``node_memory_mib`` (default 1024 MiB:
 SWF headers carry no node memory). Status, queue and the other fields are not used.
 
@@ -34,11 +35,11 @@ from tools.trace.format import TraceHeader, TraceWriter
 from tools.trace.progress import progress
 from tools.trace.truth import GroundTruth
 
-IMPORTER_REVISION = 3
+IMPORTER_REVISION = 4
 """Bumped when the same lines import differently (2: the same events, and the ground truth: each
 job's logged wait, ``tools.trace.truth``, format version 3; 3: ``-1`` (unknown) accepted where
 something can be assumed, rows that cannot be used skipped and counted, the counts in the header's
-notes). In each trace's header notes."""
+notes; 4: each job's requested time as its ``estimate_s``). In each trace's header notes."""
 
 NODE_CPU = 1000
 DEFAULT_NODE_MEMORY_MIB = 1024
@@ -50,6 +51,7 @@ FIELDS = ("job", "submit_s", "wait_s", "run_s", "alloc_procs", "avg_cpu_s", "use
 UNKNOWN = -1.0
 ASSUMPTIONS = {
     "run_s": "unknown run time: the requested time req_time_s (the user's upper bound)",
+    "req_time_s": "unknown requested time: the run time run_s as the job's estimate (a perfect one)",
     "req_procs": "unknown requested processors: the allocated alloc_procs",
     "req_mem_KB": "unknown requested memory: 0 MiB per task (only cpu counts)",
     "wait_s": "unknown wait: the job is left out of the ground truth",
@@ -161,8 +163,9 @@ def parse_job(line: str, number: int, path: str, waits: dict | None = None,
                               "no run time")
         run = values["req_time_s"]
     procs = values["req_procs"] if values["req_procs"] != UNKNOWN else values["alloc_procs"]
+    estimate = values["req_time_s"] if values["req_time_s"] != UNKNOWN else run
     checks = (("job", values["job"] >= 0), ("submit_s", values["submit_s"] >= 0),
-              ("run_s", run >= 0),
+              ("run_s", run >= 0), ("req_time_s", estimate >= 0),
               ("req_procs", 1 <= procs <= MAX_TASKS and procs == int(procs)),
               ("req_mem_KB", values["req_mem_KB"] <= MAX_MEMORY_KB))
     for name, ok in checks:
@@ -175,7 +178,7 @@ def parse_job(line: str, number: int, path: str, waits: dict | None = None,
     user = int(values["user"])
     job = Job(id=f"j{int(values['job'])}", kind=JobKind.BATCH, tasks=int(procs),
               request=Resources(NODE_CPU, memory), owner=f"u{user}" if user >= 0 else "",
-              duration_s=run, gang=True)
+              duration_s=run, gang=True, estimate_s=estimate)
     if assumed is not None:
         for name in unknown:
             assumed[name] += 1
@@ -259,7 +262,8 @@ def import_swf(path: str, out, skip_bad: bool = False, nodes: int | None = None,
         capacity_model=f"swf: {nodes} machines, one per node, each {NODE_CPU} millicores and "
                        f"{node_memory_mib} MiB; a job = req_procs tasks of {NODE_CPU} millicores as a gang",
         cell=os.path.basename(path).removesuffix(".gz").removesuffix(".swf"),
-        notes=f"importer revision {IMPORTER_REVISION}; t = submit_s; duration_s = run_s; skip_bad={skip_bad}; "
+        notes=f"importer revision {IMPORTER_REVISION}; t = submit_s; duration_s = run_s; estimate_s = req_time_s; "
+              f"skip_bad={skip_bad}; "
               f"{survey.summary()}")
     stats = SWFStats()
     with TraceWriter(out, trace_header, atomic=True, truth=truth) as writer:
