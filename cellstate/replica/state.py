@@ -26,6 +26,7 @@ Not thread-safe: one thread applies and reads (see ``cellstate.replica.watched``
 from __future__ import annotations
 
 import logging
+from itertools import compress
 from typing import Callable, Iterable
 
 from cellstate.codec.records import (
@@ -56,13 +57,9 @@ def _mark(mask: bytearray, task: int, bit: int) -> None:
 
 
 def _set_bytes(hit: int) -> set[int]:
-    """The byte positions (little-endian) of ``hit`` that are 1, as a set."""
+    """The byte positions (little-endian) of ``hit`` that are not 0, as a set (a C loop)."""
     flags = hit.to_bytes((hit.bit_length() + 7) // 8, "little")
-    found, i = set(), flags.find(1)
-    while i >= 0:
-        found.add(i)
-        i = flags.find(1, i + 1)
-    return found
+    return set(compress(range(len(flags)), flags))
 
 
 def log_decode_error(key: str, error: Exception) -> None:
