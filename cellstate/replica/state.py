@@ -357,12 +357,16 @@ class ReplicaState:
         else:
             self._pending[kind].pop(ident, None)
         if self._pending_class:  # (no class index asked for: nothing to keep)
-            if old is not None:
+            job = record.job
+            scheduler_class = job.scheduler or job.kind._value_  # (Job.scheduler_class, without its call)
+            if old is not None and old.record.job is not job and old.record.job.scheduler_class != scheduler_class:
                 self._unpend_class(old, ident)
-            if pending:
-                by_class = self._pending_class.get(record.job.scheduler_class)
-                if by_class is not None:
+            by_class = self._pending_class.get(scheduler_class)
+            if by_class is not None:
+                if pending:
                     by_class[ident] = entry
+                else:
+                    by_class.pop(ident, None)
         if self.changed_jobs is not None:
             self.changed_jobs.add(ident)
 
