@@ -18,7 +18,9 @@ entry (``_raw_jobs``) and the derived task indices (``_derived``); allocation pu
 and record puts note the job (``_dirty``: the new derived tasks, or None to rebuild), and each
 apply (a watch batch, a listing, a commit, a single ``_put``/``_delete``) rebuilds each noted
 job's effective record once (``_flush_derived``: a copy of the task string, then one byte per
-new derived task).
+new derived task). A record put of a job with ``_MASK_FROM`` allocs or more finds its derived
+tasks in C, against the job's alloc mask (``_alloc_masks``: one byte per task, 1 where it has
+an alloc), kept from then on until the job has no alloc.
 
 Not thread-safe: one thread applies and reads (see ``cellstate.replica.watched``).
 """

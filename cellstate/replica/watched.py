@@ -9,7 +9,9 @@ the stream dropped: the next ``pump`` reopens the watch from ``revision + 1``.
 
 The owner may apply its own commits before the watch delivers them (``apply_local``,
 ``apply_entries``): every key remembers its mod_revision and a change is applied only
-when it is newer, so the watch's copy of the same change is skipped.
+when it is newer, so the watch's copy of the same change is skipped. Only watch events at or
+below the highest revision applied that way can be such copies; later ones are applied without
+a look at their key's mod record.
 
 Thread safety: none, by design. One thread (the scheduler that owns the replica) calls
 ``pump`` between decisions and reads in between; the live views returned by
