@@ -195,7 +195,8 @@ class StoreCommitter:
                    for record in records}
         written.update(claims)
         for claim in plan.claims:
-            deleted.extend(self.keys.alloc(job_id, task) for job_id, task in claim.evicts)
+            if claim.evicts:  # (rare: no generator per claim)
+                deleted.extend(self.keys.alloc(job_id, task) for job_id, task in claim.evicts)
         ops = [_PUT(key, value, 0) for key, value in written.items()] + [Delete(key) for key in deleted]
         return ops, written, tuple(deleted), (ledgers, records, allocs)
 

@@ -214,7 +214,8 @@ def kill_job(store: Store, keys: CellKeys, job_id: str, attempts: int = 5,
 
     The first txn puts the job's kill marker ``kills/{job}`` (``KillMarker``, at ``now``, default
     the wall clock), unless it exists: a placement that writes no job record compares it missing,
-    so no task is placed after it; the kill then reads the job again. Each later txn compares the
+    so no task is placed after it; the kill then reads the job again, unless the marker's txn
+    directly followed its read of the job's allocs (nothing can have landed). Each later txn compares the
     revisions of the job, of every alloc it deletes and of every machine it updates, and sets the
     killed flag, pending tasks and the released tasks to 'k' (tasks placed by their allocs alone,
     ``JobRecord.with_allocs``, count as placed). When the whole kill fits in ``store.max_txn_ops``
@@ -230,7 +231,7 @@ def kill_job(store: Store, keys: CellKeys, job_id: str, attempts: int = 5,
     revision = 0
     while True:
         try:
-            job_kv, record, allocs, machines = _read_job_state(store, keys, job_id)
+            job_kv, record, allocs, machines, read_at = _read_job_state(store, keys, job_id)
         except CodecError as exc:
             raise UnreadableRecord(exc, committed) from None
         if not marked:
@@ -242,7 +243,9 @@ def kill_job(store: Store, keys: CellKeys, job_id: str, attempts: int = 5,
                 conflicts += 1
                 if conflicts >= attempts:
                     raise KillConflict(f"job {job_id!r} changed during {attempts} kill attempts")
-            continue  # (read again: from the marker on, no placement lands without the record)
+            if not wrote or wrote != read_at + 1:
+                continue  # (read again: from the marker on, no placement lands without the record)
+            # (nothing was written between the read of the allocs and the marker: the read is current)
         record = record.with_allocs(alloc for _, alloc in allocs.values())
         # A gang reservation in progress (gangs/{job}) adds allocations without writing the job
         # record: the kill deletes the gang key, so none can land afterwards, and reads again.
@@ -284,8 +287,9 @@ def _mark_killed(store: Store, keys: CellKeys, job_kv: KeyValue, now: float) -> 
 
 
 def _read_job_state(store: Store, keys: CellKeys, job_id: str):
-    """The job's kv and record, its allocs (key -> (kv, Alloc)), and their machines (key ->
-    (kv, Machine), or None when absent); CodecError when any of them does not decode."""
+    """The job's kv and record, its allocs (key -> (kv, Alloc)), their machines (key -> (kv,
+    Machine), or None when absent) and the store's revision when the allocs were read;
+    CodecError when any of them does not decode."""
     job_kv = store.get(keys.job(job_id))
     if job_kv is None:
         raise JobNotFound(job_id)
@@ -296,7 +300,7 @@ def _read_job_state(store: Store, keys: CellKeys, job_id: str):
     _, present = store.get_many(machine_keys) if machine_keys else (0, {})
     machines = {key: (kv, decode_machine(kv.key, kv.value)) if (kv := present.get(key)) else None
                 for key in machine_keys}
-    return job_kv, record, allocs, machines
+    return job_kv, record, allocs, machines, alloc_range.revision
 
 
 def _live_count(allocs: dict, machines: dict) -> int:

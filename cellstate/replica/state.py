@@ -18,7 +18,9 @@ entry (``_raw_jobs``) and the derived task indices (``_derived``); allocation pu
 and record puts note the job (``_dirty``: the new derived tasks, or None to rebuild), and each
 apply (a watch batch, a listing, a commit, a single ``_put``/``_delete``) rebuilds each noted
 job's effective record once (``_flush_derived``: a copy of the task string, then one byte per
-new derived task).
+new derived task). A record put of a job with ``_MASK_FROM`` allocs or more finds its derived
+tasks in C, against the job's alloc mask (``_alloc_masks``: one byte per task, 1 where it has
+an alloc), kept from then on until the job has no alloc.
 
 Not thread-safe: one thread applies and reads (see ``cellstate.replica.watched``).
 """
@@ -27,7 +29,6 @@ from __future__ import annotations
 
 import logging
 from itertools import compress
-from operator import itemgetter
 from typing import Callable, Iterable
 
 from cellstate.codec.records import (
@@ -44,7 +45,23 @@ log = logging.getLogger(__name__)
 DecodeErrorHandler = Callable[[str, Exception], None]
 _MACHINE_ENTRY, _JOB_ENTRY = builder(MachineEntry), builder(JobEntry)  # entries without __init__'s cost
 _EMPTY: dict = {}  # shared, never mutated: the answer for an unknown machine or job
-_IS_PENDING = "p".__eq__
+_MASK_FROM = 16  # a job with this many allocs keeps a byte mask of them (``_alloc_masks``)
+_PENDING_BYTE = bytes(1 if byte == ord("p") else 0 for byte in range(256))  # translate: "p" -> 1, else 0
+
+
+def _mark(mask: bytearray, task: int, bit: int) -> None:
+    """Set ``task``'s byte of an alloc mask to ``bit`` (the mask grows with zeros to hold it)."""
+    if task >= len(mask):
+        if not bit:
+            return
+        mask.extend(bytes(task + 1 - len(mask)))
+    mask[task] = bit
+
+
+def _set_bytes(hit: int) -> set[int]:
+    """The byte positions (little-endian) of ``hit`` that are not 0, as a set (a C loop)."""
+    flags = hit.to_bytes((hit.bit_length() + 7) // 8, "little")
+    return set(compress(range(len(flags)), flags))
 
 
 def log_decode_error(key: str, error: Exception) -> None:
@@ -94,6 +111,9 @@ class ReplicaState:
         self._pending_class: dict[str, dict[str, JobEntry]] = {}
         self._allocs_on: dict[str, dict[str, Alloc]] = {}  # machine -> alloc key -> alloc
         self._allocs_of: dict[str, dict[int, Alloc]] = {}
+        # job -> one byte per task, 1 where it has an alloc: kept from _MASK_FROM allocs on (when
+        # a record is put), until the job has none, so a record put tests its tasks in C
+        self._alloc_masks: dict[str, bytearray] = {}
         # machine(id) and job(id): the schedulers' hottest reads, so the dicts' own ``get``
         # (no Python frame per call); the dicts live as long as the state (``_reset`` clears them).
         self.machine: Callable[[str], MachineEntry | None] = self._machines.get
@@ -103,7 +123,8 @@ class ReplicaState:
         """Forget everything (every dict is cleared in place)."""
         for held in (self.quarantine, self.stats_raw, self.conflicts_raw, self.gangs_raw, self.kills_raw, self._mod,
                      self._machines, self._jobs, self._raw_jobs, self._derived, self._dirty, self._ahead, self._allocs,
-                     self._allocs_on, self._allocs_of, *self._pending.values(), *self._pending_class.values()):
+                     self._allocs_on, self._allocs_of, self._alloc_masks, *self._pending.values(),
+                     *self._pending_class.values()):
             held.clear()
 
     # -- reads ---------------------------------------------------------------------------
@@ -304,15 +325,16 @@ class ReplicaState:
                 derived = None
             elif self._ahead and ident in self._ahead:
                 derived = self._current_derived(ident, tasks, of)
-            elif len(of) < 16:
+            elif len(of) < _MASK_FROM:
                 n = len(tasks)
                 derived = {i for i in of if i < n and tasks[i] == "p"}
-            else:  # the same in C loops: the states of the allocated tasks, those that are "p"
-                try:
-                    derived = set(compress(of, map(_IS_PENDING, itemgetter(*of)(tasks))))
-                except IndexError:  # (an alloc of a task the record does not have)
-                    n = len(tasks)
-                    derived = {i for i in of if i < n and tasks[i] == "p"}
+            else:  # the same in C: the pending tasks' bits AND the allocated tasks' bits
+                mask = self._alloc_masks.get(ident)
+                if mask is None:
+                    mask = self._new_alloc_mask(ident, of)
+                hit = int.from_bytes(tasks.encode("ascii").translate(_PENDING_BYTE), "little") \
+                    & int.from_bytes(mask, "little")
+                derived = _set_bytes(hit) if hit else None  # (usually none: writers write the effective states)
             if derived:
                 self._derived[ident] = derived
                 self._dirty[ident] = None
@@ -337,12 +359,16 @@ class ReplicaState:
         else:
             self._pending[kind].pop(ident, None)
         if self._pending_class:  # (no class index asked for: nothing to keep)
-            if old is not None:
+            job = record.job
+            scheduler_class = job.scheduler or job.kind._value_  # (Job.scheduler_class, without its call)
+            if old is not None and old.record.job is not job and old.record.job.scheduler_class != scheduler_class:
                 self._unpend_class(old, ident)
-            if pending:
-                by_class = self._pending_class.get(record.job.scheduler_class)
-                if by_class is not None:
+            by_class = self._pending_class.get(scheduler_class)
+            if by_class is not None:
+                if pending:
                     by_class[ident] = entry
+                else:
+                    by_class.pop(ident, None)
         if self.changed_jobs is not None:
             self.changed_jobs.add(ident)
 
@@ -449,7 +475,7 @@ class ReplicaState:
         ``_put``'s dispatch by kind; a put whose value does not decode or match its key takes
         ``_store_value``'s path; a new key is indexed inline (``_set_alloc``'s work)."""
         quarantine, allocs, allocs_on, allocs_of = self.quarantine, self._allocs, self._allocs_on, self._allocs_of
-        decode, start, raw_jobs = self._decode_alloc, len(self._alloc_prefix), self._raw_jobs
+        decode, start, raw_jobs, masks = self._decode_alloc, len(self._alloc_prefix), self._raw_jobs, self._alloc_masks
         for ev in puts:
             key, raw = ev.key, ev.value
             alloc = ALLOC_MEMO.get(raw) if type(raw) is bytes else None  # the decoder's first step, without its call
@@ -478,6 +504,10 @@ class ReplicaState:
                 if of is None:
                     allocs_of[alloc.job_id] = of = {}
                 of[alloc.task_index] = alloc
+                if masks:
+                    mask = masks.get(alloc.job_id)
+                    if mask is not None:
+                        _mark(mask, alloc.task_index, 1)
             if quarantine and key in quarantine:
                 del quarantine[key]
 
@@ -497,6 +527,17 @@ class ReplicaState:
         if of is None:
             self._allocs_of[job_id] = of = {}
         of[alloc.task_index] = alloc
+        mask = self._alloc_masks.get(job_id) if self._alloc_masks else None
+        if mask is not None:
+            _mark(mask, alloc.task_index, 1)
+
+    def _new_alloc_mask(self, job_id: str, of: dict[int, Alloc]) -> bytearray:
+        """Start keeping job ``job_id``'s alloc mask (``_alloc_masks``), from its allocs ``of``."""
+        mask = bytearray(max(of) + 1)
+        for task in of:
+            mask[task] = 1
+        self._alloc_masks[job_id] = mask
+        return mask
 
     def _drop_alloc(self, key: str) -> None:
         """Forget the allocation under ``key`` (if held) and its index entries (``_unindex_alloc``,
@@ -514,6 +555,8 @@ class ReplicaState:
             of.pop(old.task_index, None)
             if not of:
                 del self._allocs_of[old.job_id]
+        if self._alloc_masks:
+            self._unmask(old.job_id, old.task_index)
         if self._derived:
             self._unnote_alloc(old.job_id, old.task_index)
 
@@ -528,8 +571,20 @@ class ReplicaState:
             of.pop(alloc.task_index, None)
             if not of:
                 del self._allocs_of[alloc.job_id]
+        if self._alloc_masks:
+            self._unmask(alloc.job_id, alloc.task_index)
         if self._derived:
             self._unnote_alloc(alloc.job_id, alloc.task_index)
+
+    def _unmask(self, job_id: str, task: int) -> None:
+        """Task ``task`` of ``job_id`` has no alloc any more: clear its byte of the job's mask
+        (kept), or drop the mask with the job's last alloc."""
+        mask = self._alloc_masks.get(job_id)
+        if mask is not None:
+            if job_id in self._allocs_of:
+                _mark(mask, task, 0)
+            else:
+                del self._alloc_masks[job_id]
 
     def _put_stats(self, key: str, ident: str, raw: bytes, mod: int) -> None:
         self.stats_raw[key] = raw

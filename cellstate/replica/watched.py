@@ -9,7 +9,9 @@ the stream dropped: the next ``pump`` reopens the watch from ``revision + 1``.
 
 The owner may apply its own commits before the watch delivers them (``apply_local``,
 ``apply_entries``): every key remembers its mod_revision and a change is applied only
-when it is newer, so the watch's copy of the same change is skipped.
+when it is newer, so the watch's copy of the same change is skipped. Only watch events at or
+below the highest revision applied that way can be such copies; later ones are applied without
+a look at their key's mod record.
 
 Thread safety: none, by design. One thread (the scheduler that owns the replica) calls
 ``pump`` between decisions and reads in between; the live views returned by
@@ -73,6 +75,9 @@ class Replica(ReplicaState):
         self.resumes = 0
         self._stream: WatchStream | None = None
         self._tombstones: deque[tuple[int, str]] = deque()  # local deletes ahead of the watch
+        # The highest revision of a change applied outside the watch (``_applied_at``): a watch
+        # event above it is news for its key, without a look at the key's mod record.
+        self._local_top = 0
         self._outage_since: float | None = None
         self._backoff = 0.0
 
@@ -156,9 +161,10 @@ class Replica(ReplicaState):
         store_job, store_machine, put_allocs = self._store_job, self._store_machine, self._put_allocs
         run: list = []
         applied = 0
+        local_top = self._local_top
         for ev in batch.events:
             key, mod = ev.key, ev.mod_revision
-            if mod <= mods.get(key, 0):
+            if mod <= local_top and mod <= mods.get(key, 0):
                 continue  # the owner applied this change (or a newer one) already
             applied += 1
             if ev.kind is _PUT:
@@ -254,6 +260,7 @@ class Replica(ReplicaState):
             raise ValueError(f"apply_local needs the commit's revision (a positive int), got {revision!r}")
         items = puts.items() if isinstance(puts, Mapping) else puts
         applied = 0
+        self._applied_at(revision)
         for key, raw in items:
             if self._newer(key, revision):
                 self._put(key, raw, revision)
@@ -282,6 +289,7 @@ class Replica(ReplicaState):
             key = self.keys.alloc(alloc.job_id, alloc.task_index)
             if self._newer(key, entry.mod_revision):
                 self._mod[key] = entry.mod_revision
+                self._applied_at(entry.mod_revision)
                 self._set_alloc(key, alloc)
                 self.quarantine.pop(key, None)
                 applied += 1
@@ -289,6 +297,7 @@ class Replica(ReplicaState):
             key = self.keys.machine(entry.id)
             if self._newer(key, entry.mod_revision):
                 self._mod[key] = entry.mod_revision
+                self._applied_at(entry.mod_revision)
                 self._machines[entry.id] = entry
                 self.quarantine.pop(key, None)
                 applied += 1
@@ -296,6 +305,7 @@ class Replica(ReplicaState):
             key = self.keys.job(entry.id)
             if self._newer(key, entry.mod_revision):
                 self._mod[key] = entry.mod_revision
+                self._applied_at(entry.mod_revision)
                 self._set_job_ahead(entry.id, entry, max(revision, entry.mod_revision))
                 self.quarantine.pop(key, None)
                 applied += 1
@@ -317,6 +327,7 @@ class Replica(ReplicaState):
         for key, (mod, why) in bad.items():
             if self._newer(key, mod):
                 self._mod[key] = mod
+                self._applied_at(mod)
                 kind, _, ident = key[self._plen:].partition("/")
                 self._forget(kind, key, ident)
                 self._reject(key, ValueError(why))
@@ -355,6 +366,7 @@ class Replica(ReplicaState):
                 self._newer(key, revision)
             return 0
         applied = 0
+        self._applied_at(revision)
         for key, ident, value in changes:
             if not key.startswith(prefix):
                 self._newer(key, revision)  # raises, naming the key
@@ -382,7 +394,14 @@ class Replica(ReplicaState):
             raise ValueError(f"key {key!r} is not in cell {self.keys.cell!r} (prefix {self._prefix!r})")
         return revision > self.revision and revision > self._mod.get(key, 0)
 
+    def _applied_at(self, revision: int) -> None:
+        """A change at ``revision`` is applied outside the watch: the watch's events up to
+        there are checked against the keys' mod records (``_apply_batch``)."""
+        if revision > self._local_top:
+            self._local_top = revision
+
     def _delete_local(self, key: str, revision: int) -> None:
+        self._applied_at(revision)
         self._mod[key] = revision  # a tombstone until the watch passes it
         self._tombstones.append((revision, key))
         self._delete(key)

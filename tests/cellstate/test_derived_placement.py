@@ -8,7 +8,7 @@ import pytest
 from cell_helpers import seed_machine
 
 from cellstate.check import check_cell
-from cellstate.codec.records import decode_job_record, encode_alloc, encode_job_record
+from cellstate.codec.records import decode_job_record, decode_machine, encode_alloc, encode_job_record
 from cellstate.codec.kill import KillMarker, decode_kill, encode_kill
 from cellstate.committer import StoreCommitter
 from cellstate.model import Alloc, Job, JobKind, JobRecord
@@ -17,7 +17,7 @@ from cellstate.resources import Resources
 from cellstate.store import CompareTarget
 from cellstate.submit import kill_job
 from omega.modes import ConflictMode
-from omega.protocols import Claim, JobEntry, Plan
+from omega.protocols import Claim, JobEntry, MachineEntry, Plan
 
 REQ = Resources(1000, 512)
 
@@ -115,6 +115,53 @@ def test_kill_releases_tasks_placed_without_the_record(store, keys):
     assert [a.task_index for a in released] == [1]
     record = decode_job_record(keys.job("j"), store.get(keys.job("j")).value)
     assert record.killed and record.tasks == "kkk"
+    assert check_cell(store, keys).ok
+
+
+class PlacingFirst:
+    """Delegates to a store and counts its ranges (the kill's reads of a job's allocs); with
+    ``plan``, commits it (another scheduler's placement, written without the record) just
+    before the first txn (the kill's marker)."""
+
+    def __init__(self, store, keys, plan: Plan | None = None):
+        self._store, self._keys, self._plan = store, keys, plan
+        self.placed, self.ranges = False, 0
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    def range(self, prefix, revision=None):
+        self.ranges += 1
+        return self._store.range(prefix, revision)
+
+    def txn(self, compares, success, failure=()):
+        if self._plan is not None and not self.placed:
+            self.placed = StoreCommitter(self._store, self._keys).commit(self._plan).committed
+        return self._store.txn(compares, success, failure)
+
+
+def test_kill_reads_again_only_when_something_was_written_before_its_marker(store, keys):
+    """Nothing written between the kill's read and its marker: that read is current and the
+    kill goes on with it. A placement landing in between (its alloc missed by the read) is
+    found by reading again, and released too."""
+    def stored(*machine_ids):
+        return {m: MachineEntry(decode_machine(kv.key, kv.value), kv.mod_revision)
+                for m in machine_ids for kv in [store.get(keys.machine(m))]}
+
+    job, machines = _started(store, keys, "pppp")
+    assert StoreCommitter(store, keys).commit(Plan(job, (Claim(1, "m1", REQ),), machines, "s", now=5.0)).committed
+    quiet, released = PlacingFirst(store, keys), []
+    kill_job(quiet, keys, "j", released=released)
+    assert quiet.ranges == 1 and [a.task_index for a in released] == [1]
+
+    job = seed_job(store, keys, "j2", "pppp", first_attempt_at=2.0)
+    assert StoreCommitter(store, keys).commit(Plan(job, (Claim(1, "m1", REQ),), stored("m1"), "s", now=5.0)).committed
+    racing = PlacingFirst(store, keys, Plan(job, (Claim(2, "m2", REQ),), stored("m2"), "t", now=6.0))
+    released = []
+    kill_job(racing, keys, "j2", released=released)
+    assert racing.placed and racing.ranges == 2 and sorted(a.task_index for a in released) == [1, 2]
+    record = decode_job_record(keys.job("j2"), store.get(keys.job("j2")).value)
+    assert record.killed and record.tasks == "kkkk" and store.get(keys.alloc("j2", 2)) is None
     assert check_cell(store, keys).ok
 
 

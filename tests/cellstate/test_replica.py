@@ -15,7 +15,7 @@ from cellstate.model import JobKind
 from cellstate.replica.watched import Replica
 from cellstate.replica.thread import ReplicaThread
 from cellstate.store import Delete, Put, Unavailable
-from omega.protocols import JobEntry, MachineEntry
+from omega.protocols import AllocEntry, JobEntry, MachineEntry
 from replica_helpers import alloc, assert_matches_store, catch_up, job, machine, raw, write
 
 BACKENDS = ["memory", "etcd"]
@@ -389,3 +389,35 @@ def test_replica_thread_keeps_a_locked_view_current(store, cell_keys):
         assert thread.error is None
     finally:
         thread.stop()
+
+
+@pytest.mark.parametrize("path", ["apply_local", "apply_commit", "apply_entries", "apply_quarantined"])
+def test_a_change_applied_ahead_of_the_watch_is_not_undone_by_an_older_batch(cell_keys, path):
+    """Whatever path applied the owner's newer values (its commit as bytes or as objects, a
+    failed commit's fresh entries or its quarantined reads), the watch's older batch, pumped
+    alone, changes nothing, and the watch's copy of the newer txn is skipped."""
+    store = MemoryStore()
+    replica = Replica(store, cell_keys)
+    replica.sync()
+    older = write(store, cell_keys, machine(0, tasks=1), job("j", "pp"), alloc("j", 0, "m0"))
+    newer_values = (machine(0, tasks=2), job("j", "ap"), alloc("j", 0, "m1"))
+    newer = write(store, cell_keys, *newer_values)
+    m0, job_key, alloc_key = cell_keys.machine("m0"), cell_keys.job("j"), cell_keys.alloc("j", 0)
+    if path == "apply_local":
+        assert replica.apply_local(newer, [raw(cell_keys, v) for v in newer_values]) == 3
+    elif path == "apply_commit":
+        assert replica.apply_commit(newer, [MachineEntry(newer_values[0], newer)], [JobEntry(newer_values[1], newer)],
+                                    {alloc_key: newer_values[2]}) == 3
+    elif path == "apply_entries":
+        assert replica.apply_entries([MachineEntry(newer_values[0], newer)], [JobEntry(newer_values[1], newer)],
+                                     revision=newer, allocs=[AllocEntry(newer_values[2], newer)]) == 3
+    else:
+        assert replica.apply_quarantined({key: (newer, "bad") for key in (m0, job_key, alloc_key)}) == 3
+    held = ({m0: replica.machine("m0"), job_key: replica.job("j"), alloc_key: replica.alloc_entry("j", 0)},
+            [replica.mod_revision(k) for k in (m0, job_key, alloc_key)])
+    assert replica.pump(1.0, max_batches=1) == 0 and replica.revision == older  # the older batch: skipped
+    assert ({m0: replica.machine("m0"), job_key: replica.job("j"), alloc_key: replica.alloc_entry("j", 0)},
+            [replica.mod_revision(k) for k in (m0, job_key, alloc_key)]) == held
+    assert held[1] == [newer] * 3
+    assert catch_up(replica, newer) == 0  # the watch's copy of the newer txn: skipped too
+    replica.close()
