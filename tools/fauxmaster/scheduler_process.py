@@ -9,8 +9,8 @@ pass: the decide function runs the scheduler on the view as of T, then holds the
 the decision time (modelled ``t_job + t_task × tasks``, or the measured wall time ×
 ``time_scale``), so the commit lands at T + decision time, after every commit other
 schedulers made meanwhile. A modelled decision whose claims take several txns sends each as
-the decision reaches it (``DECISION_COMMITS``, the placer's ``pace``). Idle, the process parks until the cell changes or a deferred job
-is due. What the replay adds to the live loop, each an option of the cycle: the nothing-fits
+the decision reaches it (``DECISION_COMMITS``, the placer's ``pace``). Idle, the process parks
+until the cell changes or a deferred job is due. What the replay adds to the live loop, each an option of the cycle: the nothing-fits
 memo (jobs whose last decision found no machine are left out of the candidates until room may
 have appeared for them, ``tools.fauxmaster.fit_memo``; batch and service kinds,
 ``skip_nothing_fits``) and stealing after ``steal_after_s`` (its peers never die).

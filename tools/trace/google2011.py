@@ -197,7 +197,8 @@ class TaskRows:
         self.paths = [str(p) for p in self.paths]
         self.limit = limit
         self.opening: list[list[str]] = []  # inferred rows, at the window's opening
-        self.requests_at_open: dict[int, tuple[str, str, str]] = {}  # SUBMIT row number → its task's t = 0 SCHEDULE request
+        # SUBMIT row number → the request of its task's t = 0 SCHEDULE row (``requests_at_open``)
+        self.requests_at_open: dict[int, tuple[str, str, str]] = {}
         self._starts: list[tuple[int, str]] = []  # (first number, path) of each part read so far
 
     def __str__(self) -> str:
