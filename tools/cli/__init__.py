@@ -167,7 +167,11 @@ def run() -> None:
     """Process entry point (the ``omega`` script): run ``main`` and exit with its status. A
     SIGTERM arriving while the interpreter tears down (gRPC threads, atexit) changes nothing:
     the command has already stopped cleanly."""
+    from tools.cli.common import exit_once_stopped, own_process
+
+    own_process()
     code = main()
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    exit_once_stopped(code)  # the interpreter's teardown (gRPC, atexit) must not hang the process
     sys.exit(code)
 

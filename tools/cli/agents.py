@@ -15,7 +15,7 @@ import threading
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from tools.cli.common import add_store_args, cell_keys, connect, store_failure
+from tools.cli.common import add_store_args, cell_keys, connect, exit_once_stopped, store_failure
 
 if TYPE_CHECKING:
     from tools.agents.metrics import AgentMetrics
@@ -161,6 +161,7 @@ def _run(agent, args) -> int:
             signal.signal(sig, handler)
     finished = int(agent.metrics.value("omega_agent_tasks_finished_total"))
     print(f"agents stopped: {finished} task(s) finished", flush=True)
+    exit_once_stopped(0)
     return 0
 
 

@@ -8,7 +8,11 @@ failure into one line saying what to do (``store_failure``).
 
 from __future__ import annotations
 
+import faulthandler
+import logging
 import os
+import sys
+import threading
 from contextlib import contextmanager
 
 from cellstate.keys import DEFAULT_ROOT, CellKeys
@@ -318,3 +322,33 @@ def replay_errors():
         raise InputError(str(exc)) from None
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+
+
+SHUTDOWN_GRACE_S = 10.0
+_PROCESS = {"entry": False}  # set by ``tools.cli.run``: the command owns the process
+
+
+def own_process() -> None:
+    """The command line runs as its own process (``tools.cli.run``), not inside another
+    program (tests call ``main`` in-process): ``exit_once_stopped`` may end the process."""
+    _PROCESS["entry"] = True
+
+
+def exit_once_stopped(status: int = 0, within_s: float = SHUTDOWN_GRACE_S) -> None:
+    """Called when a command has stopped its work (nothing left to write): if closing its
+    clients or the interpreter's own exit has not ended the process ``within_s`` seconds later,
+    log a warning and every thread's stack on stderr and exit with ``status`` (what the command
+    returns), instead of hanging until someone SIGKILLs it. Does nothing in-process."""
+    if not _PROCESS["entry"]:
+        return
+
+    def force_exit() -> None:
+        logging.getLogger("omega.shutdown").warning(
+            "the process had not exited %g s after stopping its work; thread stacks follow, exiting", within_s)
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        sys.stderr.flush()
+        os._exit(status)
+
+    timer = threading.Timer(within_s, force_exit)
+    timer.daemon = True
+    timer.start()

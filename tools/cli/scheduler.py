@@ -18,7 +18,7 @@ import sys
 import time
 import tomllib
 
-from tools.cli.common import add_store_args, cell_keys, open_store, store_failure
+from tools.cli.common import add_store_args, cell_keys, exit_once_stopped, open_store, store_failure
 from tools.cli.plugin_args import add_plugin_arg, load_plugin_args
 
 # The scheduler, store and metrics modules are imported where they are used: building the
@@ -256,6 +256,7 @@ def run_scheduler(args) -> int:
                   f"{options.order} order) "
                   f"serving cell {keys.cell!r} at revision {view.revision}", flush=True)
             stats = anyio.run(process.run)
+            exit_once_stopped(0)
         finally:
             metrics.close()
     print("final-stats " + json.dumps(dataclasses.asdict(stats), sort_keys=True), flush=True)
