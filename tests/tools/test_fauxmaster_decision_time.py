@@ -4,19 +4,13 @@ imported here; every time below is computed by hand from t_job 0.1 s and t_task 
 
 from __future__ import annotations
 
-import gzip
-
 import pytest
 
 from tools.fauxmaster.replay import ReplayConfig, replay
-from tools.trace.google2011 import CapacityModel, import_google2011
 
-S = 600_000_000  # the Google window opens at 600 s
+from google_rows import S, import_rows, task_row
+
 T_JOB, T_TASK = 0.1, 0.01
-
-
-def task_row(ts, job, task, machine, kind, cpu=0.25, mem=0.125):
-    return [str(ts), "", str(job), str(task), str(machine), str(kind), "u", "0", "0", str(cpu), str(mem), "0", "0"]
 
 
 def excerpt(tmp_path, tasks: int, machines: int, second_job: bool = False):
@@ -33,14 +27,7 @@ def excerpt(tmp_path, tasks: int, machines: int, second_job: bool = False):
         rows.append(task_row(S + 10_000_000, 3, 0, "", 0))
     rows += [task_row(S + 12_000_000, 2, i, 10 + i // 2, 1) for i in range(min(tasks, 2 * machines))]
     rows.append(task_row(S + 100_000_000, 9, 0, "", 0))
-    task_events, job_events = tmp_path / "te.csv.gz", tmp_path / "je.csv.gz"
-    with gzip.open(task_events, "wt") as f:
-        f.writelines(",".join(r) + "\n" for r in rows)
-    with gzip.open(job_events, "wt"):
-        pass
-    out = tmp_path / "g.omt"
-    import_google2011(str(task_events), str(job_events), out, CapacityModel("uniform"))
-    return out
+    return import_rows(tmp_path, rows)
 
 
 def run(trace, **config):

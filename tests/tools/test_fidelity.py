@@ -20,13 +20,7 @@ from tools.trace.swf import import_swf
 from tools.trace.truth import GroundTruth, Occupancy
 
 from fauxmaster_traces import small_cell_trace
-
-S = 600_000_000  # the Google window opens at 600 s
-
-
-def task_row(ts, job, task, machine, kind, cpu=0.25, mem=0.125):
-    return [str(ts), "", str(job), str(task), str(machine), str(kind), "u", "0", "0", str(cpu), str(mem), "0", "0"]
-
+from google_rows import S, import_rows, task_row
 
 def google_excerpt(tmp_path):
     """Two machines (uniform: 0.5 cpu = 32,000 millicores each); every task 0.25 cpu = 16,000.
@@ -39,14 +33,7 @@ def google_excerpt(tmp_path):
             task_row(S + 25_000_000, 4, 0, "", 0), task_row(S + 29_000_000, 4, 0, 6, 1),
             task_row(S + 30_000_000, 1, 0, 5, 4),
             task_row(S + 100_000_000, 2, 0, 5, 4)]
-    task_events, job_events = tmp_path / "te.csv.gz", tmp_path / "je.csv.gz"
-    with gzip.open(task_events, "wt") as f:
-        f.writelines(",".join(r) + "\n" for r in rows)
-    with gzip.open(job_events, "wt"):
-        pass
-    out = tmp_path / "g.omt"
-    import_google2011(str(task_events), str(job_events), out, CapacityModel("uniform"))
-    return out
+    return import_rows(tmp_path, rows)
 
 
 def test_google_importer_keeps_delays_and_occupancy(tmp_path):
@@ -225,7 +212,7 @@ def test_bad_inputs_and_outputs_fail_before_the_replay(tmp_path, capsys):
 def test_job_events_rows_of_another_shape_are_counted(tmp_path):
     task_events, job_events = tmp_path / "te.csv.gz", tmp_path / "je.csv.gz"
     with gzip.open(task_events, "wt") as f:
-        f.write(",".join(task_row(S + 1_000_000, 1, 0, "", 0)) + "\n")
+        f.write(",".join(map(str, task_row(S + 1_000_000, 1, 0, "", 0))) + "\n")
     with gzip.open(job_events, "wt") as f:
         f.write("1,,1,5,u,0\n")  # 6 columns: dropped
         f.write(f"{S + 2_000_000},,1,5,u,0,n,l\n")  # a kill, 8 columns

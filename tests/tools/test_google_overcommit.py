@@ -4,8 +4,6 @@ recorded t = 0 state) and the trace's ``machine_events`` table. Small excerpts, 
 
 from __future__ import annotations
 
-import gzip
-
 import pytest
 
 from cellstate.check import check_cell
@@ -19,18 +17,9 @@ from tools.trace.google2011_cell import (
     PROD_CPU, PROD_MEMORY, CellModel, MachineEventsError, overcommit_cell, parse_reclaim,
 )
 
-S = 600_000_000  # the window opens at 600 s
+from google_rows import S, task_row, write_gz
+
 CPU, MEM = 64_000, 262_144  # 1.0 normalized
-
-
-def write_gz(path, rows):
-    with gzip.open(path, "wt") as f:
-        f.write("".join(",".join(map(str, r)) + "\n" for r in rows))
-    return str(path)
-
-
-def task_row(ts, job, task, machine, kind, priority=0, cpu=0.25, mem=0.125):
-    return [ts, "", job, task, machine, kind, "user", 0, priority, cpu, mem, 0, 0]
 
 
 def t0_excerpt(tmp_path):

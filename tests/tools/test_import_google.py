@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 from collections import Counter
 
 import pytest
@@ -21,6 +20,8 @@ from tools.trace.google2011 import (
     GoogleTraceError,
     import_google2011,
 )
+
+from google_rows import S, task_row, write_gz
 
 TRACES = traces_dir() / "google-2011"
 TASK_EVENTS = TRACES / "task_events/part-00000-of-00500.csv.gz"
@@ -105,19 +106,6 @@ def test_capacity_draw_is_seeded_and_order_free(name, seed, other_seed, same):
 def test_unknown_capacity_model_is_rejected():
     with pytest.raises(ValueError, match="unknown capacity model 'big'"):
         CapacityModel("big")
-
-
-def write_gz(path, rows):
-    with gzip.open(path, "wt") as f:
-        f.write("".join(",".join(map(str, r)) + "\n" for r in rows))
-    return str(path)
-
-
-def task_row(ts, job, task, machine, kind, priority=0, cpu=0.25, mem=0.125, disk=0.0, different=0):
-    return [ts, "", job, task, machine, kind, "user", 0, priority, cpu, mem, disk, different]
-
-
-S = 600_000_000  # timestamp of trace time 0 s after the window opens
 
 
 def test_rules_on_hand_written_rows(tmp_path):
