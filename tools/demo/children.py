@@ -4,7 +4,9 @@ output in a log file; stopped together with SIGTERM, then SIGKILL for stragglers
 Every child is started as ``sys.executable -m tools.cli ARGS`` from the project root, in a
 new session (so a Ctrl-C at the terminal reaches only the demo, which then stops the
 children in order). ``stop_all`` is registered with ``atexit`` while children live, so an
-exception or ``sys.exit`` never leaves an orphan behind.
+exception or ``sys.exit`` never leaves an orphan behind; a child started from the main thread also
+gets SIGTERM when the demo dies without stopping it (SIGKILL, a crash:
+``cellstate.child_process.ending_with_parent``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from cellstate.child_process import ending_with_parent
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -78,7 +82,7 @@ class Children:
             raise ValueError(f"a child named {name!r} already exists")
         log_path = self.run_dir / f"{name}.log"
         with open(log_path, "ab") as log:
-            process = subprocess.Popen([sys.executable, "-m", "tools.cli", *args], cwd=PROJECT_ROOT, env=self.env,
+            process = subprocess.Popen(ending_with_parent([sys.executable, "-m", "tools.cli", *args]), cwd=PROJECT_ROOT, env=self.env,
                                        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                        start_new_session=True)
         child = Child(name, list(args), log_path, process, expected_exit)
