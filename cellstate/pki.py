@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from cellstate.etcd.server import TlsFiles
+from cellstate.private_files import private_directory, write_private, write_public
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost")
 DEFAULT_DAYS = 365
@@ -51,32 +52,20 @@ def _new_key() -> ec.EllipticCurvePrivateKey:
     return ec.generate_private_key(ec.SECP256R1())
 
 
-def _write_private(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` with mode 0600 from the first byte on."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.chmod(path, 0o600)  # an existing file keeps its old mode through O_CREAT
-
-
 def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
-    _write_private(path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    write_private(path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()))
 
 
 def _write_cert(path: Path, cert: x509.Certificate) -> None:
-    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    os.chmod(path, 0o644)
+    write_public(path, cert.public_bytes(serialization.Encoding.PEM))
 
 
 def _prepare_directory(directory: str | os.PathLike) -> Path:
-    path = Path(directory)
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        os.chmod(path, 0o700)
+        return private_directory(directory)
     except OSError as exc:
-        raise PkiError(f"cannot prepare PKI directory {str(path)!r}: {exc.strerror}") from None
-    return path
+        raise PkiError(f"cannot prepare PKI directory {str(directory)!r}: {exc.strerror}") from None
 
 
 def _subject_alt_names(hosts) -> x509.SubjectAlternativeName:

@@ -4,7 +4,7 @@ For each component user (scheduler, agent, monitor, recorder of cell ``a``) the 
 it must be refused are tried with raw gRPC, as a hostile component would, not through
 EtcdStore: another cell's keys (read, write, delete, watch), the reader roles' writes to
 their own cell, and root operations (users, roles, auth, members, defragment, snapshot,
-hashes). Calls that etcd's RBAC does not stop in some versions (``cellstate.security.RBAC_GAPS``:
+hashes). Calls that etcd's RBAC does not stop in some versions (``cellstate.rbac_gaps.RBAC_GAPS``:
 compaction, alarms, lease listing, lease key names, nested txns, from-key watches) are
 asserted to be refused where the running etcd has the fix, and otherwise to go through,
 so the warning ``omega cell up --secure`` prints stays true; the early compaction and the
@@ -23,9 +23,9 @@ from etcd3.etcdrpc import auth_pb2
 
 from cellstate.etcd.server import EtcdCluster
 from cellstate.keys import CellKeys
+from cellstate.rbac_gaps import CompactionGuard, rbac_gaps
 from cellstate.security import (
-    CELL_USERS, CREDENTIALS_DIR, ROOT_USER, AuthAdmin, CompactionGuard, cell_user, rbac_gaps, secure_cells,
-    secure_options,
+    CELL_USERS, CREDENTIALS_DIR, ROOT_USER, AuthAdmin, cell_user, secure_cells, secure_options,
 )
 
 CELL, OTHER = "a", "b"

@@ -132,7 +132,8 @@ def test_cell_up_secure_serves_cell_users_until_interrupted(tmp_path, no_auth_en
         assert usage.value.code == 2 and "is for user 'a-monitor'" in capsys.readouterr().err
         # a monitor compacting every cell's history (etcd 3.5.1 lets it) is reported while serving
         from cellstate.etcd.store import EtcdStore
-        from cellstate.security import load_credentials, rbac_gaps
+        from cellstate.rbac_gaps import rbac_gaps
+        from cellstate.security import load_credentials
 
         with EtcdStore([endpoints], **load_credentials(creds / "a-monitor.json").store_kwargs("a-monitor")) as store:
             revision = store.revision()

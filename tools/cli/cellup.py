@@ -9,7 +9,7 @@ Each user's random password is in its own file, ``DATA_DIR/credentials/{user}.js
 ``omega check --cell a --credentials DATA_DIR/credentials/a-monitor.json``.
 
 It prints the etcd version and, for a version whose RBAC has known holes
-(``cellstate.security.RBAC_GAPS``), what a holder of any credential can still do; while it
+(``cellstate.rbac_gaps.RBAC_GAPS``), what a holder of any credential can still do; while it
 serves, it reports early compactions and raised alarms as ``etcd: ALERT`` lines.
 
 Registers ``up`` under the ``cell`` command of ``tools.cli.cell`` (listed after it
@@ -119,7 +119,8 @@ def _metrics_files(data_dir: Path) -> None:
 
 
 def _announce(cluster: EtcdCluster, data_dir: Path, creds) -> None:
-    from cellstate.security import ADMIN_FILE, CREDENTIALS_DIR, rbac_warning
+    from cellstate.rbac_gaps import rbac_warning
+    from cellstate.security import ADMIN_FILE, CREDENTIALS_DIR
 
     announce_endpoints(cluster, " (TLS + auth)" if creds else " (plain)")
     if creds is not None:
@@ -142,7 +143,8 @@ def _announce(cluster: EtcdCluster, data_dir: Path, creds) -> None:
 
 def _guard(cluster: EtcdCluster, creds, retention: int):
     """(check for serve_until_stopped: early compactions and alarms seen as root, its closer)."""
-    from cellstate.security import ROOT_USER, AuthAdmin, CompactionGuard
+    from cellstate.rbac_gaps import CompactionGuard
+    from cellstate.security import ROOT_USER, AuthAdmin
 
     admin = AuthAdmin(cluster.endpoints, creds.ca_cert)
     admin.login(ROOT_USER, creds.user(ROOT_USER).password)
