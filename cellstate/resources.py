@@ -101,8 +101,19 @@ _build = builder(Resources)
 
 
 def _merge(a: tuple[tuple[str, int], ...], b: tuple[tuple[str, int], ...], sign: int):
-    if not a and not b:
-        return ()
+    """The extras of the sum (sign 1) or difference (sign -1): sorted, amounts 0 dropped."""
+    if not b:
+        return a
+    if len(a) == len(b):  # mostly the same names (a ledger and a request): pairwise
+        out = []
+        for (name, x), (other, y) in zip(a, b):
+            if name != other:
+                break
+            total = x + y if sign > 0 else x - y
+            if total:
+                out.append((name, total))
+        else:
+            return tuple(out)
     totals = dict(a)
     for key, value in b:
         totals[key] = totals.get(key, 0) + sign * value

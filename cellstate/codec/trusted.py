@@ -5,11 +5,12 @@ self-check when cheap field checks prove the value valid.
 ``codec.encode_*`` builds the map, decodes it back and compares the result with the value
 (a complete but costly proof that whatever is written decodes equal: half of a commit's
 encoding time). Here straight-line checks of every field's exact type and range accept the
-common shape: ids without "/", core-only resource vectors of non-negative ints, str
+common shape: ids without "/", resource vectors of non-negative ints (extras: sorted, distinct
+non-core str names, positive ints), str
 attributes, a frozenset of non-empty str packages, (str, str) labels with distinct names,
 a ``MachineState``, non-negative int task count, float times. Each condition is
 sufficient for the value to survive the round trip, so accepted values encode exactly as
-``codec`` encodes them. Anything else (extra resources, a str subclass, an int time, any
+``codec`` encodes them. Anything else (a str subclass, an int time, any
 invalid field) goes through the ``codec`` encoder, which encodes it or raises its precise
 ``CodecError``. So these encoders are as safe as the public ones, just faster.
 
@@ -29,7 +30,7 @@ from cellstate.codec.records import (
 )
 from cellstate.codec.envelope import pack_plain
 from cellstate.model import Alloc, Machine, MachineState
-from cellstate.resources import Resources
+from cellstate.resources import CORE_NAMES, Resources
 
 __all__ = ["pack_alloc", "pack_machine"]
 
@@ -62,16 +63,20 @@ def _ledger_map(m: Machine) -> dict | None:
     """``codec._machine_ledger_map(m)`` when the fields a ledger write changes (state,
     allocated, task count, writer) are of the common shape; None otherwise."""
     state, allocated, tasks, writer = m.state, m.allocated, m.task_count, m.writer
-    if type(state) is not MachineState or type(allocated) is not Resources or allocated.extra != ():
+    if type(state) is not MachineState or type(allocated) is not Resources:
         return None
-    cpu, memory, disk = allocated.cpu, allocated.memory, allocated.disk
+    cpu, memory, disk, extra = allocated.cpu, allocated.memory, allocated.disk, allocated.extra
     if not (type(cpu) is int and cpu >= 0 and type(memory) is int and memory >= 0 and type(disk) is int
             and disk >= 0 and type(tasks) is int and tasks >= 0 and type(writer) is str):
+        return None
+    if extra != () and not _extra_ok(extra):
         return None
     d = {}
     if state is not _UP:
         d["state"] = state._value_
-    if cpu or memory or disk:
+    if extra:
+        d["allocated"] = allocated.to_dict()
+    elif cpu or memory or disk:
         d["allocated"] = {"cpu": cpu, "memory": memory, "disk": disk}
     if tasks:
         d["tasks"] = tasks
@@ -159,9 +164,28 @@ def _ident_ok(x) -> bool:
 
 
 def _resources_ok(r) -> bool:
-    """A core-only vector of non-negative ints (what decodes back to an equal vector)."""
-    return (type(r) is Resources and r.extra == () and type(r.cpu) is int and r.cpu >= 0
-            and type(r.memory) is int and r.memory >= 0 and type(r.disk) is int and r.disk >= 0)
+    """A vector of non-negative ints whose extras pass ``_extra_ok`` (what decodes back to an
+    equal vector)."""
+    return (type(r) is Resources and type(r.cpu) is int and r.cpu >= 0 and type(r.memory) is int and r.memory >= 0
+            and type(r.disk) is int and r.disk >= 0 and (r.extra == () or _extra_ok(r.extra)))
+
+
+def _extra_ok(extra) -> bool:
+    """Extra resources that decode back equal: a tuple of (name, amount) pairs, names non-empty
+    str, not a core name, in increasing order (so distinct), amounts positive ints (0 is
+    dropped on decode)."""
+    if type(extra) is not tuple:
+        return False
+    previous = ""
+    for item in extra:
+        if type(item) is not tuple or len(item) != 2:
+            return False
+        name, amount = item
+        if (type(name) is not str or name <= previous or name in CORE_NAMES or type(amount) is not int
+                or amount <= 0):
+            return False
+        previous = name
+    return True
 
 
 def _fixed_ok(m: Machine) -> bool:

@@ -38,9 +38,14 @@ def frees_resources(old: Machine | None, new: Machine) -> bool:
     if old.state is not MachineState.UP:
         return True
     a, b, capacity = old.allocated, new.allocated, new.capacity
-    if (capacity is old.capacity or capacity == old.capacity) and not (a.extra or b.extra or capacity.extra):
-        # Same capacity, core resources only: free grew somewhere iff the ledger shrank there.
-        return b.cpu < a.cpu or b.memory < a.memory or b.disk < a.disk
+    if capacity is old.capacity or capacity == old.capacity:
+        # Same capacity: free grew somewhere iff the ledger shrank there.
+        if b.cpu < a.cpu or b.memory < a.memory or b.disk < a.disk:
+            return True
+        if a.extra == b.extra:
+            return False
+        after = dict(b.extra)
+        return any(after.get(name, 0) < amount for name, amount in a.extra)
     return not new.free.fits_in(old.free)
 
 

@@ -38,6 +38,15 @@ MACHINES = {
     "huge-cpu": replace(M, capacity=Resources(1 << 70, 1, 1)),
     "unsorted-extras": replace(M, capacity=Resources(1, 1, 1, (("z", 1), ("a", 1)))),
     "zero-extra": replace(M, capacity=Resources(1, 1, 1, (("gpu", 0),))),
+    "extra-ledger": replace(M, capacity=Resources(9, 9, 9, (("gpu", 4), ("prod_cpu", 5))),
+                            allocated=Resources(1, 1, 1, (("gpu", 2), ("prod_cpu", 1)))),
+    "extra-only-ledger": replace(M, allocated=Resources(0, 0, 0, (("gpu", 1),))),
+    "extra-named-cpu": replace(M, capacity=Resources(1, 1, 1, (("cpu", 5),))),
+    "extra-empty-name": replace(M, capacity=Resources(1, 1, 1, (("", 5),))),
+    "extra-bool": replace(M, capacity=Resources(1, 1, 1, (("gpu", True),))),
+    "extra-negative-ledger": replace(M, allocated=Resources(1, 1, 1, (("gpu", -1),))),
+    "extra-duplicate": replace(M, capacity=Resources(1, 1, 1, (("gpu", 1), ("gpu", 2)))),
+    "extra-list": replace(M, capacity=Resources(1, 1, 1, [("gpu", 1)])),
     "none-zone": replace(M, zone=None),
     "state-as-text": replace(M, state="down"),
     "packages-list": replace(M, packages=["a"]),
@@ -57,6 +66,8 @@ ALLOCS = {
     "int-time": replace(A, placed_at=5),
     "negative-priority": replace(A, priority=-3),
     "extra-resources": replace(A, resources=Resources(1, 1, 1, (("gpu", 1),))),
+    "unsorted-extras": replace(A, resources=Resources(1, 1, 1, (("z", 1), ("a", 1)))),
+    "zero-extra": replace(A, resources=Resources(1, 1, 1, (("gpu", 0),))),
     "slash-job": replace(A, job_id="a/b"),
     "negative-task": replace(A, task_index=-1),
     "nan-time": replace(A, placed_at=float("nan")),
@@ -102,7 +113,13 @@ def test_the_common_shapes_skip_the_decode_back():
     for name in ("common", "draining"):
         assert codec_trusted._fixed_ok(MACHINES[name]) and codec_trusted._ledger_map(MACHINES[name]) is not None
     assert codec_trusted._shared_part(ALLOCS["common"]) and codec_trusted._shared_part(ALLOCS["defaults"])
-    assert not codec_trusted._fixed_ok(MACHINES["extra-resources"])  # falls back to the codec
+    for name in ("extra-resources", "extra-ledger", "extra-only-ledger"):  # extras of the normal form
+        assert codec_trusted._fixed_ok(MACHINES[name]) and codec_trusted._ledger_map(MACHINES[name]) is not None
+    assert codec_trusted._shared_part(ALLOCS["extra-resources"])
+    for name in ("unsorted-extras", "zero-extra", "extra-named-cpu", "extra-empty-name", "extra-bool",
+                 "extra-duplicate", "extra-list"):  # fall back to the codec
+        assert not codec_trusted._fixed_ok(MACHINES[name]), name
+    assert codec_trusted._ledger_map(MACHINES["extra-negative-ledger"]) is None
 
 
 @pytest.mark.parametrize("name", list(MACHINES), ids=list(MACHINES))

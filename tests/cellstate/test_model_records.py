@@ -96,3 +96,18 @@ def test_shortfall_names_the_first_short_resource(need, free):
     expected = next((name for name in need.names() if need.get(name) > free.get(name)), None)
     assert need.shortfall(free) == expected
     assert (expected is None) == need.fits_in(free)
+
+
+_EXTRA_VECTORS = st.builds(
+    lambda c, extras: Resources.of(c, 0, 0, **extras), _AMOUNTS,
+    st.dictionaries(st.sampled_from(["gpu", "prod_cpu", "prod_memory"]), st.integers(min_value=-3, max_value=3)))
+
+
+@given(_EXTRA_VECTORS, _EXTRA_VECTORS)
+def test_sums_and_differences_are_by_name_with_zeros_dropped(a, b):
+    """Whatever names the two vectors share (the pairwise shortcut or not)."""
+    for result, sign in ((a + b, 1), (a - b, -1)):
+        names = {name for name, _ in a.extra} | {name for name, _ in b.extra}
+        expected = tuple(sorted((n, a.get(n) + sign * b.get(n)) for n in names if a.get(n) + sign * b.get(n)))
+        assert result.extra == expected
+        assert result.cpu == a.cpu + sign * b.cpu

@@ -127,8 +127,15 @@ M = Machine("m", Resources.of(4000, 1000), allocated=Resources.of(2000, 500))
      replace(M, capacity=Resources.of(4000, 1000, gpu=2), allocated=Resources.of(3000, 500, gpu=1)), True),
     (replace(M, capacity=Resources.of(4000, 1000, gpu=2), allocated=Resources.of(2000, 500, gpu=1)),
      replace(M, capacity=Resources.of(4000, 1000, gpu=2), allocated=Resources.of(2000, 500, gpu=2)), False),
+    (replace(M, capacity=Resources.of(4000, 1000, gpu=2), allocated=Resources.of(2000, 500, gpu=1)),
+     replace(M, capacity=Resources.of(4000, 1000, gpu=2), allocated=Resources.of(2000, 500)), True),
+    (replace(M, capacity=Resources.of(4000, 1000, gpu=2), allocated=Resources.of(2000, 500)),
+     replace(M, capacity=Resources.of(4000, 1000, gpu=2), allocated=Resources.of(2000, 500, gpu=1)), False),
+    (replace(M, capacity=Resources.of(4000, 1000, gpu=2, tpu=2), allocated=Resources.of(2000, 500, gpu=1, tpu=1)),
+     replace(M, capacity=Resources.of(4000, 1000, gpu=2, tpu=2), allocated=Resources.of(2000, 500, gpu=2)), True),
 ], ids=["new-up", "new-down", "ledger-shrank", "ledger-grew", "same-ledger", "back-up", "draining",
-        "capacity-grew", "memory-shrank-cpu-grew", "gpu-shrank", "gpu-grew"])
+        "capacity-grew", "memory-shrank-cpu-grew", "gpu-shrank", "gpu-grew", "gpu-released", "gpu-claimed",
+        "tpu-released-gpu-claimed"])
 def test_frees_resources(old, new, freed):
     assert frees_resources(old, new) is freed
 
