@@ -15,9 +15,11 @@ replay's default schedulers (place a job as soon as it fits) or, ``--kth-schedul
 EASY backfilling scheduler (docs/EASY.md: the policy the log's header names); ``--kth-only``
 skips part 0.
 
-``--cell-model overcommit`` imports part 0 with Borg's overcommit cell (docs/TRACE_FORMAT.md, "Cell
-models and machine_events"; cached under its own name): the cell of the fidelity goals. The default,
-``plain``, is the cell an older tree's bench replays, so ``bench/side_by_side.sh`` compares like with like.
+``--cell-model`` picks the import's cell (docs/TRACE_FORMAT.md, "Cell models and machine_events";
+each cached under its own name): ``overcommit`` (default, as ``omega import google2011``), Borg's
+reclamation, the cell of the fidelity goals; ``plain``, every task against capacity, the default of
+older trees' bench: pass ``--cell-model plain`` to both trees of ``bench/side_by_side.sh`` to compare
+with one of those.
 """
 
 from __future__ import annotations
@@ -117,9 +119,10 @@ def main() -> int:
     parser.add_argument("--initial-state", choices=("recorded", "scheduled", "both"), default="both",
                         help="start from the recorded t = 0 placements, schedule them again, or run both "
                              "(default)")
-    parser.add_argument("--cell-model", choices=CELL_MODELS, default="plain",
-                        help="the import's cell model (default plain: the cell an older tree's bench replays, "
-                             "for side-by-side speed; overcommit: Borg's reclamation, the fidelity goals' cell)")
+    parser.add_argument("--cell-model", choices=CELL_MODELS, default="overcommit",
+                        help="the import's cell model (default overcommit: Borg's reclamation, the importer's "
+                             "default and the fidelity goals' cell; plain: every task against capacity, the "
+                             "default of older trees' bench: pass it to both trees to compare with one)")
     parser.add_argument("--decision-commits", choices=("as-decided", "at-end"), default="as-decided",
                         help="when a modelled decision's txns go out (omega replay --decision-commits)")
     parser.add_argument("--unplaced-charge", choices=("every", "once"), default="every",

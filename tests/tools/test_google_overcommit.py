@@ -43,8 +43,8 @@ def events_of(path):
 def test_overcommit_cell_holds_the_recorded_state_and_states_itself(tmp_path):
     te, je = t0_excerpt(tmp_path)
     plain, over = tmp_path / "plain.omt", tmp_path / "over.omt"
-    import_google2011(te, je, plain, CapacityModel("uniform"))
-    import_google2011(te, je, over, CapacityModel("uniform"), cell_model=CellModel("overcommit"))
+    import_google2011(te, je, plain, CapacityModel("uniform"), cell_model=CellModel("plain"))
+    import_google2011(te, je, over, CapacityModel("uniform"))  # the default
     header, events = events_of(over)
     assert "cell model overcommit" in header.capacity_model and "reclaim cpu" in header.capacity_model
     machines = {e.machine.id: e.machine.capacity for e in events if isinstance(e, MachineAdd)}
@@ -132,7 +132,7 @@ def test_machine_events_give_capacities_additions_and_removals(tmp_path):
     te, je = write_gz(tmp_path / "te.csv.gz", rows), write_gz(tmp_path / "je.csv.gz", [])
     me = write_gz(tmp_path / "me.csv.gz", MACHINE_EVENTS)
     out = tmp_path / "m.omt"
-    stats = import_google2011(te, je, out, CapacityModel("uniform"), machine_events=me)
+    stats = import_google2011(te, je, out, CapacityModel("uniform"), cell_model=CellModel("plain"), machine_events=me)
     header, events = events_of(out)
     assert "machine_events=" in header.capacity_model and "cell model plain" in header.capacity_model
     adds = [(e.t, e.machine.id, e.machine.capacity.cpu, e.machine.capacity.memory)
@@ -174,11 +174,14 @@ def test_cli_states_the_cell_model(tmp_path, capsys):
                      "--capacity-model", "uniform", "--cell-model", "overcommit", "--reclaim", "0.5"]) == 0
     assert "cell model overcommit, reclaim 0.5" in capsys.readouterr().out
     assert "reclaim cpu 0.5000" in events_of(out)[0].capacity_model
-    for args in (["--reclaim", "lots", "--cell-model", "overcommit"], ["--reclaim", "0.5"]):
+    for args in (["--reclaim", "lots", "--cell-model", "overcommit"], ["--reclaim", "0.5", "--cell-model", "plain"]):
         with pytest.raises(SystemExit) as exit_:
             cli_main(["import", "google2011", "--task-events", te, "--job-events", je,
                       "--out", str(tmp_path / "d.omt"), *args])
         assert exit_.value.code == 2 and not (tmp_path / "d.omt").exists()
     capsys.readouterr()
+    assert cli_main(["import", "google2011", "--task-events", te, "--job-events", je, "--out",
+                     str(tmp_path / "default.omt")]) == 0
+    assert "cell model overcommit, reclaim auto" in capsys.readouterr().out  # the default
     assert cli_main(["replay", str(out), "--until", "10"]) == 0
     assert "cell (trace header): cell model overcommit" in capsys.readouterr().out

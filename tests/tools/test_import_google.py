@@ -10,6 +10,7 @@ from cellstate.model import JobKind
 from cellstate.resources import Resources
 from tools.trace.events import JobKill, JobSubmit, MachineAdd, TaskEnd, TaskEndStatus, TaskPlaced
 from tools.trace.format import read_trace
+from tools.trace.google2011_cell import CellModel
 from tools.trace.shared import traces_dir
 from tools.trace.google2011 import (
     CPU_SCALE,
@@ -39,7 +40,8 @@ def read_all(path):
 def part0(tmp_path_factory):
     """The full import of part 0 (about 6 s), read back."""
     out = tmp_path_factory.mktemp("google") / "part0.omt.gz"
-    stats = import_google2011(str(TASK_EVENTS), str(JOB_EVENTS), out, CapacityModel("mix", seed=1))
+    stats = import_google2011(str(TASK_EVENTS), str(JOB_EVENTS), out, CapacityModel("mix", seed=1),
+                              cell_model=CellModel("plain"))
     return stats, *read_all(out)
 
 
@@ -120,7 +122,7 @@ def test_rules_on_hand_written_rows(tmp_path):
         task_row(S + 70_000_000, 9, 0, "", 5),  # end of a task never submitted: skipped
     ])
     jobs = write_gz(tmp_path / "j.csv.gz", [[S + 60_000_000, "", 7, 5, "user", 0, "n", "l"]])
-    stats = import_google2011(tasks, jobs, tmp_path / "x.omt", CapacityModel("uniform"))
+    stats = import_google2011(tasks, jobs, tmp_path / "x.omt", CapacityModel("uniform"), cell_model=CellModel("plain"))
     events = read_all(tmp_path / "x.omt")[1]
     half = Resources(CPU_SCALE // 2, MEMORY_SCALE // 2, 1_048_576)
     g7 = [e.job for e in events if isinstance(e, JobSubmit) and e.job.id.startswith("g7")]

@@ -20,11 +20,11 @@ def register(sub) -> None:
     google.add_argument("--capacity-model", choices=("mix", "uniform"), default="mix",
                         help="physical capacities of machines the machine_events table does not give "
                              "(default mix: the published 2011 mix, drawn per machine by --seed)")
-    google.add_argument("--cell-model", choices=("plain", "overcommit"), default="plain",
-                        help="plain (default): every task against capacity; overcommit: Borg's resource "
-                             "reclamation, production (priority >= 9) against physical capacity, every task "
-                             "against physical x (1 + reclaim), machines raised to hold the recorded t = 0 "
-                             "state (docs/TRACE_FORMAT.md)")
+    google.add_argument("--cell-model", choices=("plain", "overcommit"), default="overcommit",
+                        help="overcommit (default): Borg's resource reclamation, production (priority >= 9) "
+                             "against physical capacity, every task against physical x (1 + reclaim), machines "
+                             "raised to hold the recorded t = 0 state; plain: every task against capacity "
+                             "(docs/TRACE_FORMAT.md)")
     google.add_argument("--reclaim", default="auto", help="overcommit: the reclaimable share, 'auto' (default: "
                         "the trace's own t = 0 overcommit) or a number >= 0")
     google.add_argument("--machine-events", default=None, metavar="FILE",

@@ -631,7 +631,7 @@ def import_google2011(task_events, job_events, out, capacity: CapacityModel | No
     """Write the omega trace of task_events/job_events parts to ``out``; the counts. On an
     error nothing is written at ``out``. ``task_events``/``job_events``: a part file, or
     consecutive part files in time order (one trace); a trace that does not start at 0 opens at
-    its first row with the state inferred from its rows (``opening_rows``). ``cell_model``: plain (default) or overcommit;
+    its first row with the state inferred from its rows (``opening_rows``). ``cell_model``: overcommit (default) or plain;
     ``machine_events``: the trace's machine_events part file (real capacities, machines added
     and removed), else the capacity model's seeded draw (``tools.trace.google2011_cell``)."""
     capacity = capacity or CapacityModel()

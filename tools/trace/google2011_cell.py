@@ -54,7 +54,7 @@ class CellModel:
     """``name``: plain or overcommit; ``reclaim``: the reclaimable share (overcommit only; None:
     derived from the trace's t = 0 state)."""
 
-    name: str = "plain"
+    name: str = "overcommit"
     reclaim: float | None = None
 
     def __post_init__(self):
