@@ -39,7 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from borg_google_cell import MemoryCellView, load_initial_state, packing  # noqa: E402
 
 from schedulers.chains import make_scheduler  # noqa: E402
-from tools.trace.google2011 import CapacityModel  # noqa: E402
+from tools.trace.google2011.cell import CapacityModel  # noqa: E402
 from tools.trace.shared import traces_dir  # noqa: E402
 
 TRACE = str(traces_dir() / "google-2011/task_events/part-00000-of-00500.csv.gz")

@@ -37,8 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.bench_common import interpreter, verdict  # noqa: E402
 from tools.fauxmaster.replay import ReplayConfig, replay  # noqa: E402
 from tools.trace.format import FORMAT_VERSION  # noqa: E402
-from tools.trace.google2011 import IMPORTER_REVISION, CapacityModel, import_google2011  # noqa: E402
-from tools.trace.google2011_cell import CELL_MODELS, CellModel  # noqa: E402
+from tools.trace.google2011.cell import CELL_MODELS, CapacityModel, CellModel  # noqa: E402
+from tools.trace.google2011.importer import import_google2011  # noqa: E402
+from tools.trace.google2011.schema import IMPORTER_REVISION  # noqa: E402
 from tools.trace.swf import IMPORTER_REVISION as SWF_REVISION  # noqa: E402
 from tools.trace.swf import import_swf  # noqa: E402
 from tools.trace.shared import traces_dir  # noqa: E402

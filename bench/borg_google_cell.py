@@ -3,10 +3,10 @@
 Initial state: every task with a row at timestamp 0 in task_events part 0 (the tasks
 present when the trace window opened, scheduled or pending), grouped per Google job:
 tasks = its task indices present, request = the per-resource maximum of their SUBMIT
-requests (scaled and rounded as ``tools.trace.google2011.scaled_request``; rows without
+requests (scaled and rounded as ``tools.trace.google2011.schema.scaled_request``; rows without
 requests take the minimum), priority = the maximum, kind = service for priority >= 9,
 different_machine from the trace's restriction column. Machines: every machine id seen in
-the part file, with capacities from ``tools.trace.google2011.CapacityModel`` (the README's
+the part file, with capacities from ``tools.trace.google2011.cell.CapacityModel`` (the README's
 published 2011 mix, drawn per machine id by a seeded hash).
 """
 
@@ -19,9 +19,9 @@ from typing import Iterable
 
 from cellstate.model import Alloc, Job, JobKind, JobRecord, Machine, TaskState
 from omega.protocols import JobEntry, MachineEntry
-from tools.trace.google2011 import (
-    CPU, DIFFERENT, DISK, JOB, MACHINE, MEMORY, PRIORITY, PRODUCTION_PRIORITY, TASK, TS, CapacityModel,
-    scaled_request,
+from tools.trace.google2011.cell import CapacityModel
+from tools.trace.google2011.schema import (
+    CPU, DIFFERENT, DISK, JOB, MACHINE, MEMORY, PRIORITY, PRODUCTION_PRIORITY, TASK, TS, scaled_request,
 )
 
 

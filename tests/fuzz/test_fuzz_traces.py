@@ -25,7 +25,8 @@ from cellstate.codec.records import job_to_map, machine_to_map  # noqa: E402
 from cellstate.model import Job, JobKind, Machine  # noqa: E402
 from cellstate.resources import Resources  # noqa: E402
 from tools.trace.format import TraceError, read_trace  # noqa: E402
-from tools.trace.google2011 import GoogleTraceError, import_google2011  # noqa: E402
+from tools.trace.google2011.importer import import_google2011  # noqa: E402
+from tools.trace.google2011.schema import GoogleTraceError  # noqa: E402
 from tools.trace.swf import FIELDS, SWFError, import_swf  # noqa: E402
 
 HEADER = {"format": "omega-trace", "version": 1, "source": "fuzz", "created_at": "2024-01-01T00:00:00+00:00",

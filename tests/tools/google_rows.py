@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import gzip
 
-from tools.trace.google2011 import CapacityModel, import_google2011
+from tools.trace.google2011.cell import CapacityModel
+from tools.trace.google2011.importer import import_google2011
 
 S = 600_000_000  # the timestamp of trace time 0 s after the window opens
 

@@ -15,7 +15,8 @@ from tools.fauxmaster.fidelity import compute_fidelity
 from tools.fauxmaster.metrics import UtilizationSample
 from tools.fauxmaster.replay import replay
 from tools.trace.format import TraceError, TraceHeader, TraceWriter, read_trace
-from tools.trace.google2011 import CapacityModel, import_google2011
+from tools.trace.google2011.cell import CapacityModel
+from tools.trace.google2011.importer import import_google2011
 from tools.trace.swf import import_swf
 from tools.trace.truth import GroundTruth, Occupancy
 

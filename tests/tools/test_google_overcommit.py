@@ -1,4 +1,4 @@
-"""The Google-2011 cell models (``tools.trace.google2011_cell``): ``overcommit`` (production against
+"""The Google-2011 cell models (``tools.trace.google2011.cell``): ``overcommit`` (production against
 physical capacity, every task against physical x (1 + reclaim), machines raised to hold the
 recorded t = 0 state) and the trace's ``machine_events`` table. Small excerpts, answers by hand."""
 
@@ -12,10 +12,10 @@ from tools.cli import main as cli_main
 from tools.fauxmaster.replay import ReplayConfig, replay
 from tools.trace.events import JobSubmit, MachineAdd, MachineRemove
 from tools.trace.format import read_trace
-from tools.trace.google2011 import CapacityModel, import_google2011
-from tools.trace.google2011_cell import (
-    PROD_CPU, PROD_MEMORY, CellModel, MachineEventsError, overcommit_cell, parse_reclaim,
+from tools.trace.google2011.cell import (
+    PROD_CPU, PROD_MEMORY, CapacityModel, CellModel, MachineEventsError, overcommit_cell, parse_reclaim,
 )
+from tools.trace.google2011.importer import import_google2011
 
 from google_rows import S, task_row, write_gz
 

@@ -10,17 +10,11 @@ from cellstate.model import JobKind
 from cellstate.resources import Resources
 from tools.trace.events import JobKill, JobSubmit, MachineAdd, TaskEnd, TaskEndStatus, TaskPlaced
 from tools.trace.format import read_trace
-from tools.trace.google2011_cell import CellModel
 from tools.trace.shared import traces_dir
-from tools.trace.google2011 import (
-    CPU_SCALE,
-    GOOGLE_2011_MIX,
-    HELD_AT_OPEN,
-    MEMORY_SCALE,
-    CapacityModel,
-    GoogleTraceError,
-    import_google2011,
-)
+from tools.trace.google2011.batches import HELD_AT_OPEN
+from tools.trace.google2011.cell import GOOGLE_2011_MIX, CapacityModel, CellModel
+from tools.trace.google2011.importer import import_google2011
+from tools.trace.google2011.schema import CPU_SCALE, MEMORY_SCALE, GoogleTraceError
 
 from google_rows import S, task_row, write_gz
 

@@ -12,9 +12,9 @@ from collections import defaultdict
 import pytest
 
 from tools.trace.format import TraceReader
-from tools.trace.google2011 import (
-    JOB, MACHINE, SCHEDULE, SUBMIT, TASK, TYPE, GoogleTraceError, TaskRows, _ENDS, import_google2011, opening_rows,
-)
+from tools.trace.google2011.importer import import_google2011
+from tools.trace.google2011.rows import TaskRows, opening_rows
+from tools.trace.google2011.schema import JOB, MACHINE, SCHEDULE, SUBMIT, TASK, TYPE, _ENDS, GoogleTraceError
 from tools.trace.shared import traces_dir
 
 GOOGLE = traces_dir() / "google-2011"

@@ -54,8 +54,9 @@ def register(sub) -> None:
 def run_import_google(args) -> int:
     from tools.cli import InputError, UsageError
     from tools.trace.format import TraceError
-    from tools.trace.google2011 import CapacityModel, GoogleTraceError, import_google2011
-    from tools.trace.google2011_cell import CellModel, MachineEventsError, parse_reclaim
+    from tools.trace.google2011.cell import CapacityModel, CellModel, MachineEventsError, parse_reclaim
+    from tools.trace.google2011.importer import import_google2011
+    from tools.trace.google2011.schema import GoogleTraceError
 
     started = time.perf_counter()
     try:

@@ -33,10 +33,12 @@ from __future__ import annotations
 
 import csv
 import gzip
+import hashlib
 import math
 from dataclasses import dataclass, field
 
 from cellstate.resources import Resources
+from tools.trace.google2011.schema import CPU_SCALE, DISK_SCALE, MEMORY_SCALE
 
 CELL_MODELS = ("plain", "overcommit")
 PROD_CPU, PROD_MEMORY = "prod_cpu", "prod_memory"
@@ -164,6 +166,54 @@ def overcommit_cell(physical: dict[str, Resources], placed: list[tuple[str, Reso
         out.raised_schedulable += s != base
         out.schedulable[machine_id] = (_up(s[0], out.steps[0]), _up(s[1], out.steps[1]), s[2])
     return out
+
+
+# ------------------------------------------------------------------------- capacity model
+
+# Published 2011 mix of normalized (cpu, memory) capacities and the percentage of machines (Reiss et al. 2012).
+GOOGLE_2011_MIX = (
+    ((0.5, 0.5), 53.47), ((0.5, 0.25), 30.74), ((0.5, 0.75), 7.95), ((1.0, 1.0), 6.32),
+    ((0.25, 0.25), 0.99), ((0.5, 0.12), 0.43), ((0.5, 0.03), 0.04), ((0.5, 0.97), 0.03),
+    ((1.0, 0.5), 0.02), ((0.5, 0.06), 0.01),
+)
+UNIFORM_CLASS = (0.5, 0.5)
+
+
+@dataclass(frozen=True)
+class CapacityModel:
+    """How machine capacities are chosen: ``mix`` draws each machine's (cpu, memory) class
+    from GOOGLE_2011_MIX by a hash of (seed, machine id), so the draw does not depend on the
+    order machines are seen; ``uniform`` gives every machine UNIFORM_CLASS."""
+
+    name: str = "mix"
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.name not in ("mix", "uniform"):
+            raise ValueError(f"unknown capacity model {self.name!r} (expected mix or uniform)")
+
+    def normalized(self, machine_id: str) -> tuple[float, float]:
+        if self.name == "uniform":
+            return UNIFORM_CLASS
+        digest = hashlib.blake2b(f"{self.seed}:{machine_id}".encode(), digest_size=8).digest()
+        point = int.from_bytes(digest) / 2**64 * 100.0
+        for cls, share in GOOGLE_2011_MIX:
+            point -= share
+            if point < 0:
+                return cls
+        return GOOGLE_2011_MIX[0][0]
+
+    def capacity(self, machine_id: str) -> Resources:
+        cpu, memory = self.normalized(machine_id)
+        return Resources(round(cpu * CPU_SCALE), round(memory * MEMORY_SCALE), DISK_SCALE)
+
+    def describe(self) -> str:
+        classes = ("published 2011 mix " + ", ".join(f"{c}:{s}%" for c, s in GOOGLE_2011_MIX)
+                   + f" drawn per machine id by blake2b(seed={self.seed}:id)"
+                   if self.name == "mix" else f"uniform: every machine {UNIFORM_CLASS}")
+        return (f"google2011-{self.name}: normalized (cpu, memory) {classes}; 1.0 cpu = {CPU_SCALE} "
+                f"millicores, 1.0 memory = {MEMORY_SCALE} MiB, disk {DISK_SCALE} MiB per machine; task "
+                "requests scaled alike, rounded up, cpu/memory at least 1")
 
 
 # ------------------------------------------------------------------------- machine_events
