@@ -13,15 +13,15 @@ from cellstate.resources import Resources
 from omega.protocols import MachineEntry
 from tools.cli import main
 from tools.cli.experiment import NAMES, format_cell
-from tools.fauxmaster.architectures import CodePath, MultiPath, OfferBroker
-from tools.fauxmaster.experiment_runs import (
-    MIN_EVENTS, Overrides, RunFigures, clearly_larger, conflict_setup_warnings, counts_conclusive, run_case,
-    verdict_of,
+from tools.fauxmaster.experiments.architectures import CodePath, MultiPath, OfferBroker
+from tools.fauxmaster.experiments.catalogue import QUICK, names, run_experiment
+from tools.fauxmaster.experiments.runs import Overrides, RunFigures, run_case
+from tools.fauxmaster.experiments.synthetic import SyntheticSpec, synthetic_events, write_synthetic_trace
+from tools.fauxmaster.experiments.verdicts import (
+    MIN_EVENTS, clearly_larger, conflict_setup_warnings, counts_conclusive, verdict_of,
 )
 from tools.fauxmaster.metrics import SchedulerMetrics
-from tools.fauxmaster.experiments import QUICK, names, run_experiment
 from tools.fauxmaster.scheduler_process import SchedulerConfig
-from tools.fauxmaster.synthetic import SyntheticSpec, synthetic_events, write_synthetic_trace
 from tools.trace.events import JobKill, JobSubmit, MachineAdd
 from tools.trace.format import TraceHeader, TraceWriter, read_trace
 

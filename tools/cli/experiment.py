@@ -14,7 +14,7 @@ from tools.cli.common import add_output_arg, output_json
 from tools.cli.plugin_args import add_plugin_arg, load_plugin_args
 
 
-# The experiments of tools.fauxmaster.experiments (kept here so building the parser imports
+# The experiments of tools.fauxmaster.experiments.catalogue (kept here so building the parser imports
 # no scheduler code; a test checks the two lists agree).
 NAMES = ("architectures", "tjob-sweep", "conflict-modes", "commit-modes", "batch-scaling")
 
@@ -41,8 +41,8 @@ def run_experiment_command(args) -> int:
     from omega.drf import parse_weight_flags
     from tools.cli import UsageError
     from tools.cli.common import replay_errors, require_optional
-    from tools.fauxmaster.experiment_runs import Overrides
-    from tools.fauxmaster.experiments import run_experiment
+    from tools.fauxmaster.experiments.catalogue import run_experiment
+    from tools.fauxmaster.experiments.runs import Overrides
 
     load_plugin_args(args)
     try:

@@ -17,9 +17,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from tools.fauxmaster.experiment_runs import (
-    BATCH_T_TASK, MIN_EFFECT, T_TASK, Bench, Column, ExperimentReport, ExperimentVerdict, ratio,
-)
+from tools.fauxmaster.experiments.runs import BATCH_T_TASK, T_TASK, Bench
+from tools.fauxmaster.experiments.verdicts import MIN_EFFECT, Column, ExperimentReport, ExperimentVerdict, ratio
 from tools.fauxmaster.scheduler_process import SchedulerConfig
 
 COUNTS = (1, 3)
