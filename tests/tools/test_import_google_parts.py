@@ -14,7 +14,7 @@ import pytest
 from tools.trace.format import TraceReader
 from tools.trace.google2011.importer import import_google2011
 from tools.trace.google2011.rows import TaskRows, opening_rows
-from tools.trace.google2011.schema import JOB, MACHINE, SCHEDULE, SUBMIT, TASK, TYPE, _ENDS, GoogleTraceError
+from tools.trace.google2011.schema import JOB, MACHINE, SCHEDULE, SUBMIT, TASK, TYPE, ENDS, GoogleTraceError
 from tools.trace.shared import traces_dir
 
 GOOGLE = traces_dir() / "google-2011"
@@ -76,7 +76,7 @@ def test_a_later_part_opens_with_the_tasks_its_rows_show_running_on_their_machin
         elif kind == SCHEDULE:
             pending.discard(key)
             running[key] = row[MACHINE]
-        elif kind in _ENDS:
+        elif kind in ENDS:
             pending.discard(key)
             running.pop(key, None)
     later = {(row[JOB], row[TASK]) for row in after}

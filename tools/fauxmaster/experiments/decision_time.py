@@ -9,7 +9,7 @@ from cellstate.model import JobKind
 from tools.fauxmaster.experiments.architectures import CodePath, MultiPath, OfferBroker
 from tools.fauxmaster.experiments.runs import BATCH_T_JOB, BATCH_T_TASK, T_TASK, Bench, RunFigures, pair
 from tools.fauxmaster.experiments.verdicts import (
-    Column, ExperimentReport, ExperimentVerdict, _noise, _successful, clearly_larger, compared,
+    Column, ExperimentReport, ExperimentVerdict, noise_note, successful_txns, clearly_larger, compared,
     conflict_setup_warnings, counts_conclusive, ratio, verdict_of,
 )
 from tools.fauxmaster.scheduler_process import SchedulerConfig
@@ -81,7 +81,7 @@ def tjob_sweep(bench: Bench) -> ExperimentReport:
         ok &= f.invariants_ok
         warnings += conflict_setup_warnings(f"service t_job {t_job:g} s", f)
         rows.append({"t_job": t_job, "service_busyness": f.busyness(["service"]),
-                     "service_conflicts": f.conflicts(["service"]), "service_txns_ok": _successful(f, ["service"]),
+                     "service_conflicts": f.conflicts(["service"]), "service_txns_ok": successful_txns(f, ["service"]),
                      "service_conflict_fraction": f.conflict_fraction(["service"]),
                      "batch_conflict_fraction": f.conflict_fraction(["batch"]),
                      "service_wait_placed": f.of("service").wait_placed.mean,
@@ -96,7 +96,7 @@ def tjob_sweep(bench: Bench) -> ExperimentReport:
               f"{last['service_busyness']:.3f} ({_monotone(rows, 'service_busyness')}), conflict fraction "
               f"{first['service_conflict_fraction']:.3f} -> {last['service_conflict_fraction']:.3f} "
               f"({_monotone(rows, 'service_conflict_fraction')}; {first['service_conflicts']} -> "
-              f"{last['service_conflicts']} conflicts{_noise(conflict_up)})")
+              f"{last['service_conflicts']} conflicts{noise_note(conflict_up)})")
     columns = [Column("t_job", "service t_job (s)", "g"), Column("service_busyness", "service busyness", ".3f"),
                Column("service_conflict_fraction", "service conflict fraction", ".3f"),
                Column("batch_conflict_fraction", "batch conflict fraction", ".3f"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 from tools.fauxmaster.experiments.runs import BATCH_T_JOB, Bench, pair
 from tools.fauxmaster.experiments.synthetic import SyntheticSpec
 from tools.fauxmaster.experiments.verdicts import (
-    Column, ExperimentReport, ExperimentVerdict, _noise, _successful, clearly_larger, compared,
+    Column, ExperimentReport, ExperimentVerdict, noise_note, successful_txns, clearly_larger, compared,
     conflict_setup_warnings, counts_conclusive, ratio, verdict_of,
 )
 
@@ -26,7 +26,7 @@ def _mode_rows(bench: Bench, label: str, variants: dict[str, dict]) -> tuple[lis
                      "batch_conflict_fraction": f.conflict_fraction(["batch"]),
                      "service_conflict_fraction": f.conflict_fraction(["service"]),
                      "failed_txns": sum(s.failed_transactions for s in f.schedulers),
-                     "stale_retries": sum(f.stale.values()), "conflicts": f.conflicts(), "txns_ok": _successful(f),
+                     "stale_retries": sum(f.stale.values()), "conflicts": f.conflicts(), "txns_ok": successful_txns(f),
                      "busyness": f.busyness(), "batch_wait_placed": f.of("batch").wait_placed.mean,
                      "unscheduled": f.of("batch").unscheduled + f.of("service").unscheduled})
     return rows, ok, warnings
@@ -38,7 +38,7 @@ def _mode_verdict(rows: list[dict], larger: int, smaller: int, detail: str, warn
     outcome = compared(clearly_larger(a["conflict_fraction"], b["conflict_fraction"]),
                        counts_conclusive(a["conflicts"], a["txns_ok"], b["conflicts"], b["txns_ok"]))
     detail += f"; {a['conflicts']} vs {b['conflicts']} conflicts in {a['txns_ok']:,} vs {b['txns_ok']:,} txns"
-    return verdict_of([outcome], detail + _noise(outcome), warnings)
+    return verdict_of([outcome], detail + noise_note(outcome), warnings)
 
 
 def _mode_columns(label: str, header: str) -> list[Column]:

@@ -75,12 +75,12 @@ def conflict_setup_warnings(label: str, f: RunFigures) -> list[str]:
     return []
 
 
-def _successful(f: RunFigures, names: list[str] | None = None) -> int:
+def successful_txns(f: RunFigures, names: list[str] | None = None) -> int:
     """Successful transactions of the named schedulers (all if None): the conflicts' denominator."""
     return sum(s.transactions - s.failed_transactions for s in f.schedulers if names is None or s.name in names)
 
 
-def _noise(outcome: str) -> str:
+def noise_note(outcome: str) -> str:
     """The detail's note when a comparison of counts was too small to mean something."""
     return (f"; inconclusive: fewer than {MIN_EVENTS} conflicts on both sides together, or a difference "
             f"within {NOISE_SIGMAS:g} sigma of their Poisson noise (sqrt of the counts)"

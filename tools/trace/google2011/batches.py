@@ -6,14 +6,14 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from cellstate.model import Job, JobKind, Machine
+from cellstate.model import Job, JobKind
 from cellstate.resources import Resources
-from tools.trace.events import JobKill, JobSubmit, MachineAdd, TaskEnd, TaskEndStatus, TaskPlaced
-from tools.trace.google2011.cell import PROD_CPU, PROD_MEMORY, CapacityModel
-from tools.trace.google2011.rows import _parse
+from tools.trace.events import JobKill, JobSubmit, TaskEnd, TaskEndStatus, TaskPlaced
+from tools.trace.google2011.cell import PROD_CPU, PROD_MEMORY
+from tools.trace.google2011.rows import parse_row
 from tools.trace.google2011.schema import (
     CPU, DIFFERENT, DISK, FINISH, JOB, KILL, KILL_COALESCE_US, MACHINE, MEMORY, PRIORITY, PRODUCTION_PRIORITY,
-    SCHEDULE, SUBMIT, TASK, USER, _ENDS, scaled_request, trace_time,
+    ENDS, SCHEDULE, SUBMIT, TASK, USER, scaled_request, trace_time,
 )
 from tools.trace.google2011.survey import Survey
 from tools.trace.progress import progress
@@ -141,14 +141,7 @@ class _Batches:
                     del self.task_of[key]
 
 
-def google2011_events(s: Survey, capacity: CapacityModel, stats: ImportStats):
-    """Pass 2: the trace's events in time order (the plain cell of the capacity model)."""
-    for machine_id in s.machine_ids:
-        yield MachineAdd(0.0, Machine(id=f"m{machine_id}", capacity=capacity.capacity(machine_id)))
-    yield from _task_events(s, stats)
-
-
-def _task_events(s: Survey, stats: ImportStats, prod_extra: bool = False):
+def job_and_task_events(s: Survey, stats: ImportStats, prod_extra: bool = False):
     """Pass 2 without the machines: the jobs' and tasks' events in time order."""
     state = _Batches(s, stats, prod_extra)
     kills = list(s.job_kills)
@@ -157,7 +150,7 @@ def _task_events(s: Survey, stats: ImportStats, prod_extra: bool = False):
     opening = True  # still inside t = 0 (the recorded initial state)
     with progress("import", s.rows) as advance:
         for number, row in rows:
-            ts, kind = _parse(rows, number, row)
+            ts, kind = parse_row(rows, number, row)
             if ts != current:
                 if opening and ts > window:
                     opening = False
@@ -173,7 +166,7 @@ def _task_events(s: Survey, stats: ImportStats, prod_extra: bool = False):
             elif kind == KILL and 0 <= kill_at.get(job, -1) - ts <= KILL_COALESCE_US:
                 if job not in state.killed:
                     yield from state.kill(t, job)
-            elif kind in _ENDS:
+            elif kind in ENDS:
                 yield from state.end(t, job, row[TASK], kind)
             elif kind == SCHEDULE and opening:
                 state.schedule_row(row)

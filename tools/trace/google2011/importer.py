@@ -10,7 +10,7 @@ from cellstate.model import Machine
 from cellstate.resources import Resources
 from tools.trace.events import JobSubmit, MachineAdd, MachineRemove, TaskPlaced
 from tools.trace.format import TraceHeader, TraceWriter
-from tools.trace.google2011.batches import ImportStats, _task_events
+from tools.trace.google2011.batches import ImportStats, job_and_task_events
 from tools.trace.google2011.cell import (
     ADD, CapacityModel, CellModel, MachineEvents, Overcommit, overcommit_cell, read_machine_events,
 )
@@ -46,7 +46,7 @@ def import_google2011(task_events, job_events, out, capacity: CapacityModel | No
             len(s.machine_ids)
     if cell_model.name == "plain" and machine_events is None:  # the cell of importer revision 3, unchanged
         machines = [Machine(id=f"m{m}", capacity=capacity.capacity(m)) for m in s.machine_ids]
-        text, events = capacity.describe(), _task_events(s, stats)
+        text, events = capacity.describe(), job_and_task_events(s, stats)
     else:
         machines, text, events = _cell(s, capacity, cell_model, machine_events, stats)
     header = TraceHeader(
@@ -122,7 +122,7 @@ def _cell(s: Survey, capacity: CapacityModel, cell_model: CellModel, machine_eve
     pass 2's t = 0 events first (its capacities hold the recorded t = 0 state), then hands them on."""
     ids, physical, table, text = _physical(s, capacity, machine_events, stats)
     overcommit = cell_model.name == "overcommit"
-    events = _task_events(s, stats, prod_extra=overcommit)
+    events = job_and_task_events(s, stats, prod_extra=overcommit)
     oc: Overcommit | None = None
     if overcommit:
         prefix, jobs, placed = [], {}, []

@@ -1,5 +1,5 @@
 """Reading the task_events part files: their rows in order, numbered across the parts, each
-checked (``_parse``); the rows a later part opens with (``opening_rows``) and part 0's t = 0
+checked (``parse_row``); the rows a later part opens with (``opening_rows``) and part 0's t = 0
 requests (``requests_at_open``)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import gzip
 import zlib
 
 from tools.trace.google2011.schema import (
-    CPU, DISK, JOB, MACHINE, MEMORY, PRIORITY, SCHEDULE, SUBMIT, TASK, TS, TYPE, UPDATE_RUNNING, _ENDS,
+    CPU, DISK, JOB, MACHINE, MEMORY, PRIORITY, SCHEDULE, SUBMIT, TASK, TS, TYPE, UPDATE_RUNNING, ENDS,
     GoogleTraceError,
 )
 
@@ -81,7 +81,7 @@ class TaskRows:
                 last_ts = int(last_row[0])
 
 
-def _parse(rows: TaskRows, number: int, row: list[str]) -> tuple[int, int]:
+def parse_row(rows: TaskRows, number: int, row: list[str]) -> tuple[int, int]:
     """(timestamp_us, event_type) of a task_events row after checking every column the import
     reads (task index, machine id, priority, requests); GoogleTraceError (naming the file and
     line) if malformed."""
@@ -121,7 +121,7 @@ def opening_rows(rows: TaskRows, window_us: int, carried: dict[str, int]) -> lis
     in the part cannot be seen (``carried`` counts what was inferred)."""
     first: dict[tuple[str, str], list[str]] = {}
     for number, row in rows:
-        _parse(rows, number, row)
+        parse_row(rows, number, row)
         first.setdefault((row[JOB], row[TASK]), row)
     submits, schedules = [], []
     for (job, task), row in sorted(first.items(), key=lambda item: (item[0][0].zfill(20), item[0][1].zfill(20))):
@@ -131,7 +131,7 @@ def opening_rows(rows: TaskRows, window_us: int, carried: dict[str, int]) -> lis
         submit = list(row)
         submit[TS], submit[TYPE], submit[MACHINE] = str(window_us), str(SUBMIT), ""
         submits.append(submit)
-        if row[MACHINE] and (kind in _ENDS or kind == UPDATE_RUNNING):
+        if row[MACHINE] and (kind in ENDS or kind == UPDATE_RUNNING):
             schedule = list(row)
             schedule[TS], schedule[TYPE] = str(window_us), str(SCHEDULE)
             schedules.append(schedule)
@@ -150,7 +150,7 @@ def requests_at_open(rows: TaskRows, window_us: int, counts: dict[str, int]) -> 
     last_submit: dict[tuple[str, str], tuple[int, list[str]]] = {}
     replaced: dict[int, tuple[str, str, str]] = {}
     for number, row in rows:
-        ts, kind = _parse(rows, number, row)
+        ts, kind = parse_row(rows, number, row)
         if ts > window_us:
             break
         if kind == SUBMIT:

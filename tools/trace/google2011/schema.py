@@ -21,7 +21,7 @@ not the rows of one timestamp, and rows with different requests are never one ba
 trace's header notes."""
 KILL_COALESCE_US = 1_000_000
 SUBMIT, SCHEDULE, EVICT, FAIL, FINISH, KILL, LOST = range(7)
-_ENDS = {EVICT, FAIL, FINISH, KILL, LOST}
+ENDS = {EVICT, FAIL, FINISH, KILL, LOST}
 # task_events columns
 TS, MISSING, JOB, TASK, MACHINE, TYPE, USER, CLASS, PRIORITY, CPU, MEMORY, DISK, DIFFERENT = range(13)
 UPDATE_PENDING, UPDATE_RUNNING = 7, 8

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 
 from cellstate.resources import Resources
 from tools.trace.google2011.cell import CapacityModel
-from tools.trace.google2011.rows import TaskRows, _parse, opening_rows, read_rows, requests_at_open
+from tools.trace.google2011.rows import TaskRows, parse_row, opening_rows, read_rows, requests_at_open
 from tools.trace.google2011.schema import (
     CPU, CPU_SCALE, DIFFERENT, DISK, FINISH, IMPORTER_REVISION, JOB, KILL, MACHINE, MEMORY, MEMORY_SCALE,
-    PRIORITY, SCHEDULE, SUBMIT, TASK, WINDOW_START_US, _ENDS, GoogleTraceError, trace_time,
+    PRIORITY, SCHEDULE, SUBMIT, TASK, WINDOW_START_US, ENDS, GoogleTraceError, trace_time,
 )
 from tools.trace.progress import progress
 from tools.trace.truth import GroundTruth, Occupancy, sample_steps
@@ -75,7 +75,7 @@ def survey(task_events, job_events, limit: int | None = None) -> Survey:
     held = s.held_at_open
     with progress("survey", None) as advance:
         for number, row in rows:
-            ts, kind = _parse(rows, number, row)
+            ts, kind = parse_row(rows, number, row)
             job, task = row[JOB], row[TASK]
             if row[MACHINE]:
                 machines.add(row[MACHINE])
@@ -89,7 +89,7 @@ def survey(task_events, job_events, limit: int | None = None) -> Survey:
                 del open_batch[job]
             if kind == SUBMIT and ts <= window:
                 held[job, task] = number  # pending at the opening, unless a row below says otherwise
-            elif kind == SCHEDULE or row[MACHINE] or (kind in _ENDS and ts <= window):
+            elif kind == SCHEDULE or row[MACHINE] or (kind in ENDS and ts <= window):
                 held.pop((job, task), None)  # scheduled, seen on a machine, or not live at the opening
             if kind == SUBMIT:
                 attempts[job, task] += 1
@@ -122,7 +122,7 @@ def survey(task_events, job_events, limit: int | None = None) -> Survey:
                     occupancy.append((trace_time(ts, window), request[0], request[1], 1))
                 else:  # scheduled again without an end: the new request replaces the old
                     occupancy.append((trace_time(ts, window), request[0] - old[0], request[1] - old[1], 0))
-            elif kind in _ENDS:
+            elif kind in ENDS:
                 old = running.pop((job, task), None)
                 if old is not None:
                     occupancy.append((trace_time(ts, window), -old[0], -old[1], -1))
