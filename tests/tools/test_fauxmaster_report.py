@@ -11,7 +11,8 @@ from fauxmaster_traces import batch, machine, write
 from tools.cli import main
 from tools.fauxmaster.metrics import cdf_steps, windowed_fractions
 from tools.fauxmaster.replay import MAX_SAMPLES, ReplayConfig, replay
-from tools.fauxmaster.report import binned_means, run_of, time_unit
+from tools.fauxmaster.report.plots import binned_means, time_unit
+from tools.fauxmaster.report.result import run_of
 from tools.trace.events import JobKill, JobSubmit, MachineAdd, TaskPlaced
 
 ONE = [dict(name="b", kind="batch")]
@@ -117,23 +118,23 @@ def _figure():
 
 
 def test_the_plots_label_the_never_placed_and_use_the_span_unit(tmp_path):
-    from tools.fauxmaster import report
+    from tools.fauxmaster.report import plots
 
     result = replay(cdf_trace(tmp_path / "t.omt"), ReplayConfig(schedulers=ONE, until=1200.0))
     run = run_of(result)
     fig = _figure()
-    report._wait_cdf(fig, [run])
+    plots.draw_wait_cdf(fig, [run])
     legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert legend == ["to first attempt: 3 jobs, 1 never",
                       "to fully placed: 2 jobs, 2 never (1 pending at the end, 1 ended unplaced)"]
     ys = fig.axes[0].get_lines()[1].get_ydata()
     assert max(ys) == 0.5  # the placed curve stops at 2 of 4
     fig = _figure()
-    report._utilization(fig, [run])
+    plots.draw_utilization(fig, [run])
     assert fig.axes[1].get_xlabel() == "virtual time (min)"  # a 20-minute run is not drawn in hours
     assert max(fig.axes[0].get_lines()[0].get_xdata()) == 20.0
     fig = _figure()
-    report._conflicts(fig, [run])
+    plots.draw_conflicts(fig, [run])
     assert fig.axes[0].get_xlabel() == "virtual time (min)"
     assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["b (0.0000 overall)"]
     import matplotlib.pyplot as plt
@@ -203,7 +204,8 @@ def test_extra_resources_are_sampled_summarized_and_reported(tmp_path, capsys):
     gpu_mean = sum(u["extra"]["gpu"] for u in listed) / len(listed)
     assert "utilization means over the samples: cpu " in (printed := capsys.readouterr().out)
     assert f", gpu {gpu_mean:.3f}" in printed
-    from tools.fauxmaster.report import Run, load_result, summary_rows
+    from tools.fauxmaster.report.result import Run, load_result
+    from tools.fauxmaster.report.summary import summary_rows
 
     rows = dict(summary_rows([Run("r", load_result(out))]))
     assert rows["gpu utilization (mean of samples)"] == [f"{gpu_mean:.3f}"]

@@ -124,7 +124,7 @@ def test_replay_of_the_excerpt_reports_fidelity(tmp_path, capsys):
 
 def test_html_report_has_the_fidelity_plots(tmp_path):
     pytest.importorskip("matplotlib")
-    from tools.fauxmaster.report import write_html
+    from tools.fauxmaster.report.page import write_html
 
     index = write_html(replay(google_excerpt(tmp_path)), tmp_path / "report")
     assert "<h2>Fidelity</h2>" in index.read_text()

@@ -11,7 +11,8 @@ from fauxmaster_traces import mixed_trace
 
 from tools.cli import main
 from tools.cli.report import labels_of
-from tools.fauxmaster.report import PLOTS, Run, load_result
+from tools.fauxmaster.report.plots import PLOTS
+from tools.fauxmaster.report.result import Run, load_result
 
 
 @pytest.fixture(scope="module")
@@ -60,16 +61,16 @@ def test_every_plot_overlays_the_runs_with_their_labels(results):
     mpl.use("Agg")
     import matplotlib.pyplot as plt
 
-    from tools.fauxmaster import report
+    from tools.fauxmaster.report import plots
 
     runs = [Run("A", load_result(results[0])), Run("B", load_result(results[1]))]
-    for draw, expected in ((report._utilization, ["A: cpu", "A: memory", "B: cpu", "B: memory"]),
-                           (report._conflicts, ["A: b1 (0.0000 overall)", "A: b2", "A: s (0.0000 overall)",
-                                                "B: batch (0.0000 overall)", "B: service (0.0000 overall)"]),
-                           (report._wait_cdf, ["A: to first attempt: 14 jobs, 0 never",
-                                               "A: to fully placed: 14 jobs, 0 never",
-                                               "B: to first attempt: 14 jobs, 0 never",
-                                               "B: to fully placed: 14 jobs, 0 never"])):
+    for draw, expected in ((plots.draw_utilization, ["A: cpu", "A: memory", "B: cpu", "B: memory"]),
+                           (plots.draw_conflicts, ["A: b1 (0.0000 overall)", "A: b2", "A: s (0.0000 overall)",
+                                                   "B: batch (0.0000 overall)", "B: service (0.0000 overall)"]),
+                           (plots.draw_wait_cdf, ["A: to first attempt: 14 jobs, 0 never",
+                                                  "A: to fully placed: 14 jobs, 0 never",
+                                                  "B: to first attempt: 14 jobs, 0 never",
+                                                  "B: to fully placed: 14 jobs, 0 never"])):
         fig = plt.figure()
         draw(fig, runs)
         legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
@@ -77,7 +78,7 @@ def test_every_plot_overlays_the_runs_with_their_labels(results):
         assert fig.axes[-1].get_xlabel() in ("virtual time (s)", "job wait time (s)")  # a 20 s run: seconds
         plt.close(fig)
     fig = plt.figure()
-    report._busyness(fig, runs)
+    plots.draw_busyness(fig, runs)
     assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["A", "B"]
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["b1", "b2", "s", "batch", "service"]
     plt.close(fig)
@@ -141,10 +142,10 @@ def test_an_older_result_without_the_new_figures_is_reported_with_them_missing(r
     mpl.use("Agg")
     import matplotlib.pyplot as plt
 
-    from tools.fauxmaster import report
+    from tools.fauxmaster.report import plots
 
     fig = plt.figure()
-    report._wait_cdf(fig, [run])
+    plots.draw_wait_cdf(fig, [run])
     assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == [
         "no wait CDF in this result (an older replay)"]
     plt.close(fig)

@@ -1,5 +1,6 @@
 """``omega replay FILE``: run the fauxmaster — replay an omega trace against the real
-schedulers on virtual time, print the figures, optionally write JSON and an HTML report.
+schedulers on virtual time, print the figures, optionally write JSON and an HTML report; on a
+terminal a progress bar of virtual time (``rich_progress``) is drawn on stderr meanwhile.
 
 ``--schedulers`` takes a JSON list of scheduler configs (or ``@file.json``), or a comma list
 of ``NAME:KIND[:CONFLICT_MODE[:COMMIT_MODE]]`` items, e.g. ``b1:batch,b2:batch:sequence,s:service``.
@@ -13,6 +14,8 @@ import argparse
 import json
 import os
 import sys
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 from cellstate.store import StoreError
 from tools.cli.common import DEFAULT_ENDPOINTS, add_output_arg, output_json
@@ -106,7 +109,8 @@ def run_replay(args) -> int:
     from tools.cli import InputError, UsageError
     from tools.cli.common import endpoints_of, replay_errors, require_optional, store_failure
     from tools.fauxmaster.replay import ReplayConfig, replay
-    from tools.fauxmaster.report import rich_progress, write_html, write_json
+    from tools.fauxmaster.report.page import write_html
+    from tools.fauxmaster.report.result import write_json
 
     load_plugin_args(args)
     from_file = args.schedulers.strip().startswith("@")
@@ -189,7 +193,7 @@ def _unwritable(path: str, directory: bool) -> str | None:
 
 def _print_summary(result) -> None:
     from tools.fauxmaster.replay import decision_model
-    from tools.fauxmaster.report import utilization_means
+    from tools.fauxmaster.report.summary import utilization_means
 
     print(f"{result.trace}: {result.sim_time_s:,.1f} virtual s in {result.wall_time_s:,.2f} s "
           f"({result.speedup:,.0f}x), {result.events:,} events, {result.jobs_submitted:,} jobs, "
@@ -224,3 +228,22 @@ def _print_summary(result) -> None:
         print(f"  invariants: {state}")
     if result.fidelity is not None:
         print("\n".join(result.fidelity.lines()))
+
+
+@contextmanager
+def rich_progress(enabled: bool) -> Iterator[Callable[[float, float | None], None] | None]:
+    """A ``progress(now, until)`` callback drawing a rich bar of virtual time (None if disabled)."""
+    if not enabled:
+        yield None
+        return
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("replay"), BarColumn(), TextColumn("{task.fields[now]:,.0f} virtual s"),
+               TimeElapsedColumn())
+    with Progress(*columns, transient=True) as bar:
+        task = bar.add_task("replay", total=None, now=0.0)
+
+        def update(now: float, until: float | None) -> None:
+            bar.update(task, completed=now, total=until, now=now)
+
+        yield update

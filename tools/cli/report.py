@@ -1,6 +1,6 @@
 """``omega report RESULT [RESULT ...]``: replay results (``omega replay --json-out`` files, or ``--html``
 directories) side by side: their figures as a table on stdout, and with ``--html DIR`` one HTML page with
-the replay report's plots, each run's curves overlaid and labelled (``tools.fauxmaster.report``).
+the replay report's plots, each run's curves overlaid and labelled (``tools.fauxmaster.report.plots``).
 
 Every file is read and checked, and matplotlib and the output directory too, before anything is
 written; a file that is not a replay result is a one-line error naming it (exit 65, an invalid input
@@ -43,7 +43,8 @@ def run_report(args) -> int:
     from tools.cli import InputError, UsageError
     from tools.cli.replay import _unwritable
     from tools.cli.common import require_optional
-    from tools.fauxmaster.report import ResultError, Run, load_result, write_report
+    from tools.fauxmaster.report.page import write_report
+    from tools.fauxmaster.report.result import ResultError, Run, load_result
 
     if args.label and len(args.label) != len(args.results):
         raise UsageError(f"--label given {len(args.label)} times for {len(args.results)} results: give one per result")
@@ -75,7 +76,7 @@ def _print_json(runs) -> None:
     """The same figures as the table, as JSON: per run its label, the summary rows and its schedulers."""
     import json
 
-    from tools.fauxmaster.report import summary_rows
+    from tools.fauxmaster.report.summary import summary_rows
 
     rows = summary_rows(runs)
     print(json.dumps({"runs": [{"label": run.label, "figures": {what: values[i] for what, values in rows},
@@ -84,7 +85,7 @@ def _print_json(runs) -> None:
 
 def _print_table(runs) -> None:
     """The figures side by side, then each run's schedulers."""
-    from tools.fauxmaster.report import summary_rows
+    from tools.fauxmaster.report.summary import summary_rows
 
     rows = [("", [r.label for r in runs])] + summary_rows(runs)
     first = max(len(what) for what, _ in rows)

@@ -1,0 +1,66 @@
+"""The figures of replay results side by side (``summary_rows``: the page's table of several runs and
+``omega report``'s text table) and the utilization averaged over a result's samples."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tools.fauxmaster.report.result import Run, extra_names
+
+
+def utilization_means(samples: list[dict]) -> dict[str, float]:
+    """cpu, memory and each extra resource's (gpu, …) utilization averaged over ``samples`` (dicts as in
+    the JSON; a sample without an extra resource counts 0 for it); empty when there are no samples."""
+    if not samples:
+        return {}
+    names = list(dict.fromkeys(name for u in samples for name in u.get("extra", {})))
+    means = {"cpu": sum(u["cpu"] for u in samples) / len(samples),
+             "memory": sum(u["memory"] for u in samples) / len(samples)}
+    for name in names:
+        means[name] = sum(u.get("extra", {}).get(name, 0.0) for u in samples) / len(samples)
+    return means
+
+
+def summary_rows(runs: list[Run]) -> list[tuple[str, list[str]]]:
+    """The figures of ``runs`` side by side: (what, one value per run), "n/a" where a result lacks it."""
+    def fmt(value, spec=",.0f"):
+        return "n/a" if value is None else format(value, spec)
+
+    def wait(d, key):
+        w = d[key]
+        return f"{w['mean']:.2f} / {w['p90']:.2f} / {w['p99']:.2f}"
+
+    def never(d, key):
+        cdf = d.get("wait_cdf")
+        return "n/a" if not cdf else f"{cdf[key]['never']:,} of {cdf['jobs']:,}"
+
+    def mean(d, key):
+        value = utilization_means(d["utilization"]).get(key)
+        return "n/a" if value is None else fmt(value, ".3f")
+
+    def fidelity(d, key):
+        f = d.get("fidelity")
+        return "n/a" if not f else fmt(f.get(key), ".3f")
+
+    rows = [("trace", lambda d: Path(d["trace"]).name),
+            ("virtual s", lambda d: fmt(d["sim_time_s"])),
+            ("wall s", lambda d: fmt(d.get("wall_time_s"), ",.2f")),
+            ("virtual s per wall s", lambda d: fmt(d.get("speedup"))),
+            ("trace events", lambda d: fmt(d["events"])),
+            ("jobs submitted", lambda d: fmt(d["jobs_submitted"])),
+            ("unscheduled at the end", lambda d: fmt(d["jobs_unscheduled"])),
+            ("wait to first attempt mean / p90 / p99 s", lambda d: wait(d, "wait_to_first_attempt")),
+            ("wait to fully placed mean / p90 / p99 s", lambda d: wait(d, "wait_to_placed")),
+            ("never attempted", lambda d: never(d, "to_first_attempt")),
+            ("never fully placed", lambda d: never(d, "to_placed")),
+            ("cpu utilization (mean of samples)", lambda d: mean(d, "cpu")),
+            ("memory utilization (mean of samples)", lambda d: mean(d, "memory")),
+            *((f"{name} utilization (mean of samples)", lambda d, name=name: mean(d, name))
+              for name in extra_names(runs)),
+            ("utilization sample interval s", lambda d: fmt(d.get("utilization_interval_s") or None))]
+    if any(r.data.get("fidelity") for r in runs):
+        rows += [(f"fidelity {key}", lambda d, key=key: fidelity(d, key))
+                 for key in ("scheduled_ratio", "delay_p50_ratio", "delay_p90_ratio", "initial_pending_fraction")]
+    return [(what, [value(r.data) for r in runs]) for what, value in rows]
+
+
