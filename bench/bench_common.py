@@ -10,7 +10,8 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
-from cellstate.etcd.server import EtcdCluster, EtcdOptions
+from cellstate.etcd.cluster import EtcdCluster
+from cellstate.etcd.options import EtcdOptions
 from cellstate.etcd.store import EtcdStore
 
 

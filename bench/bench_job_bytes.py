@@ -28,7 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_common import verdict  # noqa: E402
 from cellstate.cellspec import CellSpec, init_cell  # noqa: E402
 from cellstate.committer import StoreCommitter  # noqa: E402
-from cellstate.etcd.server import EtcdCluster, EtcdOptions  # noqa: E402
+from cellstate.etcd.cluster import EtcdCluster  # noqa: E402
+from cellstate.etcd.options import EtcdOptions  # noqa: E402
 from cellstate.etcd.store import EtcdStore  # noqa: E402
 from cellstate.keys import CellKeys  # noqa: E402
 from cellstate.model import Job, JobKind  # noqa: E402

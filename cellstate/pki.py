@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from cellstate.etcd.server import TlsFiles
+from cellstate.etcd.options import TlsFiles
 from cellstate.private_files import private_directory, write_private, write_public
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost")

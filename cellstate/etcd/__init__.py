@@ -1,1 +1,2 @@
-"""The etcd Store (cslab-etcd3) and the embedded etcd server."""
+"""The etcd Store (cslab-etcd3: ``store``, ``watch``, ``wire``) and the embedded etcd server (``cluster``
+of ``member`` processes and their ``supervisor``; ``options``, ``binary``, ``ports``)."""

@@ -95,7 +95,8 @@ def test_a_child_without_it_outlives_its_parent(tmp_path):
 def test_embedded_etcd_ends_when_its_parent_is_sigkilled(tmp_path):
     member = _parent_then_kill(f"""
         import time
-        from cellstate.etcd.server import EtcdCluster, EtcdOptions
+        from cellstate.etcd.cluster import EtcdCluster
+        from cellstate.etcd.options import EtcdOptions
         cluster = EtcdCluster(size=1, options=EtcdOptions(unsafe_no_fsync=True), data_dir={str(tmp_path / 'etcd')!r}).start()
         print(cluster.members[0].process.pid, flush=True)
         time.sleep(60)

@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from cellstate.etcd.server import EtcdCluster, EtcdOptions
+from cellstate.etcd.cluster import EtcdCluster
+from cellstate.etcd.options import EtcdOptions
 from cellstate.etcd.store import EtcdStore
 from cellstate.store import StoreError, Unavailable
 
@@ -133,7 +134,8 @@ def tls_etcd(tmp_path):
     import shutil
     import subprocess
 
-    from cellstate.etcd.server import find_etcd_binary, free_port
+    from cellstate.etcd.binary import find_etcd_binary
+    from cellstate.etcd.ports import free_port
 
     if shutil.which("openssl") is None:
         pytest.skip("openssl is needed to make test certificates")

@@ -10,11 +10,11 @@ import time
 
 import pytest
 
-from cellstate.etcd.server import (
-    CLUSTER_FILE, DEFAULT_COMPACTION_RETENTION, DEFAULT_QUOTA_BACKEND_BYTES, EtcdCluster, EtcdError, EtcdOptions,
-    RestartPolicy, Supervisor,
-)
+from cellstate.etcd.binary import EtcdError
+from cellstate.etcd.cluster import CLUSTER_FILE, EtcdCluster
+from cellstate.etcd.options import DEFAULT_COMPACTION_RETENTION, DEFAULT_QUOTA_BACKEND_BYTES, EtcdOptions
 from cellstate.etcd.store import EtcdStore
+from cellstate.etcd.supervisor import RestartPolicy, Supervisor
 
 
 def command_of(options: EtcdOptions, tmp_path) -> list[str]:
@@ -191,7 +191,7 @@ def test_stopped_members_are_not_restarted(tmp_path):
 # -- the binary, its version, and `omega etcd up`'s port ---------------------------------------------
 
 def test_etcd_bin_is_preferred_and_its_version_read(tmp_path, monkeypatch):
-    from cellstate.etcd.server import binary_version, find_etcd_binary
+    from cellstate.etcd.binary import binary_version, find_etcd_binary
 
     fake = tmp_path / "etcd"
     fake.write_text("#!/bin/sh\necho 'etcd Version: 3.9.7'\necho 'Git SHA: x'\n")
@@ -209,7 +209,7 @@ def test_etcd_bin_is_preferred_and_its_version_read(tmp_path, monkeypatch):
     ("3.5.0", True), ("3.5.1", True), ("3.5.2", True), ("3.5.3", False), ("3.4.23", False), ("3.6.14", False),
 ])
 def test_versions_not_for_production_are_named(version, warned):
-    from cellstate.etcd.server import version_note
+    from cellstate.etcd.binary import version_note
 
     note = version_note(version)
     assert (note is not None) == warned
@@ -260,7 +260,7 @@ def test_etcd_up_prints_binary_version_and_export_line(tmp_path):
     import sys
     from pathlib import Path
 
-    from cellstate.etcd.server import binary_version, find_etcd_binary
+    from cellstate.etcd.binary import binary_version, find_etcd_binary
 
     repo = Path(__file__).resolve().parents[2]
     process = subprocess.Popen([sys.executable, "-m", "tools.cli", "etcd", "up", "--port", "0", "--no-fsync"],

@@ -10,7 +10,8 @@ import time
 import pytest
 
 from cellstate.etcd import wire as etcd_wire
-from cellstate.etcd.server import EtcdCluster, EtcdOptions
+from cellstate.etcd.cluster import EtcdCluster
+from cellstate.etcd.options import EtcdOptions
 from cellstate.etcd.store import EtcdStore, parse_endpoint
 from cellstate.store import (
     Compacted, Delete, EventKind, Get, Put, StoreError, TxnTooLarge, Unavailable, mod_revision_is,
@@ -78,7 +79,7 @@ def test_constructor_rejects_bad_input(kwargs, message):
 
 
 def test_unreachable_endpoint_is_unavailable():
-    from cellstate.etcd.server import free_port
+    from cellstate.etcd.ports import free_port
 
     store = EtcdStore([f"127.0.0.1:{free_port()}"], timeout=2.0)
     try:

@@ -10,7 +10,9 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from cellstate.etcd.server import EtcdCluster, EtcdError, EtcdOptions, TlsFiles
+from cellstate.etcd.binary import EtcdError
+from cellstate.etcd.cluster import EtcdCluster
+from cellstate.etcd.options import EtcdOptions, TlsFiles
 from cellstate.pki import PkiError, ensure_jwt_keys, ensure_local_pki, issue_cert, make_ca
 
 

@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from cellstate.etcd.server import EtcdCluster, EtcdOptions
+from cellstate.etcd.cluster import EtcdCluster
+from cellstate.etcd.options import EtcdOptions
 from cellstate.etcd.store import EtcdStore
 from cellstate.replica.watched import Replica
 from cellstate.store import Unavailable

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cellstate.etcd.server import EtcdCluster
+from cellstate.etcd.cluster import EtcdCluster
 from cellstate.etcd.store import EtcdStore
 from cellstate.keys import CellKeys
 from cellstate.security import (

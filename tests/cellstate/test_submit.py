@@ -225,7 +225,7 @@ def test_permanent_store_errors_are_not_retried(etcd_store, cell_keys, error):
 
 def test_retrying_gives_up_with_the_last_error(etcd_server, cell_keys):
     """An unreachable store: retried, then its last error raised once --retry-for is spent."""
-    from cellstate.etcd.server import free_port
+    from cellstate.etcd.ports import free_port
 
     retries = []
     with EtcdStore([f"127.0.0.1:{free_port()}"], timeout=1.0) as dead:

@@ -21,7 +21,8 @@ from cellstate.cellspec import CellSpec, init_cell
 from cellstate.check import check_cell
 from cellstate.codec.records import decode_alloc, decode_job_record, decode_machine
 from cellstate.committer import StoreCommitter
-from cellstate.etcd.server import EtcdCluster, EtcdOptions
+from cellstate.etcd.cluster import EtcdCluster
+from cellstate.etcd.options import EtcdOptions
 from cellstate.etcd.store import EtcdStore
 from cellstate.keys import CellKeys
 from cellstate.model import Job, JobRecord, MachineState

@@ -8,7 +8,7 @@ from __future__ import annotations
 import socket
 import threading
 
-from cellstate.etcd.server import HOST
+from cellstate.etcd.ports import HOST
 
 
 class CutProxy:

@@ -23,7 +23,8 @@ import pytest
 from chaos_helpers import ROOT, Crew, scheduler_proc, store_on, wait_for
 from cellstate.check import check_cell
 from cellstate.codec.records import decode_alloc, decode_job_record, encode_machine
-from cellstate.etcd.server import EtcdCluster, EtcdOptions
+from cellstate.etcd.cluster import EtcdCluster
+from cellstate.etcd.options import EtcdOptions
 from cellstate.model import Job, JobKind, Machine
 from cellstate.resources import Resources
 from cellstate.store import Put

@@ -15,7 +15,7 @@ import time
 import etcd3
 import pytest
 
-from cellstate.etcd.server import EtcdCluster
+from cellstate.etcd.cluster import EtcdCluster
 from cellstate.etcd.store import parse_endpoint
 from cellstate.jobspec import load_jobs
 from chaos_helpers import OmegaProc, chaos_cell, job_records, own_etcd, store_on, wait_for

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cellstate.etcd.server import free_port
+from cellstate.etcd.ports import free_port
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 from cli_helpers import run_cli  # noqa: E402

@@ -21,7 +21,7 @@ import pytest
 import etcd3.etcdrpc as rpc
 from etcd3.etcdrpc import auth_pb2
 
-from cellstate.etcd.server import EtcdCluster
+from cellstate.etcd.cluster import EtcdCluster
 from cellstate.keys import CellKeys
 from cellstate.rbac_gaps import CompactionGuard, rbac_gaps
 from cellstate.security import (

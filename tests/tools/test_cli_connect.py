@@ -113,7 +113,7 @@ def test_submit_gives_up_on_an_unreachable_etcd_with_the_hint(tmp_path):
 @pytest.fixture(scope="module")
 def tls_etcd(tmp_path_factory):
     """A TLS-only etcd (no auth) and its CA certificate."""
-    from cellstate.etcd.server import EtcdCluster
+    from cellstate.etcd.cluster import EtcdCluster
     from cellstate.security import secure_options
 
     pki = tmp_path_factory.mktemp("pki")

@@ -24,7 +24,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from cellstate.etcd.server import EtcdCluster, EtcdError, EtcdOptions, RestartPolicy
+from cellstate.etcd.binary import EtcdError
+from cellstate.etcd.cluster import EtcdCluster
+from cellstate.etcd.options import EtcdOptions
+from cellstate.etcd.supervisor import RestartPolicy
 from cellstate.keys import DEFAULT_ROOT
 from tools.cli.etcd import (
     add_server_flags, announce_endpoints, client_port, describe_members, port_in_use_hint, serve_until_stopped,

@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import sys
 
-from cellstate.etcd.server import DEFAULT_COMPACTION_RETENTION, DEFAULT_QUOTA_BACKEND_BYTES, EtcdError
+from cellstate.etcd.binary import EtcdError
+from cellstate.etcd.options import DEFAULT_COMPACTION_RETENTION, DEFAULT_QUOTA_BACKEND_BYTES
 from cellstate.store import StoreError
 
 

@@ -20,10 +20,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
-from cellstate.etcd.server import (
-    CLUSTER_FILE, DEFAULT_COMPACTION_RETENTION, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_TXN_OPS,
-    DEFAULT_QUOTA_BACKEND_BYTES, EtcdCluster, EtcdError, EtcdOptions, RestartPolicy, version_note,
+from cellstate.etcd.binary import EtcdError, version_note
+from cellstate.etcd.cluster import CLUSTER_FILE, EtcdCluster
+from cellstate.etcd.options import (
+    DEFAULT_COMPACTION_RETENTION, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_TXN_OPS, DEFAULT_QUOTA_BACKEND_BYTES,
+    EtcdOptions,
 )
+from cellstate.etcd.supervisor import RestartPolicy
 
 DEFAULT_CLIENT_PORT = 2379  # etcd's own default, and the one omega's clients connect to (tools/cli/common.py)
 

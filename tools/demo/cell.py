@@ -33,9 +33,8 @@ from typing import TextIO
 
 from cellstate.cellspec import CellSpec, init_cell
 from cellstate.check import check_cell
-from cellstate.etcd.server import (
-    DEFAULT_COMPACTION_RETENTION, DEFAULT_QUOTA_BACKEND_BYTES, EtcdCluster, EtcdOptions,
-)
+from cellstate.etcd.cluster import EtcdCluster
+from cellstate.etcd.options import DEFAULT_COMPACTION_RETENTION, DEFAULT_QUOTA_BACKEND_BYTES, EtcdOptions
 from cellstate.etcd.store import EtcdStore
 from cellstate.keys import DEFAULT_ROOT, CellKeys
 from cellstate.store import StoreError
