@@ -172,12 +172,12 @@ def _check_before_replay(args) -> None:
         raise InputError(str(exc)) from None
     for flag, path, directory in (("--json", args.json, False), ("--html", args.html, True)):
         if path:
-            why = _unwritable(path, directory)
+            why = unwritable(path, directory)
             if why:
                 raise UsageError(f"{flag} {path}: {why}")
 
 
-def _unwritable(path: str, directory: bool) -> str | None:
+def unwritable(path: str, directory: bool) -> str | None:
     """Why ``path`` (a file, or a directory to create or fill) cannot be written, or None."""
     if os.path.exists(path):
         if os.path.isdir(path) != directory:

@@ -41,7 +41,7 @@ def labels_of(paths: list[str]) -> list[str]:
 
 def run_report(args) -> int:
     from tools.cli import InputError, UsageError
-    from tools.cli.replay import _unwritable
+    from tools.cli.replay import unwritable
     from tools.cli.common import require_optional
     from tools.fauxmaster.report.page import write_report
     from tools.fauxmaster.report.result import ResultError, Run, load_result
@@ -52,7 +52,7 @@ def run_report(args) -> int:
         raise UsageError(f"--label names must differ, got {args.label}")
     if args.html:
         require_optional("matplotlib", "report --html")
-        why = _unwritable(args.html, True)
+        why = unwritable(args.html, True)
         if why:
             raise UsageError(f"--html {args.html}: {why}")
     for path in args.results:  # a path that is not there is a bad argument (2), not a bad file (65)
