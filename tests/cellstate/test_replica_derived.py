@@ -103,11 +103,13 @@ def test_the_replica_holds_the_rule_after_random_writes(seed):
     _run(MemoryStore(), CellKeys("derived"), seed, 300)
 
 
-@pytest.mark.parametrize(("seed", "tasks"), [(0, 40), (1, 40), (2, 40), (3, 300)])
-def test_the_replica_holds_the_rule_with_many_allocs_per_job(seed, tasks):
-    """Jobs of 40 or 300 tasks: records put of a job with 16 allocs or more test its tasks
-    against the job's alloc mask (kept as allocs come and go, dropped with the last one)."""
-    _run(MemoryStore(), CellKeys("derived"), seed, 1500, tasks=tasks)
+@pytest.mark.parametrize(("seed", "tasks", "txns"), [(0, 40, 1500), (1, 40, 1500), (2, 40, 1500), (3, 300, 1500),
+                                                   (4, 5000, 600)])
+def test_the_replica_holds_the_rule_with_many_allocs_per_job(seed, tasks, txns):
+    """Jobs of 40, 300 or 5,000 tasks: records put of a job with 16 allocs or more test its
+    tasks against the job's alloc mask (kept as allocs come and go, dropped with the last one),
+    as ints or, from 4,096 tasks, by numpy."""
+    _run(MemoryStore(), CellKeys("derived"), seed, txns, tasks=tasks)
 
 
 def test_the_replica_holds_the_rule_on_etcd(etcd_store, cell_keys):
