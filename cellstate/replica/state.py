@@ -21,7 +21,7 @@ job's effective record once (``_flush_derived``: a copy of the task string, then
 new derived task). A record put of a job with ``_MASK_FROM`` allocs or more finds its derived
 tasks in C (ints, or numpy from ``_NUMPY_FROM`` tasks), against the job's alloc mask
 (``_alloc_masks``: one byte per task, 1 where it has an alloc), kept from then on until the job
-has no alloc. A record put that keeps the stored task-state string keeps the derived tasks.
+has no alloc.
 
 Not thread-safe: one thread applies and reads (see ``cellstate.replica.watched``).
 """
@@ -332,10 +332,7 @@ class ReplicaState:
     def _set_job(self, ident: str, entry: JobEntry) -> None:
         """Hold ``entry``, the stored record of job ``ident``: its effective record is held
         now when no task of it is derived, else noted for ``_flush_derived`` (the stored one
-        held meanwhile, so the jobs keep their order). A record whose task states are the very
-        string of the stored one it replaces (a reason or attempt time written) keeps the
-        derived tasks held: allocation puts and deletes keep them current against that string."""
-        prev = self._raw_jobs.get(ident)
+        held meanwhile, so the jobs keep their order)."""
         self._raw_jobs[ident] = entry
         record = entry.record
         of = self._allocs_of.get(ident)
@@ -345,8 +342,6 @@ class ReplicaState:
                 derived = None
             elif self._ahead and ident in self._ahead:
                 derived = self._current_derived(ident, tasks, of)
-            elif prev is not None and prev.record.tasks is tasks and prev is not entry and not prev.record.job.gang:
-                derived = self._derived.get(ident)  # (``entry`` itself again: _caught_up derives anew)
             elif len(of) < _MASK_FROM:
                 n = len(tasks)
                 derived = {i for i in of if i < n and tasks[i] == "p"}

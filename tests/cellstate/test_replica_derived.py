@@ -7,7 +7,6 @@ exactly the jobs the effective records leave pending."""
 from __future__ import annotations
 
 import random
-from dataclasses import replace
 
 import pytest
 from replica_helpers import REQUEST, catch_up
@@ -31,23 +30,14 @@ def _record(rng: random.Random, job_id: str, tasks: int = TASKS) -> JobRecord:
                      killed=rng.random() < 0.1)
 
 
-def _ops(rng: random.Random, keys: CellKeys, tasks: int = TASKS,
-         last: dict[str, JobRecord] | None = None) -> tuple[list[Put], list[Delete]]:
-    """One txn's writes: a few record puts, alloc puts (running or not) and deletes. With
-    ``last`` (each job's last record written), half the record puts only change the reason of
-    the last one: the same task-state string (the codec's memo hands the replica that record)."""
+def _ops(rng: random.Random, keys: CellKeys, tasks: int = TASKS) -> tuple[list[Put], list[Delete]]:
+    """One txn's writes: a few record puts, alloc puts (running or not) and deletes."""
     puts: dict[str, bytes] = {}
     deletes: set[str] = set()
     for _ in range(rng.randrange(1, 6)):
         roll, job_id, task = rng.random(), rng.choice(JOBS), rng.randrange(tasks + 1)  # (the last: out of range)
         if roll < 0.25:
-            if last is not None and job_id in last and rng.random() < 0.5:
-                record = replace(last[job_id], reason=f"reason {rng.randrange(1000)}")
-            else:
-                record = _record(rng, job_id, tasks)
-            if last is not None:
-                last[job_id] = record
-            key, value = keys.job(job_id), encode_job_record(record)
+            key, value = keys.job(job_id), encode_job_record(_record(rng, job_id, tasks))
         elif roll < 0.75:
             key = keys.alloc(job_id, task)
             value = encode_alloc(Alloc(job_id, task, f"m{rng.randrange(3)}", REQUEST, running=rng.random() < 0.3))
@@ -93,9 +83,8 @@ def _run(store, keys: CellKeys, seed: int, txns: int, tasks: int = TASKS) -> Non
     replica = Replica(store, keys)
     replica.sync()
     replica.pending_class_lookup("batch")  # the class index kept from the start
-    last: dict[str, JobRecord] = {}
     for n in range(txns):
-        puts, deletes = _ops(rng, keys, tasks, last)
+        puts, deletes = _ops(rng, keys, tasks)
         revision = store.txn((), puts + deletes).revision
         if rng.random() < 0.3:  # the owner applies its own commit before the watch brings it
             replica.apply_local(revision, [(p.key, p.value) for p in puts], [d.key for d in deletes])
@@ -147,22 +136,4 @@ def test_a_record_taken_ahead_of_the_watch_derives_nothing_from_older_allocs(sto
     assert replica.job("j").record.tasks == "ppa"
     catch_up(replica, own)
     assert replica.job("j").record.tasks == "ppa" and replica.alloc_entry("j", 0) is None
-    replica.close()
-
-
-def test_a_record_taken_ahead_derives_again_once_the_watch_is_there(store, keys):
-    """The record held ahead of the watch is set again when the watch reaches its revision, the
-    same entry and task states: an alloc written before the record's read (not derived while
-    ahead: it might have been deleted since) places its task then."""
-    record = JobRecord(Job("j", JobKind.BATCH, 3, REQUEST), "ppp")
-    store.put(keys.job("j"), encode_job_record(record))
-    replica = Replica(store, keys)
-    replica.sync()
-    store.put(keys.alloc("j", 1), encode_alloc(Alloc("j", 1, "m0", REQUEST)))
-    noted = replace(record, reason="no room")  # the same task-state string
-    revision = store.put(keys.job("j"), encode_job_record(noted))
-    replica.apply_entries(jobs=[JobEntry(noted, revision)], revision=revision)
-    assert replica.job("j").record.tasks == "ppp"
-    catch_up(replica, revision)
-    assert replica.job("j").record.tasks == "pap" and replica.job("j").record.reason == "no room"
     replica.close()
