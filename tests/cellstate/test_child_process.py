@@ -50,6 +50,15 @@ def _parent_then_kill(script: str, tmp_path: Path) -> int:
     return child
 
 
+def _assert_ends(pid: int, timeout: float, what: str) -> None:
+    """``pid`` ends within ``timeout`` s of its parent's SIGKILL (SIGKILLed here if it does not)."""
+    try:
+        assert _gone(pid, timeout), f"{what} outlived its SIGKILLed parent"
+    finally:
+        if not _gone(pid, 0):
+            os.kill(pid, signal.SIGKILL)
+
+
 @needs_setpriv
 def test_main_thread_prefixes_setpriv_and_other_threads_do_not():
     assert ending_with_parent(["sleep", "1"]) == [shutil.which("setpriv"), "--pdeathsig", "TERM", "--", "sleep", "1"]
@@ -70,11 +79,7 @@ def test_child_gets_sigterm_when_its_parent_is_sigkilled(tmp_path):
         print(p.pid, flush=True)
         time.sleep(60)
         """, tmp_path)
-    try:
-        assert _gone(child, 10.0), "the child outlived its SIGKILLed parent"
-    finally:
-        if not _gone(child, 0):
-            os.kill(child, signal.SIGKILL)
+    _assert_ends(child, 10.0, "the child")
 
 
 def test_a_child_without_it_outlives_its_parent(tmp_path):
@@ -101,11 +106,7 @@ def test_embedded_etcd_ends_when_its_parent_is_sigkilled(tmp_path):
         print(cluster.members[0].process.pid, flush=True)
         time.sleep(60)
         """, tmp_path)
-    try:
-        assert _gone(member, 15.0), "etcd outlived its SIGKILLed parent"
-    finally:
-        if not _gone(member, 0):
-            os.kill(member, signal.SIGKILL)
+    _assert_ends(member, 15.0, "etcd")
 
 
 @needs_setpriv
