@@ -16,7 +16,7 @@ from schedulers.easy.plan import NEVER, easy_pass, estimate_of, queue_order
 from tools.cli import main
 from tools.fauxmaster.replay import ReplayConfig, replay
 from tools.trace.swf import import_swf
-from viewlib import DictView, job, machine
+from viewlib import DictView, FixedClock, NullSink, job, machine
 
 HEADER = "; Version: 2.2\n; MaxNodes: 4\n; Note: uses the EASY scheduler\n"
 
@@ -177,22 +177,6 @@ def test_a_random_log_starts_every_job_when_an_independent_easy_simulation_does(
     assert sum(starts[j] > jobs[n].submit for n, j in enumerate(starts)) > 30  # a queue formed
 
 
-class TenClock:
-    def now(self) -> float:
-        return 10.0
-
-    def sleep(self, seconds: float) -> None:
-        pass
-
-
-class NullSink:
-    def publish(self, stats) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
 def test_a_live_scheduler_process_plans_on_its_own_clock():
     """``omega scheduler run --kind easy``: the process hands the scheduler its clock (here 10 s).
     On 2 machines: "first" starts (1 task, asks 100 s: ends 110); "head" (2 tasks) waits,
@@ -215,7 +199,7 @@ def test_a_live_scheduler_process_plans_on_its_own_clock():
         for n, (name, tasks, estimate) in enumerate(specs)]
     store.txn((), ops)
     process = SchedulerProcess(make_scheduler("easy", "easy-1", 0), ReplicaView(store, keys),
-                               StoreCommitter(store, keys), NullSink(), clock=TenClock())
+                               StoreCommitter(store, keys), NullSink(), clock=FixedClock(10.0))
     process.work_round()
     records = {name: decode_job_record(keys.job(name), store.get(keys.job(name)).value) for name, _, _ in specs}
     assert {name for name, r in records.items() if r.placed_at is not None} == {"first", "short"}

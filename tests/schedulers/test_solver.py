@@ -11,7 +11,7 @@ import random
 from collections import Counter
 
 import pytest
-from viewlib import DictView, job, machine
+from viewlib import DictView, FixedClock, NullSink, job, machine
 
 from cellstate.check import check_cell
 from cellstate.codec.records import encode_job_record, encode_machine
@@ -179,14 +179,6 @@ def test_an_exhausted_work_limit_falls_back_to_greedy():
 # -- end to end -------------------------------------------------------------------------------
 
 
-class Clock:
-    def now(self) -> float:
-        return 1.0
-
-    def sleep(self, seconds: float) -> None:
-        pass
-
-
 def seeded_store(jobs):
     store, keys = MemoryStore(), CellKeys("solver")
     ops = [Put(keys.machine(f"m{i}"), encode_machine(machine(f"m{i}", zone=f"z{i % 2}", cpu=4000, memory=8192)))
@@ -207,20 +199,12 @@ def test_commit_through_optimistic_placer_and_store_committer():
     store, keys = seeded_store([job("j", 10, cpu=1500, memory=1024)])
     view = ReplicaView(store, keys)
     placer = OptimisticPlacer("s", StoreCommitter(store, keys), ConflictMode.RESOURCE_FIT, CommitMode.INCREMENTAL,
-                              RetryPolicy(max_attempts=3), Clock())
+                              RetryPolicy(max_attempts=3), FixedClock(1.0))
     result = placer.place("j", view, omega_decide(make_scheduler("solver", "s", 1)))
     assert len(result.placed) == 8 and len(result.pending) == 2  # 2 per machine fit
     report = check_cell(store, keys)
     assert report.ok, report.violations
     assert Counter(c.machine_id for c in result.placed) == {f"m{i}": 2 for i in range(4)}
-
-
-class NullSink:
-    def publish(self, stats) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 def test_scheduler_process_round_with_the_solver_kind():
@@ -230,7 +214,7 @@ def test_scheduler_process_round_with_the_solver_kind():
     store, keys = seeded_store([replace(job(f"j{n}", 3, cpu=1000, memory=1024), scheduler="solver") for n in range(4)]
                                + [job("batch-class", 3, cpu=1000, memory=1024)])
     process = SchedulerProcess(make_scheduler("solver", "solver-1", 1, {"lookahead_jobs": 8}),
-                               ReplicaView(store, keys), StoreCommitter(store, keys), NullSink(), clock=Clock())
+                               ReplicaView(store, keys), StoreCommitter(store, keys), NullSink(), clock=FixedClock(1.0))
     assert process.work_round() == 4
     report = check_cell(store, keys)
     assert report.ok and report.allocs == 12, report.violations

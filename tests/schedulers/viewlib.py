@@ -1,4 +1,5 @@
-"""Test-only: a tiny in-memory CellView over dicts, and builders for machines and jobs.
+"""Test-only: a tiny in-memory CellView over dicts, builders for machines and jobs, and the
+clock and stats sink a ``SchedulerProcess`` round needs.
 
 Import from tests in this folder as ``from viewlib import DictView, machine, job``.
 """
@@ -84,3 +85,26 @@ class DictView:
 
     def allocs_of(self, job_id: str) -> Iterable[Alloc]:
         return list(self._allocs.get(job_id, {}).values())
+
+
+class FixedClock:
+    """A clock that stays at ``t``; ``sleep`` returns at once."""
+
+    def __init__(self, t: float):
+        self.t = t
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        pass
+
+
+class NullSink:
+    """A stats sink that drops what it is given."""
+
+    def publish(self, stats) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
