@@ -11,17 +11,20 @@ import json
 from pathlib import Path
 
 from tools.cli.common import add_output_arg, output_json
+from tools.cli.gpu_frag import add_gpu_frag_args, run_gpu_frag
 from tools.cli.plugin_args import add_plugin_arg, load_plugin_args
 
 
 # The experiments of tools.fauxmaster.experiments.catalogue (kept here so building the parser imports
 # no scheduler code; a test checks the two lists agree).
 NAMES = ("architectures", "tjob-sweep", "conflict-modes", "commit-modes", "batch-scaling")
+GPU_FRAG = "gpu-frag"
 
 
 def register(sub) -> None:
     p = sub.add_parser("experiment", help="reproduce an Omega paper experiment on the fauxmaster")
-    p.add_argument("name", choices=[*NAMES, "all"], help="experiment to run (all: every one)")
+    p.add_argument("name", choices=[*NAMES, "all", GPU_FRAG],
+                   help=f"experiment to run (all: every Omega one; {GPU_FRAG}: the FGD paper's, on openb lists)")
     p.add_argument("--trace", metavar="FILE", help="omega trace to replay (default: a seeded synthetic one)")
     p.add_argument("--quick", action="store_true", help="a much smaller synthetic cell and workload (tests)")
     p.add_argument("--json-out", metavar="FILE", dest="json", help="also write the report(s) as JSON to FILE")
@@ -34,6 +37,7 @@ def register(sub) -> None:
     p.add_argument("--drf-weight", action="append", default=[], metavar="OWNER=W",
                    help="owner weight under --order drf (default 1; repeatable)")
     add_plugin_arg(p)
+    add_gpu_frag_args(p)
     p.set_defaults(func=run_experiment_command)
 
 
@@ -44,6 +48,10 @@ def run_experiment_command(args) -> int:
     from tools.fauxmaster.experiments.catalogue import run_experiment
     from tools.fauxmaster.experiments.runs import Overrides
 
+    if args.name == GPU_FRAG:
+        return run_gpu_frag(args)
+    if args.nodes or args.pods or args.html:
+        raise UsageError("--nodes/--pods/--html are for experiment gpu-frag")
     load_plugin_args(args)
     try:
         overrides = Overrides(args.batch_kind, args.order, parse_weight_flags(args.drf_weight))
