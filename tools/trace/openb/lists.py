@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import math
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -123,7 +124,7 @@ def _int(path: Path, number: int, column: str, text: str, low: int = 0, high: in
         value = float(text) if text not in _MISSING else None
     except ValueError:
         value = None
-    if value is None or value != int(value) or not low <= value <= high:
+    if value is None or not math.isfinite(value) or value != int(value) or not low <= value <= high:
         raise OpenbError(f"{path}: line {number}: {column} must be an integer in [{low}, {high}], got {text!r}")
     return int(value)
 
