@@ -43,6 +43,7 @@ from operator import itemgetter
 from cellstate.codec.records import decode_alloc, decode_job_record, decode_machine, encode_job_record
 from cellstate.codec.fields import CodecError
 from cellstate.codec.trusted import pack_alloc, pack_machine
+from cellstate.devices import binding_problem
 from cellstate.fastbuild import builder
 from cellstate.gang_commit import GangCommits
 from cellstate.keys import CellKeys
@@ -417,6 +418,11 @@ def new_ledgers(plan: Plan) -> dict[str, Machine]:
                 raise PlanRejected(f"plan of {plan.scheduler!r} for job {plan.job.id!r} files machine {seen.id!r} "
                                    f"under {claim.machine_id!r}: its ledger would not be the key compared")
             totals[claim.machine_id] = entry = [seen, seen.allocated, seen.task_count]
+        if claim.request.extra:
+            problem = binding_problem(claim.request, entry[0].capacity)
+            if problem is not None:
+                raise PlanRejected(f"plan of {plan.scheduler!r} for job {plan.job.id!r}: task {claim.task_index} on "
+                                   f"machine {claim.machine_id!r}: {problem}")
         entry[1] = _plus(entry[1], claim.request)
         entry[2] += 1
         for victim in claim.evicts:

@@ -156,3 +156,70 @@ def first_fit(free: list[int], ask: GpuAsk) -> tuple[int, ...] | None:
     if ask.shared:
         return (min(fit, key=lambda i: (free[i], i)),)
     return tuple(fit[:ask.count])
+
+
+def _ask_of(total: int) -> GpuAsk:
+    return GpuAsk(1, total) if total < MILLI else GpuAsk(total // MILLI, MILLI)
+
+
+def devices_in(resources: Resources) -> list[int]:
+    """The amount of each device a vector holds, by index (absent devices hold 0): of a
+    machine's free resources, the free milli of every device."""
+    amounts: dict[int, int] = {}
+    for name, amount in resources.extra:
+        i = device_index(name)
+        if i is not None:
+            amounts[i] = amount
+    out = [0] * (max(amounts) + 1 if amounts else 0)
+    for i, amount in amounts.items():
+        out[i] = amount
+    return out
+
+
+def bind_in(request: Resources, free: Resources) -> Resources | None:
+    """``request`` with its GPU ask held by devices that have room in ``free``: ``request``
+    itself when it asks for no GPU or the devices it names still have room; else bound anew
+    (``first_fit``: a decision's device choice gives way when another scheduler took that device
+    meanwhile, as long as another device of the machine has room); None when no devices can
+    hold it."""
+    if not request.extra:
+        return request
+    total, named = 0, []
+    for name, amount in request.extra:
+        if name == GPU:
+            total = amount
+        elif device_index(name) is not None:
+            named.append((name, amount))
+    if total <= 0:
+        return request
+    ask = _ask_of(total)
+    if len(named) == ask.count and all(amount <= free.get(name) for name, amount in named):
+        return request
+    devices = first_fit(devices_in(free), ask)
+    if devices is None:
+        return None
+    base = Resources(request.cpu, request.memory, request.disk,
+                     tuple((n, a) for n, a in request.extra if device_index(n) is None))
+    return bind(base, ask, devices)
+
+
+def binding_problem(request: Resources, capacity: Resources) -> str | None:
+    """Why a claim's ``request`` is not a valid device binding on a machine of ``capacity``
+    (its GPU ask not held by exactly its count of existing devices, ``milli`` each), else None."""
+    total, named = 0, []
+    for name, amount in request.extra:
+        if name == GPU:
+            total = amount
+        elif (i := device_index(name)) is not None:
+            named.append((i, amount))
+    if total <= 0 and not named:
+        return None
+    if total <= 0 or (total >= MILLI and total % MILLI):
+        return f"gpu {total} is not a share or whole GPUs"
+    ask = _ask_of(total)
+    if len(named) != ask.count or any(amount != ask.milli for _, amount in named):
+        return f"gpu {total} must be held by {ask.count} device(s) of {ask.milli} milli, got {dict(named)}"
+    missing = [i for i, _ in named if capacity.get(device_name(i)) <= 0]
+    if missing:
+        return f"device(s) {missing} do not exist on the machine"
+    return None
