@@ -6,7 +6,10 @@ Violation kinds:
   key-mismatch      a value whose ids differ from its key's (another machine's valid value, …)
   ledger-mismatch   machine.allocated != sum of its allocs' resources
   task-count        machine.task_count != number of its allocs
-  over-capacity     machine.allocated exceeds capacity
+  over-capacity     machine.allocated exceeds capacity (per resource: each GPU device ``gpu.<i>`` too)
+  device-binding    an alloc asking GPUs not held by exactly its count of devices of the machine
+                    (cellstate.devices), or naming a device the machine does not have
+  gpu-model         an alloc on a machine whose ``gpu_model`` its job's ``gpu_models`` do not allow
   placed-twice      two allocs for one (job, task)
   orphan-alloc      an alloc whose job or machine does not exist
   task-out-of-range an alloc for a task index the job does not have
@@ -40,7 +43,8 @@ from cellstate.codec.gang import decode_gang
 from cellstate.codec.kill import decode_kill
 from cellstate.codec.fields import CodecError
 from cellstate.keys import CellKeys
-from cellstate.model import Alloc, JobRecord, Machine, TaskState
+from cellstate.devices import MODEL_LABEL, binding_problem
+from cellstate.model import Alloc, ConstraintOp, JobRecord, Machine, TaskState
 from cellstate.resources import ZERO, Resources
 from cellstate.store import KeyValue, Store
 
@@ -213,6 +217,17 @@ def _check_allocs(keys: CellKeys, cell: _Cell, report: Report) -> None:
                 report.add("orphan-alloc", key, f"job {alloc.job_id!r} does not exist")
         elif alloc.task_index >= record.job.tasks:
             report.add("task-out-of-range", key, f"job {alloc.job_id!r} has {record.job.tasks} tasks")
+        machine = cell.machines.get(alloc.machine_id)
+        if machine is not None and alloc.resources.extra:
+            problem = binding_problem(alloc.resources, machine.capacity)
+            if problem is not None:
+                report.add("device-binding", key, f"on machine {alloc.machine_id!r}: {problem}")
+            if record is not None:
+                model = dict(machine.labels).get(MODEL_LABEL, "")
+                for c in record.job.constraints:
+                    if c.attribute == MODEL_LABEL and c.op is ConstraintOp.IN and model not in c.values:
+                        report.add("gpu-model", key, f"machine {alloc.machine_id!r} has GPU model {model!r}, "
+                                   f"job {alloc.job_id!r} allows {list(c.values)}")
 
 
 def _check_tasks(keys: CellKeys, cell: _Cell, report: Report) -> None:
