@@ -131,6 +131,12 @@ def claimed_devices(resources: Resources) -> tuple[tuple[int, int], ...]:
     return tuple(sorted(out))
 
 
+def visible_devices(resources: Resources) -> str:
+    """The device indices an allocation holds, as a runtime exposes them (``"0,3"``; empty for
+    none)."""
+    return ",".join(str(i) for i, _ in claimed_devices(resources))
+
+
 def bind(request: Resources, ask: GpuAsk, devices: tuple[int, ...]) -> Resources:
     """``request`` bound to ``devices``: the same request holding ``ask.milli`` of each."""
     if len(devices) != ask.count or len(set(devices)) != len(devices):
