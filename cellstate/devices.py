@@ -6,6 +6,9 @@ is the label ``gpu_model``. The ledger (``Machine.allocated``) therefore keeps t
 of every device, and every fit check, conflict re-check and overcommit check of the existing
 resource code works per device with no special case.
 
+A machine whose capacity names no device keeps ``gpu`` as a plain counted resource (what it
+was before devices: traces and cells that count GPUs still work, nothing is bound there).
+
 A task asks for GPUs through its request's ``gpu`` amount alone: below 1000 milli it is a
 *share* of one device (``gpu_milli``), a multiple of 1000 is that many *whole* devices
 (``num_gpu``). An allowed set of models is a constraint ``gpu_model in [...]``. A placement
@@ -201,7 +204,10 @@ def bind_in(request: Resources, free: Resources) -> Resources | None:
     ask = _ask_of(total)
     if len(named) == ask.count and all(amount <= free.get(name) for name, amount in named):
         return request
-    devices = first_fit(devices_in(free), ask)
+    frees = devices_in(free)
+    if not frees and not named:
+        return request  # no device has room, or the machine has none: ``gpu`` is a plain counted resource
+    devices = first_fit(frees, ask)
     if devices is None:
         return None
     base = Resources(request.cpu, request.memory, request.disk,
@@ -220,6 +226,8 @@ def binding_problem(request: Resources, capacity: Resources) -> str | None:
             named.append((i, amount))
     if total <= 0 and not named:
         return None
+    if not named and device_count(capacity) == 0:
+        return None  # a machine without devices: ``gpu`` is a plain counted resource there
     if total <= 0 or (total >= MILLI and total % MILLI):
         return f"gpu {total} is not a share or whole GPUs"
     ask = _ask_of(total)
