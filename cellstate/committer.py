@@ -101,6 +101,9 @@ class StoreCommitter:
     def gang_placed(self, plan: Plan) -> None:
         """Called with a gang's final plan (every claim) once ``gangs.finish`` committed it."""
 
+    def gang_evicted(self, allocs: list) -> None:
+        """Called with the allocs ``gangs.evict`` removed (the rest of a gang a member left)."""
+
     def commit(self, plan: Plan) -> CommitOutcome:
         """Run the plan's txn; PlanTooLarge if it exceeds the op or request-size limit,
         ValueError if the plan is inconsistent (claims for tasks that are not pending, …)."""

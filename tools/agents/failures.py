@@ -16,6 +16,7 @@ import random
 from typing import Iterable
 
 from cellstate.keys import CellKeys
+from cellstate.gang_commit import evict_gang
 from cellstate.lifecycle_txn import drain_machine_ops, fail_machine_ops, repair_machine_ops
 from cellstate.model import MachineState
 from cellstate.replica.watched import Replica
@@ -110,14 +111,29 @@ class MachineOps:
         if self.replica.machine(machine_id) is None:
             raise ValueError(f"no machine {machine_id!r} in cell {self.keys.cell!r}")
         evicted = 0
+        jobs: set[str] = set()
         for _ in range(self.max_txns):
             batch: list = []
             result = self.runner.commit(lambda: self._eviction(machine_id, state, batch),
                                         f"{state.value} of machine {machine_id}")
             if result is None:
-                return evicted
+                return evicted + self._evict_gangs(jobs, machine_id)
             evicted += len(batch)
+            jobs.update(a.job_id for a in batch)
         raise RuntimeError(f"machine {machine_id!r}: still not {state.value} after {self.max_txns} txns")
+
+    def _evict_gangs(self, jobs: set[str], machine_id: str) -> int:
+        """Evict the rest of each gang among ``jobs`` that lost members here (a gang runs whole or
+        not at all, ``evict_gang``); the tasks evicted."""
+        evicted = 0
+        for job_id in sorted(jobs):
+            entry = self.replica.job(job_id)
+            if entry is None or not entry.record.job.gang:
+                continue
+            _, allocs = evict_gang(self.store, self.keys, job_id, f"gang member on machine {machine_id} evicted: "
+                                   "the whole gang is evicted", self.writer, self.store.max_txn_ops)
+            evicted += len(allocs)
+        return evicted
 
     def _eviction(self, machine_id: str, state: MachineState, out: list):
         """The next eviction txn from the replica (None: done); the allocs it evicts go to ``out``."""

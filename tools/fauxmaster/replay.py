@@ -28,7 +28,7 @@ from tools.fauxmaster.fidelity import Fidelity, compute_fidelity
 from tools.fauxmaster.initial_state import INITIAL_STATES
 from tools.fauxmaster.metrics import (
     JobJournal, SchedulerMetrics, UtilizationSample, WaitStats, busyness, conflict_fraction, conflicts_over_time,
-    sample_utilization, wait_cdf,
+    sample_utilization, slowdown, wait_cdf,
 )
 from tools.fauxmaster.scheduler_process import (
     DECISION_COMMITS, DECISION_TIME_MODES, UNPLACED_CHARGES, SchedulerConfig, SimScheduler,
@@ -157,6 +157,9 @@ class ReplayResult:
     conflicts_over_time: dict[str, Any] = field(default_factory=dict)
     """Per scheduler, cumulative transaction counts at the utilization sample times and the conflict
     fraction in each window (``tools.fauxmaster.metrics.conflicts_over_time``)."""
+    slowdown: dict[str, Any] = field(default_factory=dict)
+    """Bounded slowdown (mean, median, p90) and makespan of the jobs with a run time
+    (``tools.fauxmaster.metrics.slowdown``)."""
     capacity_model: str = field(default="", repr=False, compare=False)
     """The trace header's statement of the cell (not in ``to_dict``: the figures of a trace
     without ground truth stay as they were; the fidelity section carries it)."""
@@ -179,6 +182,7 @@ class ReplayResult:
         out["utilization_interval_s"] = self.utilization_interval_s
         out["wait_cdf"] = self.wait_cdf
         out["conflicts_over_time"] = self.conflicts_over_time
+        out["slowdown"] = self.slowdown
         if self.fidelity is not None:  # a trace without ground truth: the same figures as before
             out["fidelity"] = self.fidelity.to_dict()
         if include_wall:
@@ -271,7 +275,7 @@ def _run(trace_path, config: ReplayConfig, core: EventCore, store, keys: CellKey
             s.process.wake()
 
     cell = SimCell(store, keys, core, wake=wake)
-    journal = JobJournal(submitted=cell.submitted_at)
+    journal = JobJournal(submitted=cell.submitted_at, runs=cell.run_s)
     with TraceFeed(trace_path, cell, core, config.until, config.initial_state) as feed:
         truth, capacity_model = feed._reader.truth, feed.header.capacity_model
         if truth is not None and truth.unit == "task":
@@ -402,7 +406,8 @@ def _result(trace_path, config, store, keys, schedulers, cell, journal, samples,
         wait_to_placed=WaitStats.of(waits_placed), jobs_submitted=cell.counters.jobs_submitted,
         jobs_unscheduled=len(pending), cell=asdict(cell.counters), utilization=samples, check=report,
         config=plain_config, waits_first=waits_first, waits_placed=waits_placed, store=store, keys=keys,
-        losses=replay_losses(schedulers, cell.counters), wait_cdf=wait_cdf(journal, pending, cell.initial_jobs))
+        losses=replay_losses(schedulers, cell.counters), wait_cdf=wait_cdf(journal, pending, cell.initial_jobs),
+        slowdown=slowdown(journal, sim_time))
 
 
 def _scheduler_metrics(s: SimScheduler, sim_time: float) -> SchedulerMetrics:
