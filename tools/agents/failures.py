@@ -149,8 +149,25 @@ class MachineOps:
         if current is state and not allocs:
             return None
         jobs = {a.job_id: self.replica.job(a.job_id) for a in allocs}
-        build = fail_machine_ops if state is MachineState.DOWN else drain_machine_ops
-        eviction = build(self.keys, entry, allocs, jobs, self.writer, self.store.max_txn_ops,
-                         self.store.max_request_bytes)
+        if state is MachineState.DOWN:
+            eviction = fail_machine_ops(self.keys, entry, allocs, jobs, self.writer, self.store.max_txn_ops,
+                                        self.store.max_request_bytes, self._gang_rest(jobs, machine_id))
+        else:
+            eviction = drain_machine_ops(self.keys, entry, allocs, jobs, self.writer, self.store.max_txn_ops,
+                                         self.store.max_request_bytes)
         out[:] = eviction.evicted
         return eviction.ops
+
+    def _gang_rest(self, jobs: dict, machine_id: str) -> dict:
+        """For each gang among ``jobs``: its live allocs on other machines with their machines, from
+        the replica (evicted in the failure's txn: ``fail_machine_ops``)."""
+        rest: dict[str, list] = {}
+        for job_id, entry in jobs.items():
+            if entry is None or not entry.record.job.gang:
+                continue
+            tasks = entry.record.tasks
+            for alloc in self.replica.allocs_of(job_id):
+                seen = self.replica.machine(alloc.machine_id)
+                if alloc.machine_id != machine_id and seen is not None and tasks[alloc.task_index] in "ar":
+                    rest.setdefault(job_id, []).append((alloc, seen))
+        return rest

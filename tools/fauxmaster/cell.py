@@ -277,16 +277,22 @@ class SimCell:
             self.counters.skip("failure of a machine already down")
             return
         entry = MachineEntry(decode_machine(kv.key, kv.value), kv.mod_revision)
-        allocs = [a for a in self._all_allocs() if a.machine_id == machine_id]
+        every = self._all_allocs()
+        allocs = [a for a in every if a.machine_id == machine_id]
         members_of = {a.job_id for a in allocs}
         while True:
             jobs = {job_id: self._job(job_id, [a for a in allocs if a.job_id == job_id])
                     for job_id in {a.job_id for a in allocs}}
             eviction = fail_machine_ops(self.keys, entry, allocs, jobs, AGENT, self.store.max_txn_ops,
-                                        self.store.max_request_bytes)
+                                        self.store.max_request_bytes, self._gang_rest(jobs, every, machine_id))
             result = self.store.txn(*eviction.ops)
             if not result.succeeded:
                 raise RuntimeError(f"machine {machine_id}: eviction txn lost a race in a single-threaded replay")
+            if eviction.collateral:
+                self.usage.release(eviction.collateral)
+                self.counters.gang_members_evicted += len(eviction.collateral)
+                gone = {(a.job_id, a.task_index) for a in eviction.collateral}
+                every = [a for a in every if (a.job_id, a.task_index) not in gone]
             done = {(a.job_id, a.task_index) for a in eviction.evicted}
             allocs = [a for a in allocs if (a.job_id, a.task_index) not in done]
             kv = self.store.get(kv.key)
@@ -303,6 +309,22 @@ class SimCell:
                 self.usage.release(evicted)
                 self.counters.gang_members_evicted += len(evicted)
         self.wake()
+
+    def _gang_rest(self, jobs: Mapping, every: list[Alloc], machine_id: str) -> dict:
+        """For each gang among ``jobs``: its live allocs on other machines, with their machines as
+        the store has them (``lifecycle_txn.GangRest``)."""
+        rest: dict[str, list] = {}
+        for job_id, entry in jobs.items():
+            if entry is None or not entry.record.job.gang:
+                continue
+            live = [a for a in every if a.job_id == job_id and a.machine_id != machine_id
+                    and entry.record.tasks[a.task_index] in "ar"]
+            for alloc in live:
+                kv = self.store.get(self.keys.machine(alloc.machine_id))
+                if kv is not None:
+                    rest.setdefault(job_id, []).append(
+                        (alloc, MachineEntry(self._decode_machine(kv.key, kv.value), kv.mod_revision)))
+        return rest
 
     def _all_allocs(self) -> list[Alloc]:
         return [decode_alloc(kv.key, kv.value) for kv in self.store.range(self.keys.kind_prefix("allocs")).kvs]

@@ -22,6 +22,7 @@ from typing import Any, Callable, Mapping
 from cellstate.check import check_cell
 from cellstate.keys import CellKeys
 from cellstate.memory.store import MemoryStore
+from omega.gangs import cell_room
 from tools.fauxmaster.cell import SimCell
 from tools.fauxmaster.clock import EventCore, VirtualClock
 from tools.fauxmaster.fidelity import Fidelity, compute_fidelity
@@ -373,20 +374,39 @@ LOSSES = {
     "jobs_refused_at_end": "jobs still held out as refused when the replay stopped (RefusedJobs)",
     "events_skipped": "trace events skipped (CellCounters.skipped, by reason in cell.skipped)",
     "initial_not_placed": "recorded t = 0 placements that did not fit, left pending for the schedulers",
+    "gangs_pending_at_end": "gangs (all-or-nothing jobs) not placed when the replay stopped (also among the "
+                            "unscheduled; their records say why)",
+    "gangs_never_fit": "of those, gangs wider than the cell: its up machines would not hold them even empty",
 }
 """The replay's losses (``ReplayResult.losses``), in the order shown: name -> what it counts."""
 
 
-def replay_losses(schedulers, counters) -> dict[str, int]:
+def replay_losses(schedulers, counters, gangs: tuple[int, int] = (0, 0)) -> dict[str, int]:
     """Every ``LOSSES`` count of a finished replay (the schedulers' tallies and refusals, the cell's
-    counters)."""
+    counters, and ``gangs``: the gangs pending at the end and how many of them never fit the cell)."""
     return {
         "durations_ignored": counters.durations_ignored,
         "gang_refusals": sum(s.tally.too_large for s in schedulers),
         "jobs_refused_at_end": sum(len(s.refused) for s in schedulers),
         "events_skipped": sum(counters.skipped.values()),
         "initial_not_placed": sum(counters.initial_not_placed.values()),
+        "gangs_pending_at_end": gangs[0],
+        "gangs_never_fit": gangs[1],
     }
+
+
+def pending_gangs(view, pending: set[str]) -> tuple[int, int]:
+    """(gangs among the ``pending`` jobs, how many of them the view's up machines would not hold
+    even empty: ``omega.gangs.cell_room``)."""
+    gangs = never = 0
+    for job_id in sorted(pending):
+        entry = view.job(job_id)
+        if entry is None or not entry.record.job.gang:
+            continue
+        gangs += 1
+        tasks = len(entry.record.pending_tasks())
+        never += cell_room(view, entry.record.job.request, tasks)[2] < tasks
+    return gangs, never
 
 
 def _result(trace_path, config, store, keys, schedulers, cell, journal, samples, sim_time, events, core,
@@ -394,6 +414,7 @@ def _result(trace_path, config, store, keys, schedulers, cell, journal, samples,
     first = schedulers[0]
     first.catch_up()
     pending = {entry.id for entry in first.view.pending_jobs()}
+    gangs = pending_gangs(first.view, pending)
     for s in schedulers:
         s.view.close()
     report = check_cell(store, keys).to_dict() if config.check else None
@@ -406,7 +427,7 @@ def _result(trace_path, config, store, keys, schedulers, cell, journal, samples,
         wait_to_placed=WaitStats.of(waits_placed), jobs_submitted=cell.counters.jobs_submitted,
         jobs_unscheduled=len(pending), cell=asdict(cell.counters), utilization=samples, check=report,
         config=plain_config, waits_first=waits_first, waits_placed=waits_placed, store=store, keys=keys,
-        losses=replay_losses(schedulers, cell.counters), wait_cdf=wait_cdf(journal, pending, cell.initial_jobs),
+        losses=replay_losses(schedulers, cell.counters, gangs), wait_cdf=wait_cdf(journal, pending, cell.initial_jobs),
         slowdown=slowdown(journal, sim_time))
 
 
