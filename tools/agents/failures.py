@@ -155,7 +155,7 @@ class MachineOps:
         else:
             eviction = drain_machine_ops(self.keys, entry, allocs, jobs, self.writer, self.store.max_txn_ops,
                                          self.store.max_request_bytes)
-        out[:] = eviction.evicted
+        out[:] = eviction.evicted + eviction.collateral
         return eviction.ops
 
     def _gang_rest(self, jobs: dict, machine_id: str) -> dict:
