@@ -270,13 +270,19 @@ def evict_gang(store: Store, keys: CellKeys, job_id: str, reason: str, writer: s
         job_kv = store.get(job_key)
         if job_kv is None:
             return outcomes, evicted
-        record = decode_job_record(job_kv.key, job_kv.value)
+        try:
+            record = decode_job_record(job_kv.key, job_kv.value)
+        except CodecError:  # quarantined: ``omega check`` names it
+            return outcomes, evicted
         tasks = record.tasks
         if not record.job.gang or record.killed or "p" not in tasks or not any(c in tasks for c in _LIVE):
             return outcomes, evicted
         by_machine: dict[str, list] = {}
         for kv in store.range(keys.job_allocs(job_id)).kvs:
-            alloc = decode_alloc(kv.key, kv.value)
+            try:
+                alloc = decode_alloc(kv.key, kv.value)
+            except CodecError:  # left alone, as ``release`` does
+                continue
             if alloc.job_id == job_id and 0 <= alloc.task_index < len(tasks) and tasks[alloc.task_index] in _LIVE:
                 by_machine.setdefault(alloc.machine_id, []).append(alloc)
         _, machine_kvs = store.get_many(sorted(keys.machine(m) for m in by_machine))

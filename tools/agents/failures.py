@@ -168,6 +168,7 @@ class MachineOps:
             tasks = entry.record.tasks
             for alloc in self.replica.allocs_of(job_id):
                 seen = self.replica.machine(alloc.machine_id)
-                if alloc.machine_id != machine_id and seen is not None and tasks[alloc.task_index] in "ar":
+                if (alloc.machine_id != machine_id and seen is not None and 0 <= alloc.task_index < len(tasks)
+                        and tasks[alloc.task_index] in "ar"):
                     rest.setdefault(job_id, []).append((alloc, seen))
         return rest

@@ -317,8 +317,9 @@ class SimCell:
         for job_id, entry in jobs.items():
             if entry is None or not entry.record.job.gang:
                 continue
+            tasks = entry.record.tasks
             live = [a for a in every if a.job_id == job_id and a.machine_id != machine_id
-                    and entry.record.tasks[a.task_index] in "ar"]
+                    and 0 <= a.task_index < len(tasks) and tasks[a.task_index] in "ar"]
             for alloc in live:
                 kv = self.store.get(self.keys.machine(alloc.machine_id))
                 if kv is not None:
