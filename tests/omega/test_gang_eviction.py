@@ -186,3 +186,44 @@ def test_a_gang_lease_outlives_a_decision_longer_than_its_minimum():
     assert p.gang_s_per_task > 0
     assert len(result.attempts) == 2 and result.attempts[0].failed_transactions == 0
     assert check_cell(store, keys).ok
+
+
+def test_a_lease_that_ends_during_every_decision_gives_that_reason():
+    """One attempt only: the lease (5 s, nothing seen yet) ends during the 7 s decision; the reason
+    stored says so, and no txn failed (nothing was sent)."""
+    clock = _SlowClock()
+    store = MemoryStore(clock=clock.now, max_txn_ops=10)
+    from cellstate.keys import CellKeys
+
+    keys = CellKeys("expired")
+    cell(store, keys, 8)
+    submit_jobs(store, keys, [Job("g", JobKind.BATCH, 8, MEMBER, gang=True)], 0.0)
+    scheduler = make_scheduler("batch", "s", 0)
+
+    def slow(entry, tasks, view_):
+        clock.t += GANG_LEASE_TTL + 2.0
+        return scheduler.decide(entry, tasks, view_)
+
+    p = OptimisticPlacer("s", StoreCommitter(store, keys), ConflictMode.RESOURCE_FIT, CommitMode.INCREMENTAL,
+                         RetryPolicy(max_attempts=1, base_wait_s=0.0, max_wait_s=0.0), clock)
+    result = p.place("g", ReplicaView(store, keys), slow)
+    assert result.gave_up and not result.placed and result.attempts[0].failed_transactions == 0
+    reason = record(store, keys, "g").reason
+    assert "reservation expired before commit (the decision took 7.00 s, the lease 5 s)" in reason, reason
+    assert check_cell(store, keys).ok
+
+
+def test_a_gang_that_does_not_fit_now_names_the_cell_state(etcd_store, cell_keys):
+    """A gang of 3 on 3 machines, one of them busy: refused all-or-nothing, and the reason gives the
+    machines up and busy (it fits the empty cell, so it is not 'never fits')."""
+    store, keys = etcd_store, cell_keys
+    cell(store, keys, 3)
+    submit_jobs(store, keys, [Job("other", JobKind.BATCH, 1, MEMBER, duration_s=3600.0),
+                              Job("g", JobKind.BATCH, 3, MEMBER, gang=True)], 1.0)
+    place_gang(store, keys, "other", ["m1"])
+    view = ReplicaView(store, keys)
+    view.pump()
+    result = placer(store, keys).place("g", view, make_scheduler("batch", "s", 0).decide)
+    assert not result.placed
+    reason = record(store, keys, "g").reason
+    assert reason.endswith("task 2: no machine fits: resources_fit: cpu (3 machines)); the cell has 3 machines up, 1 busy"), reason
