@@ -105,3 +105,23 @@ def test_a_machine_failure_evicts_the_whole_gang_which_is_placed_again(tmp_path)
     assert sorted(decode_alloc(kv.key, kv.value).machine_id for kv in allocs) == ["m1", "m2", "m3"]
     assert result.cell["gang_members_evicted"] == 2 and result.cell["machines_failed"] == 1
     assert result.check["ok"], result.check
+
+
+def test_slowdown_is_shown_by_replay_report_and_the_page(tmp_path, capsys):
+    import json
+
+    from tools.cli import main
+
+    lines = [line(1, 0, 100, 3, 100), line(2, 10, 50, 4, 50), line(3, 20, 100, 1, 100), line(4, 30, 30, 1, 50)]
+    trace = swf(tmp_path, lines, nodes=4)
+    out = tmp_path / "r.json"
+    assert main(["replay", str(trace), "--schedulers", "easy:easy", "--until", "1000", "--json-out", str(out)]) == 0
+    assert "bounded slowdown (threshold 10 s) over 4 jobs with a run time fully placed (0 never)" in \
+        capsys.readouterr().out
+    assert json.loads(out.read_text())["slowdown"]["jobs"] == 4
+    assert main(["report", str(out), str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "bounded slowdown mean / median / p90" in text and "makespan s" in text
+    pytest.importorskip("matplotlib")
+    assert main(["report", str(out), "--html", str(tmp_path / "page")]) == 0
+    assert "Bounded slowdown (threshold 10 s)" in (tmp_path / "page" / "index.html").read_text()
