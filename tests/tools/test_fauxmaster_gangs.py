@@ -125,3 +125,24 @@ def test_slowdown_is_shown_by_replay_report_and_the_page(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     assert main(["report", str(out), "--html", str(tmp_path / "page")]) == 0
     assert "Bounded slowdown (threshold 10 s)" in (tmp_path / "page" / "index.html").read_text()
+
+
+def test_a_preempted_member_evicts_the_whole_gang_in_a_replay(tmp_path):
+    """Borg, 3 machines: a low-priority gang of 3 fills them; a production job arrives and preempts
+    one member; the other two are evicted too (their usage released), and the gang waits whole: the
+    final cell has no partial gang."""
+    from cellstate.model import Job, JobKind
+    from cellstate.resources import Resources
+    from fauxmaster_traces import machine, write
+
+    gang = Job("g", JobKind.BATCH, 3, Resources(3000, 512), duration_s=1000.0, gang=True, priority=0)
+    prod = Job("prod", JobKind.SERVICE, 1, Resources(3000, 512), priority=200)
+    path = write(tmp_path / "preempt.omt", [MachineAdd(0.0, machine(i)) for i in range(3)] + [
+        JobSubmit(1.0, gang), JobSubmit(10.0, prod)])
+    result = replay(path, ReplayConfig(schedulers=[{"name": "borg", "kind": "borg", "jobs": "all"}], until=100.0))
+    assert record(result, "prod").tasks == "a"
+    assert record(result, "g").tasks == "ppp"
+    assert result.cell["gang_members_evicted"] == 2
+    assert result.losses["gangs_pending_at_end"] == 1 and result.losses["gangs_never_fit"] == 0
+    assert result.utilization[-1].cpu == pytest.approx(3000 / 12000)  # prod alone: the members' usage released
+    assert result.check["ok"], result.check
