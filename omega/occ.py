@@ -400,8 +400,47 @@ class OptimisticPlacer:
         if gone:
             live = [c for c in live if c.task_index not in gone]
             victims, victim_allocs = victims_of(live, victims, victim_allocs)
+        if victims:
+            self._gang_rest(st.view, live, machines, victims, victim_allocs)
         return _PLAN(entry, tuple(live), machines, self.scheduler, dict(st.unplaced), self.clock.now(),
                      victims, victim_allocs), gone
+
+    def _gang_rest(self, view: PlacementView, claims: list[Claim], machines: dict, victims: dict,
+                   victim_allocs: dict) -> None:
+        """Add to a preempting plan the other placed or running members of each gang it evicts
+        from (their allocs to ``victim_allocs``, their machines to ``machines``: the committer's
+        ``collateral``, evicted in the plan's own txn) while the txn's operations stay within the
+        committer's limit; a gang that does not fit is evicted right after the commit instead."""
+        limit = getattr(self.committer, "max_txn_ops", 0)
+        for job_id, victim in victims.items():
+            if not victim.record.job.gang:
+                continue
+            states = victim.record.tasks
+            rest, extra = [], {}
+            for alloc in view.allocs_of(job_id):
+                task = (job_id, alloc.task_index)
+                if task in victim_allocs or not 0 <= alloc.task_index < len(states) or \
+                        states[alloc.task_index] not in "ar":
+                    continue
+                found, seen = view.alloc_entry(*task), machines.get(alloc.machine_id) or extra.get(alloc.machine_id)
+                if seen is None:
+                    seen = view.machine(alloc.machine_id)
+                    if seen is None or seen.machine.state.value == "down":
+                        rest = None
+                        break
+                    extra[alloc.machine_id] = seen
+                if found is None:
+                    rest = None
+                    break
+                rest.append((task, found))
+            # ops: every machine (compare, put), alloc (compare, delete), claim (alloc put and key
+            # compare), victim record (compare, put), the job and its kill marker
+            ops = len(machines) + len(extra) + len(victim_allocs) + len(rest or ()) + 2 * len(claims) + \
+                len(victims) + 2
+            if not rest or ops > limit:
+                continue
+            machines.update(extra)
+            victim_allocs.update(rest)
 
     @staticmethod
     def _victims_live(view: PlacementView, claim: Claim, victims: dict, victim_allocs: dict) -> bool:

@@ -105,8 +105,9 @@ def placer(store, keys, clock=None, **options) -> OptimisticPlacer:
 
 
 def test_preempting_one_member_evicts_the_whole_gang(etcd_store, cell_keys):
-    """A production job takes m1 from gang member 0: in the same commit its member goes back to
-    pending, then the gang's other members are evicted too (reason names the preemptor)."""
+    """A production job takes m1 from gang member 0: the same commit evicts the gang's other
+    members (their machines compared and released: the committer's ``collateral``), and the
+    reason names the preemptor."""
     store, keys = etcd_store, cell_keys
     cell(store, keys, 3)
     submit_jobs(store, keys, [Job("g", JobKind.BATCH, 3, MEMBER, duration_s=3600.0, gang=True, priority=0),
@@ -118,8 +119,10 @@ def test_preempting_one_member_evicts_the_whole_gang(etcd_store, cell_keys):
     def decide(entry, tasks, view_):
         return Decision([Claim(0, "m1", MEMBER, evicts=(("g", 0),))], {})
 
+    before = store.revision()
     result = placer(store, keys).place("prod", view, decide)
     assert [c.machine_id for c in result.placed] == ["m1"]
+    assert store.revision() - before == 1  # the preemption's own txn evicts the whole gang
     g = record(store, keys, "g")
     assert g.tasks == "ppp" and "preempted by job 'prod'" in g.reason
     assert machines_of(store, keys, "g") == []
@@ -227,3 +230,23 @@ def test_a_gang_that_does_not_fit_now_names_the_cell_state(etcd_store, cell_keys
     assert not result.placed
     reason = record(store, keys, "g").reason
     assert reason.endswith("task 2: no machine fits: resources_fit: cpu (3 machines)); the cell has 3 machines up, 1 busy"), reason
+
+
+def test_a_gang_too_big_for_the_preemption_txn_is_evicted_right_after():
+    """At 8 ops per txn the rest of the gang does not fit the preempting plan: the plan evicts its
+    one member, and the placer evicts the other two in the next txn; the gang ends whole."""
+    from cellstate.keys import CellKeys
+
+    store, keys = MemoryStore(max_txn_ops=8), CellKeys("small")
+    cell(store, keys, 3)
+    submit_jobs(store, keys, [Job("g", JobKind.BATCH, 3, MEMBER, duration_s=3600.0, gang=True, priority=0),
+                              Job("prod", JobKind.SERVICE, 1, MEMBER, priority=200)], 1.0)
+    place_gang(store, keys, "g", ["m1", "m2", "m3"])
+    view = ReplicaView(store, keys)
+    before = store.revision()
+    result = placer(store, keys).place("prod", view, lambda e, t, v: Decision([Claim(0, "m1", MEMBER,
+                                                                                      evicts=(("g", 0),))], {}))
+    assert len(result.placed) == 1 and store.revision() - before == 2
+    g = record(store, keys, "g")
+    assert g.tasks == "ppp" and "preempted by job 'prod'" in g.reason
+    assert machines_of(store, keys, "g") == [] and check_cell(store, keys).ok

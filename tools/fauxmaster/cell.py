@@ -17,7 +17,7 @@ from typing import Callable, Mapping, Sequence
 
 from cellstate.codec.records import decode_alloc, decode_job_record, decode_machine
 from cellstate.codec.trusted import pack_machine
-from cellstate.committer import StoreCommitter
+from cellstate.committer import StoreCommitter, collateral
 from cellstate.fastbuild import builder
 from cellstate.keys import CellKeys
 from cellstate.gang_commit import evict_gang
@@ -398,6 +398,10 @@ class SimCell:
                 usage.charge(claim.machine_id, -request.cpu, -request.memory)
                 if request.extra:
                     usage.charge_extra(claim.machine_id, request.extra, -1)
+        if plan.victim_allocs and len(plan.victim_allocs) > sum(len(c.evicts) for c in plan.claims):
+            rest = [plan.victim_allocs[task].alloc for task in collateral(plan)]  # the rest of evicted gangs
+            usage.release(rest)
+            self.counters.gang_members_evicted += len(rest)
         if spec.kind is JobKind.BATCH and spec.duration_s is not None:
             placed = {claim.task_index: (claim.machine_id, plan.now) for claim in plan.claims}
             self.core.after(spec.duration_s, self._ender(spec.id, placed))
