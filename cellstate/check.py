@@ -20,6 +20,9 @@ Violation kinds:
   orphaned-reservation  an alloc of a pending task while its job has no gang key: an
                     orphaned gang reservation (docs/CELLSTATE.md, "Gangs larger than one
                     transaction"); with a gang key it is a reservation in progress, legal
+  partial-gang      a gang (``Job.gang``) with some tasks placed/running and others pending: a member
+                    was evicted (preemption, machine failure) and the rest kept running; a gang
+                    is evicted and placed again whole (docs/OMEGA_CORE.md, "Gangs")
   kill-marker       a (decodable) kill marker ``kills/{job}`` whose job is missing or not killed (a kill
                     that stopped between its first txn and the record's; no task of the job can
                     be placed while it stays)
@@ -256,6 +259,12 @@ def _check_tasks(keys: CellKeys, cell: _Cell, report: Report) -> None:
         if alloc_not_live:
             report.add("task-state", key, f"task(s) {_few(alloc_not_live)} have an alloc but are not "
                        "placed/running")
+        if record.job.gang and not record.killed:
+            live = [i for i, c in enumerate(record.tasks) if c in _LIVE]
+            pending = [i for i, c in enumerate(record.tasks) if c == "p"]
+            if live and pending:
+                report.add("partial-gang", key, f"gang of {record.job.tasks} tasks partly running: task(s) "
+                           f"{_few(live)} placed/running while task(s) {_few(pending)} are pending")
         counted = sum(record.count(s) for s in TaskState)
         if counted != record.job.tasks:
             report.add("task-accounting", key, f"{counted} task states for {record.job.tasks} tasks")
