@@ -69,26 +69,27 @@ def register(sub) -> None:
     run.set_defaults(func=run_scheduler)
 
 
-def _config(path: str | None, kind: str, table: str | None = None) -> dict:
+def _config(path: str | None, kind: str, table: str | None = None, flag: str = "--config") -> dict:
     """The scheduler config of ``--config``: a file of this kind's keys at the top level
     (``plugins``, ``k``, ``filters``/``scorers``…), or a chain file like
     ``schedulers/default_chains.toml`` (what ``omega explain --chains`` reads: one table per
     scheduler, each with its ``filters``), of which the table ``--table`` (default: the one
     named like ``kind``, else the only table of that kind) is used. UsageError for a missing
-    file or table; InputError for a file that does not parse."""
+    file or table; InputError for a file that does not parse. ``flag`` names the file's flag
+    in messages (``omega explain`` calls it ``--chains``)."""
     from tools.cli import InputError, UsageError
 
     if path is None:
         if table is not None:
-            raise UsageError("--table needs --config")
+            raise UsageError(f"--table needs {flag}")
         return {}
     try:
         with open(path, "rb") as f:
             data = tomllib.load(f)
     except OSError as exc:
-        raise UsageError(f"--config: cannot read {path!r}: {exc.strerror}") from None
+        raise UsageError(f"{flag}: cannot read {path!r}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"--config: {path!r} is not valid TOML: {exc}") from None
+        raise InputError(f"{flag}: {path!r} is not valid TOML: {exc}") from None
     if not is_chain_file(data):
         if table is not None:
             raise UsageError(f"--table: {path} is not a chain file (no tables with filters)")
@@ -105,18 +106,39 @@ def _config(path: str | None, kind: str, table: str | None = None) -> dict:
         table = kind if kind in configs else of_kind[0] if len(of_kind) == 1 else None
         if table is None:
             how_many = "no table" if not of_kind else f"{len(of_kind)} tables"
-            raise UsageError(f"--config: {path} has {how_many} of kind {kind!r} (tables: {', '.join(sorted(configs))}"
+            raise UsageError(f"{flag}: {path} has {how_many} of kind {kind!r} (tables: {', '.join(sorted(configs))}"
                              f"{'' if not of_kind else '; name one with --table'})")
     if table not in configs:
         raise UsageError(f"--table: {path} has no table [{table}]; tables: {', '.join(sorted(configs))}")
     if configs[table].kind != kind:
-        raise UsageError(f"--config: [{table}] of {path} is of kind {configs[table].kind!r}, not --kind {kind!r}")
+        raise UsageError(f"{flag}: [{table}] of {path} is of kind {configs[table].kind!r}, not --kind {kind!r}")
     return configs[table].as_config()
 
 
 def is_chain_file(data: dict) -> bool:
     """Whether a parsed TOML file is a chain file: every top-level entry a table with ``filters``."""
     return bool(data) and all(isinstance(v, dict) and "filters" in v for v in data.values())
+
+
+def scheduler_of_kind(kind: str, name: str, seed: int, config_path: str | None, table: str | None = None,
+                      flag: str = "--config", what: str = "scheduler run"):
+    """The scheduler a ``scheduler run --kind KIND`` process builds: ``make_scheduler`` of the
+    kind with the config of ``config_path`` (``_config``: the kind's keys, or its table of a
+    chain file). UsageError for an unknown kind or a bad flag, InputError for a config file
+    that does not validate, CommandError when the kind's optional dependency is missing."""
+    from schedulers.chains import KINDS, SolverUnavailable, make_scheduler
+    from schedulers.plugin import PluginConfigError
+    from tools.cli import CommandError, InputError, UsageError
+
+    if kind not in KINDS:
+        raise UsageError(f"--kind must be one of {', '.join(sorted(KINDS))}, got {kind!r}")
+    config = _config(config_path, kind, table, flag)
+    try:
+        return make_scheduler(kind, name, seed, config)
+    except SolverUnavailable as exc:
+        raise CommandError(f"{what}: {exc}") from None
+    except (PluginConfigError, ValueError) as exc:
+        raise (InputError if config_path else UsageError)(str(exc)) from None
 
 
 def build_parts(args):
@@ -126,12 +148,12 @@ def build_parts(args):
     from omega.modes import CommitMode, ConflictMode
     from omega.queue import check_order
     from omega.runtime import RuntimeOptions
-    from schedulers.chains import KINDS, SolverUnavailable, make_scheduler
+    from schedulers.chains import KINDS
     from schedulers.plugin import PluginConfigError
-    from tools.cli import CommandError, InputError, UsageError
+    from tools.cli import UsageError
 
     load_plugin_args(args)
-    if args.kind not in KINDS:
+    if args.kind not in KINDS:  # before the other flags: a plugin's kind may be misspelt
         raise UsageError(f"--kind must be one of {', '.join(sorted(KINDS))}, got {args.kind!r}")
     name = args.name or f"{args.kind}-{os.getpid()}"
     if "/" in name:
@@ -146,13 +168,7 @@ def build_parts(args):
         weights = check_order(args.order, parse_weight_flags(args.drf_weight))
     except ValueError as exc:
         raise UsageError(f"--order/--drf-weight: {exc}") from None
-    config = _config(args.config, args.kind, args.table)
-    try:
-        scheduler = make_scheduler(args.kind, name, args.seed, config)
-    except SolverUnavailable as exc:
-        raise CommandError(f"scheduler run: {exc}") from None
-    except (PluginConfigError, ValueError) as exc:
-        raise (InputError if args.config else UsageError)(str(exc)) from None
+    scheduler = scheduler_of_kind(args.kind, name, args.seed, args.config, args.table)
     try:
         conflict, commit = ConflictMode.parse(args.conflict_mode), CommitMode.parse(args.commit_mode)
         options = RuntimeOptions(batch_jobs=args.batch_jobs, steal_after_s=args.steal_after,
