@@ -251,6 +251,27 @@ def require_cell(store, keys: CellKeys, what: str = "omega") -> None:
                        f"`omega cell init --cell {keys.cell}`, or pick one with --cell / $OMEGA_CELL")
 
 
+def printable(text: str) -> str:
+    """``text`` safe to print in a table: every character that is not printable (a newline that
+    would forge a row, an ESC that would clear the screen) written as its escape (``\\n``,
+    ``\\x1b``). Ids submitted now cannot hold one (cellstate.jobspec); records stored before may."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def job_arg(job_id: str, flag: str = "JOB") -> str:
+    """A job id given on the command line, checked only for length (a stored id from before
+    the safe character set may still be killed or shown); UsageError for a longer one, which
+    no job can have (cellstate.jobspec.MAX_ID_LENGTH)."""
+    from cellstate.jobspec import MAX_ID_LENGTH
+    from tools.cli import UsageError
+
+    if not job_id or len(job_id) > MAX_ID_LENGTH:
+        raise UsageError(f"{flag}: a job id has 1..{MAX_ID_LENGTH} characters, got {len(job_id)}")
+    return job_id
+
+
 OUTPUTS = ("table", "json")
 
 

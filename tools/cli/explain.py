@@ -9,7 +9,9 @@ import sys
 from dataclasses import replace
 
 from cellstate.store import StoreError
-from tools.cli.common import add_output_arg, add_store_args, cell_keys, connect, output_json, store_failure
+from tools.cli.common import (
+    add_output_arg, add_store_args, cell_keys, connect, job_arg, output_json, store_failure,
+)
 from tools.cli.plugin_args import add_plugin_arg, load_plugin_args
 
 
@@ -64,6 +66,7 @@ def run(args) -> int:
 
     if args.top < 1:
         raise UsageError(f"--top must be >= 1, got {args.top}")
+    job_arg(args.job)
     if args.table is not None and args.chains is None:
         raise UsageError("--table needs --chains")
     load_plugin_args(args)
