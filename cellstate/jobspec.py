@@ -174,7 +174,11 @@ def job_from_mapping(entry, source: str = "<jobs>", index: int = 0) -> Job:
 
 
 def _label(index: int, job_id) -> str:
-    return f"job[{index}] {job_id!r}" if isinstance(job_id, str) and job_id else f"job[{index}]"
+    """``job[2] 'web'``: the job's index and its id, escaped and cut to 60 characters."""
+    if not isinstance(job_id, str) or not job_id:
+        return f"job[{index}]"
+    shown = repr(job_id[:61])
+    return f"job[{index}] {shown if len(job_id) <= 60 else shown[:58] + '...' + shown[-1]}"
 
 
 def _spec_field(codec_field: str) -> str:
