@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from tools.cli.common import add_store_args, cell_keys, connect, exit_once_stopped, store_failure
+from tools.cli.progress import Progress, add_progress_arg, progress_every
 
 if TYPE_CHECKING:
     from tools.agents.metrics import AgentMetrics
@@ -45,6 +46,7 @@ def register(sub) -> None:
     run.add_argument("--duration", type=float, default=0.0, metavar="SECONDS",
                      help="stop after this long (default 0: until SIGINT/SIGTERM)")
     run.add_argument("--run-for", dest="duration", type=float, help=argparse.SUPPRESS)  # its older spelling
+    add_progress_arg(run)
     run.add_argument("--init-spec", metavar="FILE", help="register the machines of this cell spec first")
     run.add_argument("--init-machines", type=int, metavar="N",
                      help="register N machines first (the demo spec, or --init-spec with N machines)")
@@ -95,6 +97,7 @@ def run_agents(args) -> int:
 
     config = config_from_args(args)
     spec = init_spec_from_args(args)
+    progress_every(args)
     if args.duration < 0:
         raise UsageError(f"--duration must be >= 0 seconds, got {args.duration:g}")
     from tools.cli.metrics_args import metrics_from_args
@@ -158,14 +161,25 @@ def _run(agent, args) -> int:
             agent.drain(machine_id)
         print(f"agents {agent.config.name!r} simulating {int(agent.metrics.value('omega_agent_machines'))} "
               f"machines of cell {agent.keys.cell!r}", flush=True)
-        agent.run(stop)
+        with Progress(f"agents {agent.config.name}", progress_every(args), lambda: _progress_line(agent)) as progress:
+            agent.run(stop)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     finished = int(agent.metrics.value("omega_agent_tasks_finished_total"))
     print(f"agents stopped: {finished} task(s) finished", flush=True)
+    progress.print(f"stopped after {progress.elapsed()}: {_progress_line(agent)}")
     exit_once_stopped(0)
     return 0
+
+
+def _progress_line(agent) -> str:
+    """The agents' totals so far: machines, tasks started/finished/running, machine failures."""
+    value = agent.metrics.value
+    return (f"{int(value('omega_agent_machines'))} machines, {int(value('omega_agent_tasks_started_total'))} tasks "
+            f"started, {int(value('omega_agent_tasks_finished_total'))} finished, "
+            f"{int(value('omega_agent_running_tasks'))} running, "
+            f"{int(value('omega_agent_machine_failures_total'))} machine failures")
 
 
 def _check_selected(agent, machine_ids: list[str]) -> None:

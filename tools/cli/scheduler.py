@@ -1,5 +1,6 @@
 """``omega scheduler run``: one scheduler process serving a cell until SIGINT/SIGTERM (or
-``--duration``). It keeps a watch-fed replica of the cell, places pending jobs of its kind
+``--duration``), with a progress line on stderr every ``--progress-every`` seconds and a
+summary line there when it stops. It keeps a watch-fed replica of the cell, places pending jobs of its kind
 optimistically (in its queue's ``--order``: fair, or drf with ``--drf-weight OWNER=W``),
 publishes its stats under a leased ``stats/{name}`` key every second and, with
 ``--metrics-addr HOST:PORT`` (or ``--metrics-port``: on 127.0.0.1), serves Prometheus metrics
@@ -20,6 +21,7 @@ import tomllib
 
 from tools.cli.common import add_store_args, cell_keys, exit_once_stopped, open_store, store_failure
 from tools.cli.plugin_args import add_plugin_arg, load_plugin_args
+from tools.cli.progress import Progress, add_progress_arg, progress_every
 
 # The scheduler, store and metrics modules are imported where they are used: building the
 # parser (every `omega` command, `omega --help`) then loads none of them (docs/BENCHMARKS.md).
@@ -64,6 +66,7 @@ def register(sub) -> None:
                      help="keep retrying an unreachable store this long at start (default 30)")
     run.add_argument("--duration", type=float, default=0.0, metavar="SECONDS",
                      help="stop after this long (default 0: until SIGINT/SIGTERM)")
+    add_progress_arg(run)
     add_plugin_arg(run)
     add_store_args(run)
     run.set_defaults(func=run_scheduler)
@@ -243,6 +246,7 @@ def run_scheduler(args) -> int:
     from tools.metrics.scheduler import SchedulerEndpoint, count_quarantine
 
     scheduler, conflict, commit, options = build_parts(args)
+    every = progress_every(args)
     keys = cell_keys(args)
     metrics = SchedulerEndpoint(scheduler.name, cell=keys.cell, kind=scheduler.kind)
     with open_store(args) as store:
@@ -271,9 +275,25 @@ def run_scheduler(args) -> int:
             print(f"scheduler {scheduler.name!r} ({scheduler.kind}, {conflict.value.label}, {commit.value.label}, "
                   f"{options.order} order) "
                   f"serving cell {keys.cell!r} at revision {view.revision}", flush=True)
-            stats = anyio.run(process.run)
+            with Progress(f"scheduler {scheduler.name}", every, lambda: progress_line(process)) as progress:
+                stats = anyio.run(process.run)
+            progress.print(f"stopped after {progress.elapsed()}: {summary_line(stats)}")
             exit_once_stopped(0)
         finally:
             metrics.close()
     print("final-stats " + json.dumps(dataclasses.asdict(stats), sort_keys=True), flush=True)
     return 0
+
+
+def progress_line(process) -> str:
+    """``placed N tasks (J jobs), M conflicts, queue K``: the process's totals so far and the
+    jobs its queue holds now."""
+    stats = process.snapshot()
+    return (f"placed {stats.tasks_placed} tasks ({stats.jobs_placed} jobs), {stats.conflicts} conflicts, "
+            f"queue {process.queue.tracked_jobs()}")
+
+
+def summary_line(stats) -> str:
+    """The closing line's totals of a scheduler's final stats."""
+    return (f"placed {stats.tasks_placed} tasks ({stats.jobs_placed} jobs) in {stats.commits} commits, "
+            f"{stats.conflicts} conflicts, {stats.tasks_unplaced} tasks left unplaced")
