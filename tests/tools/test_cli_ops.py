@@ -91,3 +91,16 @@ def test_one_spelling_per_flag_with_hidden_old_ones(capsys):
         parser.parse_args(["agents", "run", "--help"])
     run_help = capsys.readouterr().out
     assert "--duration" in run_help and "--run-for" not in run_help
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/dev/full"), reason="needs /dev/full")
+def test_replay_json_out_that_cannot_be_written_is_one_line(tmp_path, capsys):
+    log, trace = tmp_path / "small.swf", tmp_path / "small.omt.gz"
+    log.write_text("; MaxNodes: 4\n" + "".join(f"{i} {i * 10} 0 5 1 -1 -1 1 10 -1 1 1 1 -1 1 -1 -1 -1\n"
+                                                  for i in range(1, 20)))
+    assert main(["import", "swf", str(log), "--out", str(trace)]) == 0
+    capsys.readouterr()
+    assert run_cli(["replay", str(trace), "--json-out", "/dev/full"]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == "omega: replay: --json-out /dev/full: cannot write it: No space left on device\n"
+    assert "small.omt.gz" in captured.out  # the replay ran and its summary was printed first

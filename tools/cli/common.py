@@ -345,6 +345,19 @@ def replay_errors():
         raise UsageError(str(exc)) from None
 
 
+@contextmanager
+def output_file_errors(what: str, flag: str, path: str):
+    """A failed write of an output file (``--json-out /dev/full``: no space left; a directory
+    that cannot be made) as one line naming the flag and the file: CommandError (exit 1), the
+    work before it done and shown."""
+    from tools.cli import CommandError
+
+    try:
+        yield
+    except OSError as exc:
+        raise CommandError(f"{what}: {flag} {path}: cannot write it: {exc.strerror or exc}") from None
+
+
 SHUTDOWN_GRACE_S = 10.0
 _PROCESS = {"entry": False}  # set by ``tools.cli.run``: the command owns the process
 
