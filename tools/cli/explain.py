@@ -13,6 +13,7 @@ from tools.cli.common import (
     add_output_arg, add_store_args, cell_keys, connect, job_arg, output_json, store_failure,
 )
 from tools.cli.plugin_args import add_plugin_arg, load_plugin_args
+from tools.cli.scheduler import read_config_file
 
 
 def register(sub) -> None:
@@ -70,6 +71,10 @@ def run(args) -> int:
     if args.table is not None and args.chains is None:
         raise UsageError("--table needs --chains")
     load_plugin_args(args)
+    # Flags and files are checked before connecting; without --kind, the job names the kind.
+    if args.chains is not None:
+        read_config_file(args.chains, "--chains")
+    given = _scheduler(args, args.kind) if args.kind else None
     keys = cell_keys(args)
     with connect(args) as store:
         # Values that do not decode (an unknown schema version…) are quarantined and told below,
@@ -84,7 +89,7 @@ def run(args) -> int:
                 print(f"omega: explain: no job {args.job!r} in cell {keys.cell!r} (omega job list shows its jobs)",
                       file=sys.stderr)
                 return 1
-            scheduler = _scheduler(args, replica.job(args.job).record.job.scheduler_class)
+            scheduler = given or _scheduler(args, replica.job(args.job).record.job.scheduler_class)
             result = explain(replica, args.job, args.task, scheduler.pipeline, args.top, scheduler)
             result = replace(result, served_by=_live_of_class(replica, result.scheduler_class))
         except StoreError as exc:

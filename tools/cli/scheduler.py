@@ -80,30 +80,17 @@ def _config(path: str | None, kind: str, table: str | None = None, flag: str = "
     named like ``kind``, else the only table of that kind) is used. UsageError for a missing
     file or table; InputError for a file that does not parse. ``flag`` names the file's flag
     in messages (``omega explain`` calls it ``--chains``)."""
-    from tools.cli import InputError, UsageError
+    from tools.cli import UsageError
 
     if path is None:
         if table is not None:
             raise UsageError(f"--table needs {flag}")
         return {}
-    try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except OSError as exc:
-        raise UsageError(f"{flag}: cannot read {path!r}: {exc.strerror}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"{flag}: {path!r} is not valid TOML: {exc}") from None
-    if not is_chain_file(data):
+    data, configs = read_config_file(path, flag)
+    if configs is None:
         if table is not None:
             raise UsageError(f"--table: {path} is not a chain file (no tables with filters)")
         return data
-    from schedulers.chain_config import parse_chain_file
-    from schedulers.plugin import PluginConfigError
-
-    try:
-        configs = parse_chain_file(data, path)
-    except PluginConfigError as exc:
-        raise InputError(str(exc)) from None
     if table is None:
         of_kind = [name for name, config in configs.items() if config.kind == kind]
         table = kind if kind in configs else of_kind[0] if len(of_kind) == 1 else None
@@ -116,6 +103,29 @@ def _config(path: str | None, kind: str, table: str | None = None, flag: str = "
     if configs[table].kind != kind:
         raise UsageError(f"{flag}: [{table}] of {path} is of kind {configs[table].kind!r}, not --kind {kind!r}")
     return configs[table].as_config()
+
+
+def read_config_file(path: str, flag: str = "--config") -> tuple[dict, dict | None]:
+    """(the TOML of ``path``, its chain configs by table or None when it is no chain file);
+    UsageError when it cannot be read, InputError when it does not parse or validate."""
+    from tools.cli import InputError, UsageError
+
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except OSError as exc:
+        raise UsageError(f"{flag}: cannot read {path!r}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{flag}: {path!r} is not valid TOML: {exc}") from None
+    if not is_chain_file(data):
+        return data, None
+    from schedulers.chain_config import parse_chain_file
+    from schedulers.plugin import PluginConfigError
+
+    try:
+        return data, parse_chain_file(data, path)
+    except PluginConfigError as exc:
+        raise InputError(str(exc)) from None
 
 
 def is_chain_file(data: dict) -> bool:
