@@ -99,3 +99,14 @@ def test_bad_progress_every_is_a_usage_error(argv, capsys):
 
 def test_elapsed_for_people():
     assert [format_elapsed(s) for s in (4.9, 192, 7500)] == ["4s", "3m12s", "2h05m"]
+
+
+def test_etcd_up_summary_without_progress_lines():
+    run = Lines("etcd", "up", "--port", "0", "--no-fsync", "--progress-every", "0")
+    try:
+        wait_for(lambda: any(line.startswith("  export OMEGA_ENDPOINTS=") for line in run.out)
+                 or run.proc.poll() is not None, 60, "etcd up")
+    finally:
+        assert run.stop() == 0, run.err[-5:]
+    assert [line for line in run.err if line.startswith("etcd: ")] == [
+        line for line in run.err if line.startswith("etcd: stopped after ")] != []

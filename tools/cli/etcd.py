@@ -147,19 +147,20 @@ def describe_members(cluster: EtcdCluster) -> None:
 
 def serve_until_stopped(cluster: EtcdCluster, policy: RestartPolicy | None = None,
                         check: Callable[[], list[str]] | None = None, check_every: float = 10.0,
-                        progress_every: float = 0.0) -> int:
+                        progress_every: float | None = None) -> int:
     """Keep ``cluster`` up until SIGINT/SIGTERM (0), restarting members that exit; 1 when so many
     members were left down (restarting too often) that the cluster lost its quorum. Then stop it.
     ``check`` (if given) runs every ``check_every`` s; each line it returns is printed as an ALERT.
-    Every ``progress_every`` s (0: never) a line on stderr says how many members run and how
-    often they were restarted; the same line ends the run."""
+    With ``progress_every`` (None: no such lines), every ``progress_every`` s (0: never) a line
+    on stderr says how many members run and how often they were restarted, and the same line
+    ends the run."""
     from tools.cli.progress import Progress
 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     supervisor = cluster.supervise(policy, report=lambda line: print(f"etcd: {line}", flush=True))
-    progress = Progress("etcd", progress_every, lambda: _members_line(cluster, supervisor)).__enter__()
+    progress = Progress("etcd", progress_every or 0.0, lambda: _members_line(cluster, supervisor)).__enter__()
     next_check = time.monotonic() + check_every
     try:
         while not stop.wait(0.5):
@@ -179,7 +180,7 @@ def serve_until_stopped(cluster: EtcdCluster, policy: RestartPolicy | None = Non
         summary = _members_line(cluster, supervisor)
         cluster.stop()
         print("etcd stopped", flush=True)
-        if progress_every:
+        if progress_every is not None:
             progress.print(f"stopped after {progress.elapsed()}: {summary}")
     return 0
 
