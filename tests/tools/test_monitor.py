@@ -482,3 +482,14 @@ def test_keys_are_not_read_off_a_terminal():
     finally:
         os.close(read)
         os.close(write)
+
+
+def test_a_stored_unsafe_job_id_is_escaped_on_the_screen():
+    from dataclasses import replace
+
+    frame = crowded_frame()
+    conflicts = (replace(frame.recent_conflicts[1], job="evil\x1b[2J\nrow"),) + frame.recent_conflicts[2:]
+    console = Console(record=True, width=160, height=50, file=io.StringIO(), force_terminal=True)
+    console.print(render_frame(replace(frame, recent_conflicts=conflicts), fit_height=True))
+    out = console.file.getvalue()
+    assert "\x1b[2J" not in out and "evil\\x1b[2J\\nrow" in console.export_text()

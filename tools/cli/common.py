@@ -16,6 +16,7 @@ import threading
 from contextlib import contextmanager
 
 from cellstate.keys import DEFAULT_ROOT, CellKeys
+from tools.printable import printable  # noqa: F401 - the commands' tables use it from here
 
 DEFAULT_ENDPOINTS = "127.0.0.1:2379"
 DEFAULT_CELL = "default"
@@ -249,15 +250,6 @@ def require_cell(store, keys: CellKeys, what: str = "omega") -> None:
         known = "not visible to this user"
     raise CommandError(f"{what}: no cell {keys.cell!r} under {keys.root} (cells: {known}); create it with "
                        f"`omega cell init --cell {keys.cell}`, or pick one with --cell / $OMEGA_CELL")
-
-
-def printable(text: str) -> str:
-    """``text`` safe to print in a table: every character that is not printable (a newline that
-    would forge a row, an ESC that would clear the screen) written as its escape (``\\n``,
-    ``\\x1b``). Ids submitted now cannot hold one (cellstate.jobspec); records stored before may."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def job_arg(job_id: str, flag: str = "JOB") -> str:
