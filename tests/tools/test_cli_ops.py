@@ -73,9 +73,9 @@ def test_job_submit_and_kill_beside_the_top_level_spellings(tmp_path, cell_args,
 
 @pytest.mark.parametrize("argv", [["check", "--revision", "-5"], ["check", "--revision", "0"],
                                   ["kill", "x" * 2_000_000], ["job", "status", "x" * 300],
-                                  ["explain", "x" * 300]],
+                                  ["explain", "x" * 300], ["generate", "--prefix", "a\nb", "--out", "/dev/null"]],
                          ids=["check-negative-revision", "check-zero-revision", "kill-huge-id", "status-long-id",
-                              "explain-long-id"])
+                              "explain-long-id", "generate-unsafe-prefix"])
 def test_bad_arguments_are_usage_errors(cell_args, argv, capsys):
     assert run_cli([*argv, *cell_args]) == 2
     err = capsys.readouterr().err

@@ -178,9 +178,14 @@ def _mix(args):
 
 
 def run_generate(args) -> int:
-    if args.prefix is not None and "/" in args.prefix:
+    if args.prefix is not None:
+        from cellstate.jobspec import MAX_ID_LENGTH, job_id_problem
         from tools.cli import UsageError
-        raise UsageError(f'--prefix may not contain "/" (it starts job ids), got {args.prefix!r}')
+
+        problem = job_id_problem(args.prefix or "x") if len(args.prefix) < MAX_ID_LENGTH - 16 else (
+            f"must be shorter than {MAX_ID_LENGTH - 16} characters")
+        if problem:
+            raise UsageError(f"--prefix starts job ids: it {problem}, got {args.prefix!r}")
     from cellstate.jobspec import dump_jobs
     from tools.workload import generate
 
