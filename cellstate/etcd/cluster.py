@@ -1,7 +1,8 @@
 """Embedded etcd: start real etcd servers (one member or a cluster) on loopback.
 
-A cluster gets its own data directory (removed on stop unless ``keep_data``); ``stop`` stops every
-member (SIGTERM, then SIGKILL) and never leaves an orphan process.
+A cluster gets its own data directory (removed on stop unless ``keep_data``, and by a watcher
+process when this process dies without stopping it, SIGKILL included: ``cellstate.dir_reaper``);
+``stop`` stops every member (SIGTERM, then SIGKILL) and never leaves an orphan process.
 
 The ports of a cluster are recorded in ``DATA_DIR/etcd-cluster.json`` when it is first made and
 reused by every later start on that data directory, so a stopped cluster (or one member) can be
@@ -20,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from cellstate.dir_reaper import DirReaper
 from cellstate.etcd.binary import EtcdError, binary_version, find_etcd_binary
 from cellstate.etcd.member import EtcdMember, MemberSpec
 from cellstate.etcd.options import EtcdOptions
@@ -39,6 +41,8 @@ class EtcdCluster:
         self.options = options or EtcdOptions()
         self.keep_data = keep_data or data_dir is not None
         self.data_root = Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="omega-etcd-"))
+        # A data dir of its own goes even when this process is SIGKILLed (cellstate.dir_reaper).
+        self._reaper = DirReaper(self.data_root) if not self.keep_data else None
         self.data_root.mkdir(parents=True, exist_ok=True)
         self.binary = binary or find_etcd_binary()
         if self.options.tls is not None:
@@ -130,6 +134,9 @@ class EtcdCluster:
             member.stop()
         if not self.keep_data:
             shutil.rmtree(self.data_root, ignore_errors=True)
+        if self._reaper is not None:
+            self._reaper.release()
+            self._reaper = None
         if self._atexit:
             atexit.unregister(self.stop)
             self._atexit = False

@@ -48,7 +48,7 @@ def bash_script():
 
 @pytest.mark.parametrize("words, expected", [
     (("omega", "sch"), ["scheduler"]),
-    (("omega", "job", ""), ["list", "status", "init", "-h", "--help", "-v", "--verbose"]),
+    (("omega", "job", ""), ["list", "status", "submit", "kill", "init", "-h", "--help", "-v", "--verbose"]),
     (("omega", "scheduler", "run", "--ki"), ["--kind"]),
     (("omega", "check", "-o", ""), ["table", "json"]),
     (("omega", "--cell", "x", "check", "--rev"), ["--revision"]),

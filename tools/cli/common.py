@@ -16,6 +16,7 @@ import threading
 from contextlib import contextmanager
 
 from cellstate.keys import DEFAULT_ROOT, CellKeys
+from tools.printable import printable  # noqa: F401 - the commands' tables use it from here
 
 DEFAULT_ENDPOINTS = "127.0.0.1:2379"
 DEFAULT_CELL = "default"
@@ -251,6 +252,18 @@ def require_cell(store, keys: CellKeys, what: str = "omega") -> None:
                        f"`omega cell init --cell {keys.cell}`, or pick one with --cell / $OMEGA_CELL")
 
 
+def job_arg(job_id: str, flag: str = "JOB") -> str:
+    """A job id given on the command line, checked only for length (a stored id from before
+    the safe character set may still be killed or shown); UsageError for a longer one, which
+    no job can have (cellstate.jobspec.MAX_ID_LENGTH)."""
+    from cellstate.jobspec import MAX_ID_LENGTH
+    from tools.cli import UsageError
+
+    if not job_id or len(job_id) > MAX_ID_LENGTH:
+        raise UsageError(f"{flag}: a job id has 1..{MAX_ID_LENGTH} characters, got {len(job_id)}")
+    return job_id
+
+
 OUTPUTS = ("table", "json")
 
 
@@ -322,6 +335,19 @@ def replay_errors():
         raise InputError(str(exc)) from None
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+
+
+@contextmanager
+def output_file_errors(what: str, flag: str, path: str):
+    """A failed write of an output file (``--json-out /dev/full``: no space left; a directory
+    that cannot be made) as one line naming the flag and the file: CommandError (exit 1), the
+    work before it done and shown."""
+    from tools.cli import CommandError
+
+    try:
+        yield
+    except OSError as exc:
+        raise CommandError(f"{what}: {flag} {path}: cannot write it: {exc.strerror or exc}") from None
 
 
 SHUTDOWN_GRACE_S = 10.0

@@ -98,6 +98,9 @@ def register(sub) -> None:
                     help="keep data (and the member ports) here; starting again on it restarts the same "
                          "cluster (default: a temp dir removed on exit)")
     add_server_flags(up)
+    from tools.cli.progress import add_progress_arg
+
+    add_progress_arg(up)
     up.set_defaults(func=run_up)
 
 
@@ -106,6 +109,9 @@ def run_up(args) -> int:
 
     if args.members < 1:
         raise UsageError(f"--members must be >= 1, got {args.members}")
+    from tools.cli.progress import progress_every
+
+    every = progress_every(args)
     port = client_port(args, args.data_dir)
     try:
         cluster = EtcdCluster(size=args.members, options=EtcdOptions(**server_options(args)),
@@ -116,7 +122,7 @@ def run_up(args) -> int:
     with stopped_on_interrupt(cluster):
         announce_endpoints(cluster)
         describe_members(cluster)
-    return serve_until_stopped(cluster, RestartPolicy(max_restarts=args.max_restarts))
+    return serve_until_stopped(cluster, RestartPolicy(max_restarts=args.max_restarts), progress_every=every)
 
 
 @contextmanager
@@ -140,14 +146,21 @@ def describe_members(cluster: EtcdCluster) -> None:
 
 
 def serve_until_stopped(cluster: EtcdCluster, policy: RestartPolicy | None = None,
-                        check: Callable[[], list[str]] | None = None, check_every: float = 10.0) -> int:
+                        check: Callable[[], list[str]] | None = None, check_every: float = 10.0,
+                        progress_every: float | None = None) -> int:
     """Keep ``cluster`` up until SIGINT/SIGTERM (0), restarting members that exit; 1 when so many
     members were left down (restarting too often) that the cluster lost its quorum. Then stop it.
-    ``check`` (if given) runs every ``check_every`` s; each line it returns is printed as an ALERT."""
+    ``check`` (if given) runs every ``check_every`` s; each line it returns is printed as an ALERT.
+    With ``progress_every`` (None: no such lines), every ``progress_every`` s (0: never) a line
+    on stderr says how many members run and how often they were restarted, and the same line
+    ends the run."""
+    from tools.cli.progress import Progress
+
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     supervisor = cluster.supervise(policy, report=lambda line: print(f"etcd: {line}", flush=True))
+    progress = Progress("etcd", progress_every or 0.0, lambda: _members_line(cluster, supervisor)).__enter__()
     next_check = time.monotonic() + check_every
     try:
         while not stop.wait(0.5):
@@ -163,6 +176,18 @@ def serve_until_stopped(cluster: EtcdCluster, policy: RestartPolicy | None = Non
                       flush=True)
                 return 1
     finally:
+        progress.stop()
+        summary = _members_line(cluster, supervisor)
         cluster.stop()
         print("etcd stopped", flush=True)
+        if progress_every is not None:
+            progress.print(f"stopped after {progress.elapsed()}: {summary}")
     return 0
+
+
+def _members_line(cluster: EtcdCluster, supervisor) -> str:
+    """``N of M members running, R restarts``, with the members left down if any."""
+    running = sum(1 for m in cluster.members if m.running)
+    line = (f"{running} of {len(cluster.members)} members running, "
+            f"{sum(supervisor.restarts.values())} restarts")
+    return line + (f", left down: {', '.join(sorted(supervisor.given_up))}" if supervisor.given_up else "")

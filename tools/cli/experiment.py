@@ -44,7 +44,7 @@ def register(sub) -> None:
 def run_experiment_command(args) -> int:
     from omega.drf import parse_weight_flags
     from tools.cli import UsageError
-    from tools.cli.common import replay_errors, require_optional
+    from tools.cli.common import output_file_errors, replay_errors, require_optional
     from tools.fauxmaster.experiments.catalogue import run_experiment
     from tools.fauxmaster.experiments.runs import Overrides
 
@@ -73,8 +73,9 @@ def run_experiment_command(args) -> int:
         print(text, end="")
     if args.json:
         out = Path(args.json)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text)
+        with output_file_errors("experiment", "--json-out", args.json):
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(text)
     return 0 if all(r.runs_ok for r in reports) else 1
 
 

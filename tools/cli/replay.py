@@ -107,7 +107,7 @@ def _item(item: str) -> dict:
 def run_replay(args) -> int:
     from omega.drf import parse_weight_flags
     from tools.cli import InputError, UsageError
-    from tools.cli.common import endpoints_of, replay_errors, require_optional, store_failure
+    from tools.cli.common import endpoints_of, output_file_errors, replay_errors, require_optional, store_failure
     from tools.fauxmaster.replay import ReplayConfig, replay
     from tools.fauxmaster.report.page import write_html
     from tools.fauxmaster.report.result import write_json
@@ -150,9 +150,11 @@ def run_replay(args) -> int:
     else:
         _print_summary(result)
     if args.json:
-        write_json(result, args.json)
+        with output_file_errors("replay", "--json-out", args.json):
+            write_json(result, args.json)
     if args.html:
-        index = write_html(result, args.html)
+        with output_file_errors("replay", "--html", args.html):
+            index = write_html(result, args.html)
         print(f"report: {index}", file=sys.stderr if output_json(args) else sys.stdout)
     return 0 if result.check is None or result.check["ok"] else 1
 
