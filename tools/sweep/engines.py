@@ -3,7 +3,7 @@ any order; each run is one task calling ``tools.sweep.run.execute`` in a worker 
 
 - ``LocalEngine``: a ``concurrent.futures.ProcessPoolExecutor`` of ``workers`` processes (default:
   the machine's cores), started by forkserver (spawn where there is none), so no worker inherits
-  the parent's threads or state.
+  the parent's threads or state; the forkserver imports the replay first (``PRELOAD``).
 - ``RayEngine``: ``ray.remote`` tasks of one CPU each, on a local Ray started for the sweep
   (``num_cpus`` = ``workers``, no dashboard, workers' logs not forwarded, every server on
   loopback: ``LOOPBACK_SWITCH``) or on the cluster at ``address``. Ray is the optional extra ``[sweep]``: ``ray_available`` checks for it first.
@@ -26,6 +26,9 @@ from tools.sweep.run import execute
 from tools.sweep.spec import Run
 
 ENGINES = ("local", "ray")
+PRELOAD = ["tools.sweep.run", "tools.fauxmaster.replay"]
+"""Modules the local pool's forkserver imports before it forks the workers (half a second of CPU
+each worker would spend importing the replay otherwise: docs/BENCHMARKS.md, "omega sweep")."""
 
 
 @dataclass
@@ -68,6 +71,8 @@ class LocalEngine:
             return
         methods = multiprocessing.get_all_start_methods()
         context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+        if context.get_start_method() == "forkserver":
+            context.set_forkserver_preload(PRELOAD)  # imported once, not once per worker
         with ProcessPoolExecutor(min(self.workers, len(runs)), mp_context=context) as pool:
             pending = {pool.submit(guarded, run, out): run for run in runs}
             while pending:
