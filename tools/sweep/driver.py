@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from tools.sweep.engines import Outcome
 from tools.sweep.run import write_atomic, is_complete
-from tools.sweep.spec import Run, Spec
+from tools.sweep.spec import SweepRun, Spec
 
 STATUS_COLUMNS = ("id", "status", "tries", "error")
 
@@ -37,7 +37,7 @@ Progress = Callable[[int, int, int], None]
 """``progress(finished, total, failed)``: called once before the first run ends and after each."""
 
 
-def prepare_traces(spec: Spec, out: Path) -> list[Run]:
+def prepare_traces(spec: Spec, out: Path) -> list[SweepRun]:
     """The spec's runs with each synthetic trace written to ``OUT/traces/NAME.omt.gz`` (again when
     there: the same spec writes the same bytes) and the runs pointed at it."""
     from tools.fauxmaster.experiments.synthetic import SyntheticSpec, write_synthetic_trace
@@ -56,7 +56,7 @@ def prepare_traces(spec: Spec, out: Path) -> list[Run]:
 
 
 def run_sweep(spec: Spec, engine, out: str | Path, progress: Progress | None = None) -> SweepReport:
-    """Run ``spec`` on ``engine`` into ``out`` (see the module docstring)."""
+    """SweepRun ``spec`` on ``engine`` into ``out`` (see the module docstring)."""
     started = time.perf_counter()
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -79,7 +79,7 @@ def run_sweep(spec: Spec, engine, out: str | Path, progress: Progress | None = N
     attempt = 0
     while todo and attempt < 2:  # a first try, then one retry of what failed
         attempt += 1
-        again: list[Run] = []
+        again: list[SweepRun] = []
         for outcome in engine.run(todo, str(out)):
             outcome: Outcome
             if outcome.summary is not None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from tools.sweep.run import execute
-from tools.sweep.spec import Run
+from tools.sweep.spec import SweepRun
 
 ENGINES = ("local", "ray")
 PRELOAD = ["tools.sweep.run", "tools.fauxmaster.replay"]
@@ -35,7 +35,7 @@ each worker would spend importing the replay otherwise: docs/BENCHMARKS.md, "ome
 class Outcome:
     """A finished run: its summary, or the error that ended it."""
 
-    run: Run
+    run: SweepRun
     summary: dict[str, Any] | None = None
     error: str | None = None
 
@@ -48,7 +48,7 @@ def default_workers() -> int:
         return os.cpu_count() or 1
 
 
-def guarded(run: Run, out: str) -> tuple[dict[str, Any] | None, str | None]:
+def guarded(run: SweepRun, out: str) -> tuple[dict[str, Any] | None, str | None]:
     """``execute(run, out)`` in a worker: (summary, None), or (None, the error in one line); the
     traceback goes to the worker's stderr."""
     try:
@@ -66,7 +66,7 @@ class LocalEngine:
     def __init__(self, workers: int | None = None):
         self.workers = workers or default_workers()
 
-    def run(self, runs: list[Run], out: str) -> Iterator[Outcome]:
+    def run(self, runs: list[SweepRun], out: str) -> Iterator[Outcome]:
         if not runs:
             return
         methods = multiprocessing.get_all_start_methods()
@@ -107,7 +107,7 @@ class RayEngine:
         self.address = address
         self.workers = workers or default_workers()
 
-    def run(self, runs: list[Run], out: str) -> Iterator[Outcome]:
+    def run(self, runs: list[SweepRun], out: str) -> Iterator[Outcome]:
         if not runs:
             return
         if not self.address:

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tools.sweep.spec import Run
+from tools.sweep.spec import SweepRun
 
 JOB_COLUMNS = ("job", "kind", "tasks", "submitted_s", "first_attempt_s", "placed_s", "placements", "machines")
 """The per-job table: ``first_attempt_s`` and ``placed_s`` (first fully placed) empty when it never
@@ -36,7 +36,7 @@ def run_paths(out: str | Path, run_id: str) -> tuple[Path, Path]:
     return runs / f"{run_id}.json", runs / f"{run_id}.csv"
 
 
-def is_complete(out: str | Path, run: Run) -> dict[str, Any] | None:
+def is_complete(out: str | Path, run: SweepRun) -> dict[str, Any] | None:
     """The summary of ``run``'s finished files under ``out`` (both there, the JSON of this run and
     format, with a digest), else None."""
     json_path, csv_path = run_paths(out, run.id)
@@ -50,7 +50,7 @@ def is_complete(out: str | Path, run: Run) -> dict[str, Any] | None:
     return data.get("summary")
 
 
-def execute(run: Run, out: str) -> dict[str, Any]:
+def execute(run: SweepRun, out: str) -> dict[str, Any]:
     """Replay ``run``, write its files under ``out``; its summary (a row of the merged table)."""
     from tools.fauxmaster.replay import replay
 
@@ -113,7 +113,7 @@ def _digest(figures: dict[str, Any], placements: list) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _summary(run: Run, result, digest: str, wall: float, cpu: float) -> dict[str, Any]:
+def _summary(run: SweepRun, result, digest: str, wall: float, cpu: float) -> dict[str, Any]:
     s = result.schedulers
     return {"id": run.id, "trace": run.trace.name, "seed": run.seed,
             **{key: json.dumps(value) if not isinstance(value, (int, float, str)) else value

@@ -61,7 +61,7 @@ class Trace:
 
 
 @dataclass(frozen=True)
-class Run:
+class SweepRun:
     """One replay: a trace, the settings of one grid point and a seed."""
 
     id: str
@@ -85,7 +85,7 @@ class Spec:
     name: str
     path: str
     traces: list[Trace]
-    runs: list[Run] = field(default_factory=list)
+    runs: list[SweepRun] = field(default_factory=list)
 
 
 def replay_config(settings: dict[str, Any], seed: int) -> dict[str, Any]:
@@ -149,7 +149,7 @@ def parse_spec(data: dict[str, Any], path: Path) -> Spec:
     for trace in traces:
         for settings in points:
             for seed in seeds:
-                run = Run(run_id(trace, settings, seed), trace, settings, seed)
+                run = SweepRun(run_id(trace, settings, seed), trace, settings, seed)
                 if run.id in seen:
                     raise SpecError(f"{path}: [grid] holds the same point twice: {settings}")
                 seen.add(run.id)
