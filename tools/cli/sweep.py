@@ -32,6 +32,8 @@ def run_sweep_command(args) -> int:
     from tools.sweep.engines import make_engine
     from tools.sweep.spec import SpecError, load_spec
 
+    if not args.out.strip():
+        raise UsageError("--out needs a folder")
     if args.address and args.engine != "ray":
         raise UsageError("--address needs --engine ray")
     if args.workers is not None and args.workers < 1:

@@ -73,7 +73,8 @@ class LocalEngine:
         context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
         if context.get_start_method() == "forkserver":
             context.set_forkserver_preload(PRELOAD)  # imported once, not once per worker
-        with ProcessPoolExecutor(min(self.workers, len(runs)), mp_context=context) as pool:
+        pool = ProcessPoolExecutor(min(self.workers, len(runs)), mp_context=context)
+        try:
             pending = {pool.submit(guarded, run, out): run for run in runs}
             while pending:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -84,6 +85,8 @@ class LocalEngine:
                     except Exception as exc:  # the worker died (BrokenProcessPool) or could not unpickle
                         summary, error = None, f"{type(exc).__name__}: {exc}".splitlines()[0]
                     yield Outcome(run, summary, error)
+        finally:  # interrupted: the runs not started are dropped, the running ones end first
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 def ray_available() -> bool:

@@ -21,10 +21,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cellstate.codec.records import decode_job_record
 from tools.sweep.spec import SweepRun
 
 JOB_COLUMNS = ("job", "kind", "tasks", "submitted_s", "first_attempt_s", "placed_s", "placements", "machines")
-"""The per-job table: ``first_attempt_s`` and ``placed_s`` (first fully placed) empty when it never
+"""The per-job table: ``kind`` and ``tasks`` empty for a job never placed and gone from the cell
+at the end (killed while pending); ``first_attempt_s`` and ``placed_s`` (first fully placed) empty when it never
 was; ``placements`` counts committed task placements (a task placed again after an eviction or a
 machine failure counts again); ``machines`` the distinct machines of those, space-separated."""
 FORMAT = 1
@@ -66,6 +68,9 @@ def execute(run: SweepRun, out: str) -> dict[str, Any]:
 
     cpu0, wall0 = time.process_time(), time.perf_counter()
     result = replay(run.trace.path, run.replay_config(), setup=setup)
+    for kv in result.store.range(result.keys.kind_prefix("jobs")).kvs:  # the never-placed still in the cell
+        job = decode_job_record(kv.key, kv.value).job
+        kinds.setdefault(job.id, (str(job.kind), job.tasks))
     rows = job_rows(journals[0], placements, kinds)
     figures = result.to_dict(include_wall=False)
     figures.pop("trace")
