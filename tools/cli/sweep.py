@@ -25,11 +25,11 @@ def register(sub) -> None:
 
 
 def run_sweep_command(args) -> int:
-    from tools.cli import InputError, UsageError
+    from tools.cli import CommandError, InputError, UsageError
     from tools.cli.common import require_optional
     from tools.cli.replay import unwritable
     from tools.sweep.driver import run_sweep
-    from tools.sweep.engines import make_engine
+    from tools.sweep.engines import EngineError, make_engine
     from tools.sweep.spec import SpecError, load_spec
 
     if not args.out.strip():
@@ -50,8 +50,11 @@ def run_sweep_command(args) -> int:
     if why:
         raise UsageError(f"--out {args.out}: {why}")
     engine = make_engine(args.engine, args.address, args.workers)
-    with progress_bar(sys.stderr.isatty(), f"sweep {spec.name} ({args.engine})") as progress:
-        report = run_sweep(spec, engine, args.out, progress)
+    try:
+        with progress_bar(sys.stderr.isatty(), f"sweep {spec.name} ({args.engine})") as progress:
+            report = run_sweep(spec, engine, args.out, progress)
+    except EngineError as exc:
+        raise CommandError(f"sweep: {exc}") from None
     if output_json(args):
         print(json.dumps({"spec": spec.path, "engine": args.engine, "out": args.out, "table": report.table,
                           "ran": report.ran, "resumed": report.resumed, "retried": report.retried,

@@ -31,6 +31,10 @@ PRELOAD = ["tools.sweep.run", "tools.fauxmaster.replay"]
 each worker would spend importing the replay otherwise: docs/BENCHMARKS.md, "omega sweep")."""
 
 
+class EngineError(RuntimeError):
+    """The engine itself cannot run (a Ray that does not start or cannot be reached): one line."""
+
+
 @dataclass
 class Outcome:
     """A finished run: its summary, or the error that ended it."""
@@ -113,9 +117,10 @@ class RayEngine:
     def run(self, runs: list[SweepRun], out: str) -> Iterator[Outcome]:
         if not runs:
             return
-        if not self.address:
-            # Ray resolves a local node's address to the host's outward IP and binds its servers
-            # there unless its "no cluster" switch is set: with it, every one binds loopback only.
+        if not self.address or _loopback(self.address):
+            # Ray resolves a local node's address (and a loopback --address) to the host's outward
+            # IP, binding and connecting there, unless its "no cluster" switch is set: with it,
+            # every server binds loopback only.
             os.environ[LOOPBACK_SWITCH] = "0"
         import ray
 
@@ -123,10 +128,14 @@ class RayEngine:
         if started:
             options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
                                        "configure_logging": False}
-            if self.address:
-                ray.init(address=self.address, **options)
-            else:
-                ray.init(num_cpus=self.workers, **options)
+            try:
+                if self.address:
+                    ray.init(address=self.address, **options)
+                else:
+                    ray.init(num_cpus=self.workers, **options)
+            except Exception as exc:  # unreachable, refused, a version mismatch…
+                where = f"the Ray cluster at {self.address}" if self.address else "a local Ray"
+                raise EngineError(f"cannot start {where}: {exc}".splitlines()[0]) from None
         try:
             task = ray.remote(num_cpus=1, max_retries=0)(guarded)
             pending = {task.remote(run, out): run for run in runs}
@@ -142,6 +151,18 @@ class RayEngine:
         finally:
             if started:
                 ray.shutdown()
+
+
+def _loopback(address: str) -> bool:
+    import ipaddress
+
+    host = address.removeprefix("ray://").rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def make_engine(name: str, address: str | None = None, workers: int | None = None):

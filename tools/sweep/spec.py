@@ -199,6 +199,9 @@ def _synthetic_traces(tables: Any, path: Path) -> list[Trace]:
     for i, table in enumerate(tables):
         _only(table, SYNTHETIC_KEYS, path, f"[[sweep.synthetic]] #{i + 1} ")
         params = {k: v for k, v in table.items() if k != "name"}
+        for key in ("machines", "memory_gib", "seed"):
+            if key in params and type(params[key]) is not int:
+                raise SpecError(f"{path}: [[sweep.synthetic]] #{i + 1}: {key} must be an integer, got {params[key]!r}")
         try:
             spec = SyntheticSpec(**params)
         except (TypeError, ValueError) as exc:
