@@ -9,13 +9,16 @@ workload), a sweep spec of ``--runs`` replays of it (seeds 0…N-1: identical si
    process tree (this process is made a child subreaper, so the pool's forkserver and workers are
    waited for here and counted in ``RUSAGE_CHILDREN``).
 
+3. the control: two plain interpreters at once, each running half the runs as in 1: what the host
+   gives two processes at the moment (other work on the cores lowers it, engine or not).
+
 Prints the throughput ratio (sequential wall ÷ sweep wall; goal >= 1.8 on 2 cores) and the
 engine's overhead: the tree's CPU less the replays' own CPU (each run's ``cpu_s``, measured in
 its worker around the replay, not its files) over the replays' CPU (goal <= 5 %), and the sweep's
 CPU against the sequential process's (which pays one interpreter start and import too). The host's load
 average is printed beside them: other processes on the cores lower the ratio.
 
-    .venv/bin/python bench/bench_sweep.py [--runs 4] [--machines 400] [--duration 1200]
+    .venv/bin/python bench/bench_sweep.py [--runs 4] [--machines 400] [--duration 900]
 """
 
 from __future__ import annotations
@@ -39,8 +42,9 @@ import json, sys, time
 from tools.sweep.run import execute
 from tools.sweep.spec import load_spec
 spec = load_spec(sys.argv[1])
+part, parts = map(int, (sys.argv[3] if len(sys.argv) > 3 else "0/1").split("/"))
 start = time.perf_counter()
-cpu = [execute(run, sys.argv[2])["cpu_s"] for run in spec.runs]
+cpu = [execute(run, sys.argv[2])["cpu_s"] for run in spec.runs[part::parts]]
 print(json.dumps({"wall_s": time.perf_counter() - start, "cpu_s": cpu}))
 """
 
@@ -63,7 +67,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=4)
     parser.add_argument("--machines", type=int, default=400)
-    parser.add_argument("--duration", type=float, default=1200.0)
+    parser.add_argument("--duration", type=float, default=900.0)
     parser.add_argument("--workers", type=int, default=None, help="sweep --workers (default: the cores)")
     args = parser.parse_args()
 
@@ -89,6 +93,13 @@ def main() -> int:
         seq_cpu = children_cpu() - cpu0
         seq = json.loads(done.stdout)
 
+        start = time.perf_counter()  # the control: two plain interpreters, half the runs each, at once
+        halves = [subprocess.Popen([python, "-c", SEQUENTIAL, str(spec), str(tmp / f"half{i}"), f"{i}/2"],
+                                   stdout=subprocess.DEVNULL, cwd=REPO) for i in range(2)]
+        if any(p.wait() for p in halves):
+            raise RuntimeError("a half of the control failed")
+        two_wall = time.perf_counter() - start
+
         command = [python, "-m", "tools.cli", "sweep", str(spec), "--out", str(tmp / "par"), "-o", "json"]
         if args.workers:
             command += ["--workers", str(args.workers)]
@@ -110,6 +121,8 @@ def main() -> int:
           f"replays' CPU {sum(seq['cpu_s']):.2f} s")
     print(f"  sweep --engine local: {par_wall:.2f} s wall; process tree CPU {tree_cpu:.2f} s, replays' CPU "
           f"{replay_cpu:.2f} s")
+    print(f"  control, two plain interpreters with half the runs each at once: {two_wall:.2f} s wall "
+          f"({seq_wall / two_wall:.2f}x the sequential throughput: what this host gives two processes now)")
     print(f"  throughput ratio {seq_wall / par_wall:.2f}x (goal >= 1.8); engine overhead {100 * overhead:.1f} % of "
           f"the replays' CPU (goal <= 5 %); the sweep's CPU over the sequential process's: "
           f"{100 * (tree_cpu - seq_cpu) / seq_cpu:+.1f} %; digests equal to the sequential runs': {same}")
