@@ -98,7 +98,7 @@ class progress_bar:
             self.first = (time.perf_counter(), finished)
         if self.bar is not None:
             if self.task is None:
-                self.task = self.bar.add_task(self.label, total=total, failed=0)
+                self.task = self.bar.add_task(self.label, total=total, completed=finished, failed=0)
             self.bar.update(self.task, completed=finished, failed=failed)
             return
         t0, n0 = self.first
