@@ -167,3 +167,10 @@ def test_synthetic_trace_and_scheduler_tables(tmp_path):
     assert (tmp_path / "out" / "traces" / "cell.omt.gz").is_file()
     data = json.loads(run_paths(tmp_path / "out", report["runs"][0]["id"])[0].read_text())
     assert [s["t_job"] for s in data["replay_config"]["schedulers"]] == [0.2, 0.5]
+
+
+def test_ray_engine_without_ray_stops_before_starting(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if not installed
+    status, out, err = run_cli(["sweep", str(SMALL), "--out", str(tmp_path / "out"), "--engine", "ray"])
+    assert status == 1 and "pip install 'omega-scheduler[sweep]'" in err and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()
