@@ -164,7 +164,7 @@ def test_synthetic_trace_and_scheduler_tables(tmp_path):
                     '{name = "s", kind = "service", t_job = 0.5}]]\nt_job = 0.2\n')
     status, report, err = sweep(spec, "--out", tmp_path / "out", "--workers", "1")
     assert status == 0, err
-    assert (tmp_path / "out" / "traces" / "cell.omt.gz").is_file()
+    assert [p.name[:5] for p in (tmp_path / "out" / "traces").iterdir()] == ["cell-"]
     data = json.loads(run_paths(tmp_path / "out", report["runs"][0]["id"])[0].read_text())
     assert [s["t_job"] for s in data["replay_config"]["schedulers"]] == [0.2, 0.5]
 
@@ -174,3 +174,30 @@ def test_ray_engine_without_ray_stops_before_starting(monkeypatch, tmp_path):
     status, out, err = run_cli(["sweep", str(SMALL), "--out", str(tmp_path / "out"), "--engine", "ray"])
     assert status == 1 and "pip install 'omega-scheduler[sweep]'" in err and err.count("\n") == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_google2011_import_per_cell_model(tmp_path):
+    parts = REPO / "tests" / "data" / "traces" / "google-2011"
+    spec = tmp_path / "s.toml"
+    spec.write_text(f'[[sweep.google2011]]\nname = "g"\n'
+                    f'task_events = "{parts / "task_events" / "part-00000-of-00500.csv.gz"}"\n'
+                    f'job_events = "{parts / "job_events" / "part-00000-of-00500.csv.gz"}"\n'
+                    'cell_model = ["plain", "overcommit"]\nlimit = 20000\n')
+    assert [t.name for t in load_spec(spec).traces] == ["g-plain", "g-overcommit"]
+    status, report, err = sweep(spec, "--out", tmp_path / "out")
+    assert status == 0, err
+    assert [r["trace"] for r in report["runs"]] == ["g-plain", "g-overcommit"]
+    for run in report["runs"]:
+        data = json.loads(run_paths(tmp_path / "out", run["id"])[0].read_text())
+        assert data["result"]["events"] > 0
+    bad = tmp_path / "bad.toml"
+    bad.write_text(spec.read_text().replace('"plain", "overcommit"', '"plain", "roomy"'))
+    status, _, err = run_cli(["sweep", str(bad), "--out", str(tmp_path / "out2")])
+    assert status == 65 and "roomy" in err
+    garbage = tmp_path / "task_events.csv"
+    garbage.write_text("not,a,task,event\n")
+    bad.write_text(spec.read_text().replace(str(parts / "task_events" / "part-00000-of-00500.csv.gz"), str(garbage)))
+    status, _, err = run_cli(["sweep", str(bad), "--out", str(tmp_path / "out3")])
+    assert status == 65 and "trace g-plain" in err and err.count("\n") == 1
+    assert not list((tmp_path / "out3").rglob("*.omt.gz"))
+

@@ -28,7 +28,7 @@ def run_sweep_command(args) -> int:
     from tools.cli import CommandError, InputError, UsageError
     from tools.cli.common import require_optional
     from tools.cli.replay import unwritable
-    from tools.sweep.driver import run_sweep
+    from tools.sweep.driver import TraceSourceError, run_sweep
     from tools.sweep.engines import EngineError, make_engine
     from tools.sweep.spec import SpecError, load_spec
 
@@ -55,6 +55,8 @@ def run_sweep_command(args) -> int:
             report = run_sweep(spec, engine, args.out, progress)
     except EngineError as exc:
         raise CommandError(f"sweep: {exc}") from None
+    except TraceSourceError as exc:
+        raise InputError(f"{args.spec}: {exc}") from None
     if output_json(args):
         print(json.dumps({"spec": spec.path, "engine": args.engine, "out": args.out, "table": report.table,
                           "ran": report.ran, "resumed": report.resumed, "retried": report.retried,

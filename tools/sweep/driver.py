@@ -33,26 +33,51 @@ class SweepReport:
     table: str = ""
 
 
+class TraceSourceError(ValueError):
+    """A trace the sweep makes (synthetic, imported) that could not be made: one line naming it."""
+
+
 Progress = Callable[[int, int, int], None]
 """``progress(finished, total, failed)``: called once before the first run ends and after each."""
 
 
 def prepare_traces(spec: Spec, out: Path) -> list[SweepRun]:
-    """The spec's runs with each synthetic trace written to ``OUT/traces/NAME.omt.gz`` (again when
-    there: the same spec writes the same bytes) and the runs pointed at it."""
-    from tools.fauxmaster.experiments.synthetic import SyntheticSpec, write_synthetic_trace
-
+    """The spec's runs with each trace that has a ``source`` made at ``OUT/traces/NAME-DIGEST.omt.gz``
+    (by rename: one that is there is complete, and kept) and the runs pointed at it."""
     paths = {}
     for trace in spec.traces:
-        if trace.synthetic is not None:
-            path = out / "traces" / f"{trace.name}.omt.gz"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.tmp")
-            write_synthetic_trace(tmp, SyntheticSpec(**trace.synthetic))
-            tmp.replace(path)
+        if trace.source is not None:
+            path = out / "traces" / f"{trace.name}-{trace.digest[:12]}.omt.gz"
+            if not path.is_file():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_name(f".{path.name}.tmp.omt.gz")
+                try:
+                    make_trace(trace.source, tmp)
+                except Exception as exc:  # an input that does not parse, a file gone since the spec was read
+                    tmp.unlink(missing_ok=True)
+                    raise TraceSourceError(f"trace {trace.name}: {exc}".splitlines()[0]) from exc
+                tmp.replace(path)
             paths[trace.name] = str(path)
     return [replace(run, trace=replace(run.trace, path=paths[run.trace.name])) if run.trace.name in paths else run
             for run in spec.runs]
+
+
+def make_trace(source: dict[str, Any], path: Path) -> None:
+    """Write the trace ``source`` describes (``Trace.source``) at ``path``."""
+    params = {k: v for k, v in source.items() if k != "kind"}
+    if source["kind"] == "synthetic":
+        from tools.fauxmaster.experiments.synthetic import SyntheticSpec, write_synthetic_trace
+
+        write_synthetic_trace(path, SyntheticSpec(**params))
+    elif source["kind"] == "google2011":
+        from tools.trace.google2011.cell import CapacityModel, CellModel
+        from tools.trace.google2011.importer import import_google2011
+
+        import_google2011(params["task_events"], params["job_events"], path,
+                          CapacityModel(params["capacity_model"], params["seed"]), limit=params["limit"],
+                          cell_model=CellModel(params["cell_model"]))
+    else:
+        raise ValueError(f"unknown trace source {source['kind']!r}")
 
 
 def run_sweep(spec: Spec, engine, out: str | Path, progress: Progress | None = None) -> SweepReport:

@@ -12,7 +12,9 @@ t_job = [0.1, 1.0]
 
 A ``[[sweep.synthetic]]`` table (``tools.fauxmaster.experiments.synthetic.SyntheticSpec``'s
 ``machines``, ``cores``, ``memory_gib``, ``duration_s``, ``seed``, ``service_lifetime_s``) adds a
-seeded synthetic trace: the cell model and workload. ``schedulers`` takes what ``omega replay
+seeded synthetic trace: the cell and workload. A ``[[sweep.google2011]]`` table adds the import
+of Google-2011 part files (``omega import google2011``: ``task_events``, ``job_events``,
+``cell_model``, ``capacity_model``, ``seed``, ``limit``); a list of cell models is one trace each. ``schedulers`` takes what ``omega replay
 --schedulers`` takes (a ``NAME:KIND[:CONFLICT[:COMMIT]]`` list) or a list of scheduler config
 tables (``SchedulerConfig``'s fields: ``plugins`` and ``options`` carry policy chains);
 ``GRID_KEYS`` lists the rest. Every run is checked by building its ``ReplayConfig`` while the
@@ -41,8 +43,9 @@ REPLAY_KEYS = ("decision_commits", "unplaced_charge", "initial_state", "max_txn_
                "sample_every_s", "skip_nothing_fits", "check")
 """Grid keys that are ``ReplayConfig`` fields."""
 GRID_KEYS = ("schedulers", *SCHEDULER_KEYS, *REPLAY_KEYS)
-SWEEP_KEYS = ("name", "traces", "synthetic", "seeds")
+SWEEP_KEYS = ("name", "traces", "synthetic", "google2011", "seeds")
 SYNTHETIC_KEYS = ("name", "machines", "cores", "memory_gib", "duration_s", "seed", "service_lifetime_s")
+GOOGLE_KEYS = ("name", "task_events", "job_events", "cell_model", "capacity_model", "seed", "limit")
 DEFAULT_SCHEDULERS = "batch:batch,service:service"
 _TYPES = {"t_job": (int, float), "t_task": (int, float), "conflict_mode": str, "commit_mode": str, "order": str,
           "decision_commits": str, "unplaced_charge": str, "initial_state": str, "max_txn_ops": int,
@@ -51,13 +54,14 @@ _TYPES = {"t_job": (int, float), "t_task": (int, float), "conflict_mode": str, "
 
 @dataclass(frozen=True)
 class Trace:
-    """A trace of the sweep: a file, or a synthetic one (``synthetic`` set) written into the sweep's
-    folder before the runs start. ``digest``: the sha256 of the file, or of the synthetic spec."""
+    """A trace of the sweep: a file, or one made into the sweep's folder before the runs start
+    (``source``: ``{"kind": "synthetic" | "google2011", …its parameters}``). ``digest``: the sha256
+    of the file, or of the source (its parameters and input files' digests)."""
 
     name: str
     path: str
     digest: str
-    synthetic: dict[str, Any] | None = None
+    source: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -132,9 +136,11 @@ def parse_spec(data: dict[str, Any], path: Path) -> Spec:
     name = sweep.get("name", path.stem)
     if not isinstance(name, str) or not name:
         raise SpecError(f"{path}: [sweep] name must be a non-empty string")
-    traces = _file_traces(sweep.get("traces", []), path) + _synthetic_traces(sweep.get("synthetic", []), path)
+    traces = (_file_traces(sweep.get("traces", []), path) + _synthetic_traces(sweep.get("synthetic", []), path)
+              + _google_traces(sweep.get("google2011", []), path))
     if not traces:
-        raise SpecError(f"{path}: [sweep] names no trace (traces = [...] or [[sweep.synthetic]])")
+        raise SpecError(f"{path}: [sweep] names no trace (traces = [...], [[sweep.synthetic]] or "
+                        f"[[sweep.google2011]])")
     names = [t.name for t in traces]
     if len(set(names)) != len(names):
         raise SpecError(f"{path}: [sweep] trace names must be unique, got {names}")
@@ -209,7 +215,51 @@ def _synthetic_traces(tables: Any, path: Path) -> list[Trace]:
         text = json.dumps({"synthetic": params}, sort_keys=True)
         name = table.get("name", f"synthetic-{i + 1}")
         out.append(Trace(str(name), "", hashlib.sha256(text.encode()).hexdigest(), {
-            f.name: getattr(spec, f.name) for f in fields(spec) if f.name != "mix"}))
+            "kind": "synthetic", **{f.name: getattr(spec, f.name) for f in fields(spec) if f.name != "mix"}}))
+    return out
+
+
+def _google_traces(tables: Any, path: Path) -> list[Trace]:
+    """One trace per table and cell model (``name``, or ``name-MODEL`` for a list of models)."""
+    from tools.trace.google2011.cell import CapacityModel, CellModel
+
+    if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
+        raise SpecError(f"{path}: [[sweep.google2011]] must be tables")
+    out = []
+    for i, table in enumerate(tables):
+        where = f"[[sweep.google2011]] #{i + 1}"
+        _only(table, GOOGLE_KEYS, path, where + " ")
+        files = {}
+        for key in ("task_events", "job_events"):
+            item = table.get(key)
+            if not isinstance(item, str) or not item:
+                raise SpecError(f"{path}: {where}: {key} must name a part file")
+            file = (path.parent / item).resolve()
+            try:
+                files[key] = (str(file), hashlib.sha256(file.read_bytes()).hexdigest())
+            except OSError as exc:
+                raise SpecError(f"{path}: {where}: {key} {item}: {exc.strerror or exc}") from None
+        models = table.get("cell_model", "overcommit")
+        models = models if isinstance(models, list) else [models]
+        seed, limit, capacity = table.get("seed", 0), table.get("limit"), table.get("capacity_model", "mix")
+        if type(seed) is not int or (limit is not None and (type(limit) is not int or limit < 1)):
+            raise SpecError(f"{path}: {where}: seed must be an integer and limit a positive integer")
+        try:
+            CapacityModel(capacity, seed)
+            for model in models:
+                CellModel(model)
+        except (TypeError, ValueError) as exc:
+            raise SpecError(f"{path}: {where}: {exc}") from None
+        if not models or len(set(models)) != len(models):
+            raise SpecError(f"{path}: {where}: cell_model must be one model or a list of distinct models")
+        base = table.get("name", f"google2011-{i + 1}")
+        for model in models:
+            params = {"task_events": files["task_events"][0], "job_events": files["job_events"][0],
+                      "cell_model": model, "capacity_model": capacity, "seed": seed, "limit": limit}
+            text = json.dumps({"google2011": {**params, "task_events": files["task_events"][1],
+                                              "job_events": files["job_events"][1]}}, sort_keys=True)
+            name = f"{base}-{model}" if len(models) > 1 else str(base)
+            out.append(Trace(name, "", hashlib.sha256(text.encode()).hexdigest(), {"kind": "google2011", **params}))
     return out
 
 
