@@ -51,7 +51,7 @@ def run_sweep_command(args) -> int:
         raise UsageError(f"--out {args.out}: {why}")
     engine = make_engine(args.engine, args.address, args.workers)
     try:
-        with progress_bar(sys.stderr.isatty(), f"sweep {spec.name} ({args.engine})") as progress:
+        with ProgressBar(sys.stderr.isatty(), f"sweep {spec.name} ({args.engine})") as progress:
             report = run_sweep(spec, engine, args.out, progress)
     except EngineError as exc:
         raise CommandError(f"sweep: {exc}") from None
@@ -71,7 +71,7 @@ def run_sweep_command(args) -> int:
     return 1 if report.failed else 0
 
 
-class progress_bar:
+class ProgressBar:
     """A ``progress(finished, total, failed)`` callback with ETA on stderr: a rich bar when
     ``rich`` (a terminal), else a plain line per change (``sweep: 3/8 (38%), 0 failed, ETA 0:42``)."""
 
