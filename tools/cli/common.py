@@ -286,7 +286,7 @@ def output_json(args) -> bool:
 
 
 # Optional dependencies: module -> the extra that installs it (pyproject.toml).
-OPTIONAL = {"matplotlib": "report", "ortools": "solver"}
+OPTIONAL = {"matplotlib": "report", "ortools": "solver", "ray": "sweep"}
 
 
 def require_optional(module: str, what: str) -> None:
