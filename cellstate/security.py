@@ -405,15 +405,23 @@ def _copy_ca(ca_cert: str, directory: Path) -> str:
     return str(target)
 
 
-def secure_options(pki_dir: str | os.PathLike, token_ttl: str = DEFAULT_TOKEN_TTL, **options) -> EtcdOptions:
-    """EtcdOptions with TLS from the local PKI in ``pki_dir`` and ES256 JWT auth tokens.
+def secure_options(pki_dir: str | os.PathLike, token_ttl: str = DEFAULT_TOKEN_TTL, hosts=(),
+                   **options) -> EtcdOptions:
+    """EtcdOptions with TLS from the local PKI in ``pki_dir`` (the server certificate naming
+    ``hosts`` besides loopback) and ES256 JWT auth tokens.
 
     JWT tokens (unlike etcd's default "simple" tokens) stay valid on every member and
-    across restarts; they expire after ``token_ttl`` (an etcd duration like "24h").
+    across restarts; they expire after ``token_ttl`` (an etcd duration like "24h"). Every member
+    must sign with the same key: on a host without the CA key (a member host given a copy of the
+    PKI) missing JWT keys are a PkiError, not made afresh.
     """
-    from cellstate.pki import ensure_jwt_keys, ensure_local_pki
+    from cellstate.pki import CA_NAME, JWT_NAME, PkiError, ensure_jwt_keys, ensure_local_pki
 
-    pki = ensure_local_pki(pki_dir)
+    pki = ensure_local_pki(pki_dir, hosts=hosts)
+    path = Path(pki_dir)
+    if not (path / f"{CA_NAME}.key").exists() and not (path / f"{JWT_NAME}.key").exists():
+        raise PkiError(f"{path / (JWT_NAME + '.key')} is missing: copy jwt.key and jwt.pub from the host holding "
+                       "the CA, so every member signs auth tokens with the same key")
     private, public = ensure_jwt_keys(pki_dir)
     extra = list(options.pop("extra_args", []))
     extra += ["--auth-token", f"jwt,pub-key={public},priv-key={private},sign-method=ES256,ttl={token_ttl}"]
