@@ -172,10 +172,19 @@ class EtcdStore:
         return etcd_wire.store_error(exc, what)
 
     def _fail_endpoint(self, endpoint) -> None:
-        """Mark ``endpoint`` failed for time_retry seconds so the next call fails over."""
+        """Mark ``endpoint`` failed for time_retry seconds and, when it is the one in use, move on
+        to the next endpoint not failed (in list order, wrapping): the next call fails over even
+        when it comes after time_retry (a retry a second later would otherwise find the failed
+        endpoint still "in use" and no longer marked, and try it again, forever)."""
         endpoint.fail()
         if endpoint is self._client.endpoint_in_use:
             self._client._clear_old_stubs()
+            labels = list(self._client.endpoints)
+            at = labels.index(self._client._current_endpoint_label)
+            for label in labels[at + 1:] + labels[:at]:
+                if not self._client.endpoints[label].is_failed():
+                    self._client._current_endpoint_label = label
+                    break
 
     def _compact_revision(self) -> int:
         """etcd's current compact revision (0 if unknown): a watch from revision 1 reports it."""
