@@ -172,7 +172,7 @@ def store_failure(exc: BaseException, args) -> str:
         if "Connection refused" in text or "connection refused" in text:
             return (f"cannot reach etcd at {endpoints} (connection refused): start one with `omega etcd up`, "
                     "or point --endpoints / $OMEGA_ENDPOINTS at a running etcd")
-        if "Handshake" in text or "SSL" in text or "ssl" in text:
+        if "Handshake" in text or "SSL" in text or "ssl" in text or "TSI_" in text:  # TSI_: gRPC's TLS layer
             return (f"TLS handshake with etcd at {endpoints} failed: is it a plain (non-TLS) etcd, is "
                     "--cacert the CA that signed its certificate, or does it want a client certificate "
                     "(--cert/--key)? (" + text + ")")
