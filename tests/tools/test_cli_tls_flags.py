@@ -75,3 +75,38 @@ def test_cert_flags_override_the_credentials_file(tmp_path):
     mine = store_auth(parse(["--credentials", str(tmp_path / "a-agent.json"), "--cell", "a",
                              "--cert", "/mine.pem", "--key", "/mine.key"]))
     assert mine["cert"] == "/mine.pem" and mine["key"] == "/mine.key" and mine["user"] == "a-agent"
+
+
+def test_client_cert_auth_needs_secure(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["cell", "up", "--client-cert-auth", "--port", "0"])
+    assert exit_.value.code == 2 and "--client-cert-auth needs --secure" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--listen", "etcd.example"], "--listen must be an IP address"),
+    (["--name", "m1"], "--name and --initial-cluster go together"),
+    (["--name", "m1", "--initial-cluster", "m1=10.77.0.1:2380", "--members", "3"],
+     "--members and --initial-cluster do not go together"),
+])
+def test_bad_host_flags_are_usage_errors(capsys, argv, message):
+    for command in (["etcd", "up"], ["cell", "up"]):
+        with pytest.raises(SystemExit) as exit_:
+            main([*command, *argv])
+        assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_cell_certs_names_the_hosts_and_issues_client_certificates(tmp_path, capsys):
+    from cellstate.pki import cert_hosts, client_cert_valid
+
+    data = tmp_path / "data"
+    assert main(["cell", "certs", "--data-dir", str(data), "--host", "10.77.0.1", "--host", "etcd-2.example",
+                 "--client", "operator"]) == 0
+    out = capsys.readouterr().out
+    assert "10.77.0.1, 127.0.0.1, etcd-2.example, localhost" in out and "never ca.key" in out
+    assert cert_hosts(data / "pki" / "server.pem") == {"10.77.0.1", "etcd-2.example", "127.0.0.1", "localhost"}
+    assert client_cert_valid(data / "pki", data / "credentials" / "operator.pem",
+                             data / "credentials" / "operator.key", "operator")
+    with pytest.raises(SystemExit) as exit_:
+        main(["cell", "certs", "--data-dir", str(data), "--client", "ca"])
+    assert exit_.value.code == 2 and "--client 'ca'" in capsys.readouterr().err
