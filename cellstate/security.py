@@ -17,6 +17,10 @@ run again with more cells (or after a restart with the same data directory) it r
 the files and adds what is missing. Auth changes go through etcd's gRPC Auth service
 directly (the etcd3 client has no user/role API).
 
+With ``client_certs_from`` (an etcd with ``--client-cert-auth``) each user also gets a client
+certificate with its name as CN beside its file, which names it by file name (relative paths in
+a credential file are taken relative to its directory).
+
 etcd's RBAC has version-dependent holes: ``cellstate.rbac_gaps``.
 """
 
@@ -171,7 +175,8 @@ def load_credentials(path: str | os.PathLike) -> Credentials:
         return Credentials(first.endpoints, first.ca_cert, first.key_root, users)
     try:
         data = json.loads(Path(path).read_text())
-        users = {name: UserCredential(**{**u, **_beside(path, u, ("cert", "key"))}) for name, u in data["users"].items()}
+        users = {name: UserCredential(**{**u, **_beside(path, u, ("cert", "key"))})
+                 for name, u in data["users"].items()}
         ca_cert = _beside(path, data, ("ca_cert",))["ca_cert"]
         return Credentials(tuple(data["endpoints"]), ca_cert, data["key_root"], users)
     except OSError as exc:

@@ -1,7 +1,7 @@
 """One etcd member: its identity, host and ports (``MemberSpec``), its process (on 127.0.0.1 unless
-placed elsewhere, ``cellstate.etcd.placement``) with its own data directory and log, its command line and health. A member is stopped with SIGTERM, then SIGKILL; one
-launched from the main thread gets SIGTERM when its parent dies without stopping it
-(``cellstate.child_process``)."""
+placed elsewhere, ``cellstate.etcd.placement``) with its own data directory and log, its command
+line and health. A member is stopped with SIGTERM, then SIGKILL; one launched from the main
+thread gets SIGTERM when its parent dies without stopping it (``cellstate.child_process``)."""
 
 from __future__ import annotations
 

@@ -8,6 +8,13 @@ Each user's random password is in its own file, ``DATA_DIR/credentials/{user}.js
 ``admin.json``; mode 0600, beside the public ``ca.pem``), to hand to that component alone:
 ``omega check --cell a --credentials DATA_DIR/credentials/a-monitor.json``.
 
+With ``--client-cert-auth`` clients must also present a certificate of that CA (mTLS): each
+user gets one (CN = the user) beside its credential file, which names it. ``--listen``,
+``--advertise`` and ``--name``/``--initial-cluster`` place the members as for ``omega etcd up``;
+spread over hosts, the first member's host sets auth up and the others only serve.
+``omega cell certs`` makes the CA, a server certificate naming every ``--host`` and client
+certificates beforehand, on the host that keeps the CA key (docs/DEPLOY.md).
+
 It prints the etcd version and, for a version whose RBAC has known holes
 (``cellstate.rbac_gaps.RBAC_GAPS``), what a holder of any credential can still do; while it
 serves, it reports early compactions and raised alarms as ``etcd: ALERT`` lines.
@@ -63,7 +70,8 @@ def register(sub) -> None:
     up.set_defaults(func=run_up)
     certs = _cell_actions(sub).add_parser(
         "certs", help="make the CA, the server certificate for every member host and client certificates")
-    certs.add_argument("--data-dir", required=True, help="the data dir of `omega cell up --secure` (PKI in DATA_DIR/pki)")
+    certs.add_argument("--data-dir", required=True,
+                       help="the data dir of `omega cell up --secure` (PKI in DATA_DIR/pki)")
     certs.add_argument("--host", action="append", dest="hosts", default=[], metavar="HOST",
                        help="an IP or name the members are reached at (repeat; loopback is always named)")
     certs.add_argument("--client", action="append", dest="clients", default=[], metavar="NAME",
