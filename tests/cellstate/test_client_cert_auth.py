@@ -75,3 +75,32 @@ def test_client_certificates_are_reused_on_a_second_run(mtls_etcd):
     secure_cells(cluster.endpoints, [CELL], creds, ca_cert=cluster.ca_cert,
                  client_certs_from=creds.parent / "pki")
     assert (creds / "m-agent.pem").read_bytes() == before
+
+
+def test_the_public_ca_alone_reaches_no_admin_call(mtls_etcd):
+    import grpc
+    import etcd3.etcdrpc as rpc
+
+    cluster, creds = mtls_etcd
+    channel = grpc.secure_channel(cluster.endpoints[0],
+                                  grpc.ssl_channel_credentials(open(cluster.ca_cert, "rb").read()))
+    try:
+        for call in (lambda: rpc.KVStub(channel).Compact(rpc.CompactionRequest(revision=1), 3),
+                     lambda: rpc.LeaseStub(channel).LeaseTimeToLive(rpc.LeaseTimeToLiveRequest(ID=1, keys=True), 3),
+                     lambda: rpc.ClusterStub(channel).MemberList(rpc.MemberListRequest(), 3)):
+            with pytest.raises(grpc.RpcError) as info:
+                call()
+            assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+    finally:
+        channel.close()
+
+
+def test_a_certificate_without_a_password_acts_as_its_common_name(mtls_etcd):
+    from cellstate.store import PermissionDenied
+
+    cluster, creds = mtls_etcd
+    with EtcdStore(cluster.urls, ca_cert=str(creds / "ca.pem"), cert=str(creds / "m-monitor.pem"),
+                   key=str(creds / "m-monitor.key")) as store:
+        assert store.range(f"/omega/cells/{CELL}/").revision > 0
+        with pytest.raises(PermissionDenied):
+            store.put(f"/omega/cells/{CELL}/jobs/y", b"1")  # m-monitor reads only
