@@ -163,10 +163,13 @@ def test_three_host_cell_with_mtls_survives_losing_a_host(hosts, tmp_path):
     assert not (data["h2"] / "pki" / "ca.key").exists()
     initial = ",".join(f"m{i}={SUBNET}.{i}:2380" for i in (1, 2, 3))
     try:
-        for i, h in enumerate(HOSTS, start=1):
+        def cell_up(i: int, h: str) -> None:
             extra = ["--metrics-loopback"] if h == "h2" else []
             run[h].start("etcd", ["cell", "up", "--secure", "--client-cert-auth", "--data-dir", str(data[h]),
                                   "--name", f"m{i}", "--initial-cluster", initial, "--no-fsync", *extra])
+
+        for i, h in enumerate(HOSTS, start=1):
+            cell_up(i, h)
         for i, h in enumerate(HOSTS, start=1):
             wait_for(f"member m{i} on {h}", lambda h=h, i=i: f" member m{i} pid " in run[h].log("etcd"),
                      detail=lambda h=h: run[h].log("etcd"))
@@ -230,6 +233,14 @@ def test_three_host_cell_with_mtls_survives_losing_a_host(hosts, tmp_path):
         check = run["h2"].run(["check", *as_monitor])
         assert check.returncode == 0 and "OK" in check.stdout, check.stdout + check.stderr
         assert run["h2"].procs["scheduler"].poll() is None and run["h3"].procs["agents"].poll() is None
+
+        # h1 comes back: the same command rejoins its member from the recorded layout and data
+        (logs / f"{hosts['h1']}-etcd.log").unlink()
+        cell_up(1, "h1")
+        wait_for("member m1 back", lambda: " member m1 pid " in run["h1"].log("etcd"),
+                 detail=lambda: run["h1"].log("etcd"))
+        alone = run["h2"].run(["check", "--endpoints", f"https://{SUBNET}.1:2379", *as_monitor])
+        assert alone.returncode == 0 and "4 jobs" in alone.stdout, alone.stdout + alone.stderr
     finally:
         for host in run.values():
             host.stop_all()
