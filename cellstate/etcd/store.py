@@ -124,16 +124,30 @@ class EtcdStore:
         creds = channel_credentials(endpoints, ca_cert, cert, key)
         eps = [etcd3.Endpoint(host, port, secure=creds is not None, creds=creds, time_retry=time_retry,
                               opts=_CHANNEL_OPTIONS) for host, port in map(parse_endpoint, endpoints)]
-        try:
-            self._client = etcd3.MultiEndpointEtcd3Client(
-                endpoints=eps, failover=True, timeout=timeout, user=user, password=password)
-        except grpc.RpcError as exc:
-            for ep in eps:
-                ep.close()
-            raise etcd_wire.store_error(exc, "authentication") from None
-        # The auth token travels as metadata (call credentials are refused on plain channels).
-        self._metadata = self._client.metadata
+        self._client = etcd3.MultiEndpointEtcd3Client(endpoints=eps, failover=True, timeout=timeout)
+        self._metadata = None
         self._credentials = (user, password) if user is not None else None
+        if user is not None:
+            try:
+                self._login(user, password, len(eps))
+            except grpc.RpcError as exc:
+                self._client.close()
+                raise etcd_wire.store_error(exc, "authentication") from None
+
+    def _login(self, user: str, password: str, attempts: int) -> None:
+        """Authenticate, moving on to the next endpoint while one cannot be reached (the client
+        starts on a random one), at most ``attempts`` times. The auth token travels as metadata
+        (call credentials are refused on plain channels)."""
+        for attempt in range(attempts):
+            try:
+                resp = self._client.authstub.Authenticate(
+                    rpc.AuthenticateRequest(name=user, password=password), self._timeout)
+                break
+            except grpc.RpcError as exc:
+                if exc.code() not in etcd_wire.ENDPOINT_FAILURE_CODES or attempt == attempts - 1:
+                    raise
+                self._fail_endpoint(self._client.endpoint_in_use)
+        self._metadata = self._client.metadata = (("token", resp.token),)
 
     # -- plumbing ---------------------------------------------------------------------------
 

@@ -104,3 +104,16 @@ def test_a_certificate_without_a_password_acts_as_its_common_name(mtls_etcd):
         assert store.range(f"/omega/cells/{CELL}/").revision > 0
         with pytest.raises(PermissionDenied):
             store.put(f"/omega/cells/{CELL}/jobs/y", b"1")  # m-monitor reads only
+
+
+def test_login_passes_over_a_dead_first_endpoint(mtls_etcd, monkeypatch):
+    import importlib
+
+    from cellstate.etcd.ports import free_port
+
+    cluster, creds = mtls_etcd
+    monkeypatch.setattr(importlib.import_module("etcd3.client").random, "choice", lambda labels: labels[0])
+    dead = f"https://127.0.0.1:{free_port()}"
+    kwargs = load_credentials(creds / "m-monitor.json").store_kwargs("m-monitor")
+    with EtcdStore([dead, *cluster.urls], timeout=2.0, **kwargs) as store:
+        assert store.revision() > 0

@@ -221,10 +221,21 @@ def connect(args, *, existing_cell: bool = True, retry_for: float = 0.0, on_retr
 
 
 def _checked_store(args, keys: CellKeys, what: str, existing_cell: bool):
-    """The store, once it answered and (with ``existing_cell``) the cell exists; closed on failure."""
+    """The store, once it answered and (with ``existing_cell``) the cell exists; closed on failure.
+    An endpoint that cannot be reached is passed over for the next one (the store moves on after
+    a failure): the store answers when any endpoint does."""
+    from cellstate.store import Unavailable
+
     store = open_store(args)
     try:
-        store.revision()
+        attempts = len(endpoints_of(args.endpoints))
+        for attempt in range(attempts):
+            try:
+                store.revision()
+                break
+            except Unavailable:
+                if attempt == attempts - 1:
+                    raise
         if existing_cell:
             require_cell(store, keys, what)
     except BaseException:
