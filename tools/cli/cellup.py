@@ -202,6 +202,9 @@ def run_up(args) -> int:
         cluster, creds = _start(args, data_dir)
         with stopped_on_interrupt(cluster):
             _announce(cluster, data_dir, creds)
+            if args.secure and creds is None and args.cells:
+                print(f"  --cell {', '.join(args.cells)}: not used on this host (cell users are made on the "
+                      "first member's host)", flush=True)
             check = None
             if creds is not None:
                 check, close = _guard(cluster, creds, args.auto_compaction_retention)
