@@ -44,15 +44,15 @@ def run(trace: str, spec: str, store: str, arrivals_end: float) -> dict:
         spec_file = Path(tmp) / "s.json"
         spec_file.write_text(spec)
         cmd = [sys.executable, "-m", "tools.cli", "replay", trace, "--schedulers", f"@{spec_file}",
-               "--sample-every", "1", "--json-out", str(out), "--store", store]
+               "--sample-every", "1", "--json-out", str(out), "--store", store, "--until", str(arrivals_end + 600)]
         started = time.perf_counter()
         subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
         wall = time.perf_counter() - started
         doc = json.loads(out.read_text())
     samples = [u for u in doc["utilization"] if u["t"] <= arrivals_end]
     at_end = samples[-1]["extra"].get("gpu", 0.0) if samples else 0.0
-    txns = sum(s["transactions"] for s in doc["schedulers"].values())
-    conflicts = sum(s["conflict_transactions"] for s in doc["schedulers"].values())
+    txns = sum(s["transactions"] for s in doc["schedulers"])
+    conflicts = sum(s["conflict_transactions"] for s in doc["schedulers"])
     return {"allocated_gpu_pct_at_last_arrival": 100 * at_end, "unallocated_gpu_pct": 100 * (1 - at_end),
             "jobs_unscheduled": doc["jobs_unscheduled"], "conflict_fraction": conflicts / txns if txns else 0.0,
             "txns": txns, "conflict_txns": conflicts, "check_ok": doc["check"]["ok"], "wall_s": round(wall, 1)}

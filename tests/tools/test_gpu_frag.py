@@ -184,3 +184,61 @@ def test_html_report_has_plots_and_modelling_choices(tmp_path):
     page = (tmp_path / "r" / "index.html").read_text()
     assert page.count("data:image/png;base64,") == 2 and "modelling choices" in page
     assert json.loads((tmp_path / "r" / "result.json").read_text())["policies"]["bestfit"]
+
+
+def test_one_node_frag_agrees_with_the_vectorized_measure():
+    from schedulers.gpu.frag import node_frag
+
+    inputs = load_inputs(NODES, PODS)
+    fleet = GpuFleet(inputs.nodes)
+    measure = FragMeasure(inputs.workload, fleet.models)
+    rng = np.random.default_rng(3)
+    fleet.left[:] = np.where(fleet.left > 0, rng.integers(0, 1001, fleet.left.shape), 0)
+    fleet.cpu_left[:] = rng.integers(0, 64_000, fleet.size)
+    vectorized = measure.amount(fleet.cpu_left, fleet.left, fleet.model)
+    for i in range(fleet.size):
+        model = fleet.models[fleet.model[i]] if fleet.model[i] >= 0 else ""
+        frees = [int(x) for x in fleet.left[i, :fleet.gpu_count[i]]]
+        assert node_frag(int(fleet.cpu_left[i]), frees, model, inputs.workload) == pytest.approx(vectorized[i])
+
+
+def test_the_fgd_scorer_prefers_the_machine_whose_hole_the_task_fills():
+    from cellstate.devices import MODEL_LABEL, bind, GpuAsk, gpu_capacity
+    from cellstate.model import Job, JobKind, Machine
+    from cellstate.resources import Resources
+    from schedulers.plugin import PluginConfigError
+    from schedulers.registry import SCORERS
+
+    scorer = SCORERS["fgd"]({"workload": [{"cpu": 1000, "gpu": 400, "weight": 1}, {"cpu": 1000, "gpu": 1000}]})
+    cap = Resources.of(32_000, 100_000, 0, **gpu_capacity(2))
+    used = bind(Resources.of(1000, 10, 0, gpu=600), GpuAsk(1, 600), (0,))  # device 0: 400 left
+    holed = Machine("a", cap, labels=((MODEL_LABEL, "T4"),), allocated=used, task_count=1)
+    idle = Machine("b", cap, labels=((MODEL_LABEL, "T4"),))
+    job = Job("j", JobKind.BATCH, 1, Resources.of(1000, 10, 0, gpu=400))
+    assert scorer.score(job, holed, holed.free, None) > 0.5 > scorer.score(job, idle, idle.free, None)
+    cpu_only = Machine("c", Resources.of(32_000, 100_000))
+    assert scorer.score(job, cpu_only, cpu_only.free, None) == 0.5
+    for bad in ({}, {"workload": []}, {"workload": [{"cpu": 1, "gpu": 1500}]}, {"workload": [{"cpu": 1, "nope": 1}]}):
+        with pytest.raises(PluginConfigError):
+            SCORERS["fgd"](bad)
+
+
+@pytest.mark.parametrize("kind, mode", [("batch", "resource-fit"), ("borg", "resource-fit"), ("batch", "sequence")])
+def test_schedulers_scoring_by_fgd_replay_a_gpu_burst_with_every_task_on_named_devices(tmp_path, kind, mode):
+    from tools.gpufrag.experiment import workload_args
+    from tools.gpufrag.timed import write_burst_trace
+
+    trace = tmp_path / "burst.omt"
+    info = write_burst_trace(str(NODES), str(PODS), str(trace), seed=1, tune=1.0, rate=5.0, life_scale=0.01)
+    chain = {"filters": [{"name": "machine_state"}, {"name": "resources_fit"}, {"name": "constraints"}],
+             "scorers": [{"name": "fgd", "args": {"workload": workload_args(load_inputs(NODES, PODS).workload)}}]}
+    spec = [{"name": f"s{i}", "kind": kind, "jobs": "all", "conflict_mode": mode, "options": chain} for i in range(3)]
+    (tmp_path / "s.json").write_text(json.dumps(spec))
+    status, out, err = run_cli(["replay", str(trace), "--schedulers", f"@{tmp_path / 's.json'}", "-o", "json",
+                                "--until", str(info["arrival_window_s"] + 300), "--sample-every", "1"])
+    assert status == 0, err
+    doc = json.loads(out)
+    assert doc["check"]["ok"]
+    placed = sum(s["tasks_placed"] for s in doc["schedulers"])
+    assert placed > info["pods"] * 0.8
+    assert max(u["extra"]["gpu"] for u in doc["utilization"]) > 0.1
