@@ -32,8 +32,10 @@ from tools.gpufrag.timed import write_burst_trace  # noqa: E402
 FILTERS = [{"name": "machine_state"}, {"name": "resources_fit"}, {"name": "constraints"}]
 
 
-def schedulers(n: int, mode: str, workload: list[dict]) -> str:
+def schedulers(n: int, mode: str, workload: list[dict], full_scan: int = 0) -> str:
     chain = {"filters": FILTERS, "scorers": [{"name": "fgd", "args": {"workload": workload}}]}
+    if full_scan:  # every scheduler scores every machine: they all want the same best one
+        chain.update(k=full_scan, sample_size=full_scan, sample_rounds=1)
     return json.dumps([{"name": f"fgd{i}", "kind": "batch", "jobs": "all", "conflict_mode": mode,
                         "options": chain} for i in range(n)])
 
@@ -64,17 +66,21 @@ def main() -> int:
     ap.add_argument("--pods", default=str(TRACES / "openb_pod_list_default.csv.gz"))
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--rate", type=float, default=20.0)
-    ap.add_argument("--life-scale", default="0,0.01")
+    ap.add_argument("--life-scale", default="0,0.1")
     ap.add_argument("--store", default="memory", choices=("memory", "etcd"))
+    ap.add_argument("--node-limit", type=int, default=None, help="a seeded sample of this many nodes")
+    ap.add_argument("--full-scan", action="store_true",
+                    help="each scheduler scores every machine (maximal contention) instead of sampling")
     args = ap.parse_args()
     workload = workload_args(load_inputs(args.nodes, args.pods).workload)
     for life in (float(x) for x in args.life_scale.split(",")):
         with tempfile.TemporaryDirectory() as tmp:
             trace = str(Path(tmp) / "burst.omt")
-            info = write_burst_trace(args.nodes, args.pods, trace, args.seed, 1.0, args.rate, life)
+            info = write_burst_trace(args.nodes, args.pods, trace, args.seed, 1.0, args.rate, life, args.node_limit)
             print(f"life scale {life}: {info['pods']} pods over {info['arrival_window_s']:.0f} virtual s")
             for n, mode in ((1, "resource-fit"), (3, "resource-fit"), (3, "sequence")):
-                r = run(trace, schedulers(n, mode, workload), args.store, info["arrival_window_s"])
+                scan = (args.node_limit or 100_000) if args.full_scan else 0
+                r = run(trace, schedulers(n, mode, workload, scan), args.store, info["arrival_window_s"])
                 print(f"  {n} x fgd, {mode:<12} unallocated GPU {r['unallocated_gpu_pct']:6.2f} %  "
                       f"never placed {r['jobs_unscheduled']:5d}  conflict fraction {r['conflict_fraction']:.3f} "
                       f"({r['conflict_txns']}/{r['txns']} txns)  check {'ok' if r['check_ok'] else 'VIOLATIONS'}  "

@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from cellstate.devices import bind_in, visible_devices
 from omega.protocols import CellView
 from schedulers.pipeline import Pipeline, Rejections
 from schedulers.plugin import ScoreContext
@@ -41,6 +42,8 @@ class MachineScore:
     machine_id: str
     rank: tuple[float, ...]
     contributions: dict[str, float]
+    devices: str = ""
+    """The GPU devices the task would hold there (``"0,3"``; empty when it asks none)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +122,8 @@ def _score(pipeline: Pipeline, spec, machine, free, ctx) -> MachineScore:
             contributions[scorer.name] = part
             total += part
         rank.append(total)
-    return MachineScore(machine.id, tuple(rank), contributions)
+    bound = bind_in(spec.request, free) if spec.request.extra else None
+    return MachineScore(machine.id, tuple(rank), contributions, visible_devices(bound) if bound is not None else "")
 
 
 def _preemption(scheduler, view: CellView, job_id: str, task: int) -> dict[str, Any] | None:
@@ -150,7 +154,8 @@ def render(ex: Explanation) -> str:
         lines.append(f"top {len(ex.top)} machines (rank per stage; weighted contribution per scorer):")
         for m in ex.top:
             parts = ", ".join(f"{name} {value:.3f}" for name, value in m.contributions.items())
-            lines.append(f"  {m.machine_id:<16} rank {', '.join(f'{x:.3f}' for x in m.rank)}   {parts}")
+            devices = f"   GPU devices {m.devices}" if m.devices else ""
+            lines.append(f"  {m.machine_id:<16} rank {', '.join(f'{x:.3f}' for x in m.rank)}   {parts}{devices}")
     if ex.unschedulable:
         lines.append(f"unschedulable: {ex.unschedulable}")
         if ex.preemption:

@@ -83,6 +83,19 @@ def test_cell_init_from_spec_file(tmp_path, cell_args, etcd_store, cell_keys):
     assert {m.platform for m in cell} == {"risc-v"} and all(len(m.packages) == 1 for m in cell)
 
 
+def test_cell_init_from_the_gpu_example(cell_args, etcd_store, cell_keys):
+    from pathlib import Path
+
+    from cellstate.devices import MODEL_LABEL, device_count
+
+    example = Path(__file__).resolve().parents[2] / "docs" / "examples" / "gpu-cell.toml"
+    assert run_cli(["cell", "init", "--spec", str(example), "--machines", "30", *cell_args]) == 0
+    cell = machines(etcd_store, cell_keys)
+    models = {dict(m.labels).get(MODEL_LABEL, ""): device_count(m.capacity) for m in cell}
+    assert models.get("V100M32") == 8 and models.get("P100") == 2 and models.get("") == 0
+    assert all(m.capacity.get("gpu") == 1000 * device_count(m.capacity) for m in cell)
+
+
 @pytest.mark.parametrize("flags", [["--shape", "16"], ["--shape", "x,64Gi"], ["--machines", "0"],
                                    ["--zones", "27"], ["--shape", "4,8GB"]],
                          ids=["shape-too-short", "shape-cores", "no-machines", "too-many-zones", "shape-unit"])

@@ -91,3 +91,21 @@ def test_check_flags_an_unbound_or_misbound_gpu_alloc(etcd_store, cell_keys):
                                                  allocated=used, task_count=2)))])
     kinds = {v.kind for v in check_cell(etcd_store, cell_keys).violations}
     assert {"device-binding", "gpu-model"} <= kinds
+
+
+def test_explain_names_the_devices_a_gpu_task_would_hold(etcd_store, cell_keys):
+    from cellstate.replica.watched import Replica
+    from schedulers.chains import batch_pipeline
+    from tools.explain import explain, render
+
+    gpu_machines(etcd_store, cell_keys, 2)
+    submit(etcd_store, cell_keys, parse_jobs({"id": "s", "kind": "batch", "tasks": 1, "cpu": 1, "memory": 64,
+                                              "gpu_milli": 250}))
+    replica = Replica(etcd_store, cell_keys)
+    replica.sync()
+    try:
+        ex = explain(replica, "s", None, batch_pipeline({}), 5)
+    finally:
+        replica.close()
+    assert ex.feasible == 2 and all(m.devices == "0" for m in ex.top)
+    assert "GPU devices 0" in render(ex)

@@ -18,11 +18,17 @@ from tools.trace.openb.lists import read_nodes, read_pods
 
 
 def write_burst_trace(nodes_path: str, pods_path: str, out: str, seed: int = 42, tune: float = 1.0,
-                      rate: float = 20.0, life_scale: float = 0.01) -> dict:
-    """Write the trace (see the module docstring); what it holds."""
+                      rate: float = 20.0, life_scale: float = 0.01, node_limit: int | None = None) -> dict:
+    """Write the trace (see the module docstring); what it holds. ``node_limit``: a seeded
+    sample of that many nodes (in list order) instead of all; the demand scales with it."""
     if rate <= 0 or life_scale < 0 or not 0 < tune <= 5:
         raise ValueError(f"rate must be > 0, life_scale >= 0 and tune in (0, 5], got {rate}, {life_scale}, {tune}")
     nodes, _ = read_nodes(nodes_path)
+    if node_limit is not None and node_limit < len(nodes):
+        import random
+
+        keep = set(random.Random(seed).sample(range(len(nodes)), node_limit))
+        nodes = [n for i, n in enumerate(nodes) if i in keep]
     pods, _ = read_pods(pods_path)
     from schedulers.gpu.workload import PodShape
 
