@@ -1,0 +1,118 @@
+"""Fidelity per imported part (issue 30): the importer records each part's span in the ground
+truth, the fidelity section gives the figures per part window, and a later part imported alone is
+said to have a lower-bound occupancy truth. Answers computed by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from tools.fauxmaster.fidelity import compute_fidelity
+from tools.fauxmaster.replay import replay
+from tools.trace.format import TraceError, read_trace
+from tools.trace.google2011.cell import CapacityModel
+from tools.trace.google2011.importer import import_google2011
+from tools.trace.truth import GroundTruth, Window, truth_from_record, truth_record
+
+from google_rows import S, task_row, write_gz
+
+M = 1_000_000
+
+
+def _parts(tmp_path):
+    """Part 0 ends at 50 s, part 1 at 100 s. Part 0: job 1 runs at t = 0 on m5; job 2 submitted
+    at 10 s, scheduled at 12 s; job 3 at 40 s, scheduled at 55 s (in part 1). Part 1: job 4 at 60 s,
+    scheduled at 61 s; job 1 task 0 finishes at 100 s."""
+    p0 = [task_row(0, 1, 0, "", 0), task_row(0, 1, 0, 5, 1),
+          task_row(S + 10 * M, 2, 0, "", 0), task_row(S + 12 * M, 2, 0, 6, 1),
+          task_row(S + 40 * M, 3, 0, "", 0), task_row(S + 50 * M, 2, 0, 6, 4)]
+    p1 = [task_row(S + 55 * M, 3, 0, 6, 1), task_row(S + 60 * M, 4, 0, "", 0), task_row(S + 61 * M, 4, 0, 6, 1),
+          task_row(S + 100 * M, 1, 0, 5, 4)]
+    return (write_gz(tmp_path / "part-00000-of-00500.csv.gz", p0),
+            write_gz(tmp_path / "part-00001-of-00500.csv.gz", p1), write_gz(tmp_path / "je.csv.gz", []))
+
+
+def _truth(path):
+    _, reader = read_trace(path)
+    with reader:
+        list(reader)
+    return reader.truth
+
+
+def test_importer_records_one_window_per_part(tmp_path):
+    p0, p1, je = _parts(tmp_path)
+    out = tmp_path / "both.omt"
+    import_google2011([p0, p1], je, out, CapacityModel("uniform"))
+    truth = _truth(out)
+    assert truth.windows == (Window(0, 0.0, 50.0), Window(1, 50.0, 100.0))
+    assert truth.occupancy_lower_bound is False
+    f = replay(str(out)).fidelity
+    assert [w["part"] for w in f.windows] == [0, 1]
+    # part 0's population: g2 (10 s) and g3 (40 s, scheduled in part 1 yet counted in its own part); part 1: g4
+    assert [w["tasks"] for w in f.windows] == [2, 1]
+    assert [w["real_scheduled"] for w in f.windows] == [2, 1]
+    w0, w1 = f.windows
+    assert (w0["real_delay_p50_s"], w0["real_delay_p90_s"]) == (2.0, 15.0)
+    assert w0["initial_pending_fraction"] == 0.0 and w1["initial_pending_fraction"] == 0.0
+    assert (w1["start_s"], w1["end_s"], w1["real_delay_p50_s"]) == (50.0, 100.0, 1.0)
+    assert w1["scheduled_ratio"] == 1.0 and w1["goals"]["scheduled_ratio"] is True
+    assert not f.warnings and not f.occupancy_lower_bound
+    text = "\n".join(f.lines())
+    assert "part 0 (0..50 s, 2 tasks)" in text and "part 1 (50..100 s, 1 tasks)" in text
+    assert "WARNING" not in text and "LOWER BOUND" not in text
+
+
+def test_a_later_part_alone_warns_and_bounds_its_occupancy(tmp_path):
+    _, p1, je = _parts(tmp_path)
+    out = tmp_path / "one.omt"
+    import_google2011([p1], je, out, CapacityModel("uniform"))
+    truth = _truth(out)
+    assert truth.occupancy_lower_bound is True and "lower bound" in truth.notes
+    assert [w.part for w in truth.windows] == [1]
+    f = replay(str(out)).fidelity
+    assert f.occupancy_lower_bound and len(f.warnings) == 1 and "part 1" in f.warnings[0]
+    text = "\n".join(f.lines())
+    assert "LOWER BOUND" in text and "WARNING: the trace opens at part 1" in text
+    assert f.to_dict()["occupancy_lower_bound"] is True
+
+
+def test_a_truth_without_windows_is_one_window():
+    """An older version 3 truth record (no windows field) reads, and its fidelity has one window."""
+    truth = GroundTruth("task", 100.0, {"a": 10.0}, {"a": [1.0]})
+    record = truth_record(truth)
+    del record["windows"], record["occupancy_lower_bound"]
+    old = truth_from_record("truth", record)
+    assert old.windows == () and old.occupancy_lower_bound is False
+    f = compute_fidelity(old, 100.0, {"a": 10.0}, {"a": {0: 13.0}}, {}, 10, 0)
+    assert len(f.windows) == 1
+    w = f.windows[0]
+    assert (w["part"], w["start_s"], w["end_s"], w["tasks"]) == (0, 0.0, 100.0, 1)
+    assert w["delay_p50_ratio"] == 3.0 and w["goals"]["delay_p50_ratio"] is False
+
+
+def test_later_window_pending_at_its_opening():
+    """Window 1 opens at 50 s: a (10 s, real at 11 s) and b (20 s, real at 30 s) were scheduled by
+    the real cell by then; the replay placed a at 12 s and b only at 70 s: 1 of 2 pending. c (60 s)
+    is window 1's population, placed by both; the replay placed it more than 1.05 x: no, once."""
+    truth = GroundTruth("task", 100.0, {"a": 10.0, "b": 20.0, "c": 60.0}, {"a": [1.0], "b": [10.0], "c": [2.0]},
+                        windows=(Window(0, 0.0, 50.0), Window(1, 50.0, 100.0)))
+    placed = {"a": {0: 12.0}, "b": {0: 70.0}, "c": {0: 61.0}}
+    f = compute_fidelity(truth, 100.0, {"a": 10.0, "b": 20.0, "c": 60.0}, placed, {}, 5, 0)
+    w0, w1 = f.windows
+    assert w0["tasks"] == 2 and w0["initial_pending_fraction"] == 0.0
+    assert w1["initial_pending_fraction"] == 0.5 and w1["goals"]["initial_pending_fraction"] is False
+    assert w1["delay_p50_ratio"] == 0.5 and w1["scheduled_ratio"] == 1.0
+
+
+def test_bad_windows_are_refused(tmp_path):
+    record = truth_record(GroundTruth("task", 100.0, {"a": 10.0}, {"a": [1.0]}))
+    record["windows"] = [{"part": 0, "start": 0.0, "end": 60.0}, {"part": 1, "start": 50.0, "end": 100.0}]
+    with pytest.raises(TraceError, match=r"record 1: field 'windows': window of part 1"):
+        path = tmp_path / "w.omt"
+        import msgpack
+        header = {"format": "omega-trace", "version": 3, "source": "s", "created_at": "c", "capacity_model": "m",
+                  "cell": "", "time_unit": "s", "notes": "", "ground_truth": "delays"}
+        path.write_bytes(msgpack.packb(header) + msgpack.packb(record) + msgpack.packb({"type": "end", "events": 0}))
+        read_trace(path)
+    with pytest.raises(ValueError, match="not after the previous one's end"):
+        GroundTruth("task", 1.0, {}, {}, windows=(Window(0, 0.0, 2.0), Window(1, 1.0, 3.0)))
+
