@@ -116,3 +116,41 @@ def test_bad_windows_are_refused(tmp_path):
     with pytest.raises(ValueError, match="not after the previous one's end"):
         GroundTruth("task", 1.0, {}, {}, windows=(Window(0, 0.0, 2.0), Window(1, 1.0, 3.0)))
 
+
+
+def test_submit_latency_delays_what_the_schedulers_see(tmp_path):
+    """With a 0.5 s submission latency the excerpt's g2 (submitted at 10 s, free room) is placed one
+    modelled decision (0.105 s) after it reaches the schedulers: 0.605 s after its submission, and
+    its wait counts from the submission. The t = 0 state is written at once."""
+    from tools.fauxmaster.replay import ReplayConfig
+    p0, p1, je = _parts(tmp_path)
+    out = tmp_path / "both.omt"
+    import_google2011([p0, p1], je, out, CapacityModel("uniform"))
+    plain = replay(str(out)).fidelity
+    late = replay(str(out), ReplayConfig(submit_latency_s=0.5))
+    f = late.fidelity
+    assert f.initial_pending_fraction == plain.initial_pending_fraction == 0.0
+    assert plain.windows[0]["replay_delay_min_s"] == pytest.approx(0.105)
+    assert f.windows[0]["replay_delay_min_s"] == pytest.approx(0.605)
+    assert "submissions reach the schedulers 0.5 s late" in __import__(
+        "tools.fauxmaster.replay", fromlist=["decision_model"]).decision_model(late.to_dict()["config"])
+    with pytest.raises(ValueError, match="submit_latency_s must be a finite number >= 0"):
+        ReplayConfig(submit_latency_s=-1.0)
+
+
+def test_a_kill_before_the_latency_passes_is_counted(tmp_path):
+    """Job 2 is submitted at 10 s and killed (job_events) at 10.2 s: with a 1 s latency its record
+    never reaches the store; the kill is counted, not lost, and nothing is placed for it."""
+    from tools.fauxmaster.replay import ReplayConfig
+    rows = [task_row(0, 1, 0, "", 0), task_row(0, 1, 0, 5, 1),
+            task_row(S + 10 * M, 2, 0, "", 0), task_row(S + 10_200_000, 2, 0, "", 5),
+            task_row(S + 50 * M, 1, 0, 5, 4)]
+    jobs = [[S + 10_200_000, "", 2, 5, "user", 0, "j2", "j2"]]
+    te = write_gz(tmp_path / "part-00000-of-00500.csv.gz", rows)
+    je = write_gz(tmp_path / "je.csv.gz", jobs)
+    out = tmp_path / "k.omt"
+    import_google2011([te], je, out, CapacityModel("uniform"))
+    result = replay(str(out), ReplayConfig(submit_latency_s=1.0))
+    d = result.to_dict()
+    assert result.fidelity.replay_placed == 0
+    assert "kill of a job before it reached the schedulers (submit latency)" in str(d)

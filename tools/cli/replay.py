@@ -46,6 +46,9 @@ def register(sub) -> None:
     p.add_argument("--time-scale", type=float, default=1.0, help="measured decision time multiplier")
     p.add_argument("--t-job", type=float, default=None, help="modelled seconds per job (default 0.1)")
     p.add_argument("--t-task", type=float, default=None, help="modelled seconds per task (default 0.005)")
+    p.add_argument("--submit-latency", type=float, default=0.0, metavar="S",
+                   help="seconds from a job's submission (after t = 0) to the schedulers seeing it; its "
+                        "wait counts from the submission (default 0; docs/EXPERIMENTS.md: calibrated on part 0)")
     p.add_argument("--seed", type=int, default=0, help="base seed: scheduler i gets seed + i (default 0)")
     p.add_argument("--order", default=None, metavar="ORDER",
                    help="queue order of schedulers whose config names none: fair (default) | drf")
@@ -133,7 +136,7 @@ def run_replay(args) -> int:
             decision_time=args.decision_time, decision_commits=args.decision_commits,
             unplaced_charge=args.unplaced_charge, time_scale=args.time_scale, until=args.until,
             sample_every_s=args.sample_every, check=not args.no_check, initial_state=args.initial_state,
-            max_txn_ops=args.max_txn_ops)
+            max_txn_ops=args.max_txn_ops, submit_latency_s=args.submit_latency)
     except ValueError as exc:  # a flag, or a scheduler config naming an unknown kind or mode
         raise UsageError(str(exc)) from None
     _check_before_replay(args)  # a bad input or output path fails now, not after the replay

@@ -191,6 +191,10 @@ class SimCell:
         """When set (a trace with per-task ground truth): job → task → when the replay first placed it."""
         self.initial_jobs: set[str] = set()
         """Jobs the recorded t = 0 state placed whole (``tools.fauxmaster.initial_state``)."""
+        self.submit_latency = 0.0
+        """Seconds from a job's submission after t = 0 to its record reaching the store (the
+        schedulers): ``ReplayConfig.submit_latency_s``. Its wait counts from the submission."""
+        self._in_flight: set[str] = set()  # submitted, not yet written (submit_latency)
         self._down: set[str] = set()  # machines in the store that failed, were removed or came down
         # the schedulers' replicas decode each value once (a memory store shares the bytes);
         # the cell's own reads of a task's alloc, job and machine share those decodes too
@@ -286,7 +290,8 @@ class SimCell:
     # -- jobs -------------------------------------------------------------------------------
 
     def submit(self, jobs: list[Job]) -> None:
-        """Submit jobs at the current virtual time (ids already submitted are skipped)."""
+        """Submit jobs at the current virtual time (ids already submitted are skipped); after
+        t = 0 their records reach the store ``submit_latency`` seconds later."""
         submitted_at, now = self.submitted_at, self.core.now
         fresh = []  # a loop, not a comprehension: most runs are of one job
         for job in jobs:
@@ -298,7 +303,12 @@ class SimCell:
             counters.skipped[why] = counters.skipped.get(why, 0) + len(jobs) - len(fresh)
         if not fresh:
             return
-        submit_jobs(self.store, self.keys, fresh, now)
+        delayed = self.submit_latency > 0 and now > 0
+        if delayed:
+            self._in_flight.update(job.id for job in fresh)
+            self.core.at(now + self.submit_latency, partial(self._deliver, fresh, now))
+        else:
+            submit_jobs(self.store, self.keys, fresh, now)
         tasks = 0
         for job in fresh:
             submitted_at[job.id] = now
@@ -307,11 +317,27 @@ class SimCell:
                 counters.durations_ignored += 1
         counters.jobs_submitted += len(fresh)
         counters.tasks_submitted += tasks
-        self.wake()
+        if not delayed:
+            self.wake()
+
+    def _deliver(self, jobs: list[Job], at: float) -> None:
+        """Write the records of jobs submitted at ``at`` (``submit_latency`` ago) that no kill
+        has taken meanwhile."""
+        in_flight = self._in_flight
+        alive = [job for job in jobs if job.id in in_flight]
+        in_flight.difference_update(job.id for job in alive)
+        if alive:
+            submit_jobs(self.store, self.keys, alive, at)
+            self.wake()
 
     def kill(self, job_id: str) -> None:
         """Kill a job: its allocs released, pending tasks killed."""
         allocs: list[Alloc] = []  # those the kill deleted
+        if job_id in self._in_flight:  # killed before its record reached the store
+            self._in_flight.discard(job_id)
+            self.counters.skip("kill of a job before it reached the schedulers (submit latency)")
+            self.counters.jobs_killed += 1
+            return
         try:
             kill_job(self.store, self.keys, job_id, released=allocs, now=self.core.now)
         except JobNotFound:

@@ -58,6 +58,10 @@ class ReplayConfig:
     sample_every_s: float = 60.0
     check: bool = True
     max_txn_ops: int = 128
+    submit_latency_s: float = 0.0
+    """Seconds from a job's submission after t = 0 to the schedulers seeing it (its record
+    reaching the store; ``SimCell.submit_latency``); waits and delays count from the
+    submission. A model constant: calibrated on Google-2011 part 0 (docs/EXPERIMENTS.md)."""
     store_history: bool = False
     """Memory store only: keep every key's versions and the revision log (``MemoryStore``'s
     default); a replay needs neither, so by default the store keeps only the current state."""
@@ -95,6 +99,8 @@ class ReplayConfig:
             raise ValueError(f"until must be > 0 virtual seconds, got {self.until!r}")
         if type(self.max_txn_ops) is not int or self.max_txn_ops < 4:
             raise ValueError(f"max_txn_ops must be an int >= 4 (one claim per txn), got {self.max_txn_ops!r}")
+        if not 0 <= self.submit_latency_s < float("inf"):
+            raise ValueError(f"submit_latency_s must be a finite number >= 0, got {self.submit_latency_s!r}")
         if self.sample_every_s <= 0 or self.time_scale <= 0:
             raise ValueError(f"sample_every_s and time_scale must be > 0, got {self.sample_every_s!r}, "
                              f"{self.time_scale!r}")
@@ -103,14 +109,17 @@ class ReplayConfig:
 def decision_model(config: Mapping[str, Any]) -> str:
     """The decision-time model of a replay's config (``ReplayConfig`` as a dict, as in a result's
     JSON), in words: what the report and the summary state."""
+    latency = config.get("submit_latency_s") or 0.0
+    late = f"; submissions reach the schedulers {latency:g} s late" if latency else ""
     if config.get("decision_time") == "measured":
-        return f"measured wall time x {config.get('time_scale', 1.0):g}"
+        return f"measured wall time x {config.get('time_scale', 1.0):g}" + late
     times = ", ".join(f"{s['name']} {s['t_job']:g} + {s['t_task']:g} s" for s in config.get("schedulers", ()))
     commits = config.get("decision_commits", "at-end")
     charge = config.get("unplaced_charge", "every")
     return (f"modelled t_job + t_task x tasks ({times}); txns "
             + ("as the decision reaches them" if commits == "as-decided" else "after the whole decision")
-            + "; unplaced tasks charged " + ("every one" if charge == "every" else "once per decision"))
+            + "; unplaced tasks charged " + ("every one" if charge == "every" else "once per decision")
+            + late)
 
 
 def _scheduler_from_dict(d: Mapping[str, Any]) -> SchedulerConfig:
@@ -271,6 +280,7 @@ def _run(trace_path, config: ReplayConfig, core: EventCore, store, keys: CellKey
             s.process.wake()
 
     cell = SimCell(store, keys, core, wake=wake)
+    cell.submit_latency = config.submit_latency_s
     journal = JobJournal(submitted=cell.submitted_at)
     with TraceFeed(trace_path, cell, core, config.until, config.initial_state) as feed:
         truth, capacity_model = feed._reader.truth, feed.header.capacity_model
