@@ -273,7 +273,7 @@ def output_json(args) -> bool:
 
 
 # Optional dependencies: module -> the extra that installs it (pyproject.toml).
-OPTIONAL = {"matplotlib": "report", "ortools": "solver"}
+OPTIONAL = {"matplotlib": "report", "ortools": "solver", "pyarrow": "parquet"}
 
 
 def require_optional(module: str, what: str) -> None:

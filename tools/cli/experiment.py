@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from tools.cli.common import add_output_arg, output_json
@@ -33,6 +34,9 @@ def register(sub) -> None:
                    help="queue order of every scheduler: fair (default) | drf")
     p.add_argument("--drf-weight", action="append", default=[], metavar="OWNER=W",
                    help="owner weight under --order drf (default 1; repeatable)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="added to every scheduler's and the synthetic workload's seed (default 0)")
+    p.add_argument("--html", metavar="DIR", help="also write the report(s) as an HTML page in DIR")
     add_plugin_arg(p)
     p.set_defaults(func=run_experiment_command)
 
@@ -46,7 +50,7 @@ def run_experiment_command(args) -> int:
 
     load_plugin_args(args)
     try:
-        overrides = Overrides(args.batch_kind, args.order, parse_weight_flags(args.drf_weight))
+        overrides = Overrides(args.batch_kind, args.order, parse_weight_flags(args.drf_weight), args.seed)
     except ValueError as exc:
         raise UsageError(f"--batch-kind/--order/--drf-weight: {exc}") from None
     if args.batch_kind == "solver":
@@ -67,6 +71,9 @@ def run_experiment_command(args) -> int:
         out = Path(args.json)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text)
+    if args.html:
+        from tools.fauxmaster.experiments.html import write_experiment_html
+        print(f"report: {write_experiment_html(reports, args.html)}", file=sys.stderr)
     return 0 if all(r.runs_ok for r in reports) else 1
 
 

@@ -176,6 +176,17 @@ class ObservedCommitter(StoreCommitter):
         self.on_commit(plan)
 
 
+@dataclass
+class JobLog:
+    """Per job, for the job records of a replay (``tools.fauxmaster.job_records``): its spec as
+    submitted, the machines its tasks were placed on, the last time a task of it ended or it was
+    killed."""
+
+    specs: dict[str, Job] = field(default_factory=dict)
+    machines: dict[str, set[str]] = field(default_factory=dict)
+    ended: dict[str, float] = field(default_factory=dict)
+
+
 class SimCell:
     """The store side of a replay (see the module docstring)."""
 
@@ -195,6 +206,8 @@ class SimCell:
         """Seconds from a job's submission after t = 0 to its record reaching the store (the
         schedulers): ``ReplayConfig.submit_latency_s``. Its wait counts from the submission."""
         self._in_flight: set[str] = set()  # submitted, not yet written (submit_latency)
+        self.job_log: JobLog | None = None
+        """When set (``ReplayConfig.job_records``): each job's spec, machines and end."""
         self._down: set[str] = set()  # machines in the store that failed, were removed or came down
         # the schedulers' replicas decode each value once (a memory store shares the bytes);
         # the cell's own reads of a task's alloc, job and machine share those decodes too
@@ -310,6 +323,8 @@ class SimCell:
         else:
             submit_jobs(self.store, self.keys, fresh, now)
         tasks = 0
+        if self.job_log is not None:
+            self.job_log.specs.update((job.id, job) for job in fresh)
         for job in fresh:
             submitted_at[job.id] = now
             tasks += job.tasks
@@ -333,6 +348,8 @@ class SimCell:
     def kill(self, job_id: str) -> None:
         """Kill a job: its allocs released, pending tasks killed."""
         allocs: list[Alloc] = []  # those the kill deleted
+        if self.job_log is not None:
+            self.job_log.ended[job_id] = self.core.now
         if job_id in self._in_flight:  # killed before its record reached the store
             self._in_flight.discard(job_id)
             self.counters.skip("kill of a job before it reached the schedulers (submit latency)")
@@ -374,6 +391,8 @@ class SimCell:
                 usage.charge(claim.machine_id, -request.cpu, -request.memory)
                 if request.extra:
                     usage.charge_extra(claim.machine_id, request.extra, -1)
+        if self.job_log is not None:
+            self.job_log.machines.setdefault(spec.id, set()).update(claim.machine_id for claim in plan.claims)
         if spec.kind is JobKind.BATCH and spec.duration_s is not None:
             placed = {claim.task_index: (claim.machine_id, plan.now) for claim in plan.claims}
             self.core.after(spec.duration_s, self._ender(spec.id, placed))
@@ -403,6 +422,8 @@ class SimCell:
                 self.usage.release(allocs)
                 ended += len(allocs)
                 self.counters.tasks_ended += len(allocs)
+                if self.job_log is not None:
+                    self.job_log.ended[job_id] = self.core.now
                 self.wake()
                 if not left:
                     return ended

@@ -51,6 +51,8 @@ class JobJournal:
     submitted: dict[str, float] = field(default_factory=dict)
     first_taken: dict[str, float] = field(default_factory=dict)
     fully_placed: dict[str, float] = field(default_factory=dict)
+    taken_by: dict[str, str] | None = None
+    """When kept (``ReplayConfig.job_records``): job → the scheduler that first took it."""
 
     def taken(self, job_id: str, t: float) -> None:
         self.first_taken.setdefault(job_id, t)

@@ -22,10 +22,11 @@ from typing import Any, Callable, Mapping
 from cellstate.check import check_cell
 from cellstate.keys import CellKeys
 from cellstate.memory.store import MemoryStore
-from tools.fauxmaster.cell import SimCell
+from tools.fauxmaster.cell import JobLog, SimCell
 from tools.fauxmaster.clock import EventCore, VirtualClock
 from tools.fauxmaster.fidelity import Fidelity, compute_fidelity
 from tools.fauxmaster.initial_state import INITIAL_STATES
+from tools.fauxmaster.job_records import job_rows
 from tools.fauxmaster.metrics import (
     JobJournal, SchedulerMetrics, UtilizationSample, WaitStats, busyness, conflict_fraction, conflicts_over_time,
     sample_utilization, wait_cdf,
@@ -62,6 +63,8 @@ class ReplayConfig:
     """Seconds from a job's submission after t = 0 to the schedulers seeing it (its record
     reaching the store; ``SimCell.submit_latency``); waits and delays count from the
     submission. A model constant: calibrated on Google-2011 part 0 (docs/EXPERIMENTS.md)."""
+    job_records: bool = False
+    """Keep per-job records (``ReplayResult.jobs``: ``tools.fauxmaster.job_records``)."""
     store_history: bool = False
     """Memory store only: keep every key's versions and the revision log (``MemoryStore``'s
     default); a replay needs neither, so by default the store keeps only the current state."""
@@ -166,6 +169,8 @@ class ReplayResult:
     conflicts_over_time: dict[str, Any] = field(default_factory=dict)
     """Per scheduler, cumulative transaction counts at the utilization sample times and the conflict
     fraction in each window (``tools.fauxmaster.metrics.conflicts_over_time``)."""
+    jobs: list[dict[str, Any]] | None = field(default=None, repr=False, compare=False)
+    """Per-job records (``ReplayConfig.job_records``; not in ``to_dict``: ``--jobs-out`` writes them)."""
     capacity_model: str = field(default="", repr=False, compare=False)
     """The trace header's statement of the cell (not in ``to_dict``: the figures of a trace
     without ground truth stay as they were; the fidelity section carries it)."""
@@ -282,6 +287,8 @@ def _run(trace_path, config: ReplayConfig, core: EventCore, store, keys: CellKey
     cell = SimCell(store, keys, core, wake=wake)
     cell.submit_latency = config.submit_latency_s
     journal = JobJournal(submitted=cell.submitted_at)
+    if config.job_records:
+        cell.job_log, journal.taken_by = JobLog(), {}
     with TraceFeed(trace_path, cell, core, config.until, config.initial_state) as feed:
         truth, capacity_model = feed._reader.truth, feed.header.capacity_model
         if truth is not None and truth.unit == "task":
@@ -298,7 +305,9 @@ def _run(trace_path, config: ReplayConfig, core: EventCore, store, keys: CellKey
         samples: list[UtilizationSample] = []
         counts: list[tuple[float, tuple]] = []
         interval = _sample_every(core, cell, config.sample_every_s, samples, config.until, schedulers, counts)
-        core.run(config.until, _progress_hook(core, progress, config.until))
+        # progress against the end: ``until``, else the ground truth's horizon (the trace's end)
+        core.run(config.until, _progress_hook(core, progress,
+                                              config.until or (truth.horizon if truth is not None else None)))
         sim_time = core.now
         events = feed.events
     samples.append(sample_utilization(sim_time, cell.usage))
@@ -308,6 +317,8 @@ def _run(trace_path, config: ReplayConfig, core: EventCore, store, keys: CellKey
     result.conflicts_over_time = conflicts_over_time([s.name for s in schedulers], counts)
     result.capacity_model = capacity_model
     result.utilization_interval_s = interval[0]
+    if config.job_records:
+        result.jobs = job_rows(journal, cell.job_log, cell.initial_jobs)
     if truth is not None:  # after the replay: its cost is not in the replay's wall time
         counters = cell.counters
         not_placed = sum(counters.initial_not_placed.values())

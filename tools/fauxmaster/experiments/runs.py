@@ -14,6 +14,8 @@ at the ``Sizing``) and the ``Overrides`` applied to their schedulers.
 
 from __future__ import annotations
 
+import copy
+
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -176,6 +178,9 @@ class Overrides:
     batch_kind: str = "batch"
     order: str = "fair"
     drf_weights: dict[str, float] = field(default_factory=dict)
+    seed: int = 0
+    """Added to every scheduler's seed and to the synthetic workload's (``omega experiment --seed``;
+    0: the experiments' own seeds)."""
 
     def __post_init__(self):
         from schedulers.chains import KINDS
@@ -187,11 +192,13 @@ class Overrides:
     def apply(self, config: SchedulerConfig) -> SchedulerConfig:
         """``config`` with these choices (its kind replaced only if it is ``batch``)."""
         kind = self.batch_kind if config.kind == "batch" else config.kind
-        return replace(config, kind=kind, order=self.order, drf_weights=dict(self.drf_weights))
+        return replace(config, kind=kind, order=self.order, drf_weights=dict(self.drf_weights),
+                       seed=config.seed + self.seed)
 
     def describe(self) -> str:
         weights = f" {self.drf_weights}" if self.drf_weights else ""
-        return f"batch schedulers of kind {self.batch_kind}, queue order {self.order}{weights}"
+        seed = f", seeds + {self.seed}" if self.seed else ""
+        return f"batch schedulers of kind {self.batch_kind}, queue order {self.order}{weights}{seed}"
 
 
 def _check_spans_time(path: str) -> None:
@@ -229,6 +236,8 @@ class Bench:
         if self.given:
             return self.given
         spec = spec or self.sizing.spec
+        if self.overrides.seed:
+            spec = replace(spec, seed=spec.seed + self.overrides.seed)
         if spec not in self._cache:
             path = self._dir / f"synthetic-{len(self._cache)}.omt"
             self._cache[spec] = str(write_synthetic_trace(path, spec))
@@ -243,4 +252,7 @@ class Bench:
         """``run_case`` with the overrides applied to the schedulers (and the monolithic batch path)."""
         if multipath is not None and self.overrides.batch_kind != "batch":
             multipath = multipath.with_kind("batch", self.overrides.batch_kind)
+        if multipath is not None and self.overrides.seed:
+            multipath = copy.copy(multipath)
+            multipath.seed += self.overrides.seed
         return run_case(trace, [self.overrides.apply(s) for s in schedulers], architecture, multipath, **kwargs)
