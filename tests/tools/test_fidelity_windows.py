@@ -154,3 +154,14 @@ def test_a_kill_before_the_latency_passes_is_counted(tmp_path):
     d = result.to_dict()
     assert result.fidelity.replay_placed == 0
     assert "kill of a job before it reached the schedulers (submit latency)" in str(d)
+
+
+def test_html_report_shows_each_part(tmp_path):
+    pytest.importorskip("matplotlib")
+    from tools.fauxmaster.report.page import write_html
+
+    p0, p1, je = _parts(tmp_path)
+    out = tmp_path / "both.omt"
+    import_google2011([p0, p1], je, out, CapacityModel("uniform"))
+    page = write_html(replay(str(out)), tmp_path / "report").read_text()
+    assert "part 0 (0..50 s, 2 tasks)" in page and "part 1 (50..100 s, 1 tasks)" in page

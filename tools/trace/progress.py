@@ -11,12 +11,22 @@ from contextlib import contextmanager
 
 @contextmanager
 def progress(description: str, total: int | None = None, enabled: bool | None = None):
-    """Yield ``advance(n)``; it drives a rich progress bar only when ``enabled`` (default:
-    stderr is a terminal), and does nothing otherwise."""
-    if enabled is None:
+    """Yield ``advance(n)``; it drives a rich progress bar when ``enabled`` (default: stderr is
+    a terminal); by default, when stdout is not a terminal either, ``TextProgress`` lines on
+    stderr; otherwise it does nothing."""
+    auto = enabled is None
+    if auto:
         enabled = sys.stderr.isatty()
     if not enabled:
-        yield lambda n=1: None
+        if auto and not sys.stdout.isatty():  # a file or pipe: percent (of ``total``) and ETA lines
+            text, done = TextProgress(description, "rows"), [0]
+
+            def advance(n: int = 1) -> None:
+                done[0] += n
+                text(done[0], total)
+            yield advance
+        else:
+            yield lambda n=1: None
         return
     from rich.console import Console
     from rich.progress import Progress
