@@ -4,7 +4,8 @@ Not omega code: a plain event loop over the log's jobs on ``nodes`` processors (
 model: Lifka 1995; Mu'alem & Feitelson 2001). Jobs are queued by submission; at each instant
 (after every end and submission at that time) the queue's front starts while it fits, the first
 that does not is the head, reserved at the shadow time (running jobs' start + requested time,
-or now when past), and later jobs that fit start if they end by the shadow time or fit in the
+or now when past; the extra processors count every job ending by then, all of those ending at the
+shadow time itself), and later jobs that fit start if they end by the shadow time or fit in the
 extra processors. A job runs its logged run time; the requested time -1 falls back to it, as the
 importer does. ``python bench/swf_easy_reference.py LOG [NODES]`` prints the wait percentiles
 beside the logged ones (NODES default: the header's MaxNodes, else MaxProcs), and what the log's
@@ -84,10 +85,11 @@ def easy_starts(jobs: list[RefJob], nodes: int) -> dict[str, float]:
             continue
         need, avail, shadow = jobs[queue[0]].procs, free, None
         for end, procs in sorted((max(e, now), p) for e, p in running.values()):
-            avail += procs
-            if avail >= need:
-                shadow = end
+            if shadow is not None and end > shadow:
                 break
+            avail += procs  # every job ending at the shadow time frees its processors by then
+            if shadow is None and avail >= need:
+                shadow = end
         extra = avail - need if shadow is not None else 0
         for n in list(queue[1:]):
             job = jobs[n]

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cellstate.codec.records import encode_machine
+from cellstate.devices import MAX_DEVICES, MODEL_LABEL, gpu_capacity
 from cellstate.jobspec import FieldError, mebibytes
 from cellstate.keys import CellKeys
 from cellstate.model import Machine
@@ -28,10 +29,12 @@ GIB = 1024
 
 @dataclass(frozen=True, slots=True)
 class Shape:
-    """A machine capacity and its relative weight among the spec's shapes."""
+    """A machine capacity, its relative weight among the spec's shapes and the labels every
+    machine of the shape carries (a GPU shape: its ``gpu_model``)."""
 
     capacity: Resources
     weight: float = 1.0
+    labels: tuple[tuple[str, str], ...] = ()
 
 
 DEMO_SHAPES = (
@@ -110,7 +113,7 @@ def build_machines(spec: CellSpec) -> list[Machine]:
             rack=f"{zone_name(zone)}-r{rack:02d}",
             platform=rng.choices(platform_names, platform_weights)[0] if platform_names else "",
             packages=frozenset(rng.sample(spec.packages, spec.packages_per_machine)),
-            labels=tuple((name, rng.choice(values)) for name, values in spec.labels if values),
+            labels=tuple((name, rng.choice(values)) for name, values in spec.labels if values) + shape.labels,
         ))
     return machines
 
@@ -193,24 +196,29 @@ def cell_spec_from_mapping(d) -> CellSpec:
 
 
 def parse_shape(s, field: str = "shape") -> Shape:
-    """A Shape from {cpu, memory, disk, gpu, weight} (cores; MiB or "64Gi")."""
+    """A Shape from {cpu, memory, disk, gpu, gpu_model, weight} (cores; MiB or "64Gi"; ``gpu``
+    whole GPUs, each a device of 1000 milli; ``gpu_model`` their model, the machines' label)."""
     if not isinstance(s, dict):
-        raise CellSpecError(field, f"must be a table {{cpu, memory, disk, gpu, weight}}, got {s!r}")
-    unknown = sorted(str(k) for k in s if k not in ("cpu", "memory", "disk", "gpu", "weight"))
+        raise CellSpecError(field, f"must be a table {{cpu, memory, disk, gpu, gpu_model, weight}}, got {s!r}")
+    unknown = sorted(str(k) for k in s if k not in ("cpu", "memory", "disk", "gpu", "gpu_model", "weight"))
     if unknown or "cpu" not in s or "memory" not in s:
-        raise CellSpecError(field, "needs cpu and memory; may have disk, gpu, weight"
+        raise CellSpecError(field, "needs cpu and memory; may have disk, gpu, gpu_model, weight"
                             + (f" (unknown: {unknown[0]})" if unknown else ""))
     cpu = s["cpu"]
     if type(cpu) not in (int, float) or cpu <= 0:
         raise CellSpecError(field + ".cpu", f"must be > 0 cores, got {cpu!r}")
     gpu = s.get("gpu", 0)
-    if type(gpu) is not int or gpu < 0:
-        raise CellSpecError(field + ".gpu", f"must be an integer >= 0, got {gpu!r}")
+    if type(gpu) is not int or not 0 <= gpu <= MAX_DEVICES:
+        raise CellSpecError(field + ".gpu", f"must be an integer 0..{MAX_DEVICES}, got {gpu!r}")
+    model = s.get("gpu_model", "")
+    if not isinstance(model, str) or (model and not gpu):
+        raise CellSpecError(field + ".gpu_model", f"a GPU model name goes with gpu > 0, got {model!r}")
     try:
         memory, disk = mebibytes("memory", s["memory"]), mebibytes("disk", s.get("disk", 0))
     except FieldError as exc:
         raise CellSpecError(f"{field}.{exc.field}", exc.message) from None
-    return Shape(Resources.of(round(cpu * 1000), memory, disk, gpu=gpu), _weight(field + ".weight", s.get("weight", 1.0)))
+    return Shape(Resources.of(round(cpu * 1000), memory, disk, **gpu_capacity(gpu)),
+                 _weight(field + ".weight", s.get("weight", 1.0)), ((MODEL_LABEL, model),) if model else ())
 
 
 def package_names(x) -> tuple[str, ...]:

@@ -6,7 +6,10 @@ Violation kinds:
   key-mismatch      a value whose ids differ from its key's (another machine's valid value, …)
   ledger-mismatch   machine.allocated != sum of its allocs' resources
   task-count        machine.task_count != number of its allocs
-  over-capacity     machine.allocated exceeds capacity
+  over-capacity     machine.allocated exceeds capacity (per resource: each GPU device ``gpu.<i>`` too)
+  device-binding    an alloc asking GPUs not held by exactly its count of devices of the machine
+                    (cellstate.devices), or naming a device the machine does not have
+  gpu-model         an alloc on a machine whose ``gpu_model`` its job's ``gpu_models`` do not allow
   placed-twice      two allocs for one (job, task)
   orphan-alloc      an alloc whose job or machine does not exist
   task-out-of-range an alloc for a task index the job does not have
@@ -17,6 +20,9 @@ Violation kinds:
   orphaned-reservation  an alloc of a pending task while its job has no gang key: an
                     orphaned gang reservation (docs/CELLSTATE.md, "Gangs larger than one
                     transaction"); with a gang key it is a reservation in progress, legal
+  partial-gang      a gang (``Job.gang``) with some tasks placed/running and others pending: a member
+                    was evicted (preemption, machine failure) and the rest kept running; a gang
+                    is evicted and placed again whole (docs/OMEGA_CORE.md, "Gangs")
   kill-marker       a (decodable) kill marker ``kills/{job}`` whose job is missing or not killed (a kill
                     that stopped between its first txn and the record's; no task of the job can
                     be placed while it stays)
@@ -40,7 +46,8 @@ from cellstate.codec.gang import decode_gang
 from cellstate.codec.kill import decode_kill
 from cellstate.codec.fields import CodecError
 from cellstate.keys import CellKeys
-from cellstate.model import Alloc, JobRecord, Machine, TaskState
+from cellstate.devices import MODEL_LABEL, binding_problem
+from cellstate.model import Alloc, ConstraintOp, JobRecord, Machine, TaskState
 from cellstate.resources import ZERO, Resources
 from cellstate.store import KeyValue, Store
 
@@ -213,6 +220,17 @@ def _check_allocs(keys: CellKeys, cell: _Cell, report: Report) -> None:
                 report.add("orphan-alloc", key, f"job {alloc.job_id!r} does not exist")
         elif alloc.task_index >= record.job.tasks:
             report.add("task-out-of-range", key, f"job {alloc.job_id!r} has {record.job.tasks} tasks")
+        machine = cell.machines.get(alloc.machine_id)
+        if machine is not None and alloc.resources.extra:
+            problem = binding_problem(alloc.resources, machine.capacity)
+            if problem is not None:
+                report.add("device-binding", key, f"on machine {alloc.machine_id!r}: {problem}")
+            if record is not None:
+                model = dict(machine.labels).get(MODEL_LABEL, "")
+                for c in record.job.constraints:
+                    if c.attribute == MODEL_LABEL and c.op is ConstraintOp.IN and model not in c.values:
+                        report.add("gpu-model", key, f"machine {alloc.machine_id!r} has GPU model {model!r}, "
+                                   f"job {alloc.job_id!r} allows {list(c.values)}")
 
 
 def _check_tasks(keys: CellKeys, cell: _Cell, report: Report) -> None:
@@ -241,6 +259,12 @@ def _check_tasks(keys: CellKeys, cell: _Cell, report: Report) -> None:
         if alloc_not_live:
             report.add("task-state", key, f"task(s) {_few(alloc_not_live)} have an alloc but are not "
                        "placed/running")
+        if record.job.gang and not record.killed:
+            live = [i for i, c in enumerate(record.tasks) if c in _LIVE]
+            pending = [i for i, c in enumerate(record.tasks) if c == "p"]
+            if live and pending:
+                report.add("partial-gang", key, f"gang of {record.job.tasks} tasks partly running: task(s) "
+                           f"{_few(live)} placed/running while task(s) {_few(pending)} are pending")
         counted = sum(record.count(s) for s in TaskState)
         if counted != record.job.tasks:
             report.add("task-accounting", key, f"{counted} task states for {record.job.tasks} tasks")

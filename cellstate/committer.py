@@ -43,6 +43,7 @@ from operator import itemgetter
 from cellstate.codec.records import decode_alloc, decode_job_record, decode_machine, encode_job_record
 from cellstate.codec.fields import CodecError
 from cellstate.codec.trusted import pack_alloc, pack_machine
+from cellstate.devices import binding_problem
 from cellstate.fastbuild import builder
 from cellstate.gang_commit import GangCommits
 from cellstate.keys import CellKeys
@@ -100,6 +101,9 @@ class StoreCommitter:
 
     def gang_placed(self, plan: Plan) -> None:
         """Called with a gang's final plan (every claim) once ``gangs.finish`` committed it."""
+
+    def gang_evicted(self, allocs: list) -> None:
+        """Called with the allocs ``gangs.evict`` removed (the rest of a gang a member left)."""
 
     def commit(self, plan: Plan) -> CommitOutcome:
         """Run the plan's txn; PlanTooLarge if it exceeds the op or request-size limit,
@@ -197,6 +201,8 @@ class StoreCommitter:
         for claim in plan.claims:
             if claim.evicts:  # (rare: no generator per claim)
                 deleted.extend(self.keys.alloc(job_id, task) for job_id, task in claim.evicts)
+        if plan.victim_allocs:
+            deleted.extend(self.keys.alloc(job_id, task) for job_id, task in collateral(plan))
         ops = [_PUT(key, value, 0) for key, value in written.items()] + [Delete(key) for key in deleted]
         return ops, written, tuple(deleted), (ledgers, records, allocs)
 
@@ -350,8 +356,23 @@ def _fresh(kv: KeyValue | None, seen, decode, ident, bad: dict[str, tuple[int, s
 
 
 def touched_machines(plan: Plan) -> list[str]:
-    """Machine ids the plan's claims use, in first-use order."""
-    return list(dict.fromkeys(claim.machine_id for claim in plan.claims))
+    """Machine ids the plan's claims use, in first-use order, then those of its ``collateral``
+    evictions (``new_ledgers``' order)."""
+    ids = dict.fromkeys(claim.machine_id for claim in plan.claims)
+    if plan.victim_allocs:
+        for task in collateral(plan):
+            ids.setdefault(plan.victim_allocs[task].alloc.machine_id)
+    return list(ids)
+
+
+def collateral(plan: Plan) -> list[tuple[str, int]]:
+    """The victim allocations no claim evicts: the rest of a gang one of whose members a claim
+    evicts, evicted in the same txn (a gang runs whole or not at all, docs/GANGS.md); their
+    machines are in ``plan.machines``, compared and released like a claim's."""
+    if not plan.victim_allocs:
+        return []
+    named = {task for claim in plan.claims for task in claim.evicts}
+    return [task for task in plan.victim_allocs if task not in named]
 
 
 def check_plan(plan: Plan) -> None:
@@ -381,6 +402,14 @@ def check_plan(plan: Plan) -> None:
             if (job_id, task) in evicted:
                 raise ValueError(f"{where} evicts {job_id}/{task}, which another claim evicts too")
             evicted.add((job_id, task))
+    if len(plan.victim_allocs) > len(evicted):
+        for job_id, task in collateral(plan):
+            where = f"plan of {plan.scheduler!r} for job {record.id!r}: the rest of gang {job_id!r}"
+            victim = plan.victims.get(job_id)
+            if victim is None or not victim.record.job.gang:
+                raise ValueError(f"{where}: allocation {job_id}/{task} is evicted by no claim and is not of a "
+                                 f"gang victim of the plan")
+            _check_victim(plan, job_id, task, where, plan.victim_allocs[(job_id, task)].alloc.machine_id)
 
 
 def _check_victim(plan: Plan, job_id: str, task: int, where: str, machine_id: str) -> None:
@@ -417,10 +446,27 @@ def new_ledgers(plan: Plan) -> dict[str, Machine]:
                 raise PlanRejected(f"plan of {plan.scheduler!r} for job {plan.job.id!r} files machine {seen.id!r} "
                                    f"under {claim.machine_id!r}: its ledger would not be the key compared")
             totals[claim.machine_id] = entry = [seen, seen.allocated, seen.task_count]
+        if claim.request.extra:
+            problem = binding_problem(claim.request, entry[0].capacity)
+            if problem is not None:
+                raise PlanRejected(f"plan of {plan.scheduler!r} for job {plan.job.id!r}: task {claim.task_index} on "
+                                   f"machine {claim.machine_id!r}: {problem}")
         entry[1] = _plus(entry[1], claim.request)
         entry[2] += 1
         for victim in claim.evicts:
             entry[1] = entry[1] - plan.victim_allocs[victim].alloc.resources
+            entry[2] -= 1
+    if plan.victim_allocs:
+        for task in collateral(plan):  # the rest of an evicted gang, released on its machines
+            alloc = plan.victim_allocs[task].alloc
+            entry = totals.get(alloc.machine_id)
+            if entry is None:
+                seen = plan.machines.get(alloc.machine_id)
+                if seen is None or seen.machine.id != alloc.machine_id:
+                    raise PlanRejected(f"plan of {plan.scheduler!r} for job {plan.job.id!r} evicts "
+                                       f"{task[0]}/{task[1]} on machine {alloc.machine_id!r} without its ledger")
+                totals[alloc.machine_id] = entry = [seen.machine, seen.machine.allocated, seen.machine.task_count]
+            entry[1] = entry[1] - alloc.resources
             entry[2] -= 1
     for mid, (seen, allocated, count) in totals.items():
         _check_ledger(plan, seen, allocated, count)
@@ -488,6 +534,15 @@ def victim_records(plan: Plan) -> dict[str, JobRecord]:
     for claim in plan.claims:
         for job_id, task in claim.evicts:
             evicted.setdefault(job_id, []).append(task)
+    rest = collateral(plan)
+    for job_id, task in rest:
+        evicted.setdefault(job_id, []).append(task)
+    if rest:  # a gang evicted whole says why
+        gangs = {job_id for job_id, _ in rest}
+        return {job_id: replace(plan.victims[job_id].record.with_tasks(tasks, TaskState.PENDING),
+                                reason=f"gang member preempted by job {plan.job.id!r}: the whole gang is evicted")
+                if job_id in gangs else plan.victims[job_id].record.with_tasks(tasks, TaskState.PENDING)
+                for job_id, tasks in evicted.items()}
     return {job_id: plan.victims[job_id].record.with_tasks(tasks, TaskState.PENDING)
             for job_id, tasks in evicted.items()}
 

@@ -40,7 +40,8 @@ from omega.protocols import (
 )
 
 GANG_LEASE_TTL = 5
-"""Seconds a reservation outlives its scheduler (refreshed before every chunk)."""
+"""Seconds a reservation outlives its scheduler, at least (refreshed before every chunk; the
+placer asks for the expected decision time on top, ``omega.gangs.lease_ttl``)."""
 _RELEASE_ATTEMPTS = 20
 _LIVE = (TaskState.PLACED.value, TaskState.RUNNING.value)
 
@@ -63,11 +64,13 @@ class GangCommits:
 
     # -- holding the job ---------------------------------------------------------------------
 
-    def begin(self, job: JobEntry, scheduler: str, now: float) -> GangHold | None:
-        """Create the job's gang key on a new lease; None (lease revoked) when it exists."""
+    def begin(self, job: JobEntry, scheduler: str, now: float, ttl: int | None = None) -> GangHold | None:
+        """Create the job's gang key on a new lease of ``ttl`` s (at least ``self.ttl``: the caller
+        sizes it to cover its decision); None (lease revoked) when the key exists."""
         key = self.keys.gang(job.id)
         value = encode_gang(GangRecord(job.id, scheduler, 0, float(now)))
-        lease = self.store.grant_lease(self.ttl)
+        seconds = self.ttl if ttl is None else max(self.ttl, int(ttl))
+        lease = self.store.grant_lease(seconds)
         try:
             result = self.store.txn([missing(key)], [Put(key, value, lease)], [])
         except BaseException:
@@ -76,7 +79,7 @@ class GangCommits:
         if not result.succeeded:
             self._revoke(lease)
             return None
-        return GangHold(job.id, scheduler, lease, result.revision, float(now))
+        return GangHold(job.id, scheduler, lease, result.revision, float(now), ttl=seconds)
 
     def keep_alive(self, hold: GangHold) -> bool:
         """Refresh the hold's lease; False when it is gone (expired or revoked). Outages raise."""
@@ -158,6 +161,16 @@ class GangCommits:
         return CommitOutcome(True, revision, written={job_key: value}, deleted=(gang_key,),
                              applied_jobs=(JobEntry(record, revision),), applied=True)
 
+    # -- evicting a whole gang ---------------------------------------------------------------------
+
+    def evict(self, job_id: str, reason: str, writer: str) -> list[CommitOutcome]:
+        """Evict every placed or running task of gang ``job_id`` (``evict_gang``), telling the
+        committer (``gang_evicted``: a replay releases its usage); the txns' outcomes, for the view."""
+        outcomes, evicted = evict_gang(self.store, self.keys, job_id, reason, writer, self.max_txn_ops)
+        if evicted:
+            self.committer.gang_evicted(evicted)
+        return outcomes
+
     # -- releasing -------------------------------------------------------------------------------
 
     def release(self, hold: GangHold) -> list[CommitOutcome]:
@@ -236,3 +249,77 @@ class GangCommits:
                     continue
             groups.append(((machine_key, kv, machine), by_machine[machine_key]))
         return groups
+
+
+def evict_gang(store: Store, keys: CellKeys, job_id: str, reason: str, writer: str,
+               max_txn_ops: int) -> tuple[list[CommitOutcome], list]:
+    """A gang (``Job.gang``) runs whole or not at all: evict each of its tasks still placed or
+    running, back to pending with ``reason``, when some other task of it is pending (a member was
+    evicted: preemption, a machine failure). Each txn compares the job's mod_revision (every change
+    of its allocs writes the record) and the mod_revision of each machine it releases; it deletes
+    the allocs, puts the released ledgers (``writer``) and the record; a gang whose live members do
+    not fit one txn takes several (the record is rewritten by each). A killed job, a job that is not
+    a gang or not partly pending is left alone. Returns the committed txns' outcomes and the allocs
+    evicted; a race (another writer of the job or a machine) is retried on fresh reads, at most
+    ``_RELEASE_ATTEMPTS`` times in a row (then StoreError)."""
+    outcomes: list[CommitOutcome] = []
+    evicted: list = []
+    job_key = keys.job(job_id)
+    failures = 0
+    while failures < _RELEASE_ATTEMPTS:
+        job_kv = store.get(job_key)
+        if job_kv is None:
+            return outcomes, evicted
+        try:
+            record = decode_job_record(job_kv.key, job_kv.value)
+        except CodecError:  # quarantined: ``omega check`` names it
+            return outcomes, evicted
+        tasks = record.tasks
+        if not record.job.gang or record.killed or "p" not in tasks or not any(c in tasks for c in _LIVE):
+            return outcomes, evicted
+        by_machine: dict[str, list] = {}
+        for kv in store.range(keys.job_allocs(job_id)).kvs:
+            try:
+                alloc = decode_alloc(kv.key, kv.value)
+            except CodecError:  # left alone, as ``release`` does
+                continue
+            if alloc.job_id == job_id and 0 <= alloc.task_index < len(tasks) and tasks[alloc.task_index] in _LIVE:
+                by_machine.setdefault(alloc.machine_id, []).append(alloc)
+        _, machine_kvs = store.get_many(sorted(keys.machine(m) for m in by_machine))
+        compares = [mod_revision_is(job_key, job_kv.mod_revision)]
+        success: list = []
+        taken, ledgers, deleted = [], [], []
+        for machine_id in sorted(by_machine):
+            allocs = by_machine[machine_id]
+            room = max_txn_ops - 2 - len(success)  # the record's put, the machine's put
+            if room < 1:
+                break
+            allocs = allocs[:room]
+            machine_key = keys.machine(machine_id)
+            kv = machine_kvs.get(machine_key)
+            compares.append(mod_revision_is(machine_key, kv.mod_revision if kv is not None else 0))
+            if kv is not None:
+                ledger = replace(released(decode_machine(kv.key, kv.value), allocs), writer=writer)
+                success.append(Put(machine_key, pack_machine(ledger)))
+                ledgers.append(ledger)
+            for alloc in allocs:
+                key = keys.alloc(job_id, alloc.task_index)
+                success.append(Delete(key))
+                deleted.append(key)
+            taken += allocs
+        if not taken:  # live tasks without allocs: nothing here to evict (``omega check`` names them)
+            return outcomes, evicted
+        back = replace(record.with_tasks([a.task_index for a in taken], TaskState.PENDING), reason=reason)
+        value = encode_job_record(back)
+        success.append(Put(job_key, value))
+        result = store.txn(compares, success, [])
+        if not result.succeeded:
+            failures += 1
+            continue
+        failures = 0
+        revision = result.revision
+        evicted += taken
+        outcomes.append(CommitOutcome(True, revision, written={job_key: value}, deleted=tuple(deleted),
+                                      applied_machines=tuple(MachineEntry(m, revision) for m in ledgers),
+                                      applied_jobs=(JobEntry(back, revision),), applied=True))
+    raise StoreError(f"evicting the rest of gang job {job_id!r} lost {failures} races in a row")

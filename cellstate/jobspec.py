@@ -9,7 +9,9 @@ TOML; ``{"job": [...]}`` or a bare list in JSON). Fields of a job:
     cpu           required, cores (> 0, int or float) -> stored as integer millicores
     memory        required, MiB (> 0) as a number or a string with a unit ("512Mi", "2Gi", "1Ti")
     disk          MiB like memory (>= 0), default 0
-    gpu           integer >= 0, default 0
+    gpu           whole GPUs, integer >= 0, default 0 (with gpu_milli: 1, or absent)
+    gpu_milli     a share of one GPU, 1..1000 milli (the task gets that much of one device)
+    gpu_models    list of GPU model names the task may run on (a gpu_model "in" constraint)
     resources     map of further scalar resources, name -> integer >= 0
     priority      integer, default 0;   owner, package: strings
     constraints   list of {attribute, op (eq|in|not-in|exists), values}
@@ -34,12 +36,13 @@ from pathlib import Path
 from cellstate.codec.records import MAX_TASKS, validate_job
 from cellstate.codec.fields import SHORT as _SHORT
 from cellstate.codec.fields import CodecError
+from cellstate.devices import MAX_DEVICES, MILLI, MODEL_LABEL
 from cellstate.model import Constraint, ConstraintOp, Job, JobKind
 from cellstate.resources import Resources
 
 KNOWN_FIELDS = frozenset(
     "id kind tasks cpu memory disk gpu resources priority owner constraints duration_s gang "
-    "package different_machine max_per_machine scheduler estimate_s".split())
+    "package different_machine max_per_machine scheduler estimate_s gpu_milli gpu_models".split())
 REQUIRED_FIELDS = ("id", "kind", "tasks", "cpu", "memory")
 _CONSTRAINT_FIELDS = frozenset(("attribute", "op", "values"))
 _UNITS = {"": Fraction(1), "Ki": Fraction(1, 1024), "Mi": Fraction(1), "Gi": Fraction(1024),
@@ -143,7 +146,11 @@ def job_to_mapping(job: Job) -> dict:
         d["disk"] = job.request.disk
     extra = dict(job.request.extra)
     if "gpu" in extra:
-        d["gpu"] = extra.pop("gpu")
+        milli = extra.pop("gpu")
+        if milli % MILLI:
+            d["gpu_milli"] = milli
+        else:
+            d["gpu"] = milli // MILLI
     if extra:
         d["resources"] = extra
     for name, default in (("priority", 0), ("owner", ""), ("duration_s", None), ("gang", False),
@@ -197,7 +204,7 @@ def _build_job(d) -> Job:
         request=_request(d),
         priority=_integer("priority", d.get("priority", 0), None),
         owner=_text("owner", d.get("owner", "")),
-        constraints=_constraints(d.get("constraints", [])),
+        constraints=_constraints(d.get("constraints", [])) + _gpu_models(d.get("gpu_models")),
         duration_s=_duration(d.get("duration_s")),
         gang=_flag("gang", d.get("gang", False)),
         package=_text("package", d.get("package", "")),
@@ -229,8 +236,30 @@ def _request(d: dict) -> Resources:
     if memory <= 0:
         raise FieldError("memory", f"must be > 0, got {_show(d['memory'])}")
     extra = dict(_extra_resources(d.get("resources", {})))
-    extra["gpu"] = _integer("gpu", d.get("gpu", 0), 0)
+    extra["gpu"] = _gpu(d)
     return Resources.of(millicores, memory, mebibytes("disk", d.get("disk", 0)), **extra)
+
+
+def _gpu(d: dict) -> int:
+    """The request's ``gpu`` amount in milli (cellstate.devices): ``gpu`` whole GPUs, or a
+    ``gpu_milli`` share of one."""
+    count = _integer("gpu", d.get("gpu", 0), 0, MAX_DEVICES)
+    if "gpu_milli" not in d:
+        return count * MILLI
+    milli = _integer("gpu_milli", d["gpu_milli"], 1, MILLI)
+    if "gpu" in d and count != 1:
+        raise FieldError("gpu_milli", f"a share of a GPU is for gpu = 1 (or gpu absent), got gpu = {count}")
+    return milli
+
+
+def _gpu_models(x) -> tuple[Constraint, ...]:
+    if x is None:
+        return ()
+    if isinstance(x, str):
+        x = [x]
+    if not isinstance(x, list) or not x or not all(isinstance(m, str) and m for m in x):
+        raise FieldError("gpu_models", f"must be a non-empty list of GPU model names, got {_show(x)}")
+    return (Constraint(MODEL_LABEL, ConstraintOp.IN, tuple(dict.fromkeys(x))),)
 
 
 def mebibytes(field: str, value) -> int:
@@ -260,9 +289,9 @@ def _extra_resources(m) -> list[tuple[str, int]]:
         raise FieldError("resources", f"must be a map of name -> amount, got {_show(m)}")
     out = []
     for name, amount in m.items():
-        if not name or name in _RESERVED_RESOURCES:
+        if not name or name in _RESERVED_RESOURCES or name.startswith("gpu."):
             raise FieldError("resources", f"resource name {name!r} is not allowed here "
-                              "(cpu, memory, disk and gpu have their own fields)")
+                              "(cpu, memory, disk and gpu have their own fields; devices are bound at placement)")
         out.append((name, _integer(f"resources.{name}", amount, 0)))
     return out
 

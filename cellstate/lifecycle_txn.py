@@ -7,7 +7,9 @@ gets every compared key, so a loser sees who changed what. The builders never re
     finish   compare machines + job; delete allocs, put machines with released ledgers, put job 'f'
     evict    compare machine + jobs; put machine with a new state and its ledger released (zeroed
              once nothing is left on it), delete allocs, put jobs with those tasks back to 'p'
-             (a killed job's tasks to 'k') and the reason — used to fail and to drain a machine
+             (a killed job's tasks to 'k') and the reason — used to fail and to drain a machine;
+             the other live members of an evicted gang go in the same txn when it holds them
+             (their machines compared and released too)
     repair   compare machine;        put machine up with an empty ledger
 
 Every change or delete of an existing ``allocs/{job}/{task}`` also writes ``jobs/{job}``, so a job
@@ -151,20 +153,23 @@ def _finish_txn(keys: CellKeys, job: JobEntry, tasks: list[int], deletes: list[O
 
 
 class Eviction(NamedTuple):
-    """One eviction txn and the allocs it removes (the rest need further txns)."""
+    """One eviction txn and the allocs it removes from the machine (the rest need further txns);
+    ``collateral``: the allocs it removes from other machines (the rest of an evicted gang)."""
 
     ops: TxnOps
     evicted: list[Alloc]
+    collateral: list[Alloc] = []
 
 
 def fail_machine_ops(keys: CellKeys, machine: MachineEntry, allocs: Sequence[Alloc],
                      jobs: Mapping[str, JobEntry | None], writer: str, max_ops: int,
-                     max_bytes: int | None = None) -> Eviction:
+                     max_bytes: int | None = None, gangs: GangRest | None = None) -> Eviction:
     """Machine down: ``allocs`` must be every alloc on it. As many as fit one txn are evicted with
-    reason "machine X failed"; when that is all of them the ledger is zeroed."""
+    reason "machine X failed"; when that is all of them the ledger is zeroed. ``gangs``: the other
+    live members of gang jobs among them (``evict_ops``)."""
     return evict_ops(keys, machine, allocs, jobs, state=MachineState.DOWN,
                      reason=f"machine {machine.id} failed", writer=writer, max_ops=max_ops,
-                     max_bytes=max_bytes, zero_when_empty=True)
+                     max_bytes=max_bytes, zero_when_empty=True, gangs=gangs)
 
 
 def drain_machine_ops(keys: CellKeys, machine: MachineEntry, service_allocs: Sequence[Alloc],
@@ -177,18 +182,29 @@ def drain_machine_ops(keys: CellKeys, machine: MachineEntry, service_allocs: Seq
                      max_bytes=max_bytes, zero_when_empty=False)
 
 
+GangRest = Mapping[str, Sequence[tuple[Alloc, MachineEntry]]]
+"""Gang job id -> its other live allocs (on other machines), each with its machine as seen."""
+
+
 def evict_ops(keys: CellKeys, machine: MachineEntry, allocs: Sequence[Alloc],
               jobs: Mapping[str, JobEntry | None], *, state: MachineState, reason: str, writer: str,
-              max_ops: int, max_bytes: int | None = None, zero_when_empty: bool) -> Eviction:
+              max_ops: int, max_bytes: int | None = None, zero_when_empty: bool,
+              gangs: GangRest | None = None) -> Eviction:
     """Put the machine in ``state`` and evict the first allocs (grouped by job) that fit
     ``max_ops`` per branch and ``max_bytes`` per request. ``jobs`` maps each alloc's job id to its
-    entry (None: the job is gone; its revision is compared as 0). ValueError on an alloc of
-    another machine or a job missing from ``jobs``; LedgerError on a ledger that would go negative."""
+    entry (None: the job is gone; its revision is compared as 0). A gang runs whole or not at all:
+    for a gang job of ``gangs`` whose allocs here are all taken, its other live allocs are evicted
+    in the same txn when they fit it too (their machines compared at the revisions given and put
+    with the ledgers released; ``Eviction.collateral``); else they are left for ``evict_gang``.
+    ValueError on an alloc of another machine or a job missing from ``jobs``; LedgerError on a
+    ledger that would go negative."""
     if max_ops < 3:
         raise ValueError(f"eviction needs max_ops >= 3 (machine, one alloc, one job), got {max_ops}")
     by_job = _group_by_job(machine.id, allocs, jobs)
     taken: list[Alloc] = []
     records: dict[str, bytes] = {}
+    others: dict[str, tuple[MachineEntry, list[Alloc]]] = {}
+    collateral: list[Alloc] = []
     ops_used = 1  # the machine put
     for job_id, group in by_job.items():
         entry = jobs[job_id]
@@ -196,19 +212,30 @@ def evict_ops(keys: CellKeys, machine: MachineEntry, allocs: Sequence[Alloc],
         if room < 1:
             break
         chosen = group[:room]
-        if entry is not None:
-            records[job_id] = encode_job_record(_evicted_record(entry.record, chosen, reason))
-        taken.extend(chosen)
         ops_used += len(chosen) + (entry is not None)
+        rest = gangs.get(job_id, ()) if gangs and entry is not None and len(chosen) == len(group) else ()
+        rest = [(a, m) for a, m in rest if a.machine_id != machine.id]
+        new_machines = {m.id for a, m in rest if m.id not in others}
+        if rest and ops_used + len(rest) + len(new_machines) <= max_ops:
+            ops_used += len(rest) + len(new_machines)
+            for alloc, seen in rest:
+                others.setdefault(seen.id, (seen, []))[1].append(alloc)
+                collateral.append(alloc)
+            chosen_all = chosen + [a for a, _ in rest]
+        else:
+            chosen_all = chosen
+        if entry is not None:
+            records[job_id] = encode_job_record(_evicted_record(entry.record, chosen_all, reason))
+        taken.extend(chosen)
         if len(chosen) < len(group):
             break
     ops = _eviction_txn(keys, machine, taken, jobs, records, state, writer,
-                        zero=zero_when_empty and len(taken) == len(allocs))
+                        zero=zero_when_empty and len(taken) == len(allocs), others=others)
     if max_bytes is not None and len(taken) > 1 and txn_request_bytes(*ops) > max_bytes:
         half = len(taken) // 2
         return evict_ops(keys, machine, taken[:half], jobs, state=state, reason=reason, writer=writer,
                          max_ops=max_ops, max_bytes=max_bytes, zero_when_empty=False)
-    return Eviction(ops, taken)
+    return Eviction(ops, taken, collateral)
 
 
 def _group_by_job(machine_id: str, allocs: Sequence[Alloc], jobs: Mapping) -> dict[str, list[Alloc]]:
@@ -234,13 +261,20 @@ def _evicted_record(record: JobRecord, allocs: Sequence[Alloc], reason: str) -> 
 
 
 def _eviction_txn(keys: CellKeys, machine: MachineEntry, taken: list[Alloc], jobs: Mapping,
-                  records: dict[str, bytes], state: MachineState, writer: str, zero: bool) -> TxnOps:
+                  records: dict[str, bytes], state: MachineState, writer: str, zero: bool,
+                  others: Mapping[str, tuple[MachineEntry, list[Alloc]]] = {}) -> TxnOps:
     ledger = replace(machine.machine, allocated=ZERO, task_count=0) if zero else released(machine.machine, taken)
     machine_key = keys.machine(machine.id)
     compares = [mod_revision_is(machine_key, machine.mod_revision)]
     failure: list[Op] = [Get(machine_key)]
     success: list[Op] = [Put(machine_key, pack_machine(replace(ledger, state=state, writer=writer)))]
     success.extend(Delete(keys.alloc(a.job_id, a.task_index)) for a in taken)
+    for seen, rest in others.values():  # the rest of evicted gangs, on their machines
+        key = keys.machine(seen.id)
+        compares.append(mod_revision_is(key, seen.mod_revision))
+        failure.append(Get(key))
+        success.append(Put(key, pack_machine(replace(released(seen.machine, rest), writer=writer))))
+        success.extend(Delete(keys.alloc(a.job_id, a.task_index)) for a in rest)
     for job_id in dict.fromkeys(a.job_id for a in taken):
         key = keys.job(job_id)
         entry = jobs[job_id]

@@ -4,7 +4,9 @@ An all-or-nothing job whose pending tasks do not fit one txn's claims (or that c
 reservations left by a scheduler that died: allocations of pending tasks) is placed through
 the committer's ``gangs`` (``omega.protocols.GangCommitter``):
 
-  1. hold the job: its gang key, on a lease of ours (held by another: the job waits);
+  1. hold the job: its gang key, on a lease of ours sized to outlive the decision (``lease_ttl``:
+     twice the expected decision time, from the host's ``expect`` or the slowest gang decision
+     per task seen so far; held by another: the job waits);
   2. release any reservation left (a dead scheduler's: allocations of tasks not placed or
      running), under our hold, so nothing of it can land afterwards;
   3. decide every pending task on the view pinned at the job's revision; all or nothing;
@@ -14,7 +16,10 @@ the committer's ``gangs`` (``omega.protocols.GangCommitter``):
      on the fresh view, the reserved ones stay; bounded by the retry policy;
   5. finish: one txn puts the job record with every task 'a' and deletes the gang key.
 
-Before the finish the job's tasks stay pending: no partial gang is ever visible as placed.
+The lease is refreshed once the decision is made and before every chunk; a lease that ended
+during the decision ends the attempt with the reason "reservation expired before commit", and the
+next attempt's lease covers the decision time seen. Before the finish the job's tasks stay
+pending: no partial gang is ever visible as placed.
 Anything else (a change of the job record, the hold lost, giving up, an error) releases the
 reservations and the hold; a scheduler that dies leaves them to its lease's expiry and to the
 next scheduler that takes the job (step 2). docs/CELLSTATE.md has the transactions.
@@ -22,10 +27,12 @@ next scheduler that takes the job (step 2). docs/CELLSTATE.md has the transactio
 
 from __future__ import annotations
 
+import math
+
 from cellstate.fastbuild import builder
 from omega.attempts import AttemptOutcome, classify
 from omega.modes import CommitMode, drop_unfit
-from omega.protocols import Claim, GangCommitter, GangHold, JobEntry, Plan, PlanTooLarge, PlacementView
+from omega.protocols import Claim, Decision, GangCommitter, GangHold, JobEntry, Plan, PlanTooLarge, PlacementView
 
 _PLAN = builder(Plan)
 
@@ -38,8 +45,66 @@ def has_reservations(view: PlacementView, entry: JobEntry) -> bool:
     return any(a.task_index < n and states[a.task_index] == "p" for a in view.allocs_of(entry.id))
 
 
+def partly_running(entry: JobEntry) -> bool:
+    """True when some of the job's tasks are placed or running and some pending (a gang that lost
+    a member; not killed)."""
+    tasks = entry.record.tasks
+    return not entry.record.killed and "p" in tasks and ("a" in tasks or "r" in tasks)
+
+
 class _Abort(Exception):
-    """The reservation cannot go on (job changed or gone, hold lost): release, retry later."""
+    """The reservation cannot go on (job changed or gone, hold lost): release, retry later.
+    ``reason``: why, for the tasks, when it is worth stating (the lease ended)."""
+
+    def __init__(self, reason: str = ""):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def tasks_per_machine(capacity, request) -> int:
+    """How many tasks of ``request`` an empty machine of ``capacity`` holds (a large number when the
+    request asks for nothing)."""
+    counts = [capacity.get(name) // request.get(name) for name in request.names() if request.get(name) > 0]
+    return min(counts) if counts else 1 << 30
+
+
+def cell_room(view, request, tasks: int) -> tuple[int, int, int]:
+    """(up machines, how many of them hold tasks, how many of ``tasks`` tasks of ``request`` the
+    up machines would hold were they empty, counting to ``tasks`` at most)."""
+    up = busy = room = 0
+    for entry in view.machines():
+        machine = entry.machine
+        if machine.state.value != "up":
+            continue
+        up += 1
+        busy += machine.task_count > 0
+        if room < tasks:
+            room += tasks_per_machine(machine.capacity, request)
+    return up, busy, min(room, tasks)
+
+
+def with_cell_state(view, entry: JobEntry, tasks: list[int], decision: Decision) -> Decision:
+    """An all-or-nothing refusal (no claims) with the cell's state appended to its reason: the
+    machines up and busy, and when the gang is wider than the empty cell, that it never fits."""
+    if decision.claims or not decision.unplaced:
+        return decision
+    up, busy, room = cell_room(view, entry.record.job.request, len(tasks))
+    state = (f"the cell has {up} machines up, {busy} busy" if room >= len(tasks) else
+             f"never fits: the cell's {up} up machines hold {room} such tasks even empty")
+    why = f"{next(iter(decision.unplaced.values()))}; {state}"
+    return Decision([], dict.fromkeys(decision.unplaced, why))
+
+
+_EXPIRED = "reservation expired before commit (the hold's lease of {ttl} s ended between chunks)"
+
+
+def lease_ttl(placer, tasks: int) -> int:
+    """Seconds of the gang lease for deciding ``tasks`` tasks: twice the expected decision time
+    plus one (the committer adds its own minimum): the host's ``expect(tasks)`` when it has one (a
+    replay's modelled time), else the slowest gang decision per task this placer has seen."""
+    expect = placer.expect
+    expected = expect(tasks) if expect is not None else placer.gang_s_per_task * tasks
+    return int(math.ceil(2.0 * max(0.0, expected))) + 1
 
 
 def place_in_chunks(placer, st, entry: JobEntry, tasks: list[int], started: float, tally) -> bool:
@@ -47,7 +112,7 @@ def place_in_chunks(placer, st, entry: JobEntry, tasks: list[int], started: floa
     True when there is nothing to retry (placed, nothing fits, held by another, given up)."""
     gangs: GangCommitter = placer.committer.gangs
     attempt = {"decision_time_s": 0.0, "claims": (), "started_at": started}
-    hold = gangs.begin(entry, placer.scheduler, placer.clock.now())
+    hold = gangs.begin(entry, placer.scheduler, placer.clock.now(), lease_ttl(placer, len(tasks)))
     if hold is None:  # another scheduler is reserving it (or its hold has not expired yet)
         placer._emit(st, attempt, tally, AttemptOutcome.NOTHING_FITS)
         return True
@@ -56,8 +121,10 @@ def place_in_chunks(placer, st, entry: JobEntry, tasks: list[int], started: floa
         for outcome in gangs.release(hold):  # what a dead scheduler left
             st.view.apply_outcome(outcome)
         finished, placed = _reserve_and_finish(placer, gangs, hold, st, tasks, attempt, tally)
-    except _Abort:
+    except _Abort as abort:
         finished = False
+        if abort.reason:
+            st.conflicts.update(dict.fromkeys(tasks, abort.reason))
     finally:
         if not placed:
             _release(gangs, hold, st.view)
@@ -105,8 +172,12 @@ def _reserve_and_finish(placer, gangs: GangCommitter, hold: GangHold, st, tasks:
         return True, False
     strategy = CommitMode.ALL_OR_NOTHING.strategy
     decision, elapsed = placer._decide(st, entry, tasks)
-    decision = strategy.admit(entry, tasks, decision)
+    placer.gang_s_per_task = max(placer.gang_s_per_task, elapsed / len(tasks))
+    decision = with_cell_state(view, entry, tasks, strategy.admit(entry, tasks, decision))
     attempt["decision_time_s"] += elapsed
+    if decision.claims and not gangs.keep_alive(hold):
+        raise _Abort(f"reservation expired before commit (the decision took {elapsed:.2f} s, "
+                     f"the lease {hold.ttl} s)")
     attempt["claims"] = tuple(decision.claims)
     st.unplaced.update(decision.unplaced)
     if not decision.claims:
@@ -184,7 +255,7 @@ def _reserve_chunk(placer, gangs: GangCommitter, hold: GangHold, st, pinned: int
             raise _Abort()
         plan = placer._refreshed(st, plan)
         if hold.reserved and not gangs.keep_alive(hold):
-            raise _Abort()
+            raise _Abort(_EXPIRED.format(ttl=hold.ttl))
         outcome, lost = gangs.reserve(hold, plan)
         st.view.apply_outcome(outcome)
         tally.transactions += 1
@@ -195,7 +266,7 @@ def _reserve_chunk(placer, gangs: GangCommitter, hold: GangHold, st, pinned: int
         fresh = outcome.fresh_job
         if lost or fresh is None or fresh.mod_revision != pinned:
             tally.job_conflicts += 1
-            raise _Abort()
+            raise _Abort(_EXPIRED.format(ttl=hold.ttl) if lost else "")
         before = len(tally.redecide)
         plan = placer._resolve(st, CommitMode.INCREMENTAL, plan, outcome, tally)
         redo += tally.redecide[before:]

@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Mapping
 
+from cellstate.devices import bind_in
 from cellstate.model import MachineState
 from omega.protocols import (
     AllocEntry, Claim, CommitOutcome, Decision, JobEntry, MachineEntry, Plan, PlanTooLarge,
@@ -210,11 +211,19 @@ def fit_cumulatively(fresh: MachineEntry, claims: list[Claim],
                 victim = victim_allocs.get(task)
                 if victim is not None and victim.alloc.machine_id == fresh.id:
                     room = room + victim.alloc.resources
-        short = claim.request.shortfall(room)
+        request = claim.request
+        if request.extra:  # a GPU ask is held by devices with room, else bound anew (cellstate.devices)
+            bound = bind_in(request, room)
+            if bound is None:
+                rejected.append((claim, f"machine {fresh.id} has no GPU device with room for gpu {request.get('gpu')}"))
+                continue
+            if bound is not request:
+                claim, request = Claim(claim.task_index, claim.machine_id, bound, claim.evicts), bound
+        short = request.shortfall(room)
         if short is None:
             kept.append(claim)
             if i < last:  # (what the last claim leaves is never read)
-                free = room - claim.request
+                free = room - request
         else:
             rejected.append((claim, f"machine {fresh.id} no longer has enough {short}"))
     return kept, rejected
@@ -233,9 +242,15 @@ def drop_unfit(plan: Plan) -> tuple[Plan, list[int]]:
         by_machine.setdefault(claim.machine_id, []).append(claim)
     unfit: set[int] = set()
     victim_allocs = plan.victim_allocs
+    rebound: dict[int, Claim] = {}  # task -> its claim with devices bound anew
     for machine_id, claims in by_machine.items():
-        _, rejected = fit_cumulatively(plan.machines[machine_id], claims, victim_allocs)
+        kept_here, rejected = fit_cumulatively(plan.machines[machine_id], claims, victim_allocs)
         unfit.update(claim.task_index for claim, _ in rejected)
+        if any(c.request.extra for c in claims):  # (GPU claims only: the others are kept as they are)
+            same = {id(c) for c in claims}
+            rebound.update((c.task_index, c) for c in kept_here if id(c) not in same)
+    if rebound:
+        plan = replace(plan, claims=tuple(rebound.get(c.task_index, c) for c in plan.claims))
     if not unfit:
         return plan, []
     kept = tuple(c for c in plan.claims if c.task_index not in unfit)

@@ -13,6 +13,8 @@ One *attempt* = one decision by the scheduler and the transactions it leads to:
      the same round trip; the commit mode says which to retry at once (rebased on the fresh
      revisions) and which tasks go back to the scheduler. The failed txn counts as a
      conflict, or as a stale retry when nothing really conflicted (``omega.modes``).
+With an ``expect`` (a replay's modelled decision time for n tasks), a gang reserved in chunks
+holds its job on a lease sized from it (``omega.gangs.lease_ttl``).
 With a ``pace`` (a replay's modelled decision time), the decision's time passes as it goes:
 ``pace(k)`` before each txn of k claims, ``pace(0)`` once its txns are over (the rest);
 without one, all of it passed inside ``decide``.
@@ -32,7 +34,7 @@ from tenacity import Retrying, retry_if_result
 
 from cellstate.fastbuild import builder
 from omega.attempts import Attempt, AttemptOutcome, PlacementResult, classify
-from omega.gangs import has_reservations, place_in_chunks
+from omega.gangs import has_reservations, partly_running, place_in_chunks, with_cell_state
 from omega.modes import CommitMode, ConflictMode, ConflictSplit, check_gang_size, victims_of
 from omega.protocols import (
     Claim, Clock, CommitOutcome, Committer, Decide, Decision, JobEntry, PlacementView, Plan, PlanTooLarge,
@@ -84,7 +86,8 @@ class OptimisticPlacer:
                  commit_mode: CommitMode, retry: RetryPolicy, clock: Clock,
                  on_attempt: Callable[[Attempt], None] | None = None,
                  refresh: Callable[[], object] | None = None,
-                 pace: Callable[[int], object] | None = None):
+                 pace: Callable[[int], object] | None = None,
+                 expect: Callable[[int], float] | None = None):
         if not isinstance(conflict_mode, ConflictMode) or not isinstance(commit_mode, CommitMode):
             raise TypeError(f"conflict_mode and commit_mode must be ConflictMode and CommitMode members, "
                             f"got {conflict_mode!r} and {commit_mode!r}")
@@ -97,6 +100,8 @@ class OptimisticPlacer:
         self.on_attempt = on_attempt
         self.refresh = refresh
         self.pace = pace
+        self.expect = expect  # expected decision seconds for n tasks (a replay's model): gang leases
+        self.gang_s_per_task = 0.0  # the slowest gang decision seen, per task (gang leases without expect)
         self._gangs = getattr(committer, "gangs", None)  # a GangCommitter: gangs larger than one txn
         self._seen: dict[str, tuple[str, list[int]]] = {}  # job id → (task states, pending tasks) last read
         # one loop for every placement: its stop and wait read the placement it is called with
@@ -137,6 +142,12 @@ class OptimisticPlacer:
             st.job_gone = True
             return True
         mode = CommitMode.ALL_OR_NOTHING if entry.record.job.gang else self.commit_mode
+        if entry.record.job.gang and self._gangs is not None and partly_running(entry):
+            entry = self._evict_gang(st, entry.id, "gang partly running (a member was evicted): the whole "
+                                     "gang is evicted to be placed again")
+            if entry is None:
+                st.job_gone = True
+                return True
         pending = self._pending_of(entry)
         tasks = pending if st.todo is None or mode is CommitMode.ALL_OR_NOTHING else \
             sorted(set(st.todo) & set(pending))
@@ -154,6 +165,8 @@ class OptimisticPlacer:
             self._refuse_oversized_gang(st, entry, tasks, started)
         decision, decision_time = self._decide(st, entry, tasks, paced=True)
         decision = mode.strategy.admit(entry, tasks, decision)
+        if entry.record.job.gang and not decision.claims:
+            decision = with_cell_state(st.view, entry, tasks, decision)
         st.unplaced.update(decision.unplaced)
         attempt = {"decision_time_s": decision_time, "claims": tuple(decision.claims), "started_at": started}
         if not decision.claims:
@@ -293,10 +306,22 @@ class OptimisticPlacer:
                 return
             if outcome.committed:
                 tally.committed.extend(plan.claims)
+                if plan.victims and self._gangs is not None:
+                    for victim in plan.victims.values():
+                        if victim.record.job.gang:  # a gang runs whole or not at all
+                            self._evict_gang(st, victim.id, f"gang member preempted by job {plan.job.id!r}: "
+                                             "the whole gang is evicted")
                 return
             plan = self._resolve(st, mode, plan, outcome, tally)
         if plan is not None:
             tally.redecide.extend(c.task_index for c in plan.claims)
+
+    def _evict_gang(self, st: _Placement, job_id: str, reason: str) -> JobEntry | None:
+        """Evict the placed and running tasks of gang ``job_id`` whose other tasks are pending
+        (``GangCommitter.evict``); the job as the view has it then."""
+        for outcome in self._gangs.evict(job_id, reason, self.scheduler):
+            st.view.apply_outcome(outcome)
+        return st.view.job(job_id)
 
     def _refreshed(self, st: _Placement, plan: Plan) -> Plan:
         """Resource-fit, with a ``refresh`` (the view's pump): the plan rebased on the newer
@@ -375,8 +400,47 @@ class OptimisticPlacer:
         if gone:
             live = [c for c in live if c.task_index not in gone]
             victims, victim_allocs = victims_of(live, victims, victim_allocs)
+        if victims:
+            self._gang_rest(st.view, live, machines, victims, victim_allocs)
         return _PLAN(entry, tuple(live), machines, self.scheduler, dict(st.unplaced), self.clock.now(),
                      victims, victim_allocs), gone
+
+    def _gang_rest(self, view: PlacementView, claims: list[Claim], machines: dict, victims: dict,
+                   victim_allocs: dict) -> None:
+        """Add to a preempting plan the other placed or running members of each gang it evicts
+        from (their allocs to ``victim_allocs``, their machines to ``machines``: the committer's
+        ``collateral``, evicted in the plan's own txn) while the txn's operations stay within the
+        committer's limit; a gang that does not fit is evicted right after the commit instead."""
+        limit = getattr(self.committer, "max_txn_ops", 0)
+        for job_id, victim in victims.items():
+            if not victim.record.job.gang:
+                continue
+            states = victim.record.tasks
+            rest, extra = [], {}
+            for alloc in view.allocs_of(job_id):
+                task = (job_id, alloc.task_index)
+                if task in victim_allocs or not 0 <= alloc.task_index < len(states) or \
+                        states[alloc.task_index] not in "ar":
+                    continue
+                found, seen = view.alloc_entry(*task), machines.get(alloc.machine_id) or extra.get(alloc.machine_id)
+                if seen is None:
+                    seen = view.machine(alloc.machine_id)
+                    if seen is None or seen.machine.state.value == "down":
+                        rest = None
+                        break
+                    extra[alloc.machine_id] = seen
+                if found is None:
+                    rest = None
+                    break
+                rest.append((task, found))
+            # ops: every machine (compare, put), alloc (compare, delete), claim (alloc put and key
+            # compare), victim record (compare, put), the job and its kill marker
+            ops = len(machines) + len(extra) + len(victim_allocs) + len(rest or ()) + 2 * len(claims) + \
+                len(victims) + 2
+            if not rest or ops > limit:
+                continue
+            machines.update(extra)
+            victim_allocs.update(rest)
 
     @staticmethod
     def _victims_live(view: PlacementView, claim: Claim, victims: dict, victim_allocs: dict) -> bool:

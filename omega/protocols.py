@@ -166,6 +166,8 @@ class GangHold:
     create_revision: int
     started_at: float
     reserved: int = 0
+    ttl: int = 0
+    """The lease's seconds (0: unknown)."""
 
 
 class GangCommitter(Protocol):
@@ -175,8 +177,9 @@ class GangCommitter(Protocol):
 
     max_claims_per_txn: int
 
-    def begin(self, job: JobEntry, scheduler: str, now: float) -> GangHold | None:
-        """Hold the job (None: another holds it)."""
+    def begin(self, job: JobEntry, scheduler: str, now: float, ttl: int | None = None) -> GangHold | None:
+        """Hold the job on a lease of at least ``ttl`` s (None: the committer's own minimum);
+        None when another holds it."""
         ...
 
     def keep_alive(self, hold: GangHold) -> bool: ...
@@ -186,6 +189,11 @@ class GangCommitter(Protocol):
         ...
 
     def finish(self, hold: GangHold, plan: Plan) -> CommitOutcome: ...
+
+    def evict(self, job_id: str, reason: str, writer: str) -> list[CommitOutcome]:
+        """Evict the placed and running tasks of a gang some of whose tasks are pending (back to
+        pending with ``reason``): a gang runs whole or not at all."""
+        ...
 
     def release(self, hold: GangHold) -> list[CommitOutcome]:
         """Release every reservation of the job (not placed or running tasks' allocs)."""

@@ -6,7 +6,7 @@ within its layer, and the packages declared cycle-free must have no import cycle
 Layers, lowest first (a module may import its own layer and the layers below it, not the
 layers beside or above it):
 
-    model     cellstate.fastbuild, cellstate.resources, cellstate.model
+    model     cellstate.fastbuild, cellstate.resources, cellstate.model, cellstate.devices
     core      omega                                   (and no etcd, grpc, rich or msgpack)
     state     the rest of cellstate                   (stores, codecs, replica, committer, ...)
     policies  schedulers                              (beside state: neither imports the other)
@@ -24,7 +24,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("cellstate", "omega", "schedulers", "tools")
 
-MODEL = frozenset({"cellstate.fastbuild", "cellstate.resources", "cellstate.model"})
+MODEL = frozenset({"cellstate.fastbuild", "cellstate.resources", "cellstate.model", "cellstate.devices"})
 LAYERS = ("model", "core", "state", "policies", "tools")
 MAY_IMPORT = {  # layer -> the layers its modules may import (besides third-party modules)
     "model": {"model"},

@@ -150,6 +150,10 @@ class ReplicaState:
         """Live view of every machine entry (no copy; do not hold across applies)."""
         return self._machines.values()
 
+    def machine(self, machine_id: str) -> MachineEntry | None:
+        """One machine's entry, None when the replica has none by that id."""
+        return self._machines.get(machine_id)
+
     def machine_count(self) -> int:
         return len(self._machines)
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cellstate.devices import GPU, bind_in
 from cellstate.model import Job, Machine
 from cellstate.resources import Resources
 from schedulers.plugin import ROOM, FilterTraits, PluginConfigError, Verdict, build_args
 
 NAME = "resources_fit"
+DEVICES = "gpu device"
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +48,8 @@ class ResourcesFit:
             return self._ok
         short = self._first_short(request, free)
         if short is None:
+            if request.extra and GPU not in self._ignore and bind_in(request, free) is None:
+                return self._verdict(self._unfit, Verdict.unfit, DEVICES)  # the sum fits, no device does
             return self._ok
         if request.get(short) > machine.capacity.get(short):
             return self._verdict(self._never, Verdict.never, short)

@@ -8,7 +8,7 @@ import pytest
 
 from cell_helpers import SMALL, add_machines, place
 from cellstate.check import check_cell
-from cellstate.codec.records import decode_job_record, decode_machine, encode_alloc, encode_job_record, encode_machine
+from cellstate.codec.records import decode_alloc, decode_job_record, decode_machine, encode_alloc, encode_job_record, encode_machine
 from cellstate.model import Alloc, Job, JobKind, Machine, TaskState
 from cellstate.resources import ZERO, Resources
 from cellstate.submit import submit_jobs
@@ -110,3 +110,21 @@ def test_report_to_dict(cell):
     assert d["ok"] is False and d["cell"] == keys.cell
     assert d["violations"] == [{"kind": "task-state", "key": keys.job("a"),
                                 "message": "task(s) 2 placed/running without an alloc"}]
+
+
+def test_a_gang_partly_running_is_a_violation(cell):
+    """A gang of 2 placed whole is clean; once one member is back to pending (its alloc gone, as an
+    eviction leaves it) while the other runs, the gang is reported partial, and only that."""
+    store, keys = cell
+    submit_jobs(store, keys, [replace(Job("g", JobKind.BATCH, 2, Resources.of(100, 64)), gang=True)], 2.0)
+    place(store, keys, "g", [(0, "m1"), (1, "m2")])
+    assert check_cell(store, keys).ok
+    kv = store.get(keys.alloc("g", 1))
+    alloc = decode_alloc(kv.key, kv.value)
+    store.delete(kv.key)
+    machine = _machine(store, keys, "m2")
+    _set_machine(store, keys, "m2", allocated=machine.allocated - alloc.resources, task_count=machine.task_count - 1)
+    _set_task(store, keys, "g", 1, TaskState.PENDING)
+    report = check_cell(store, keys)
+    assert [(v.kind, v.key) for v in report.violations] == [("partial-gang", keys.job("g"))]
+    assert "task(s) 0 placed/running while task(s) 1 are pending" in report.violations[0].message

@@ -55,7 +55,7 @@ def test_toml_list_loads_every_field(tmp_path):
     path.write_text(TOML_TWO)
     etl, web = load_jobs(path)
     assert etl.kind is JobKind.BATCH and etl.tasks == 100
-    assert etl.request == Resources.of(2000, 4096, 10240, gpu=1, licenses=2)
+    assert etl.request == Resources.of(2000, 4096, 10240, gpu=1000, licenses=2)  # gpu: milli (one whole GPU)
     assert (etl.priority, etl.owner, etl.duration_s, etl.gang, etl.package) == (5, "ana", 90.0, True, "spark")
     assert web.request == Resources.of(250, 512)
     assert web.constraints == (Constraint("zone", ConstraintOp.IN, ("zone-a", "zone-b")),)

@@ -56,8 +56,8 @@ class Gangs:
         self.chunks = 0
         self.dead = False
 
-    def begin(self, job, scheduler, now):
-        return self.inner.begin(job, scheduler, now)
+    def begin(self, job, scheduler, now, ttl=None):
+        return self.inner.begin(job, scheduler, now, ttl)
 
     def keep_alive(self, hold):
         return self.inner.keep_alive(hold)

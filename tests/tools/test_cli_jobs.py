@@ -78,7 +78,8 @@ def test_cell_init_from_spec_file(tmp_path, cell_args, etcd_store, cell_keys):
                     'shapes = [{ cpu = 4, memory = "8Gi", gpu = 2, weight = 1 }]\n')
     assert run_cli(["cell", "init", "--spec", str(spec), *cell_args]) == 0
     cell = machines(etcd_store, cell_keys)
-    assert {m.capacity.to_dict()["gpu"] for m in cell} == {2}
+    assert {m.capacity.to_dict()["gpu"] for m in cell} == {2000}  # milli: two devices
+    assert {m.capacity.to_dict()["gpu.1"] for m in cell} == {1000}
     assert {m.platform for m in cell} == {"risc-v"} and all(len(m.packages) == 1 for m in cell)
 
 

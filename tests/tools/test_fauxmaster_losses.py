@@ -31,7 +31,8 @@ def test_service_durations_are_counted_as_ignored(tmp_path):
     config = ReplayConfig(schedulers=[dict(name="b", kind="batch"), dict(name="s", kind="service")], until=20.0)
     result = replay(service_with_duration_trace(tmp_path / "t.omt"), config)
     assert result.losses == {"durations_ignored": 1, "gang_refusals": 0, "jobs_refused_at_end": 0,
-                             "events_skipped": 0, "initial_not_placed": 0}
+                             "events_skipped": 0, "initial_not_placed": 0, "gangs_pending_at_end": 0,
+                             "gangs_never_fit": 0}
     assert result.to_dict(include_wall=False)["losses"] == result.losses
     assert list(result.losses) == list(LOSSES)  # every count, in the documented order
 
@@ -43,9 +44,10 @@ def test_refusals_and_skips_are_read_from_the_tallies_and_counters():
                   SimpleNamespace(tally=SimpleNamespace(too_large=1), refused={})]
     counters = CellCounters(skipped={"kill of an unknown job": 2, "machine_add of a machine already up": 1},
                             initial_not_placed={"no room": 4}, durations_ignored=5)
-    assert replay_losses(schedulers, counters) == {"durations_ignored": 5, "gang_refusals": 4,
-                                                   "jobs_refused_at_end": 2, "events_skipped": 3,
-                                                   "initial_not_placed": 4}
+    assert replay_losses(schedulers, counters, (3, 1)) == {"durations_ignored": 5, "gang_refusals": 4,
+                                                           "jobs_refused_at_end": 2, "events_skipped": 3,
+                                                           "initial_not_placed": 4, "gangs_pending_at_end": 3,
+                                                           "gangs_never_fit": 1}
 
 
 def test_cli_shows_losses_in_summary_json_and_report(tmp_path, capsys):
@@ -55,7 +57,7 @@ def test_cli_shows_losses_in_summary_json_and_report(tmp_path, capsys):
                  "--until", "20", "--json", str(out), "--html", str(report)])
     assert code == 0
     assert ("losses: durations ignored 1, gang refusals 0, jobs refused at end 0, events skipped 0, "
-            "initial not placed 0") in capsys.readouterr().out
+            "initial not placed 0, gangs pending at end 0, gangs never fit 0") in capsys.readouterr().out
     assert json.loads(out.read_text())["losses"]["durations_ignored"] == 1
     page = (report / "index.html").read_text()
     assert "<h2>Losses</h2>" in page

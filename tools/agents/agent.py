@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from cellstate.devices import binding_problem, visible_devices
 from cellstate.keys import CellKeys
 from cellstate.lifecycle_txn import LedgerError, finish_batch_limit, finish_task_ops, start_task_ops
 from cellstate.model import Alloc, MachineState
@@ -241,8 +242,8 @@ class Agent:
             self.metrics.tasks_started.inc(len(chunk))
             self._touched.update(a.machine_id for a in chunk)
             for alloc in chunk:
-                log.debug("task started agent=%s job=%s task=%d machine=%s", self.config.name, job_id,
-                          alloc.task_index, alloc.machine_id)
+                log.debug("task started agent=%s job=%s task=%d machine=%s devices=%s", self.config.name, job_id,
+                          alloc.task_index, alloc.machine_id, visible_devices(alloc.resources) or "-")
 
     def _start_txn(self, job_id: str, out: list[Alloc]):
         entry = self.replica.job(job_id)
@@ -250,9 +251,22 @@ class Agent:
             return None
         tasks = entry.record.tasks
         allocs = [a for a in self.replica.allocs_of(job_id) if not a.running and a.task_index < len(tasks)
-                  and tasks[a.task_index] == "a" and self.is_mine(a.machine_id)]
+                  and tasks[a.task_index] == "a" and self.is_mine(a.machine_id) and self._devices_ok(a)]
         out[:] = allocs[:max(1, self.store.max_txn_ops - 1)]
         return start_task_ops(self.keys, entry, out) if out else None
+
+    def _devices_ok(self, alloc: Alloc) -> bool:
+        """An alloc asking GPUs runs only on the devices it names, and only when they exist on
+        its machine (the committer guarantees it; a runtime checks what it is given)."""
+        if not alloc.resources.extra:
+            return True
+        entry = self.replica.machine(alloc.machine_id)
+        problem = None if entry is None else binding_problem(alloc.resources, entry.machine.capacity)
+        if problem is not None:
+            log.error("agents: task %s/%d not started on %s: %s", alloc.job_id, alloc.task_index,
+                      alloc.machine_id, problem)
+            return False
+        return True
 
     def _end_due(self, now: float) -> None:
         by_job: dict[str, dict[int, DueEnd]] = {}

@@ -16,6 +16,7 @@ import random
 from typing import Iterable
 
 from cellstate.keys import CellKeys
+from cellstate.gang_commit import evict_gang
 from cellstate.lifecycle_txn import drain_machine_ops, fail_machine_ops, repair_machine_ops
 from cellstate.model import MachineState
 from cellstate.replica.watched import Replica
@@ -110,14 +111,29 @@ class MachineOps:
         if self.replica.machine(machine_id) is None:
             raise ValueError(f"no machine {machine_id!r} in cell {self.keys.cell!r}")
         evicted = 0
+        jobs: set[str] = set()
         for _ in range(self.max_txns):
             batch: list = []
             result = self.runner.commit(lambda: self._eviction(machine_id, state, batch),
                                         f"{state.value} of machine {machine_id}")
             if result is None:
-                return evicted
+                return evicted + self._evict_gangs(jobs, machine_id)
             evicted += len(batch)
+            jobs.update(a.job_id for a in batch)
         raise RuntimeError(f"machine {machine_id!r}: still not {state.value} after {self.max_txns} txns")
+
+    def _evict_gangs(self, jobs: set[str], machine_id: str) -> int:
+        """Evict the rest of each gang among ``jobs`` that lost members here (a gang runs whole or
+        not at all, ``evict_gang``); the tasks evicted."""
+        evicted = 0
+        for job_id in sorted(jobs):
+            entry = self.replica.job(job_id)
+            if entry is None or not entry.record.job.gang:
+                continue
+            _, allocs = evict_gang(self.store, self.keys, job_id, f"gang member on machine {machine_id} evicted: "
+                                   "the whole gang is evicted", self.writer, self.store.max_txn_ops)
+            evicted += len(allocs)
+        return evicted
 
     def _eviction(self, machine_id: str, state: MachineState, out: list):
         """The next eviction txn from the replica (None: done); the allocs it evicts go to ``out``."""
@@ -133,8 +149,26 @@ class MachineOps:
         if current is state and not allocs:
             return None
         jobs = {a.job_id: self.replica.job(a.job_id) for a in allocs}
-        build = fail_machine_ops if state is MachineState.DOWN else drain_machine_ops
-        eviction = build(self.keys, entry, allocs, jobs, self.writer, self.store.max_txn_ops,
-                         self.store.max_request_bytes)
-        out[:] = eviction.evicted
+        if state is MachineState.DOWN:
+            eviction = fail_machine_ops(self.keys, entry, allocs, jobs, self.writer, self.store.max_txn_ops,
+                                        self.store.max_request_bytes, self._gang_rest(jobs, machine_id))
+        else:
+            eviction = drain_machine_ops(self.keys, entry, allocs, jobs, self.writer, self.store.max_txn_ops,
+                                         self.store.max_request_bytes)
+        out[:] = eviction.evicted + eviction.collateral
         return eviction.ops
+
+    def _gang_rest(self, jobs: dict, machine_id: str) -> dict:
+        """For each gang among ``jobs``: its live allocs on other machines with their machines, from
+        the replica (evicted in the failure's txn: ``fail_machine_ops``)."""
+        rest: dict[str, list] = {}
+        for job_id, entry in jobs.items():
+            if entry is None or not entry.record.job.gang:
+                continue
+            tasks = entry.record.tasks
+            for alloc in self.replica.allocs_of(job_id):
+                seen = self.replica.machine(alloc.machine_id)
+                if (alloc.machine_id != machine_id and seen is not None and 0 <= alloc.task_index < len(tasks)
+                        and tasks[alloc.task_index] in "ar"):
+                    rest.setdefault(job_id, []).append((alloc, seen))
+        return rest

@@ -12,17 +12,20 @@ import sys
 from pathlib import Path
 
 from tools.cli.common import add_output_arg, output_json
+from tools.cli.gpu_frag import add_gpu_frag_args, run_gpu_frag
 from tools.cli.plugin_args import add_plugin_arg, load_plugin_args
 
 
 # The experiments of tools.fauxmaster.experiments.catalogue (kept here so building the parser imports
 # no scheduler code; a test checks the two lists agree).
 NAMES = ("architectures", "tjob-sweep", "conflict-modes", "commit-modes", "batch-scaling")
+GPU_FRAG = "gpu-frag"
 
 
 def register(sub) -> None:
     p = sub.add_parser("experiment", help="reproduce an Omega paper experiment on the fauxmaster")
-    p.add_argument("name", choices=[*NAMES, "all"], help="experiment to run (all: every one)")
+    p.add_argument("name", choices=[*NAMES, "all", GPU_FRAG],
+                   help=f"experiment to run (all: every Omega one; {GPU_FRAG}: the FGD paper's, on openb lists)")
     p.add_argument("--trace", metavar="FILE", help="omega trace to replay (default: a seeded synthetic one)")
     p.add_argument("--quick", action="store_true", help="a much smaller synthetic cell and workload (tests)")
     p.add_argument("--json-out", metavar="FILE", dest="json", help="also write the report(s) as JSON to FILE")
@@ -36,8 +39,8 @@ def register(sub) -> None:
                    help="owner weight under --order drf (default 1; repeatable)")
     p.add_argument("--seed", type=int, default=0,
                    help="added to every scheduler's and the synthetic workload's seed (default 0)")
-    p.add_argument("--html", metavar="DIR", help="also write the report(s) as an HTML page in DIR")
     add_plugin_arg(p)
+    add_gpu_frag_args(p)
     p.set_defaults(func=run_experiment_command)
 
 
@@ -48,6 +51,10 @@ def run_experiment_command(args) -> int:
     from tools.fauxmaster.experiments.catalogue import run_experiment
     from tools.fauxmaster.experiments.runs import Overrides
 
+    if args.name == GPU_FRAG:
+        return run_gpu_frag(args)
+    if args.nodes or args.pods:
+        raise UsageError("--nodes/--pods are for experiment gpu-frag")
     load_plugin_args(args)
     try:
         overrides = Overrides(args.batch_kind, args.order, parse_weight_flags(args.drf_weight), args.seed)

@@ -293,6 +293,9 @@ def _print_summary(result) -> None:
         print(f"  of {cdf['jobs']:,} jobs to place: {cdf['to_first_attempt']['never']:,} never attempted, "
               f"{cdf['to_placed']['never']:,} never fully placed ({cdf['to_placed']['pending_at_end']:,} pending "
               f"at the end, {cdf['to_placed']['ended_unplaced']:,} ended or killed before)")
+    if result.slowdown:
+        from tools.fauxmaster.report.summary import slowdown_text
+        print(f"  {slowdown_text(result.slowdown)}")
     print(f"  utilization: {len(result.utilization):,} samples, every {result.utilization_interval_s:,.0f} virtual s "
           f"(at least --sample-every; grows with the span to bound the samples)")
     if result.utilization:

@@ -1,4 +1,4 @@
-"""``omega import google2011|swf …`` (published traces → omega trace) and ``omega trace info``."""
+"""``omega import google2011|swf|openb …`` (published traces → omega trace) and ``omega trace info``."""
 
 from __future__ import annotations
 
@@ -43,6 +43,12 @@ def register(sub) -> None:
     swf.add_argument("--nodes", type=int, default=None, help="machines (default: header MaxNodes/MaxProcs)")
     swf.add_argument("--node-memory-mib", type=int, default=None, help="memory per machine (default 1024)")
     swf.set_defaults(func=run_import_swf)
+
+    openb = imp_sub.add_parser("openb", help="Alibaba cluster-trace-gpu-v2023 (openb) node list + pod list")
+    openb.add_argument("--nodes", required=True, metavar="FILE", help="openb node list (.csv or .csv.gz)")
+    openb.add_argument("--pods", required=True, metavar="FILE", help="openb pod list with creation/deletion times")
+    openb.add_argument("--out", required=True, help="output trace (.omt, or .omt.gz to compress)")
+    openb.set_defaults(func=run_import_openb)
 
     trace = sub.add_parser("trace", help="inspect omega trace files")
     trace_sub = trace.add_subparsers(dest="trace_command", required=True, metavar="ACTION")
@@ -112,6 +118,31 @@ def run_import_swf(args) -> int:
         print(f"warning: {args.file}: " + (f"assumed for unknown (-1) fields: {what}" if what else "")
               + ("; " if what and stats.unusable else "")
               + (f"{len(stats.unusable):,} row(s) unusable and skipped" if stats.unusable else ""), file=sys.stderr)
+    return 0
+
+
+def run_import_openb(args) -> int:
+    from tools.cli import InputError, UsageError
+    from tools.trace.format import TraceError
+    from tools.trace.openb.importer import import_openb
+    from tools.trace.openb.lists import OpenbError
+
+    started = time.perf_counter()
+    try:
+        stats = import_openb(args.nodes, args.pods, args.out)
+    except OpenbError as exc:
+        raise InputError(f"{exc}; nothing written to {args.out}") from None
+    except OSError as exc:
+        raise UsageError(_os_error(exc)) from None
+    except TraceError as exc:
+        raise InputError(str(exc)) from None
+    print(f"{args.out}: {stats.machines} machines ({stats.gpus} GPUs), {stats.jobs} jobs "
+          f"in {time.perf_counter() - started:.1f} s")
+    print(f"  {stats.summary()}")
+    if stats.no_creation_time or stats.gpu_spec_no_node_has or stats.unknown_qos:
+        print(f"warning: {args.pods}: {stats.no_creation_time} pod(s) skipped (no creation_time), "
+              f"{stats.gpu_spec_no_node_has} ask a GPU model no node has (they can never be placed), "
+              f"{sum(stats.unknown_qos.values())} with an unknown qos", file=sys.stderr)
     return 0
 
 

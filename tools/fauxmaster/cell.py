@@ -17,9 +17,10 @@ from typing import Callable, Mapping, Sequence
 
 from cellstate.codec.records import decode_alloc, decode_job_record, decode_machine
 from cellstate.codec.trusted import pack_machine
-from cellstate.committer import StoreCommitter
+from cellstate.committer import StoreCommitter, collateral
 from cellstate.fastbuild import builder
 from cellstate.keys import CellKeys
+from cellstate.gang_commit import evict_gang
 from cellstate.lifecycle_txn import fail_machine_ops, finish_batch_limit, finish_task_ops
 from cellstate.memory.store import MemoryStore
 from cellstate.model import Alloc, Job, JobKind, Machine, MachineState
@@ -150,6 +151,9 @@ class CellCounters:
     """Recorded t = 0 placements written (``initial_state="recorded"``)."""
     initial_not_placed: dict[str, int] = field(default_factory=dict)
     """Recorded t = 0 placements left pending for the schedulers, by reason."""
+    gang_members_evicted: int = 0
+    """Tasks of gangs evicted because another member was (a machine failure, a preemption): a gang
+    runs whole or not at all (``cellstate.gang_commit.evict_gang``)."""
     durations_ignored: int = 0
     """Jobs submitted with a ``duration_s`` the replay ignores: only batch jobs end after their
     duration (``note_placed``); a service job's tasks end only by the trace's task_end / job_kill."""
@@ -161,9 +165,11 @@ class CellCounters:
 class ObservedCommitter(StoreCommitter):
     """A ``StoreCommitter`` that tells the cell about every committed claim."""
 
-    def __init__(self, store: Store, keys: CellKeys, on_commit: Callable[[Plan], None]):
+    def __init__(self, store: Store, keys: CellKeys, on_commit: Callable[[Plan], None],
+                 on_evict: Callable[[list[Alloc]], None] = lambda allocs: None):
         super().__init__(store, keys)
         self.on_commit = on_commit
+        self.on_evict = on_evict
 
     def commit(self, plan: Plan) -> CommitOutcome:
         outcome = StoreCommitter.commit(self, plan)
@@ -174,6 +180,10 @@ class ObservedCommitter(StoreCommitter):
     def gang_placed(self, plan: Plan) -> None:
         """A gang larger than one txn, placed by its last txn (its reservations were not placements)."""
         self.on_commit(plan)
+
+    def gang_evicted(self, allocs: list[Alloc]) -> None:
+        """The rest of a gang evicted (``GangCommits.evict``): the cell releases their usage."""
+        self.on_evict(allocs)
 
 
 @dataclass
@@ -198,6 +208,7 @@ class SimCell:
         self.usage = UsageLedger()
         self.counters = CellCounters()
         self.submitted_at: dict[str, float] = {}
+        self.run_s: dict[str, float] = {}  # batch jobs' duration_s: they end by themselves (slowdown)
         self.placed_log: dict[str, dict[int, float]] | None = None
         """When set (a trace with per-task ground truth): job → task → when the replay first placed it."""
         self.initial_jobs: set[str] = set()
@@ -217,7 +228,13 @@ class SimCell:
             share(decode_alloc), share(decode_job_record), share(decode_machine))
 
     def committer(self) -> ObservedCommitter:
-        return ObservedCommitter(self.store, self.keys, self.note_placed)
+        return ObservedCommitter(self.store, self.keys, self.note_placed, self.note_evicted)
+
+    def note_evicted(self, allocs: list[Alloc]) -> None:
+        """Allocs a scheduler evicted outside a placement (the rest of a gang): usage released."""
+        self.usage.release(allocs)
+        self.counters.gang_members_evicted += len(allocs)
+        self.wake()
 
     # -- machines ---------------------------------------------------------------------------
 
@@ -277,15 +294,22 @@ class SimCell:
             self.counters.skip("failure of a machine already down")
             return
         entry = MachineEntry(decode_machine(kv.key, kv.value), kv.mod_revision)
-        allocs = [a for a in self._all_allocs() if a.machine_id == machine_id]
+        every = self._all_allocs()
+        allocs = [a for a in every if a.machine_id == machine_id]
+        members_of = {a.job_id for a in allocs}
         while True:
             jobs = {job_id: self._job(job_id, [a for a in allocs if a.job_id == job_id])
                     for job_id in {a.job_id for a in allocs}}
             eviction = fail_machine_ops(self.keys, entry, allocs, jobs, AGENT, self.store.max_txn_ops,
-                                        self.store.max_request_bytes)
+                                        self.store.max_request_bytes, self._gang_rest(jobs, every, machine_id))
             result = self.store.txn(*eviction.ops)
             if not result.succeeded:
                 raise RuntimeError(f"machine {machine_id}: eviction txn lost a race in a single-threaded replay")
+            if eviction.collateral:
+                self.usage.release(eviction.collateral)
+                self.counters.gang_members_evicted += len(eviction.collateral)
+                gone = {(a.job_id, a.task_index) for a in eviction.collateral}
+                every = [a for a in every if (a.job_id, a.task_index) not in gone]
             done = {(a.job_id, a.task_index) for a in eviction.evicted}
             allocs = [a for a in allocs if (a.job_id, a.task_index) not in done]
             kv = self.store.get(kv.key)
@@ -295,7 +319,30 @@ class SimCell:
         self.usage.remove_machine(machine_id)
         self._down.add(machine_id)
         self.counters.machines_failed += 1
+        for job_id in sorted(members_of):  # a gang that lost members loses them all
+            _, evicted = evict_gang(self.store, self.keys, job_id, f"gang member on machine {machine_id} "
+                                    "failed: the whole gang is evicted", AGENT, self.store.max_txn_ops)
+            if evicted:
+                self.usage.release(evicted)
+                self.counters.gang_members_evicted += len(evicted)
         self.wake()
+
+    def _gang_rest(self, jobs: Mapping, every: list[Alloc], machine_id: str) -> dict:
+        """For each gang among ``jobs``: its live allocs on other machines, with their machines as
+        the store has them (``lifecycle_txn.GangRest``)."""
+        rest: dict[str, list] = {}
+        for job_id, entry in jobs.items():
+            if entry is None or not entry.record.job.gang:
+                continue
+            tasks = entry.record.tasks
+            live = [a for a in every if a.job_id == job_id and a.machine_id != machine_id
+                    and 0 <= a.task_index < len(tasks) and tasks[a.task_index] in "ar"]
+            for alloc in live:
+                kv = self.store.get(self.keys.machine(alloc.machine_id))
+                if kv is not None:
+                    rest.setdefault(job_id, []).append(
+                        (alloc, MachineEntry(self._decode_machine(kv.key, kv.value), kv.mod_revision)))
+        return rest
 
     def _all_allocs(self) -> list[Alloc]:
         return [decode_alloc(kv.key, kv.value) for kv in self.store.range(self.keys.kind_prefix("allocs")).kvs]
@@ -328,8 +375,11 @@ class SimCell:
         for job in fresh:
             submitted_at[job.id] = now
             tasks += job.tasks
-            if job.duration_s is not None and job.kind is not JobKind.BATCH:
-                counters.durations_ignored += 1
+            if job.duration_s is not None:
+                if job.kind is JobKind.BATCH:
+                    self.run_s[job.id] = job.duration_s
+                else:
+                    counters.durations_ignored += 1
         counters.jobs_submitted += len(fresh)
         counters.tasks_submitted += tasks
         if not delayed:
@@ -393,6 +443,10 @@ class SimCell:
                     usage.charge_extra(claim.machine_id, request.extra, -1)
         if self.job_log is not None:
             self.job_log.machines.setdefault(spec.id, set()).update(claim.machine_id for claim in plan.claims)
+        if plan.victim_allocs and len(plan.victim_allocs) > sum(len(c.evicts) for c in plan.claims):
+            rest = [plan.victim_allocs[task].alloc for task in collateral(plan)]  # the rest of evicted gangs
+            usage.release(rest)
+            self.counters.gang_members_evicted += len(rest)
         if spec.kind is JobKind.BATCH and spec.duration_s is not None:
             placed = {claim.task_index: (claim.machine_id, plan.now) for claim in plan.claims}
             self.core.after(spec.duration_s, self._ender(spec.id, placed))

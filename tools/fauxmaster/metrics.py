@@ -12,6 +12,9 @@
   fraction that got there, and the rest is counted ("never"), not dropped;
 - the conflict fraction over time per scheduler (``conflicts_over_time``): the schedulers'
   cumulative transaction counts, sampled with utilization, and the fraction in each window;
+- bounded slowdown (``slowdown``): per job with a run time that was fully placed,
+  max(1, (wait + run) / max(run, 10 s)) (Feitelson's BSLD, the standard 10 s threshold), mean,
+  median and p90; and the makespan: first submission to the last job end by the stop;
 - utilization (allocated ÷ capacity of up machines, cpu and memory) sampled over time, and
   the load distribution across machines: std ÷ mean of per-machine cpu utilization.
 """
@@ -53,6 +56,8 @@ class JobJournal:
     fully_placed: dict[str, float] = field(default_factory=dict)
     taken_by: dict[str, str] | None = None
     """When kept (``ReplayConfig.job_records``): job → the scheduler that first took it."""
+    runs: dict[str, float] = field(default_factory=dict)
+    """Run time of each job that ends by itself (a batch job's ``duration_s``), by job id."""
 
     def taken(self, job_id: str, t: float) -> None:
         self.first_taken.setdefault(job_id, t)
@@ -176,6 +181,42 @@ def wait_cdf(journal: JobJournal, pending_at_end: set[str], recorded: set[str]) 
             "to_first_attempt": {**cdf_steps(first, population), "never": population - len(first)},
             "to_placed": {**cdf_steps(full, population), "never": never_placed, "pending_at_end": pending,
                           "ended_unplaced": never_placed - pending}}
+
+
+BSLD_THRESHOLD_S = 10.0
+"""Bounded slowdown's run-time floor (Feitelson et al., "Theory and practice in parallel job
+scheduling", 1997: 10 s, so that very short jobs do not dominate the mean)."""
+
+
+def bounded_slowdown(wait: float, run: float, threshold: float = BSLD_THRESHOLD_S) -> float:
+    """max(1, (wait + run) / max(run, threshold))."""
+    return max(1.0, (wait + run) / max(run, threshold))
+
+
+def slowdown(journal: JobJournal, sim_time: float) -> dict:
+    """Bounded slowdown and makespan of the jobs with a run time (``journal.runs``):
+    ``{"jobs": fully placed ones, "never": never fully placed, "threshold_s", "mean", "median", "p90"
+    (None when no job), "makespan_s": first submission to the last end by ``sim_time`` (None when none
+    ended), "jobs_ended", "jobs_not_ended": submitted jobs without an end by the stop (never placed, no run
+    time, or running on)}``. The wait is submission to fully placed (a gang: its one commit)."""
+    submitted, placed, runs = journal.submitted, journal.fully_placed, journal.runs
+    values, ends = [], []
+    for job_id, run in runs.items():
+        at = placed.get(job_id)
+        if at is None or job_id not in submitted:
+            continue
+        values.append(bounded_slowdown(at - submitted[job_id], run))
+        if at + run <= sim_time:
+            ends.append(at + run)
+    values.sort()
+    with_run = sum(1 for j in runs if j in submitted)
+    first = min(submitted.values()) if submitted else None
+    return {"jobs": len(values), "never": with_run - len(values), "threshold_s": BSLD_THRESHOLD_S,
+            "mean": sum(values) / len(values) if values else None,
+            "median": percentile(values, 50) if values else None,
+            "p90": percentile(values, 90) if values else None,
+            "makespan_s": max(ends) - first if ends and first is not None else None,
+            "jobs_ended": len(ends), "jobs_not_ended": len(submitted) - len(ends)}
 
 
 def windowed_fractions(transactions: list[int], failed: list[int], conflicts: list[int],

@@ -22,6 +22,7 @@ from typing import Any, Callable, Mapping
 from cellstate.check import check_cell
 from cellstate.keys import CellKeys
 from cellstate.memory.store import MemoryStore
+from omega.gangs import cell_room
 from tools.fauxmaster.cell import JobLog, SimCell
 from tools.fauxmaster.clock import EventCore, VirtualClock
 from tools.fauxmaster.fidelity import Fidelity, compute_fidelity
@@ -29,7 +30,7 @@ from tools.fauxmaster.initial_state import INITIAL_STATES
 from tools.fauxmaster.job_records import job_rows
 from tools.fauxmaster.metrics import (
     JobJournal, SchedulerMetrics, UtilizationSample, WaitStats, busyness, conflict_fraction, conflicts_over_time,
-    sample_utilization, wait_cdf,
+    sample_utilization, slowdown, wait_cdf,
 )
 from tools.fauxmaster.scheduler_process import (
     DECISION_COMMITS, DECISION_TIME_MODES, UNPLACED_CHARGES, SchedulerConfig, SimScheduler,
@@ -171,6 +172,9 @@ class ReplayResult:
     fraction in each window (``tools.fauxmaster.metrics.conflicts_over_time``)."""
     jobs: list[dict[str, Any]] | None = field(default=None, repr=False, compare=False)
     """Per-job records (``ReplayConfig.job_records``; not in ``to_dict``: ``--jobs-out`` writes them)."""
+    slowdown: dict[str, Any] = field(default_factory=dict)
+    """Bounded slowdown (mean, median, p90) and makespan of the jobs with a run time
+    (``tools.fauxmaster.metrics.slowdown``)."""
     capacity_model: str = field(default="", repr=False, compare=False)
     """The trace header's statement of the cell (not in ``to_dict``: the figures of a trace
     without ground truth stay as they were; the fidelity section carries it)."""
@@ -193,6 +197,7 @@ class ReplayResult:
         out["utilization_interval_s"] = self.utilization_interval_s
         out["wait_cdf"] = self.wait_cdf
         out["conflicts_over_time"] = self.conflicts_over_time
+        out["slowdown"] = self.slowdown
         if self.fidelity is not None:  # a trace without ground truth: the same figures as before
             out["fidelity"] = self.fidelity.to_dict()
         if include_wall:
@@ -286,7 +291,7 @@ def _run(trace_path, config: ReplayConfig, core: EventCore, store, keys: CellKey
 
     cell = SimCell(store, keys, core, wake=wake)
     cell.submit_latency = config.submit_latency_s
-    journal = JobJournal(submitted=cell.submitted_at)
+    journal = JobJournal(submitted=cell.submitted_at, runs=cell.run_s)
     if config.job_records:
         cell.job_log, journal.taken_by = JobLog(), {}
     with TraceFeed(trace_path, cell, core, config.until, config.initial_state) as feed:
@@ -390,20 +395,39 @@ LOSSES = {
     "jobs_refused_at_end": "jobs still held out as refused when the replay stopped (RefusedJobs)",
     "events_skipped": "trace events skipped (CellCounters.skipped, by reason in cell.skipped)",
     "initial_not_placed": "recorded t = 0 placements that did not fit, left pending for the schedulers",
+    "gangs_pending_at_end": "gangs (all-or-nothing jobs) not placed when the replay stopped (also among the "
+                            "unscheduled; their records say why)",
+    "gangs_never_fit": "of those, gangs wider than the cell: its up machines would not hold them even empty",
 }
 """The replay's losses (``ReplayResult.losses``), in the order shown: name -> what it counts."""
 
 
-def replay_losses(schedulers, counters) -> dict[str, int]:
+def replay_losses(schedulers, counters, gangs: tuple[int, int] = (0, 0)) -> dict[str, int]:
     """Every ``LOSSES`` count of a finished replay (the schedulers' tallies and refusals, the cell's
-    counters)."""
+    counters, and ``gangs``: the gangs pending at the end and how many of them never fit the cell)."""
     return {
         "durations_ignored": counters.durations_ignored,
         "gang_refusals": sum(s.tally.too_large for s in schedulers),
         "jobs_refused_at_end": sum(len(s.refused) for s in schedulers),
         "events_skipped": sum(counters.skipped.values()),
         "initial_not_placed": sum(counters.initial_not_placed.values()),
+        "gangs_pending_at_end": gangs[0],
+        "gangs_never_fit": gangs[1],
     }
+
+
+def pending_gangs(view, pending: set[str]) -> tuple[int, int]:
+    """(gangs among the ``pending`` jobs, how many of them the view's up machines would not hold
+    even empty: ``omega.gangs.cell_room``)."""
+    gangs = never = 0
+    for job_id in sorted(pending):
+        entry = view.job(job_id)
+        if entry is None or not entry.record.job.gang:
+            continue
+        gangs += 1
+        tasks = len(entry.record.pending_tasks())
+        never += cell_room(view, entry.record.job.request, tasks)[2] < tasks
+    return gangs, never
 
 
 def _result(trace_path, config, store, keys, schedulers, cell, journal, samples, sim_time, events, core,
@@ -411,6 +435,7 @@ def _result(trace_path, config, store, keys, schedulers, cell, journal, samples,
     first = schedulers[0]
     first.catch_up()
     pending = {entry.id for entry in first.view.pending_jobs()}
+    gangs = pending_gangs(first.view, pending)
     for s in schedulers:
         s.view.close()
     report = check_cell(store, keys).to_dict() if config.check else None
@@ -423,7 +448,8 @@ def _result(trace_path, config, store, keys, schedulers, cell, journal, samples,
         wait_to_placed=WaitStats.of(waits_placed), jobs_submitted=cell.counters.jobs_submitted,
         jobs_unscheduled=len(pending), cell=asdict(cell.counters), utilization=samples, check=report,
         config=plain_config, waits_first=waits_first, waits_placed=waits_placed, store=store, keys=keys,
-        losses=replay_losses(schedulers, cell.counters), wait_cdf=wait_cdf(journal, pending, cell.initial_jobs))
+        losses=replay_losses(schedulers, cell.counters, gangs), wait_cdf=wait_cdf(journal, pending, cell.initial_jobs),
+        slowdown=slowdown(journal, sim_time))
 
 
 def _scheduler_metrics(s: SimScheduler, sim_time: float) -> SchedulerMetrics:

@@ -158,7 +158,8 @@ class SimScheduler:
         self.placer = OptimisticPlacer(config.name, cell.committer(), ConflictMode.parse(config.conflict_mode),
                                        CommitMode.parse(config.commit_mode),
                                        retry_policy_for(config.kind, config.seed), clock, self._on_attempt,
-                                       refresh=self.catch_up, pace=self._pace if self.paced else None)
+                                       refresh=self.catch_up, pace=self._pace if self.paced else None,
+                                       expect=None if self.measured else self._expected)
         self.queue = JobQueue(config.name, order=make_order(config.order, self.view, config.drf_weights))
         if hasattr(self.scheduler, "use_clock"):  # a scheduler that plans in time (easy): the virtual clock
             self.scheduler.use_clock(clock)
@@ -248,6 +249,10 @@ class SimScheduler:
                 spent = self.config.t_job + self.config.t_task * decided
         self.process.hold(spent, "decide")
         return answer
+
+    def _expected(self, tasks: int) -> float:
+        """The modelled decision time of ``tasks`` tasks (the placer's ``expect``: gang leases)."""
+        return self.config.t_job + self.config.t_task * tasks
 
     def _pace(self, claims: int) -> None:
         """The placer's ``pace``: the decision time of ``claims`` more claims passes (0: all

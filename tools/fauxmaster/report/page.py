@@ -12,7 +12,7 @@ from tools.fauxmaster.report.plots import (
     draw_utilization, draw_wait_cdf,
 )
 from tools.fauxmaster.report.result import NUMBER, Run, fidelity_of, run_of, write_json
-from tools.fauxmaster.report.summary import summary_rows
+from tools.fauxmaster.report.summary import slowdown_text, summary_rows
 
 MATPLOTLIB_MISSING = "the HTML report needs matplotlib: pip install 'omega-scheduler[report]'"
 
@@ -105,6 +105,7 @@ unscheduled at the end.</p>
 <p>Wait to first attempt: mean {w1['mean']:.2f} s, p90 {w1['p90']:.2f} s, p99 {w1['p99']:.2f} s ({w1['jobs']} jobs).<br>
 Wait to fully placed: mean {w2['mean']:.2f} s, p90 {w2['p90']:.2f} s, p99 {w2['p99']:.2f} s ({w2['jobs']} jobs).\
 {_never_text(d)}</p>
+{f"<p>{html.escape(slowdown_text(d['slowdown']).capitalize()[0] + slowdown_text(d['slowdown'])[1:])}.</p>" if d.get("slowdown") else ""}
 <p>Utilization: {len(d['utilization']):,} samples{every}.</p>
 """
 

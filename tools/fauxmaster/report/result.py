@@ -125,6 +125,14 @@ def _check_result(d) -> None:
             _numbers(cdf[key]["fractions"], f"wait_cdf.{key}.fractions")
             if len(cdf[key]["waits_s"]) != len(cdf[key]["fractions"]):
                 raise ValueError(f"wait_cdf.{key}'s waits_s and fractions differ in length")
+    sd = d.get("slowdown")
+    if sd:
+        _fields(sd, {"jobs": int, "never": int, "jobs_ended": int, "jobs_not_ended": int}, "slowdown")
+        for key in ("threshold_s", "mean", "median", "p90", "makespan_s"):
+            if sd.get(key) is not None and (isinstance(sd[key], bool) or not isinstance(sd[key], NUMBER)):
+                raise ValueError(f"slowdown.{key} is not a number")
+        if not isinstance(sd.get("threshold_s"), NUMBER):
+            raise ValueError("slowdown lacks its threshold_s")
     over_time = d.get("conflicts_over_time")
     if over_time:
         _fields(over_time, {"t": list, "schedulers": dict}, "conflicts_over_time")

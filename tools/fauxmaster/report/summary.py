@@ -21,6 +21,17 @@ def utilization_means(samples: list[dict]) -> dict[str, float]:
     return means
 
 
+def slowdown_text(sd: dict) -> str:
+    """One line of a result's ``slowdown`` (``tools.fauxmaster.metrics.slowdown``)."""
+    def num(value, spec):
+        return "n/a" if value is None else format(value, spec)
+
+    return (f"bounded slowdown (threshold {sd['threshold_s']:g} s) over {sd['jobs']:,} jobs with a run time fully "
+            f"placed ({sd['never']:,} never): mean {num(sd['mean'], ',.2f')}, median {num(sd['median'], ',.2f')}, "
+            f"p90 {num(sd['p90'], ',.2f')}; makespan {num(sd['makespan_s'], ',.0f')} s over {sd['jobs_ended']:,} "
+            f"jobs ended ({sd['jobs_not_ended']:,} submitted jobs had not ended by the stop)")
+
+
 def summary_rows(runs: list[Run]) -> list[tuple[str, list[str]]]:
     """The figures of ``runs`` side by side: (what, one value per run), "n/a" where a result lacks it."""
     def fmt(value, spec=",.0f"):
@@ -38,6 +49,12 @@ def summary_rows(runs: list[Run]) -> list[tuple[str, list[str]]]:
         value = utilization_means(d["utilization"]).get(key)
         return "n/a" if value is None else fmt(value, ".3f")
 
+    def bsld(d):
+        sd = d.get("slowdown")
+        if not sd or sd.get("mean") is None:
+            return "n/a"
+        return f"{sd['mean']:,.2f} / {sd['median']:,.2f} / {sd['p90']:,.2f}"
+
     def fidelity(d, key):
         f = d.get("fidelity")
         return "n/a" if not f else fmt(f.get(key), ".3f")
@@ -53,6 +70,8 @@ def summary_rows(runs: list[Run]) -> list[tuple[str, list[str]]]:
             ("wait to fully placed mean / p90 / p99 s", lambda d: wait(d, "wait_to_placed")),
             ("never attempted", lambda d: never(d, "to_first_attempt")),
             ("never fully placed", lambda d: never(d, "to_placed")),
+            ("bounded slowdown mean / median / p90", bsld),
+            ("makespan s", lambda d: fmt((d.get("slowdown") or {}).get("makespan_s"))),
             ("cpu utilization (mean of samples)", lambda d: mean(d, "cpu")),
             ("memory utilization (mean of samples)", lambda d: mean(d, "memory")),
             *((f"{name} utilization (mean of samples)", lambda d, name=name: mean(d, name))

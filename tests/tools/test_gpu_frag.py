@@ -1,0 +1,186 @@
+"""openb lists, the six GPU policies and ``omega experiment gpu-frag`` on vendored slices."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from schedulers.gpu.fleet import GpuFleet, NodeSpec
+from schedulers.gpu.frag import FragMeasure
+from schedulers.gpu.policies import NAMES, ScoreCache, make_policy
+from schedulers.gpu.workload import PodShape, target_workload
+from tests.tools.cli_helpers import run_cli
+from tools.gpufrag.experiment import load_inputs, parse_seeds
+from tools.gpufrag.run import arrival_sequence, run_one
+from tools.trace.openb.lists import OpenbError, read_nodes, read_pods
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "openb"
+NODES = DATA / "nodes40.csv"
+PODS = DATA / "pods_default_600.csv"
+
+
+def test_vendored_lists_parse_with_what_they_lack_stated():
+    nodes, _ = read_nodes(NODES)
+    assert len(nodes) == 40 and sum(n.gpus for n in nodes) == 169
+    pods, stats = read_pods(DATA / "pods_multigpu20_200.csv")
+    assert len(pods) == 200
+    assert "gpu_spec" in stats.absent_columns and "creation_time" in stats.absent_columns
+    spec_pods, _ = read_pods(DATA / "pods_gpuspec10_400.csv")
+    assert any(p.models for p in spec_pods)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("name,cpu_milli,memory_mib,num_gpu\np,1,1,0\n", "missing column(s) gpu_milli"),
+    ("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1,1,2,500\n", "line 2: a share"),
+    ("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,x,1,0,0\n", "line 2: cpu_milli must be an integer"),
+    ("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,inf,1,0,0\n", "line 2: cpu_milli must be an integer"),
+    ("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1,1,0,0\np,1,1,0,0\n", "line 3: name must be a unique"),
+    ("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1,1,0\n", "line 2: 4 fields"),
+])
+def test_bad_pod_lists_name_the_line_and_column(tmp_path, text, message):
+    path = tmp_path / "pods.csv"
+    path.write_text(text)
+    with pytest.raises(OpenbError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        read_pods(path)
+
+
+def test_a_cut_gzip_is_invalid_input_with_the_file_named(tmp_path):
+    whole = gzip.compress(PODS.read_bytes())
+    cut = tmp_path / "pods.csv.gz"
+    cut.write_bytes(whole[: len(whole) // 2])
+    status, out, err = run_cli(["experiment", "gpu-frag", "--nodes", str(NODES), "--pods", str(cut), "--seeds", "1"])
+    assert status == 65
+    assert str(cut) in err and "truncated or corrupt gzip" in err and len(err.strip().splitlines()) == 1
+
+
+def fleet2() -> GpuFleet:
+    return GpuFleet([NodeSpec("a", 32000, 1 << 20, 4, "T4"), NodeSpec("b", 32000, 1 << 20, 4, "T4")])
+
+
+def test_a_share_never_overcommits_a_device_and_release_restores_it():
+    fleet = fleet2()
+    half = PodShape(1000, 1, 1, 500)
+    used = [fleet.place(0, half) for _ in range(8)]
+    assert (fleet.left[0] == 0).all()
+    assert not fleet.feasible(np.array([0]), half)[0]
+    with pytest.raises(ValueError):
+        fleet.place(0, half)
+    for u in used:
+        fleet.release(0, half, u)
+    assert (fleet.left[0] == 1000).all() and fleet.cpu_left[0] == 32000
+
+
+def scores(policy_name, fleet, shape, workload_shapes=None):
+    workload = target_workload(workload_shapes or [shape])
+    policy = make_policy(policy_name, FragMeasure(workload, fleet.models))
+    return ScoreCache(fleet, policy).lookup(shape)
+
+
+def test_packing_prefers_a_partly_used_gpu_and_clustering_a_node_of_the_same_tag():
+    fleet = fleet2()
+    share = PodShape(1000, 1, 1, 300)
+    fleet.place(1, share)
+    score, dev = scores("gpupacking", fleet, share)
+    assert score[1] > score[0] and dev[1] == 0
+    score, _ = scores("gpuclustering", fleet, share)
+    assert score[1] > score[0]
+    score, _ = scores("gpuclustering", fleet, PodShape(1000, 1, 2, 1000))
+    assert score[0] > score[1]  # an idle node beats a node holding only another tag
+
+
+def test_fgd_puts_a_share_where_the_target_workload_loses_least():
+    fleet = fleet2()
+    fleet.place(1, PodShape(1000, 1, 1, 600))  # b: device 0 has 400 left
+    small = PodShape(1000, 1, 1, 400)
+    score, dev = scores("fgd", fleet, small, [small, PodShape(1000, 1, 1, 1000)])
+    assert score[1] > score[0] and dev[1] == 0  # fills the 400 hole exactly
+
+
+def test_score_cache_recomputes_only_changed_nodes():
+    fleet = fleet2()
+    shape = PodShape(1000, 1, 1, 1000)
+    cache = ScoreCache(fleet, make_policy("bestfit"))
+    cache.lookup(shape)
+    assert cache.recomputed == 2
+    cache.lookup(shape)
+    assert cache.recomputed == 2
+    fleet.place(0, shape)
+    cache.lookup(shape)
+    assert cache.recomputed == 3
+
+
+def test_arrivals_reach_tune_times_capacity_without_passing_it():
+    shapes = [PodShape(1, 1, 1, 500), PodShape(1, 1, 2, 1000), PodShape(1, 1, 0, 0)]
+    seq = arrival_sequence(shapes, 10_000, 1.3, seed=3)
+    demand = sum(shapes[i].gpu for i in seq)
+    assert 13_000 - 2000 < demand <= 13_000
+    assert seq == arrival_sequence(shapes, 10_000, 1.3, seed=3)
+
+
+@pytest.mark.parametrize("policy", NAMES)
+def test_every_policy_keeps_allocation_within_arrivals_and_capacity(policy):
+    inputs = load_inputs(NODES, PODS)
+    r = run_one(inputs.nodes, inputs.shapes, inputs.workload, policy, seed=5, tune=1.3)
+    assert r.arrived_pct[0] == 0 and 120 <= r.arrived_pct[-1] <= 130
+    assert all(b >= a for a, b in zip(r.allocated_pct, r.allocated_pct[1:]))
+    # a percent is recorded once the arrived demand passes it: by at most one pod's GPUs (8 of 169)
+    jump = 100 * 8000 / 169_000
+    assert all(alloc <= pct + jump and alloc <= 100 for pct, alloc in zip(r.arrived_pct, r.allocated_pct))
+    assert r.placed + r.failed == r.pods and r.failed > 0
+
+
+def test_the_experiment_json_has_medians_per_arrived_percent_and_is_deterministic():
+    argv = ["experiment", "gpu-frag", "--nodes", str(NODES), "--pods", str(PODS),
+            "--policies", "random,fgd", "--seeds", "1-3", "-o", "json"]
+    status, out, err = run_cli(argv + ["--jobs", "1"])
+    assert status == 0, err
+    doc = json.loads(out)
+    assert set(doc["policies"]) == {"random", "fgd"}
+    fgd = doc["policies"]["fgd"]
+    assert list(fgd["unallocated_gpu_pct_at"])[:3] == ["0", "1", "2"]
+    assert "100" in fgd["unallocated_gpu_pct_at"] and "131" not in fgd["unallocated_gpu_pct_at"]
+    assert set(fgd["unallocated_gpu_pct_at_100_by_seed"]) == {"1", "2", "3"}
+    assert doc["inputs"]["pods"] == 600 and doc["modelling"]
+    status2, out2, _ = run_cli(argv + ["--jobs", "2"])
+
+    def results(d):  # without the wall times
+        return {name: {k: v for k, v in p.items() if k != "run_wall_s_median"} for name, p in d["policies"].items()}
+
+    assert status2 == 0 and results(json.loads(out2)) == results(doc)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--policies", "fgd,tetris"], "unknown tetris"),
+    (["--seeds", "9-3"], "--seeds"),
+    (["--tune", "0"], "--tune"),
+])
+def test_bad_settings_are_usage_errors(extra, message):
+    status, _, err = run_cli(["experiment", "gpu-frag", "--nodes", str(NODES), "--pods", str(PODS), *extra])
+    assert status == 2 and message in err
+
+
+def test_gpu_frag_needs_both_lists_and_other_experiments_refuse_them():
+    status, _, err = run_cli(["experiment", "gpu-frag", "--nodes", str(NODES)])
+    assert status == 2 and "--pods" in err
+    status, _, err = run_cli(["experiment", "architectures", "--pods", str(PODS)])
+    assert status == 2 and "gpu-frag" in err
+
+
+def test_seed_lists():
+    assert parse_seeds("42-45") == [42, 43, 44, 45]
+    assert parse_seeds("7,9") == [7, 9]
+    assert parse_seeds("3") == [3]
+
+
+def test_html_report_has_plots_and_modelling_choices(tmp_path):
+    pytest.importorskip("matplotlib")
+    status, out, err = run_cli(["experiment", "gpu-frag", "--nodes", str(NODES), "--pods", str(PODS),
+                                "--policies", "bestfit", "--seeds", "1", "--html", str(tmp_path / "r")])
+    assert status == 0, err
+    page = (tmp_path / "r" / "index.html").read_text()
+    assert page.count("data:image/png;base64,") == 2 and "modelling choices" in page
+    assert json.loads((tmp_path / "r" / "result.json").read_text())["policies"]["bestfit"]

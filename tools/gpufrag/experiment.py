@@ -1,0 +1,235 @@
+"""The FGD paper's experiment (Weng et al., ATC '23, §6.1) over several policies and seeds.
+
+``load_inputs`` reads an openb node list and pod list (``tools.trace.openb``) and says what it
+kept; ``run_experiment`` places every seed's arrival sequence with every policy (``run_one``),
+in a process pool, and reduces each policy to medians over the seeds at every whole percent of
+arrived GPU demand: unallocated GPU (% of capacity) and fragmentation (% of idle GPU).
+``to_json`` gives ``{"policies": {NAME: {"unallocated_gpu_pct_at": {"100": x, …}, …}}, …}``.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from schedulers.gpu.fleet import NodeSpec
+from schedulers.gpu.policies import NAMES
+from schedulers.gpu.workload import PodShape, TargetWorkload, target_workload
+from tools.gpufrag.run import TIE_BREAKS, RunResult, run_one
+from tools.trace.openb.lists import read_nodes, read_pods
+
+# The artifact's published medians of unallocated GPU % at 100 % arrived, on its default pod
+# list with the GPU node list, tune 1.3, seeds 42-51 (experiments/analysis/expected_results of
+# hkust-adsl/kubernetes-scheduler-simulator): shown beside ours, never used by any run.
+PUBLISHED = {"openb_pod_list_default": {"random": 13.75, "dotprod": 9.44, "gpuclustering": 8.42,
+                                        "gpupacking": 8.19, "bestfit": 7.09, "fgd": 4.77}}
+
+MODELLING = (
+    "pods arrive one at a time in a seeded shuffle of the list, then pods drawn from the list with "
+    "replacement are appended while the arrived GPU demand stays within tune x capacity (a list "
+    "above it loses random pods); no pod departs; a pod that fits nowhere fails and is not retried",
+    "a pod fits a node when CPU, memory, the GPU model (gpu_spec) and its GPU ask (a share of one "
+    "device, or whole free devices) fit; nodes without GPUs take only CPU pods",
+    "each policy scores feasible nodes 0-100 (integers, as a Kubernetes score plugin); ties go to "
+    "the node whose name sorts first (--tie-break name, the artifact's simulator) or to a uniformly "
+    "random one (--tie-break random, upstream Kubernetes); Random picks uniformly among feasible nodes",
+    "devices inside the node: FGD and DotProd choose the device their score prefers; the other "
+    "policies put a share on the fullest device it fits (best fit), Random on a random fitting "
+    "device; whole GPUs take the lowest-indexed free devices",
+    "FGD's target workload: the most frequent pod shapes (CPU, GPU count, GPU milli, models; CPU "
+    "pods included) covering 95 % of the pod list, frequencies renormalised",
+    "fragmentation of a node: for each target shape, all its idle GPU milli when the shape cannot "
+    "run there (or asks no GPU), else the idle milli of devices too small for it; weighted by "
+    "frequency; reported as % of the cell's idle GPU",
+)
+
+
+class ExperimentError(ValueError):
+    """A setting of the experiment that cannot be run (a one-line message naming it)."""
+
+
+@dataclass
+class Inputs:
+    nodes: list[NodeSpec]
+    shapes: list[PodShape]
+    workload: TargetWorkload
+    source: dict = field(default_factory=dict)
+
+
+def load_inputs(nodes_path: str | Path, pods_path: str | Path) -> Inputs:
+    """The node specs and pod shapes of two openb lists (``OpenbError`` for bad input)."""
+    nodes, node_stats = read_nodes(nodes_path)
+    pods, pod_stats = read_pods(pods_path)
+    specs = [NodeSpec(n.name, n.cpu, n.memory, n.gpus, n.model) for n in nodes]
+    shapes = [PodShape(p.cpu, p.memory, p.num_gpu, p.gpu_milli if p.num_gpu else 0, p.models) for p in pods]
+    models = {n.model for n in nodes if n.gpus}
+    unrunnable = sum(1 for s in shapes if s.models and not set(s.models) & models)
+    workload = target_workload(shapes)
+    source = {
+        "nodes_file": str(nodes_path), "pods_file": str(pods_path),
+        "nodes": len(specs), "gpu_nodes": sum(1 for n in specs if n.gpus), "gpus": sum(n.gpus for n in specs),
+        "pods": len(shapes), "cpu_pods": sum(1 for s in shapes if s.count == 0),
+        "share_pods": sum(1 for s in shapes if s.shared), "whole_gpu_pods": sum(1 for s in shapes if s.count and not s.shared),
+        "pods_with_gpu_spec": sum(1 for s in shapes if s.models), "pods_whose_gpu_spec_no_node_has": unrunnable,
+        "ignored_columns": sorted(set(node_stats.ignored_columns) | set(pod_stats.ignored_columns)),
+        "absent_optional_columns": sorted(pod_stats.absent_columns),
+        "target_shapes": len(workload.shapes), "distinct_shapes": workload.distinct,
+        "target_coverage": round(workload.covered, 4),
+    }
+    if not source["gpus"]:
+        raise ExperimentError(f"{nodes_path}: no node has a GPU")
+    if not any(s.count for s in shapes):
+        raise ExperimentError(f"{pods_path}: no pod asks for a GPU")
+    return Inputs(specs, shapes, workload, source)
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``42-51`` (a range), ``42,43,47`` (a list) or one seed; ExperimentError otherwise."""
+    try:
+        if "-" in text.strip().lstrip("-"):
+            low, high = (int(x) for x in text.split("-", 1))
+            if high < low:
+                raise ValueError
+            seeds = list(range(low, high + 1))
+        else:
+            seeds = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ExperimentError(f"--seeds: expected A-B or a comma list of integers, got {text!r}") from None
+    if not seeds or len(seeds) > 1000 or any(s < 0 for s in seeds):
+        raise ExperimentError(f"--seeds: 1 to 1000 non-negative seeds, got {text!r}")
+    return seeds
+
+
+def parse_policies(text: str) -> list[str]:
+    chosen = [p.strip().lower() for p in text.split(",") if p.strip()]
+    unknown = [p for p in chosen if p not in NAMES]
+    if unknown or not chosen:
+        raise ExperimentError(f"--policies: unknown {', '.join(unknown) or '(none given)'}; known: {', '.join(NAMES)}")
+    return list(dict.fromkeys(chosen))
+
+
+@dataclass
+class PolicySummary:
+    runs: list[RunResult]
+
+    def median_at(self, series: str) -> dict[str, float]:
+        """Median over the seeds of ``series`` at each arrived percent every seed reached."""
+        reached = set.intersection(*(set(r.arrived_pct) for r in self.runs))
+        out = {}
+        for pct in sorted(reached):
+            values = [r.at(getattr(r, series), pct) for r in self.runs]
+            out[str(pct)] = round(statistics.median(values), 3)
+        return out
+
+
+def _one(args) -> RunResult:
+    inputs, policy, seed, tune, tie_break = args
+    return run_one(inputs.nodes, inputs.shapes, inputs.workload, policy, seed, tune, tie_break=tie_break)
+
+
+def run_experiment(inputs: Inputs, policies: list[str], seeds: list[int], tune: float = 1.3,
+                   tie_break: str = "name", jobs: int | None = None, progress=None) -> dict:
+    """Every (policy, seed) run, reduced to the JSON document (see ``to_json``)."""
+    if not 0 < tune <= 5:
+        raise ExperimentError(f"--tune must be in (0, 5], got {tune}")
+    if tie_break not in TIE_BREAKS:
+        raise ExperimentError(f"--tie-break must be one of {', '.join(TIE_BREAKS)}, got {tie_break!r}")
+    started = time.perf_counter()
+    work = [(inputs, p, s, tune, tie_break) for p in policies for s in seeds]
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(work)))
+    results: list[RunResult] = []
+    if jobs == 1:
+        for i, w in enumerate(work):
+            results.append(_one(w))
+            if progress:
+                progress(i + 1, len(work))
+    else:
+        with ProcessPoolExecutor(jobs) as pool:
+            for i, r in enumerate(pool.map(_one, work)):
+                results.append(r)
+                if progress:
+                    progress(i + 1, len(work))
+    by_policy = {p: PolicySummary([r for r in results if r.policy == p]) for p in policies}
+    return to_json(inputs, by_policy, seeds, tune, tie_break, time.perf_counter() - started)
+
+
+def to_json(inputs: Inputs, by_policy: dict[str, PolicySummary], seeds, tune, tie_break, wall_s) -> dict:
+    allocated = {p: s.median_at("allocated_pct") for p, s in by_policy.items()}
+    stem = Path(inputs.source.get("pods_file", "")).name.split(".")[0]
+    published = PUBLISHED.get(stem, {}) if "gpu_node" in Path(inputs.source.get("nodes_file", "")).name else {}
+    policies = {}
+    for p, summary in by_policy.items():
+        at100 = [100.0 - r.at(r.allocated_pct, 100) for r in summary.runs if r.at(r.allocated_pct, 100) is not None]
+        policies[p] = {
+            "unallocated_gpu_pct_at": {k: round(100.0 - v, 3) for k, v in allocated[p].items()},
+            "allocated_gpu_pct_at": allocated[p],
+            "frag_pct_of_idle_at": summary.median_at("frag_pct"),
+            "unallocated_gpu_pct_at_100_by_seed": {str(r.seed): round(100.0 - r.at(r.allocated_pct, 100), 3)
+                                                   for r in summary.runs if r.at(r.allocated_pct, 100) is not None},
+            "unallocated_gpu_pct_at_100_range": [round(min(at100), 3), round(max(at100), 3)] if at100 else None,
+            "failed_pods_median": statistics.median(r.failed for r in summary.runs),
+            "pods_median": statistics.median(r.pods for r in summary.runs),
+            "run_wall_s_median": round(statistics.median(r.wall_s for r in summary.runs), 3),
+            "published_unallocated_gpu_pct_at_100": published.get(p),
+        }
+    return {"experiment": "gpu-frag", "settings": {"seeds": seeds, "tune": tune, "tie_break": tie_break,
+                                                   "policies": list(by_policy)},
+            "inputs": inputs.source, "modelling": list(MODELLING), "policies": policies,
+            "wall_s": round(wall_s, 2)}
+
+
+def write_html(doc: dict, directory: str | Path) -> Path:
+    """``index.html`` with two plots (unallocated GPU and fragmentation against arrived demand)
+    and the summary table, plus ``result.json``; matplotlib is required (checked first)."""
+    import base64
+    import html
+    import io
+    import json
+
+    from tools.fauxmaster.report.page import require_matplotlib
+
+    require_matplotlib()
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(directory)
+    images = []
+    for key, label in (("unallocated_gpu_pct_at", "unallocated GPU (% of capacity)"),
+                       ("frag_pct_of_idle_at", "fragmentation (% of idle GPU)")):
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for name, p in doc["policies"].items():
+            xs = [int(k) for k in p[key]]
+            ax.plot(xs, list(p[key].values()), label=name)
+        ax.set_xlabel("arrived GPU demand (% of capacity)")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+        ax.legend()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+        plt.close(fig)
+        images.append((label, base64.b64encode(buf.getvalue()).decode()))
+    rows = "".join(
+        f"<tr><td>{html.escape(n)}</td><td>{p['unallocated_gpu_pct_at'].get('100', float('nan')):.2f}</td>"
+        f"<td>{'' if p['published_unallocated_gpu_pct_at_100'] is None else p['published_unallocated_gpu_pct_at_100']}</td>"
+        f"<td>{p['frag_pct_of_idle_at'].get('100', float('nan')):.1f}</td><td>{p['failed_pods_median']}</td></tr>"
+        for n, p in doc["policies"].items())
+    settings = html.escape(json.dumps(doc["settings"]))
+    inputs = "".join(f"<li>{html.escape(k)}: {html.escape(str(v))}</li>" for k, v in doc["inputs"].items())
+    modelling = "".join(f"<li>{html.escape(m)}</li>" for m in doc["modelling"])
+    body = (f"<h1>gpu-frag</h1><p>settings: <code>{settings}</code></p>"
+            "<table border=1 cellpadding=4><tr><th>policy</th><th>unallocated GPU % at 100 % arrived (median)</th>"
+            f"<th>artifact's published median</th><th>fragmentation % of idle at 100 %</th><th>failed pods (median)</th></tr>{rows}</table>"
+            + "".join(f"<h2>{html.escape(label)}</h2><img src='data:image/png;base64,{data}'>" for label, data in images)
+            + f"<h2>inputs</h2><ul>{inputs}</ul><h2>modelling choices</h2><ul>{modelling}</ul>")
+    page = f"<!doctype html><html><head><meta charset='utf-8'><title>gpu-frag</title></head><body>{body}</body></html>"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "result.json").write_text(json.dumps(doc, indent=2) + "\n")
+    index = out / "index.html"
+    index.write_text(page)
+    return index
