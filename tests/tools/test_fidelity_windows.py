@@ -165,3 +165,16 @@ def test_html_report_shows_each_part(tmp_path):
     import_google2011([p0, p1], je, out, CapacityModel("uniform"))
     page = write_html(replay(str(out)), tmp_path / "report").read_text()
     assert "part 0 (0..50 s, 2 tasks)" in page and "part 1 (50..100 s, 1 tasks)" in page
+
+
+def test_a_window_past_the_replays_end_has_no_figures(tmp_path):
+    """Replayed to 40 s only: part 1's window (50..100 s) has no task of the population."""
+    from tools.fauxmaster.replay import ReplayConfig
+    p0, p1, je = _parts(tmp_path)
+    out = tmp_path / "both.omt"
+    import_google2011([p0, p1], je, out, CapacityModel("uniform"))
+    f = replay(str(out), ReplayConfig(until=40.0)).fidelity
+    w1 = f.windows[1]
+    assert w1["tasks"] == 0 and w1["scheduled_ratio"] is None and w1["real_delay_p50_s"] is None
+    assert "part 1 (50..100 s, 0 tasks): t=0 pending" in "\n".join(f.lines())
+    assert "delay p50 n/a (replay n/a s / real n/a s)" in "\n".join(f.lines())

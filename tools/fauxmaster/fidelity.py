@@ -131,9 +131,10 @@ class Fidelity:
                        f"t=0 pending {num(w['initial_pending_fraction'], '{:.4f}')}{wmark('initial_pending_fraction')}, "
                        f"scheduled {num(w['scheduled_ratio'])}{wmark('scheduled_ratio')}, "
                        f"delay p50 {num(w['delay_p50_ratio'])}{wmark('delay_p50_ratio')} "
-                       f"(replay {w['replay_delay_p50_s']:.2f} s / real {w['real_delay_p50_s']:.2f} s), "
+                       f"(replay {num(w['replay_delay_p50_s'], '{:.2f}')} s / real "
+                       f"{num(w['real_delay_p50_s'], '{:.2f}')} s), "
                        f"p90 {num(w['delay_p90_ratio'])}{wmark('delay_p90_ratio')} "
-                       f"({w['replay_delay_p90_s']:.2f} / {w['real_delay_p90_s']:.2f} s)")
+                       f"({num(w['replay_delay_p90_s'], '{:.2f}')} / {num(w['real_delay_p90_s'], '{:.2f}')} s)")
         for warning in self.warnings:
             out.append(f"  WARNING: {warning}")
         if self.capacity_model:
@@ -246,6 +247,12 @@ def compute_fidelity(truth: GroundTruth, sim_time: float, submitted_at: dict[str
         occupancy_lower_bound=truth.occupancy_lower_bound, warnings=_warnings(truth), **values)
 
 
+def _delays(both: list[float], real: dict[str, float], replay: dict[str, float]) -> dict[str, float | None]:
+    """A window's p50/p90 delays of each side (None when no task was placed by both)."""
+    return {f"{side}_delay_{q}_s": (stats[q] if both else None)
+            for side, stats in (("real", real), ("replay", replay)) for q in ("p50", "p90")}
+
+
 def _warnings(truth: GroundTruth) -> list[str]:
     if not truth.occupancy_lower_bound:
         return []
@@ -280,8 +287,7 @@ def _windows(truth: GroundTruth, horizon: float, at: list[float], real: list[flo
         }
         out.append({"part": part, "start_s": start, "end_s": end, **values,
                     "tasks": len(rows), "real_scheduled": real_n, "replay_placed": replay_n,
-                    "both_placed": len(both_real), "real_delay_p50_s": r["p50"], "real_delay_p90_s": r["p90"],
-                    "replay_delay_p50_s": p["p50"], "replay_delay_p90_s": p["p90"],
+                    "both_placed": len(both_real), **_delays(both_real, r, p),
                     "real_delay_min_s": both_real[0] if both_real else None,
                     "replay_delay_min_s": both_replay[0] if both_replay else None,
                     "goals": {name: _goal(name, v) for name, v in values.items()}})
