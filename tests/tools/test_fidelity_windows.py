@@ -178,3 +178,17 @@ def test_a_window_past_the_replays_end_has_no_figures(tmp_path):
     assert w1["tasks"] == 0 and w1["scheduled_ratio"] is None and w1["real_delay_p50_s"] is None
     assert "part 1 (50..100 s, 0 tasks): t=0 pending" in "\n".join(f.lines())
     assert "delay p50 n/a (replay n/a s / real n/a s)" in "\n".join(f.lines())
+
+
+def test_importing_a_later_part_alone_warns(tmp_path, capsys):
+    from tools.cli import main as cli_main
+    _, p1, je = _parts(tmp_path)
+    out = tmp_path / "one.omt"
+    assert cli_main(["import", "google2011", "--task-events", p1, "--job-events", je, "--out", str(out),
+                     "--capacity-model", "uniform"]) == 0
+    err = capsys.readouterr().err
+    assert "warning:" in err and "does not start at part 0" in err and "lower bound" in err
+    p0, p1, je = _parts(tmp_path)
+    assert cli_main(["import", "google2011", "--task-events", p0, p1, "--job-events", je, "--out",
+                     str(tmp_path / "both.omt"), "--capacity-model", "uniform"]) == 0
+    assert "does not start at part 0" not in capsys.readouterr().err
