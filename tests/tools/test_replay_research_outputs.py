@@ -121,3 +121,12 @@ def test_experiment_seed_and_html(tmp_path, capsys):
     page = (out / "index.html").read_text()
     assert "conflict-modes" in page and "<table>" in page and "seeds + 3" in page
     assert json.loads((out / "reports.json").read_text())[0]["name"] == "conflict-modes"
+
+
+def test_seeds_html_puts_the_runs_side_by_side(tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "html"
+    assert cli_main(["replay", _trace(tmp_path), "--seeds", "2", "--html", str(out)]) == 0
+    page = (out / "index.html").read_text()
+    assert "seed 0" in page and "seed 2" in page
+    assert json.loads((out / "result-seed2.json").read_text())["config"]["schedulers"][0]["seed"] == 2
