@@ -130,3 +130,17 @@ def test_seeds_html_puts_the_runs_side_by_side(tmp_path):
     page = (out / "index.html").read_text()
     assert "seed 0" in page and "seed 2" in page
     assert json.loads((out / "result-seed2.json").read_text())["config"]["schedulers"][0]["seed"] == 2
+
+
+def test_experiment_runs_get_a_progress_callback_each(tmp_path):
+    from tools.fauxmaster.experiments.catalogue import EXPERIMENTS, QUICK
+    from tools.fauxmaster.experiments.runs import Bench
+
+    labels, calls = [], []
+
+    def progress_for(label):
+        labels.append(label)
+        return lambda now, until: calls.append(now)
+
+    EXPERIMENTS["conflict-modes"](Bench(QUICK, workdir=str(tmp_path), progress_for=progress_for))
+    assert labels == ["run 1 (shared-state)", "run 2 (shared-state)"]

@@ -81,8 +81,9 @@ class RunFigures:
 
 def run_case(trace, schedulers: list[SchedulerConfig], architecture: str = "shared-state",
              multipath: MultiPath | None = None, broker: OfferBroker | None = None,
-             until: float | None = None) -> RunFigures:
-    """Replay ``trace`` with ``schedulers`` under ``architecture`` (see the module docstring)."""
+             until: float | None = None, progress=None) -> RunFigures:
+    """Replay ``trace`` with ``schedulers`` under ``architecture`` (see the module docstring);
+    ``progress(now, until)`` as ``replay``'s."""
     journals, stale = [], {s.name: 0 for s in schedulers}
 
     def setup(sims, core) -> None:
@@ -104,7 +105,7 @@ def run_case(trace, schedulers: list[SchedulerConfig], architecture: str = "shar
     # decision time), as the figures in docs/EXPERIMENTS.md were measured.
     config = ReplayConfig(schedulers=list(schedulers), until=until, max_txn_ops=TXN_OPS,
                           sample_every_s=1e9, check=True, skip_nothing_fits=False)
-    result = replay(trace, config, setup=setup)
+    result = replay(trace, config, progress, setup=setup)
     extra = {}
     if broker is not None:
         extra = {"offers": broker.stats.offers, "empty_offers": broker.stats.empty,
@@ -222,8 +223,11 @@ class Bench:
     ``overrides`` apply to every scheduler the experiment runs (``run``)."""
 
     def __init__(self, sizing: Sizing, trace: str | None = None, workdir: str | None = None,
-                 overrides: Overrides = Overrides()):
+                 overrides: Overrides = Overrides(), progress_for=None):
         self.sizing = sizing
+        self.progress_for = progress_for
+        """``progress_for(label)`` → a ``replay`` progress callback for each run (None: none)."""
+        self.runs = 0
         self.given = trace
         if trace is not None:
             _check_spans_time(trace)
@@ -255,4 +259,7 @@ class Bench:
         if multipath is not None and self.overrides.seed:
             multipath = copy.copy(multipath)
             multipath.seed += self.overrides.seed
+        self.runs += 1
+        if self.progress_for is not None and "progress" not in kwargs:
+            kwargs["progress"] = self.progress_for(f"run {self.runs} ({architecture})")
         return run_case(trace, [self.overrides.apply(s) for s in schedulers], architecture, multipath, **kwargs)
