@@ -84,7 +84,13 @@ class CellSpecError(ValueError):
 
 
 class CellExists(StoreError):
-    """``init_cell`` found machines in the cell and was not asked to replace them."""
+    """``init_cell`` found ``machines`` machines in ``cell`` and was not asked to replace them."""
+
+    def __init__(self, cell: str, machines: int | None = None):
+        self.cell, self.machines = cell, machines
+        super().__init__(f"cell {cell!r}: machines appeared while initializing it" if machines is None else
+                         f"cell {cell!r} already has {machines} machines "
+                         "(init_cell(..., replace=True) starts a fresh cell)")
 
 
 # ----------------------------------------------------------------------------- machines
@@ -129,8 +135,7 @@ def init_cell(store: Store, keys: CellKeys, spec: CellSpec, replace: bool = Fals
     """
     existing = store.range(keys.kind_prefix("machines"))
     if existing.kvs and not replace:
-        raise CellExists(f"cell {keys.cell!r} already has {len(existing.kvs)} machines "
-                         "(use replace to start a fresh cell)")
+        raise CellExists(keys.cell, len(existing.kvs))
     if replace:
         store.txn([], [Delete(keys.kind_prefix(kind), prefix=True) for kind in ("machines", "allocs", "jobs", "kills")],
                   [])
@@ -139,7 +144,7 @@ def init_cell(store: Store, keys: CellKeys, spec: CellSpec, replace: bool = Fals
                          store.max_txn_ops, store.max_request_bytes):
         result = store.txn([missing(k) for k, _ in chunk], [Put(k, v) for k, v in chunk], [])
         if not result.succeeded:
-            raise CellExists(f"cell {keys.cell!r}: machines appeared while initializing it")
+            raise CellExists(keys.cell)
         revision = result.revision
     return revision
 

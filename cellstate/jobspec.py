@@ -3,7 +3,7 @@
 A file holds one job (its fields at the top level), a list of jobs (``[[job]]`` tables in
 TOML; ``{"job": [...]}`` or a bare list in JSON). Fields of a job:
 
-    id            required, non-empty, no "/"
+    id            required: 1..253 characters of A-Z a-z 0-9 . _ - (job_id_problem)
     kind          required, "batch" or "service"
     tasks         required, integer 1..MAX_TASKS
     cpu           required, cores (> 0, int or float) -> stored as integer millicores
@@ -181,7 +181,11 @@ def job_from_mapping(entry, source: str = "<jobs>", index: int = 0) -> Job:
 
 
 def _label(index: int, job_id) -> str:
-    return f"job[{index}] {job_id!r}" if isinstance(job_id, str) and job_id else f"job[{index}]"
+    """``job[2] 'web'``: the job's index and its id, escaped and cut to 60 characters."""
+    if not isinstance(job_id, str) or not job_id:
+        return f"job[{index}]"
+    shown = repr(job_id[:61])
+    return f"job[{index}] {shown if len(job_id) <= 60 else shown[:58] + '...' + shown[-1]}"
 
 
 def _spec_field(codec_field: str) -> str:
@@ -327,9 +331,30 @@ def _constraint(field: str, c) -> Constraint:
 
 
 def _ident(x) -> str:
-    if not isinstance(x, str) or not x or "/" in x:
-        raise FieldError("id", f'must be a non-empty string without "/", got {_show(x)}')
+    problem = job_id_problem(x)
+    if problem:
+        raise FieldError("id", f"{problem}, got {_show(x)}")
     return x
+
+
+# Job ids people submit: a safe character set (no "/", which separates keys, and nothing a
+# terminal interprets: a newline would forge a `job list` row, ESC clear the screen), at most
+# as long as a Kubernetes object name.
+MAX_ID_LENGTH = 253
+_SAFE_ID = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def job_id_problem(x) -> str | None:
+    """Why ``x`` is not a job id people may submit (None: it is one): a non-empty string of at
+    most MAX_ID_LENGTH characters from ``A-Z a-z 0-9 . _ -``."""
+    if not isinstance(x, str) or not x:
+        return "must be a non-empty string"
+    if len(x) > MAX_ID_LENGTH:
+        return f"must be at most {MAX_ID_LENGTH} characters (it has {len(x)})"
+    if not _SAFE_ID.fullmatch(x):
+        bad = next(c for c in x if not _SAFE_ID.fullmatch(c))
+        return f"may hold only letters, digits, '.', '_' and '-' (found {ascii(bad)})"
+    return None
 
 
 def _kind(x) -> JobKind:

@@ -1,8 +1,11 @@
-"""A local PKI for the embedded etcd: a CA, a server certificate for loopback, client certificates.
+"""A local PKI for the embedded etcd: a CA, a server certificate, client certificates.
 
 Keys are EC P-256, written PEM-encoded with mode 0600 in a directory of mode 0700.
-The server certificate names ``127.0.0.1`` and ``localhost`` and is valid for both
-server and client authentication (etcd members use it to talk to each other).
+The server certificate names ``127.0.0.1`` and ``localhost`` plus the hosts the members are
+reached at (``ensure_local_pki(dir, hosts=...)``, from ``--advertise``/``--initial-cluster``)
+and is valid for both server and client authentication (etcd members use it to talk to each
+other). A member host may hold the CA certificate without its key (``ca.key`` stays on the
+host that issues certificates): valid files naming its hosts are used as they are.
 
     pki = ensure_local_pki("/data/pki")      # reuses valid files, makes missing ones
     EtcdOptions(tls=pki.server)              # TlsFiles(ca, cert, key)
@@ -17,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -112,12 +116,14 @@ def _load_ca(directory: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivate
 
 
 def issue_cert(directory: str | os.PathLike, name: str, hosts=LOOPBACK_HOSTS, server: bool = True,
-               client: bool = True, days: int = DEFAULT_DAYS) -> TlsFiles:
-    """Sign ``{name}.pem``/``{name}.key`` (0600) with the CA in ``directory``.
+               client: bool = True, days: int = DEFAULT_DAYS, out: str | os.PathLike | None = None,
+               common_name: str | None = None) -> TlsFiles:
+    """Sign ``{name}.pem``/``{name}.key`` (0600) with the CA in ``directory``, written to
+    ``out`` (default ``directory``).
 
     ``hosts`` become the subject alternative names (IPs or DNS names); the common
-    name is ``name`` (etcd maps a client certificate's CN to a user under
-    ``--client-cert-auth``). ``server``/``client`` choose the extended key usages.
+    name is ``common_name`` (default ``name``; etcd maps a client certificate's CN to a user
+    under ``--client-cert-auth``). ``server``/``client`` choose the extended key usages.
     """
     if not name or "/" in name or name == CA_NAME:
         raise PkiError(f"certificate name must be a non-empty file name other than {CA_NAME!r}, got {name!r}")
@@ -125,12 +131,14 @@ def issue_cert(directory: str | os.PathLike, name: str, hosts=LOOPBACK_HOSTS, se
         raise PkiError(f"certificate {name!r} needs server or client usage")
     path = _prepare_directory(directory)
     ca_cert, ca_key = _load_ca(path)
+    target = path if out is None else _prepare_directory(out)
     key = _new_key()
     usages = [oid for wanted, oid in ((server, ExtendedKeyUsageOID.SERVER_AUTH),
                                       (client, ExtendedKeyUsageOID.CLIENT_AUTH)) if wanted]
     now = _now()
     builder = (
-        x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name or name)]))
         .issuer_name(ca_cert.subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
         .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=days))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
@@ -140,9 +148,9 @@ def issue_cert(directory: str | os.PathLike, name: str, hosts=LOOPBACK_HOSTS, se
     if hosts:
         builder = builder.add_extension(_subject_alt_names(hosts), critical=False)
     cert = builder.sign(ca_key, hashes.SHA256())
-    _write_key(path / f"{name}.key", key)
-    _write_cert(path / f"{name}.pem", cert)
-    return TlsFiles(str(path / f"{CA_NAME}.pem"), str(path / f"{name}.pem"), str(path / f"{name}.key"))
+    _write_key(target / f"{name}.key", key)
+    _write_cert(target / f"{name}.pem", cert)
+    return TlsFiles(str(path / f"{CA_NAME}.pem"), str(target / f"{name}.pem"), str(target / f"{name}.key"))
 
 
 def _still_valid(cert_path: Path, margin: dt.timedelta = dt.timedelta(days=1)) -> bool:
@@ -153,20 +161,68 @@ def _still_valid(cert_path: Path, margin: dt.timedelta = dt.timedelta(days=1)) -
     return cert.not_valid_after_utc - margin > _now()
 
 
-def ensure_local_pki(directory: str | os.PathLike, days: int = DEFAULT_DAYS) -> LocalPki:
-    """The CA and loopback server certificate in ``directory``, made when missing or expiring.
+def cert_hosts(cert_path: str | os.PathLike) -> set[str]:
+    """The IPs and DNS names a certificate's subject alternative names hold (empty when none)."""
+    cert = x509.load_pem_x509_certificate(Path(cert_path).read_bytes())
+    try:
+        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return set()
+    return ({str(ip) for ip in names.get_values_for_type(x509.IPAddress)}
+            | set(names.get_values_for_type(x509.DNSName)))
 
-    A new CA always comes with a new server certificate (the old one would not verify).
+
+def _normal_host(host: str) -> str:
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        return host
+
+
+def ensure_local_pki(directory: str | os.PathLike, days: int = DEFAULT_DAYS, hosts=()) -> LocalPki:
+    """The CA and the server certificate in ``directory``, made when missing or expiring.
+
+    The server certificate names loopback plus ``hosts``; one that misses any of them is issued
+    again. A new CA always comes with a new server certificate (the old one would not verify).
+    Without ``ca.key`` (a member host) valid files covering ``hosts`` are used as they are, and
+    anything to issue is a PkiError naming what is missing: a CA is never made afresh beside a
+    ``ca.pem`` that other hosts trust.
     """
     path = _prepare_directory(directory)
-    ca_ok = _still_valid(path / f"{CA_NAME}.pem") and (path / f"{CA_NAME}.key").exists()
-    if not ca_ok:
-        make_ca(path, days=days)
-    if not ca_ok or not (_still_valid(path / f"{SERVER_NAME}.pem") and (path / f"{SERVER_NAME}.key").exists()):
-        issue_cert(path, SERVER_NAME, days=days)
-    server = TlsFiles(str(path / f"{CA_NAME}.pem"), str(path / f"{SERVER_NAME}.pem"),
-                      str(path / f"{SERVER_NAME}.key"))
+    wanted = list(dict.fromkeys([*LOOPBACK_HOSTS, *(_normal_host(h) for h in hosts)]))
+    ca_pem, ca_key = path / f"{CA_NAME}.pem", path / f"{CA_NAME}.key"
+    server_pem, server_key = path / f"{SERVER_NAME}.pem", path / f"{SERVER_NAME}.key"
+    server_ok = _still_valid(server_pem) and server_key.exists()
+    missing = sorted(set(wanted) - cert_hosts(server_pem)) if server_ok else wanted
+    if ca_pem.exists() and not ca_key.exists():
+        if not _still_valid(ca_pem):
+            raise PkiError(f"{ca_pem} is expired or unreadable and {ca_key} (to issue a new one) is not here")
+        if not server_ok or missing:
+            what = f"does not name {', '.join(missing)}" if server_ok else "is missing or expiring"
+            raise PkiError(f"{server_pem} {what}, and {ca_key} is not here to issue it: issue it on the host "
+                           f"holding the CA (omega cell certs --host ...) and copy it here")
+    else:
+        ca_ok = _still_valid(ca_pem) and ca_key.exists()
+        if not ca_ok:
+            make_ca(path, days=days)
+        if not ca_ok or not server_ok or missing:
+            issue_cert(path, SERVER_NAME, hosts=wanted, days=days)
+    server = TlsFiles(str(ca_pem), str(server_pem), str(server_key))
     return LocalPki(path, server.ca, server)
+
+
+def client_cert_valid(directory: str | os.PathLike, cert_path: str | os.PathLike, key_path: str | os.PathLike,
+                      common_name: str) -> bool:
+    """Whether ``cert_path`` (with ``key_path`` present) is a client certificate for
+    ``common_name``, signed by the CA in ``directory`` and valid for more than a day."""
+    try:
+        cert = x509.load_pem_x509_certificate(Path(cert_path).read_bytes())
+        ca = x509.load_pem_x509_certificate((Path(directory) / f"{CA_NAME}.pem").read_bytes())
+        cert.verify_directly_issued_by(ca)
+    except (OSError, ValueError, TypeError, InvalidSignature):
+        return False
+    names = [a.value for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
+    return (Path(key_path).exists() and names == [common_name] and _still_valid(Path(cert_path)))
 
 
 def ensure_jwt_keys(directory: str | os.PathLike) -> tuple[str, str]:

@@ -17,6 +17,10 @@ run again with more cells (or after a restart with the same data directory) it r
 the files and adds what is missing. Auth changes go through etcd's gRPC Auth service
 directly (the etcd3 client has no user/role API).
 
+With ``client_certs_from`` (an etcd with ``--client-cert-auth``) each user also gets a client
+certificate with its name as CN beside its file, which names it by file name (relative paths in
+a credential file are taken relative to its directory).
+
 etcd's RBAC has version-dependent holes: ``cellstate.rbac_gaps``.
 """
 
@@ -25,7 +29,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -34,7 +38,7 @@ import etcd3.etcdrpc as rpc
 from etcd3.etcdrpc import auth_pb2
 
 from cellstate.etcd.options import EtcdOptions
-from cellstate.etcd.store import parse_endpoint
+from cellstate.etcd.store import channel_credentials, parse_endpoint
 from cellstate.etcd.wire import prefix_end_bytes
 from cellstate.keys import DEFAULT_ROOT, CellKeys
 from cellstate.private_files import private_directory, write_private, write_public
@@ -63,6 +67,8 @@ class UserCredential:
     password: str
     role: str
     cell: str | None = None
+    cert: str | None = None  # the user's client certificate (CN = name) and key, with --client-cert-auth
+    key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -98,9 +104,13 @@ class Credentials:
         raise SecurityError(f"no user {name!r} in {source}; known: {', '.join(sorted(self.users))}")
 
     def store_kwargs(self, name: str) -> dict:
-        """EtcdStore keyword arguments (user, password, ca_cert) to connect as ``name``."""
+        """EtcdStore keyword arguments (user, password, ca_cert, and cert/key when the user has a
+        client certificate) to connect as ``name``."""
         cred = self.user(name)
-        return {"user": cred.name, "password": cred.password, "ca_cert": self.ca_cert}
+        kwargs = {"user": cred.name, "password": cred.password, "ca_cert": self.ca_cert}
+        if cred.cert is not None:
+            kwargs.update(cert=cred.cert, key=cred.key)
+        return kwargs
 
 
 def cell_user(cell: str, component: str) -> str:
@@ -131,14 +141,25 @@ def new_password() -> str:
 # -- credentials file ---------------------------------------------------------------------------------
 
 def save_credentials(path: str | os.PathLike, creds: Credentials) -> None:
-    """Write ``creds`` as JSON, mode 0600, replacing the file atomically."""
+    """Write ``creds`` as JSON, mode 0600, replacing the file atomically (``_user_record``)."""
     target = Path(path)
     data = {"endpoints": list(creds.endpoints), "ca_cert": creds.ca_cert, "key_root": creds.key_root,
-            "users": {name: asdict(u) for name, u in sorted(creds.users.items())}}
+            "users": {name: _user_record(u, target.parent) for name, u in sorted(creds.users.items())}}
     try:
         write_private(target, json.dumps(data, indent=2).encode())
     except OSError as exc:
         raise SecurityError(f"cannot write credentials file {str(target)!r}: {exc.strerror}") from None
+
+
+def _user_record(cred: UserCredential, directory: Path) -> dict:
+    """A user's entry in a credential file: cert/key only when set, by file name when they lie
+    beside the file (so the files can be copied to another host together)."""
+    record = asdict(cred)
+    for field_name in ("cert", "key"):
+        value = record.pop(field_name)
+        if value is not None:
+            record[field_name] = Path(value).name if Path(value).parent == directory else value
+    return record
 
 
 def load_credentials(path: str | os.PathLike) -> Credentials:
@@ -154,32 +175,40 @@ def load_credentials(path: str | os.PathLike) -> Credentials:
         return Credentials(first.endpoints, first.ca_cert, first.key_root, users)
     try:
         data = json.loads(Path(path).read_text())
-        users = {name: UserCredential(**u) for name, u in data["users"].items()}
-        return Credentials(tuple(data["endpoints"]), data["ca_cert"], data["key_root"], users)
+        users = {name: UserCredential(**{**u, **_beside(path, u, ("cert", "key"))})
+                 for name, u in data["users"].items()}
+        ca_cert = _beside(path, data, ("ca_cert",))["ca_cert"]
+        return Credentials(tuple(data["endpoints"]), ca_cert, data["key_root"], users)
     except OSError as exc:
         raise SecurityError(f"cannot read credentials file {str(path)!r}: {exc.strerror}") from None
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise SecurityError(f"credentials file {str(path)!r} is malformed: {exc!r}") from None
 
 
+def _beside(path: str | os.PathLike, data: dict, fields: tuple[str, ...]) -> dict:
+    """``data``'s file-path ``fields``, a relative one taken as relative to the directory of the
+    credential file ``path`` (client certificates are written so: the files travel together)."""
+    return {f: (str(Path(path).parent / data[f]) if data.get(f) and not os.path.isabs(data[f]) else data.get(f))
+            for f in fields}
+
+
 # -- the Auth service ----------------------------------------------------------------------------------
 
 class AuthAdmin:
-    """Administers etcd auth over one gRPC channel to the first endpoint (TLS when ``ca_cert``)."""
+    """Administers etcd auth over one gRPC channel to the first endpoint (TLS when ``ca_cert``,
+    presenting the client certificate ``cert``/``key`` when given: ``channel_credentials``)."""
 
-    def __init__(self, endpoints: Sequence[str], ca_cert: str | None = None, timeout: float = 5.0):
+    def __init__(self, endpoints: Sequence[str], ca_cert: str | None = None, timeout: float = 5.0,
+                 cert: str | None = None, key: str | None = None):
         if isinstance(endpoints, str) or not endpoints:
             raise SecurityError(f"endpoints must be a non-empty list of host:port, got {endpoints!r}")
-        host, port = parse_endpoint(endpoints[0])
+        try:
+            host, port = parse_endpoint(endpoints[0])
+            creds = channel_credentials(endpoints, ca_cert, cert, key)
+        except ValueError as exc:
+            raise SecurityError(str(exc)) from None
         target = f"{host}:{port}"
-        if ca_cert is None:
-            self._channel = grpc.insecure_channel(target)
-        else:
-            try:
-                with open(ca_cert, "rb") as f:
-                    self._channel = grpc.secure_channel(target, grpc.ssl_channel_credentials(f.read()))
-            except OSError as exc:
-                raise SecurityError(f"cannot read CA certificate {ca_cert!r}: {exc.strerror}") from None
+        self._channel = grpc.insecure_channel(target) if creds is None else grpc.secure_channel(target, creds)
         self._stub = rpc.AuthStub(self._channel)
         self._timeout = timeout
         self._metadata: tuple | None = None
@@ -296,9 +325,15 @@ def add_cell(admin: AuthAdmin, cell: str, key_root: str = DEFAULT_ROOT,
 
 def secure_cells(endpoints: Sequence[str], cells: Sequence[str], credentials_dir: str | os.PathLike,
                  key_root: str = DEFAULT_ROOT, ca_cert: str | None = None,
-                 legacy_file: str | os.PathLike | None = None) -> Credentials:
+                 legacy_file: str | os.PathLike | None = None,
+                 client_certs_from: str | os.PathLike | None = None) -> Credentials:
     """Turn on etcd auth with the root user and the roles and users of ``cells``; write one
     credential file per user into ``credentials_dir`` (see the module docstring).
+
+    With ``client_certs_from`` (the PKI directory holding the CA key; for an etcd with
+    ``--client-cert-auth``) every user also gets a client certificate with its name as CN,
+    ``{stem}.pem``/``{stem}.key`` beside its ``{stem}.json`` (which names them), issued once and
+    reused while valid; root's is presented to set auth up.
 
     The files already there (or an old every-user ``legacy_file``, which is then removed) supply
     the root password and the passwords of known users; auth already on is fine (root logs in
@@ -315,7 +350,12 @@ def secure_cells(endpoints: Sequence[str], cells: Sequence[str], credentials_dir
         known.update(load_credentials(directory).users)
     root_password = known[ROOT_USER].password if ROOT_USER in known else new_password()
     users = dict(known)
-    with AuthAdmin(endpoints, ca_cert) as admin:
+    tls = {}
+    if client_certs_from is not None:
+        tls = {name: client_cert(client_certs_from, directory, name)
+               for name in [ROOT_USER] + [cell_user(c, k) for c in cells for k in CELL_USERS] + list(known)}
+    root_cert, root_key = tls.get(ROOT_USER, (None, None))
+    with AuthAdmin(endpoints, ca_cert, cert=root_cert, key=root_key) as admin:
         enabled = admin.login(ROOT_USER, root_password)
         if not enabled:
             admin.add_role(ROOT_ROLE)
@@ -326,12 +366,31 @@ def secure_cells(endpoints: Sequence[str], cells: Sequence[str], credentials_dir
         if not enabled:
             admin.enable()
     client_ca = _copy_ca(ca_cert, directory) if ca_cert is not None else None
+    for name, (cert, key) in tls.items():
+        users[name] = replace(users[name], cert=cert, key=key)
     for name, cred in users.items():
         save_credentials(credential_file(directory, name), Credentials(tuple(endpoints), client_ca, key_root,
                                                                        {name: cred}))
     if legacy is not None and legacy.exists():
         legacy.unlink()  # it held root's password beside every other one
     return Credentials(tuple(endpoints), client_ca, key_root, users)
+
+
+def client_cert(pki_dir: str | os.PathLike, directory: str | os.PathLike, user: str) -> tuple[str, str]:
+    """(certificate, key) paths of ``user``'s client certificate (CN ``user``) in the credentials
+    ``directory``, named after its credential file; issued by the CA in ``pki_dir`` unless a
+    valid one of that CA is there. SecurityError when it cannot be issued."""
+    from cellstate.pki import PkiError, client_cert_valid, issue_cert
+
+    stem = credential_file(directory, user).stem
+    cert, key = Path(directory) / f"{stem}.pem", Path(directory) / f"{stem}.key"
+    if client_cert_valid(pki_dir, cert, key, user):
+        return str(cert), str(key)
+    try:
+        files = issue_cert(pki_dir, stem, hosts=(), server=False, client=True, out=directory, common_name=user)
+    except PkiError as exc:
+        raise SecurityError(f"cannot issue the client certificate of {user!r}: {exc}") from None
+    return files.cert, files.key
 
 
 def _private_directory(path: str | os.PathLike) -> Path:
@@ -351,15 +410,23 @@ def _copy_ca(ca_cert: str, directory: Path) -> str:
     return str(target)
 
 
-def secure_options(pki_dir: str | os.PathLike, token_ttl: str = DEFAULT_TOKEN_TTL, **options) -> EtcdOptions:
-    """EtcdOptions with TLS from the local PKI in ``pki_dir`` and ES256 JWT auth tokens.
+def secure_options(pki_dir: str | os.PathLike, token_ttl: str = DEFAULT_TOKEN_TTL, hosts=(),
+                   **options) -> EtcdOptions:
+    """EtcdOptions with TLS from the local PKI in ``pki_dir`` (the server certificate naming
+    ``hosts`` besides loopback) and ES256 JWT auth tokens.
 
     JWT tokens (unlike etcd's default "simple" tokens) stay valid on every member and
-    across restarts; they expire after ``token_ttl`` (an etcd duration like "24h").
+    across restarts; they expire after ``token_ttl`` (an etcd duration like "24h"). Every member
+    must sign with the same key: on a host without the CA key (a member host given a copy of the
+    PKI) missing JWT keys are a PkiError, not made afresh.
     """
-    from cellstate.pki import ensure_jwt_keys, ensure_local_pki
+    from cellstate.pki import CA_NAME, JWT_NAME, PkiError, ensure_jwt_keys, ensure_local_pki
 
-    pki = ensure_local_pki(pki_dir)
+    pki = ensure_local_pki(pki_dir, hosts=hosts)
+    path = Path(pki_dir)
+    if not (path / f"{CA_NAME}.key").exists() and not (path / f"{JWT_NAME}.key").exists():
+        raise PkiError(f"{path / (JWT_NAME + '.key')} is missing: copy jwt.key and jwt.pub from the host holding "
+                       "the CA, so every member signs auth tokens with the same key")
     private, public = ensure_jwt_keys(pki_dir)
     extra = list(options.pop("extra_args", []))
     extra += ["--auth-token", f"jwt,pub-key={public},priv-key={private},sign-method=ES256,ttl={token_ttl}"]

@@ -150,6 +150,12 @@ class JobQueue:
     _tracked: _Tracked | None = field(default=None, repr=False)
     _due: list[tuple[float, str]] = field(default_factory=list, repr=False)  # lazy heap of _not_before
 
+    def tracked_jobs(self) -> int:
+        """How many jobs the queue tracks (``select_tracked``: its class's pending jobs, ready or
+        backing off); 0 before the first round. Safe to call from another thread."""
+        tracked = self._tracked
+        return 0 if tracked is None else len(tracked.jobs)
+
     def select(self, pending: list[JobEntry], peers: list[str], now: float, limit: int) -> list[JobEntry]:
         """Up to ``limit`` jobs this scheduler should try now: by priority (high first); within
         a priority its own share in the queue's order, then jobs pending for ``steal_after_s``

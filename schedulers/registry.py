@@ -14,6 +14,7 @@ from schedulers.plugins import (
     constraints,
     different_machine,
     domain_spread,
+    fgd,
     least_loaded,
     machine_state,
     max_per_machine,
@@ -41,6 +42,7 @@ SCORERS: dict[str, Callable[..., Scorer]] = {
     domain_spread.NAME: domain_spread.factory,
     package_locality.NAME: package_locality.factory,
     priority_aware.NAME: priority_aware.factory,
+    fgd.NAME: fgd.factory,
 }
 
 

@@ -38,31 +38,75 @@ _CHANNEL_OPTIONS = [
 _REVISION_PROBE_KEY = b"\0"
 
 
+SCHEMES = ("http", "https")
+
+
 def parse_endpoint(endpoint: str) -> tuple[str, int]:
-    """(host, port) of ``"host:port"`` or ``"http://host:port"``; ValueError otherwise."""
-    text = endpoint.split("://", 1)[-1].rstrip("/")
-    host, sep, port = text.rpartition(":")
+    """(host, port) of ``"host:port"``, ``"http://host:port"`` or ``"https://host:port"``; ValueError otherwise."""
+    scheme, sep, text = endpoint.partition("://")
+    if not sep:
+        text = endpoint
+    elif scheme not in SCHEMES:
+        raise ValueError(f"etcd endpoint {endpoint!r}: scheme must be http:// or https://, not {scheme}://")
+    host, sep, port = text.rstrip("/").rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"etcd endpoint {endpoint!r} is not host:port")
     return host, int(port)
 
 
-def _credentials(ca_cert: str | None) -> grpc.ChannelCredentials | None:
+def endpoints_scheme(endpoints: Sequence[str]) -> str | None:
+    """"https" or "http" when every endpoint names that scheme, None when none names one;
+    ValueError when they mix schemes (or some name one and some not)."""
+    schemes = {e.partition("://")[0] if "://" in e else None for e in endpoints}
+    if len(schemes) > 1:
+        shown = ", ".join(sorted(f"{s}://" if s else "bare host:port" for s in schemes))
+        raise ValueError(f"etcd endpoints mix schemes ({shown}): give every endpoint the same one")
+    return schemes.pop() if schemes else None
+
+
+def channel_credentials(endpoints: Sequence[str], ca_cert: str | None = None, cert: str | None = None,
+                        key: str | None = None) -> grpc.ChannelCredentials | None:
+    """The gRPC TLS credentials for ``endpoints``, or None for plain text; ValueError in one line.
+
+    ``https://`` endpoints need ``ca_cert`` (the CA that signed the servers' certificates),
+    ``http://`` ones are plain text and take no TLS files; bare ``host:port`` ones use TLS
+    exactly when ``ca_cert`` is given. ``cert``/``key`` (both or neither, PEM) are the client
+    certificate presented to an etcd started with ``--client-cert-auth``.
+    """
+    scheme = endpoints_scheme(endpoints)
+    if (cert is None) != (key is None):
+        raise ValueError("a client certificate needs both the certificate and its key (--cert and --key)")
+    if scheme == "http" and (ca_cert or cert):
+        raise ValueError("http:// endpoints are plain text: use https:// endpoints with TLS files "
+                         "(--cacert, --cert, --key)")
     if ca_cert is None:
+        if scheme == "https":
+            raise ValueError("https:// endpoints need the CA certificate that signed etcd's (--cacert PEM)")
+        if cert is not None:
+            raise ValueError("a client certificate (--cert/--key) needs TLS: give the CA certificate (--cacert PEM)")
         return None
-    try:
-        with open(ca_cert, "rb") as f:
-            return grpc.ssl_channel_credentials(root_certificates=f.read())
-    except OSError as exc:
-        raise ValueError(f"cannot read etcd CA certificate {ca_cert!r}: {exc.strerror}") from None
+    files = {}
+    for what, path in (("CA certificate", ca_cert), ("client certificate", cert), ("client key", key)):
+        if path is None:
+            continue
+        try:
+            with open(path, "rb") as f:
+                files[what] = f.read()
+        except OSError as exc:
+            raise ValueError(f"cannot read etcd {what} {path!r}: {exc.strerror}") from None
+    return grpc.ssl_channel_credentials(root_certificates=files["CA certificate"],
+                                        private_key=files.get("client key"),
+                                        certificate_chain=files.get("client certificate"))
 
 
 class EtcdStore:
-    """A Store on etcd. ``page_size`` keys are read per Range request by ``range``."""
+    """A Store on etcd. ``page_size`` keys are read per Range request by ``range``. TLS and the
+    client certificate: ``channel_credentials`` (a ValueError for a bad combination)."""
 
     def __init__(self, endpoints: list[str], max_txn_ops: int = 128, max_request_bytes: int = 1572864,
                  timeout: float = 5.0, user: str | None = None, password: str | None = None,
-                 ca_cert: str | None = None, page_size: int = DEFAULT_PAGE_SIZE, time_retry: float = 0.5):
+                 ca_cert: str | None = None, page_size: int = DEFAULT_PAGE_SIZE, time_retry: float = 0.5,
+                 cert: str | None = None, key: str | None = None):
         if isinstance(endpoints, str) or not endpoints:
             raise ValueError(f"endpoints must be a non-empty list of host:port strings, got {endpoints!r}")
         if (user is None) != (password is None):
@@ -77,19 +121,33 @@ class EtcdStore:
         self._timeout = timeout
         self._closed = False
         self._watches: weakref.WeakSet[EtcdWatchStream] = weakref.WeakSet()
-        creds = _credentials(ca_cert)
+        creds = channel_credentials(endpoints, ca_cert, cert, key)
         eps = [etcd3.Endpoint(host, port, secure=creds is not None, creds=creds, time_retry=time_retry,
                               opts=_CHANNEL_OPTIONS) for host, port in map(parse_endpoint, endpoints)]
-        try:
-            self._client = etcd3.MultiEndpointEtcd3Client(
-                endpoints=eps, failover=True, timeout=timeout, user=user, password=password)
-        except grpc.RpcError as exc:
-            for ep in eps:
-                ep.close()
-            raise etcd_wire.store_error(exc, "authentication") from None
-        # The auth token travels as metadata (call credentials are refused on plain channels).
-        self._metadata = self._client.metadata
+        self._client = etcd3.MultiEndpointEtcd3Client(endpoints=eps, failover=True, timeout=timeout)
+        self._metadata = None
         self._credentials = (user, password) if user is not None else None
+        if user is not None:
+            try:
+                self._login(user, password, len(eps))
+            except grpc.RpcError as exc:
+                self._client.close()
+                raise etcd_wire.store_error(exc, "authentication") from None
+
+    def _login(self, user: str, password: str, attempts: int) -> None:
+        """Authenticate, moving on to the next endpoint while one cannot be reached (the client
+        starts on a random one), at most ``attempts`` times. The auth token travels as metadata
+        (call credentials are refused on plain channels)."""
+        for attempt in range(attempts):
+            try:
+                resp = self._client.authstub.Authenticate(
+                    rpc.AuthenticateRequest(name=user, password=password), self._timeout)
+                break
+            except grpc.RpcError as exc:
+                if exc.code() not in etcd_wire.ENDPOINT_FAILURE_CODES or attempt == attempts - 1:
+                    raise
+                self._fail_endpoint(self._client.endpoint_in_use)
+        self._metadata = self._client.metadata = (("token", resp.token),)
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -128,10 +186,19 @@ class EtcdStore:
         return etcd_wire.store_error(exc, what)
 
     def _fail_endpoint(self, endpoint) -> None:
-        """Mark ``endpoint`` failed for time_retry seconds so the next call fails over."""
+        """Mark ``endpoint`` failed for time_retry seconds and, when it is the one in use, move on
+        to the next endpoint not failed (in list order, wrapping): the next call fails over even
+        when it comes after time_retry (a retry a second later would otherwise find the failed
+        endpoint still "in use" and no longer marked, and try it again, forever)."""
         endpoint.fail()
         if endpoint is self._client.endpoint_in_use:
             self._client._clear_old_stubs()
+            labels = list(self._client.endpoints)
+            at = labels.index(self._client._current_endpoint_label)
+            for label in labels[at + 1:] + labels[:at]:
+                if not self._client.endpoints[label].is_failed():
+                    self._client._current_endpoint_label = label
+                    break
 
     def _compact_revision(self) -> int:
         """etcd's current compact revision (0 if unknown): a watch from revision 1 reports it."""

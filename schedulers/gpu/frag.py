@@ -45,3 +45,20 @@ class FragMeasure:
         small = np.where(fits, 0, left[:, None, :]).sum(axis=2)          # (S, K)
         per_shape = np.where(usable, small, idle[:, None])               # (S, K)
         return per_shape @ self.weight
+
+
+def node_frag(cpu_left: int, frees: list[int], model: str, workload: TargetWorkload) -> float:
+    """``F`` of one node (the same measure as ``FragMeasure.amount``, in plain Python for one
+    machine at a time): ``cpu_left`` millicores, ``frees`` the free milli of each device,
+    ``model`` its GPU model."""
+    idle = sum(frees)
+    if not idle:
+        return 0.0
+    total = 0.0
+    for shape, weight in zip(workload.shapes, workload.weights):
+        if not shape.count or cpu_left < shape.cpu or (shape.models and model not in shape.models):
+            total += weight * idle
+            continue
+        fit = [f for f in frees if f >= shape.milli]
+        total += weight * (idle if len(fit) < shape.count else idle - sum(fit))
+    return total

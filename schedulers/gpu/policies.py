@@ -6,7 +6,7 @@ Every policy scores the feasible nodes ``idx`` for one pod shape with integers i
 (-1: the default binding of ``GpuFleet.place``). A placement takes a node of the highest score;
 ties are broken uniformly at random (what the Kubernetes framework does), by the caller's seeded
 generator. Scores depend only on the node's state and the shape, so they can be cached per shape
-until the node changes (``ScoreCache``).
+until the node changes (``ShapeScoreCache``).
 
 Normalisers: CPU by the largest node's CPU and GPU by the largest node's GPU milli (on openb,
 128 cores and 8 GPUs: the artifact's constants).
@@ -179,7 +179,7 @@ def make_policy(name: str, measure: FragMeasure | None = None) -> Policy:
     return classes[name]()
 
 
-class ScoreCache:
+class ShapeScoreCache:
     """Scores and devices per shape and node, valid until the node's ``version`` changes (score
     caching for GPU tasks: a workload has few shapes)."""
 

@@ -404,3 +404,21 @@ def test_failover_to_another_member_after_unavailable():
         finally:
             store.close()
 
+
+
+def test_failover_holds_when_the_retry_comes_after_time_retry(etcd_server):
+    from cellstate.etcd.ports import free_port
+
+    # the dead endpoint first: after its failure the store moves on, though the retry comes
+    # when the dead one is no longer marked failed
+    dead = f"127.0.0.1:{free_port()}"
+    store = EtcdStore([dead, *etcd_server.endpoints], timeout=2.0, time_retry=0.05)
+    store._client._current_endpoint_label = dead  # the client starts on a random one
+    try:
+        with pytest.raises(Unavailable):
+            store.get("/failover-order")
+        time.sleep(0.2)  # past time_retry
+        assert store.get("/failover-order") is None
+        assert store._client._current_endpoint_label != dead
+    finally:
+        store.close()

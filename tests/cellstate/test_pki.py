@@ -129,3 +129,38 @@ def test_missing_tls_file_is_named(tmp_path):
 def test_client_cert_auth_without_tls_is_refused(tmp_path):
     with pytest.raises(EtcdError, match="client_cert_auth needs tls"):
         command_of(EtcdOptions(client_cert_auth=True), tmp_path)
+
+
+def test_server_cert_names_the_advertised_hosts_and_is_reissued_for_a_new_one(tmp_path):
+    from cellstate.pki import cert_hosts
+
+    first = ensure_local_pki(tmp_path / "pki", hosts=["10.77.0.1", "etcd-2.example"])
+    assert cert_hosts(first.server.cert) == {"127.0.0.1", "localhost", "10.77.0.1", "etcd-2.example"}
+    ca_bytes = open(first.ca_cert, "rb").read()
+    again = ensure_local_pki(tmp_path / "pki", hosts=["10.77.0.3"])
+    assert "10.77.0.3" in cert_hosts(again.server.cert) and open(again.ca_cert, "rb").read() == ca_bytes
+
+
+def test_a_member_host_without_the_ca_key_uses_the_copied_files_and_never_makes_a_new_ca(tmp_path):
+    source = ensure_local_pki(tmp_path / "ca-host", hosts=["10.77.0.1", "10.77.0.2"])
+    member = tmp_path / "member"
+    member.mkdir(mode=0o700)
+    for name in ("ca.pem", "server.pem", "server.key"):
+        (member / name).write_bytes((tmp_path / "ca-host" / name).read_bytes())
+    copied = ensure_local_pki(member, hosts=["10.77.0.2"])
+    assert open(copied.server.cert, "rb").read() == open(source.server.cert, "rb").read()
+    with pytest.raises(PkiError, match=r"server.pem does not name 10.77.0.9, and .*ca.key is not here"):
+        ensure_local_pki(member, hosts=["10.77.0.9"])
+    assert not (member / "ca.key").exists()
+
+
+def test_client_cert_issued_elsewhere_with_a_user_common_name(tmp_path):
+    from cellstate.pki import client_cert_valid
+
+    make_ca(tmp_path / "pki")
+    files = issue_cert(tmp_path / "pki", "admin", hosts=(), server=False, out=tmp_path / "creds", common_name="root")
+    assert files.cert == str(tmp_path / "creds" / "admin.pem") and mode(files.key) == 0o600
+    assert client_cert_valid(tmp_path / "pki", files.cert, files.key, "root")
+    assert not client_cert_valid(tmp_path / "pki", files.cert, files.key, "admin")
+    make_ca(tmp_path / "other")
+    assert not client_cert_valid(tmp_path / "other", files.cert, files.key, "root")

@@ -79,7 +79,7 @@ COMMANDS = {
 }
 # How long each long-running command may run (against a dead store it fails at once anyway).
 RUN_LIMIT = {("record",): "--duration", ("monitor",): "--duration", ("scheduler", "run"): "--duration",
-             ("agents", "run"): "--run-for"}
+             ("agents", "run"): "--duration"}
 LIMIT_VALUES = ["0", "0.1", "-1", "nan", "abc"]
 
 

@@ -157,3 +157,13 @@ def test_scheduler_waiting_for_etcd_warns_once_then_prints_progress(monkeypatch,
     lines = [r.getMessage() for r in caplog.records if r.name == "tools.cli.scheduler"]
     assert lines[0].startswith("waiting up to 3.2 s (--startup-timeout) for etcd: cannot reach etcd at")
     assert 2 <= len(lines[1:]) <= 3 and all(line.startswith("still waiting for etcd: ") for line in lines[1:]), lines
+
+
+def test_a_dead_first_endpoint_is_passed_over(monkeypatch, live_cell):
+    import importlib
+
+    client_module = importlib.import_module("etcd3.client")  # (the package's ``client`` is a function)
+    args, cell = live_cell
+    monkeypatch.setattr(client_module.random, "choice", lambda labels: labels[0])  # start on the dead one
+    status, out, err = run_cli(["check", "--endpoints", f"{_dead_endpoint()},{args[1]}", "--cell", cell])
+    assert status == 0 and f"cell {cell!r}" in out, err

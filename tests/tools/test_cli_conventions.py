@@ -48,7 +48,7 @@ def bash_script():
 
 @pytest.mark.parametrize("words, expected", [
     (("omega", "sch"), ["scheduler"]),
-    (("omega", "job", ""), ["list", "status", "init", "-h", "--help", "-v", "--verbose"]),
+    (("omega", "job", ""), ["list", "status", "submit", "kill", "init", "-h", "--help", "-v", "--verbose"]),
     (("omega", "scheduler", "run", "--ki"), ["--kind"]),
     (("omega", "check", "-o", ""), ["table", "json"]),
     (("omega", "--cell", "x", "check", "--rev"), ["--revision"]),
@@ -122,7 +122,7 @@ def test_json_output_is_one_flag_everywhere():
     tree = command_tree(build_parser())
     with_output = sorted(" ".join(path) for path, node in tree.items() if "-o" in node["flags"])
     assert with_output == ["check", "demo", "experiment", "explain", "job list", "job status", "monitor", "replay",
-                           "report"]
+                           "report", "sweep"]
     assert all(tree[tuple(p.split())]["choices"]["-o"] == ["table", "json"] for p in with_output)
     assert all("--json" not in tree[tuple(p.split())]["flags"] for p in with_output)  # hidden aliases
 

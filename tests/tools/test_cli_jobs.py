@@ -66,7 +66,7 @@ def test_cell_init_counts_and_zones(cell_args, etcd_store, cell_keys):
 def test_cell_init_refuses_existing_unless_replace(cell_args, etcd_store, cell_keys, capsys):
     assert run_cli(["cell", "init", "--machines", "5", *cell_args]) == 0
     assert run_cli(["cell", "init", "--machines", "7", *cell_args]) == 1
-    assert "already has 5 machines" in capsys.readouterr().err
+    assert "already has 5 machines; pass --replace" in capsys.readouterr().err
     assert run_cli(["cell", "init", "--machines", "7", "--replace", *cell_args]) == 0
     assert len(machines(etcd_store, cell_keys)) == 7
 

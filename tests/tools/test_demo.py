@@ -97,6 +97,32 @@ def test_a_closed_terminal_stops_the_whole_demo(tmp_path):
     assert all(_refused(endpoint) for endpoint in summary["etcd_endpoints"]), "etcd still answers"
 
 
+def test_a_sigkilled_demo_leaves_no_etcd_data_behind(tmp_path):
+    """SIGKILL gives the demo no chance to clean up: its etcd ends by its parent-death signal and
+    the etcd data directory (tens of MB) is removed by the watcher of cellstate.dir_reaper."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    cmd = [sys.executable, "-m", "tools.cli", "demo", "--duration", "120", "--no-monitor", "--machines", "50",
+           "--run-dir", str(tmp_path / "run")]
+    demo = subprocess.Popen(cmd, cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "TMPDIR": str(temp)})
+    try:
+        for line in demo.stdout:
+            if line.startswith("etcd up"):
+                endpoint = line.split(": ", 1)[1].split(";", 1)[0].split(",")[0]
+            if "running" in line:
+                break
+        data = list(temp.glob("omega-etcd-*"))
+        assert len(data) == 1 and any(data[0].rglob("*")), "the demo's etcd data directory"
+        demo.kill()
+        demo.wait(10)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+    _poll(lambda: not data[0].exists(), 30, f"{data[0]} removed after the SIGKILL")
+    _poll(lambda: _refused(endpoint), 30, "the demo's etcd gone")
+
+
 @pytest.fixture
 def live_cell(etcd_server, etcd_store, cell_keys, tmp_path):
     """A small cell served by two batch scheduler processes; the Children object."""

@@ -89,12 +89,38 @@ def test_task_selection(etcd_store, cell_keys, job_id, task, message):
 def test_cli_json(etcd_server, etcd_store, cell_keys, capsys):
     _cell(etcd_store, cell_keys).close()
     argv = ["explain", "--endpoints", etcd_server.endpoints[0], "--cell", cell_keys.cell,
-            "--root", cell_keys.root, "web", "1", "--json"]
+            "--root", cell_keys.root, "web", "1", "--json", "--kind", "borg"]
     assert main(argv) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["task"] == 1 and data["feasible"] == 2 and data["top"][0]["machine_id"] == "m3"
-    assert main(argv[:-1] + ["--kind", "service"]) == 0
+    assert main(argv[:-3] + ["--kind", "service"]) == 0
     assert "zone_spread" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("job_id,kind", [("web", "service"), ("toolow", "batch")])
+def test_cli_follows_the_jobs_scheduler_class(etcd_server, etcd_store, cell_keys, capsys, job_id, kind):
+    """Without --kind, the chain is the one a scheduler process of the job's class runs."""
+    _cell(etcd_store, cell_keys).close()
+    argv = ["explain", "--endpoints", etcd_server.endpoints[0], "--cell", cell_keys.cell,
+            "--root", cell_keys.root, job_id, "-o", "json"]
+    assert main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["scheduler_class"] == kind
+    assert tuple(data["chain"]) == make_scheduler(kind, "x", 0).pipeline.names()
+    assert tuple(data["chain"]) != make_scheduler("borg", "x", 0).pipeline.names()
+
+
+def test_cli_chain_file_table_of_the_jobs_class(etcd_server, etcd_store, cell_keys, capsys, tmp_path):
+    """--chains picks the table named like the job's class, as `scheduler run --config` does."""
+    _cell(etcd_store, cell_keys).close()
+    chains = tmp_path / "chains.toml"
+    chains.write_text('[service]\nkind = "service"\n[[service.filters]]\nname = "machine_state"\n'
+                      '[[service.filters]]\nname = "resources_fit"\n[[service.scorers]]\nname = "least_loaded"\n'
+                      '[borg]\nkind = "borg"\n[[borg.filters]]\nname = "machine_state"\n')
+    argv = ["explain", "--endpoints", etcd_server.endpoints[0], "--cell", cell_keys.cell,
+            "--root", cell_keys.root, "web", "-o", "json", "--chains", str(chains)]
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["chain"] == ["machine_state", "resources_fit", "least_loaded"]
 
 
 def test_cli_usage_errors(etcd_server, etcd_store, cell_keys):

@@ -11,7 +11,7 @@ import pytest
 
 from schedulers.gpu.fleet import GpuFleet, NodeSpec
 from schedulers.gpu.frag import FragMeasure
-from schedulers.gpu.policies import NAMES, ScoreCache, make_policy
+from schedulers.gpu.policies import NAMES, ShapeScoreCache, make_policy
 from schedulers.gpu.workload import PodShape, target_workload
 from tests.tools.cli_helpers import run_cli
 from tools.gpufrag.experiment import load_inputs, parse_seeds
@@ -77,7 +77,7 @@ def test_a_share_never_overcommits_a_device_and_release_restores_it():
 def scores(policy_name, fleet, shape, workload_shapes=None):
     workload = target_workload(workload_shapes or [shape])
     policy = make_policy(policy_name, FragMeasure(workload, fleet.models))
-    return ScoreCache(fleet, policy).lookup(shape)
+    return ShapeScoreCache(fleet, policy).lookup(shape)
 
 
 def test_packing_prefers_a_partly_used_gpu_and_clustering_a_node_of_the_same_tag():
@@ -103,7 +103,7 @@ def test_fgd_puts_a_share_where_the_target_workload_loses_least():
 def test_score_cache_recomputes_only_changed_nodes():
     fleet = fleet2()
     shape = PodShape(1000, 1, 1, 1000)
-    cache = ScoreCache(fleet, make_policy("bestfit"))
+    cache = ShapeScoreCache(fleet, make_policy("bestfit"))
     cache.lookup(shape)
     assert cache.recomputed == 2
     cache.lookup(shape)

@@ -176,3 +176,21 @@ def test_cli_warns_of_assumptions_and_unusable_rows(tmp_path, capsys):
     warning = [line for line in captured.err.splitlines() if line.startswith("warning: ")]
     assert len(warning) == 1 and "req_mem_KB 1x (unknown requested memory: 0 MiB" in warning[0]
     assert "1 row(s) unusable and skipped" in warning[0]
+
+
+def test_cli_warns_of_jobs_wider_than_the_cell(tmp_path, capsys):
+    """A job of more tasks than the cell has machines is imported (the log ran it) but counted and
+    shown, not imported silently: no scheduler can place it here."""
+    wide = GOOD.replace("  1  10  5  100  2  -1  -1  2", "  2  20  5  100  3  -1  -1  3")
+    out = tmp_path / "x.omt"
+    assert main(["import", "swf", swf(tmp_path, GOOD + wide + wide.replace("  2  20", "  3  30")), "--out", str(out),
+                 "--nodes", "2", "--node-memory-mib", "1"]) == 0
+    captured = capsys.readouterr()
+    assert "2 machines, 3 jobs" in captured.out
+    warnings = [line for line in captured.err.splitlines() if line.startswith("warning: ")]
+    assert any("2 job(s) wider than the cell (more tasks than its 2 machines; first: line 5, job j2, 3 tasks)"
+               in line for line in warnings), warnings
+    assert any("3 job(s) whose tasks ask for more memory than a machine has (first: line 4, job j1, 2 MiB"
+               in line for line in warnings), warnings
+    assert main(["import", "swf", swf(tmp_path, GOOD), "--out", str(out)]) == 0
+    assert "warning" not in capsys.readouterr().err

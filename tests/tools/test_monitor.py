@@ -443,3 +443,53 @@ def test_once_json_has_no_windows_and_names_each_conflicts_cause(cell):
     frame = to_dict(_published_frame(cell))
     assert [(s["recent"], s["minute"], s["trend"]) for s in frame["schedulers"]] == [(None, None, [])] * 2
     assert [c["cause"] for c in frame["recent_conflicts"]] == ["machine"] * 3
+
+
+def test_q_quits_the_live_screen_and_restores_the_terminal(cell):
+    import os
+    import termios
+
+    from tools.monitor.keys import KeyReader
+
+    store, keys = cell
+    master, slave = os.openpty()
+    try:
+        before = termios.tcgetattr(slave)
+        os.write(master, b"xq")  # another key first: ignored
+        reader = KeyReader(slave)
+        console = Console(record=True, width=160, force_terminal=False)
+        # The duration is only a bound should q be missed: then reader.quit stays False.
+        assert run_monitor(store, keys, refresh_hz=4, duration=30, console=console, key_reader=reader) == 0
+        assert reader.quit
+        assert termios.tcgetattr(slave) == before
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+def test_keys_are_not_read_off_a_terminal():
+    import os
+
+    from tools.monitor.keys import KeyReader
+
+    read, write = os.pipe()
+    try:
+        os.write(write, b"q")
+        reader = KeyReader(read)
+        with reader:
+            assert not reader.active and reader.wait(0) is False
+        assert os.read(read, 1) == b"q"  # left for whoever reads the pipe
+    finally:
+        os.close(read)
+        os.close(write)
+
+
+def test_a_stored_unsafe_job_id_is_escaped_on_the_screen():
+    from dataclasses import replace
+
+    frame = crowded_frame()
+    conflicts = (replace(frame.recent_conflicts[1], job="evil\x1b[2J\nrow"),) + frame.recent_conflicts[2:]
+    console = Console(record=True, width=160, height=50, file=io.StringIO(), force_terminal=True)
+    console.print(render_frame(replace(frame, recent_conflicts=conflicts), fit_height=True))
+    out = console.file.getvalue()
+    assert "\x1b[2J" not in out and "evil\\x1b[2J\\nrow" in console.export_text()

@@ -142,10 +142,10 @@ def packed(*records):
 BAD_MACHINE = dict(machine_to_map(MACHINE), capacity={"cpu": -1, "memory": 0, "disk": 0})
 GOOD = [submit(float(i)) for i in range(100)]
 CASES = [
-    ("empty-file", b"", "truncated after record -1 (no end record)"),
+    ("empty-file", b"", "truncated before its first record (no end record)"),
     ("no-end-record", packed(header_map(), *GOOD), "truncated after record 100 (no end record)"),
     ("cut-inside-record", packed(header_map(), *GOOD)[:-5], "truncated after record 99 (record 100 is incomplete)"),
-    ("cut-inside-header", packed(header_map())[:10], "truncated after record -1 (record 0 is incomplete)"),
+    ("cut-inside-header", packed(header_map())[:10], "truncated before its first record (record 0 is incomplete)"),
     ("corrupt-byte", packed(header_map(), submit(0.0)) + b"\xc1" + packed(end(1)), "record 2: not msgpack"),
     ("unknown-version", packed(header_map(version=99), end(0)), "record 0: field 'version': unknown version 99"),
     ("task-placed-in-v1", packed(header_map(), {"type": "task_placed", "t": 0.0, "job": "j", "task": 0,

@@ -39,6 +39,8 @@ def test_every_trace_file_is_listed_with_its_published_checksum():
         "google-2011/task_events/part-00000-of-00500.csv.gz",
         "google-2011/job_events/part-00000-of-00500.csv.gz",
         "swf/KTH-SP2-1996-2.1-cln.swf.gz",
+        "sweep/tiny-a.omt.gz",
+        "sweep/tiny-b.omt.gz",
     }
     on_disk = {str(p.relative_to(DATA)) for p in DATA.rglob("*") if p.is_file() and p.name != "README.md"}
     assert on_disk == set(listed)

@@ -28,6 +28,7 @@ COMMAND_MODULES = [
     "tools.cli.demo",
     "tools.cli.explain",
     "tools.cli.experiment",
+    "tools.cli.sweep",
     "tools.cli.completion",
 ]
 

@@ -4,11 +4,12 @@ They mark placed tasks running, end batch tasks after their duration (``--time-s
 simulated time faster), fail machines (``--fail``, or at random with ``--fail-rate``), repair
 them after ``--repair-after`` seconds and drain machines (``--drain``). Machines come from
 ``omega cell init``; with ``--init-spec``/``--init-machines`` the agents register them first.
-Stops cleanly on SIGINT/SIGTERM (or after ``--run-for`` seconds).
+Stops cleanly on SIGINT/SIGTERM (or after ``--duration`` seconds; ``--run-for`` is its older spelling).
 """
 
 from __future__ import annotations
 
+import argparse
 import signal
 import sys
 import threading
@@ -16,6 +17,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from tools.cli.common import add_store_args, cell_keys, connect, exit_once_stopped, store_failure
+from tools.cli.progress import Progress, add_progress_arg, progress_every
 
 if TYPE_CHECKING:
     from tools.agents.metrics import AgentMetrics
@@ -41,8 +43,10 @@ def register(sub) -> None:
     from tools.cli.metrics_args import add_metrics_args
 
     add_metrics_args(run)
-    run.add_argument("--run-for", type=float, default=0.0, metavar="SECONDS",
+    run.add_argument("--duration", type=float, default=0.0, metavar="SECONDS",
                      help="stop after this long (default 0: until SIGINT/SIGTERM)")
+    run.add_argument("--run-for", dest="duration", type=float, help=argparse.SUPPRESS)  # its older spelling
+    add_progress_arg(run)
     run.add_argument("--init-spec", metavar="FILE", help="register the machines of this cell spec first")
     run.add_argument("--init-machines", type=int, metavar="N",
                      help="register N machines first (the demo spec, or --init-spec with N machines)")
@@ -93,8 +97,9 @@ def run_agents(args) -> int:
 
     config = config_from_args(args)
     spec = init_spec_from_args(args)
-    if args.run_for < 0:
-        raise UsageError(f"--run-for must be >= 0 seconds, got {args.run_for:g}")
+    progress_every(args)
+    if args.duration < 0:
+        raise UsageError(f"--duration must be >= 0 seconds, got {args.duration:g}")
     from tools.cli.metrics_args import metrics_from_args
 
     try:
@@ -134,16 +139,17 @@ def _register(store, keys, spec) -> None:
     try:
         revision = init_cell(store, keys, spec)
         print(f"registered {spec.machines} machines in cell {keys.cell!r} at revision {revision}", flush=True)
-    except CellExists as exc:
-        print(f"using the machines already in the cell ({exc})", flush=True)
+    except CellExists:
+        print(f"using the machines already in cell {keys.cell!r} (`omega cell init --replace` "
+              "starts a fresh one)", flush=True)
 
 
 def _run(agent, args) -> int:
-    """Start, apply --fail/--drain, run until a signal or --run-for."""
+    """Start, apply --fail/--drain, run until a signal or --duration."""
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
-    if args.run_for:
-        timer = threading.Timer(args.run_for, stop.set)
+    if args.duration:
+        timer = threading.Timer(args.duration, stop.set)
         timer.daemon = True
         timer.start()
     try:
@@ -155,14 +161,25 @@ def _run(agent, args) -> int:
             agent.drain(machine_id)
         print(f"agents {agent.config.name!r} simulating {int(agent.metrics.value('omega_agent_machines'))} "
               f"machines of cell {agent.keys.cell!r}", flush=True)
-        agent.run(stop)
+        with Progress(f"agents {agent.config.name}", progress_every(args), lambda: _progress_line(agent)) as progress:
+            agent.run(stop)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     finished = int(agent.metrics.value("omega_agent_tasks_finished_total"))
     print(f"agents stopped: {finished} task(s) finished", flush=True)
+    progress.print(f"stopped after {progress.elapsed()}: {_progress_line(agent)}")
     exit_once_stopped(0)
     return 0
+
+
+def _progress_line(agent) -> str:
+    """The agents' totals so far: machines, tasks started/finished/running, machine failures."""
+    value = agent.metrics.value
+    return (f"{int(value('omega_agent_machines'))} machines, {int(value('omega_agent_tasks_started_total'))} tasks "
+            f"started, {int(value('omega_agent_tasks_finished_total'))} finished, "
+            f"{int(value('omega_agent_running_tasks'))} running, "
+            f"{int(value('omega_agent_machine_failures_total'))} machine failures")
 
 
 def _check_selected(agent, machine_ids: list[str]) -> None:

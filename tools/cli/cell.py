@@ -103,7 +103,9 @@ def run_init(args) -> int:
         try:
             revision = init_cell(store, keys, spec, replace=args.replace)
         except CellExists as exc:
-            print(f"omega: cell init: {exc}", file=sys.stderr)
+            has = f"already has {exc.machines} machines" if exc.machines is not None else "got machines meanwhile"
+            print(f"omega: cell init: cell {keys.cell!r} {has}; pass --replace to start a fresh cell (it deletes "
+                  "the cell's machines, allocs and jobs)", file=sys.stderr)
             return 1
         except StoreError as exc:
             print(f"omega: cell init: {store_failure(exc, args)}", file=sys.stderr)
@@ -116,6 +118,10 @@ def run_init(args) -> int:
 def run_check(args) -> int:
     from cellstate.check import check_cell
     from cellstate.store import StoreError
+    from tools.cli import UsageError
+
+    if args.revision is not None and args.revision < 1:
+        raise UsageError(f"--revision must be >= 1 (an etcd revision), got {args.revision}")
     keys = cell_keys(args)
     with connect(args) as store:
         try:

@@ -8,6 +8,13 @@ Each user's random password is in its own file, ``DATA_DIR/credentials/{user}.js
 ``admin.json``; mode 0600, beside the public ``ca.pem``), to hand to that component alone:
 ``omega check --cell a --credentials DATA_DIR/credentials/a-monitor.json``.
 
+With ``--client-cert-auth`` clients must also present a certificate of that CA (mTLS): each
+user gets one (CN = the user) beside its credential file, which names it. ``--listen``,
+``--advertise`` and ``--name``/``--initial-cluster`` place the members as for ``omega etcd up``;
+spread over hosts, the first member's host sets auth up and the others only serve.
+``omega cell certs`` makes the CA, a server certificate naming every ``--host`` and client
+certificates beforehand, on the host that keeps the CA key (docs/DEPLOY.md).
+
 It prints the etcd version and, for a version whose RBAC has known holes
 (``cellstate.rbac_gaps.RBAC_GAPS``), what a holder of any credential can still do; while it
 serves, it reports early compactions and raised alarms as ``etcd: ALERT`` lines.
@@ -30,8 +37,8 @@ from cellstate.etcd.options import EtcdOptions
 from cellstate.etcd.supervisor import RestartPolicy
 from cellstate.keys import DEFAULT_ROOT
 from tools.cli.etcd import (
-    add_server_flags, announce_endpoints, client_port, describe_members, port_in_use_hint, serve_until_stopped,
-    server_options, stopped_on_interrupt,
+    add_server_flags, announce_endpoints, client_port, cluster_kwargs, describe_members, port_in_use_hint,
+    serve_until_stopped, server_options, start_timeout, stopped_on_interrupt,
 )
 
 GUARD_EVERY_S = 10.0
@@ -56,17 +63,37 @@ def register(sub) -> None:
                     help="a cell to create users for with --secure (repeat; default: default)")
     up.add_argument("--root", default=DEFAULT_ROOT, help=f"key root of the cells (default: {DEFAULT_ROOT})")
     up.add_argument("--token-ttl", default="24h", help="lifetime of auth tokens with --secure (default 24h)")
+    up.add_argument("--client-cert-auth", action="store_true",
+                    help="with --secure: clients must present a certificate of the cell's CA (mTLS); each "
+                         "component's credential file then names its own, issued into DATA_DIR/credentials/")
     add_server_flags(up)
     up.set_defaults(func=run_up)
+    certs = _cell_actions(sub).add_parser(
+        "certs", help="make the CA, the server certificate for every member host and client certificates")
+    certs.add_argument("--data-dir", required=True,
+                       help="the data dir of `omega cell up --secure` (PKI in DATA_DIR/pki)")
+    certs.add_argument("--host", action="append", dest="hosts", default=[], metavar="HOST",
+                       help="an IP or name the members are reached at (repeat; loopback is always named)")
+    certs.add_argument("--client", action="append", dest="clients", default=[], metavar="NAME",
+                       help="issue a client certificate with CN NAME into DATA_DIR/credentials/NAME.pem/.key "
+                            "(repeat; under --client-cert-auth the CN is the etcd user it acts as)")
+    certs.set_defaults(func=run_certs)
 
 
-def _options(args, data_dir: Path) -> EtcdOptions:
+def _options(args, data_dir: Path, placement) -> EtcdOptions:
     limits = server_options(args)
     if not args.secure:
         return EtcdOptions(**limits)
     from cellstate.security import secure_options
 
-    return secure_options(data_dir / "pki", token_ttl=args.token_ttl, **limits)
+    return secure_options(data_dir / "pki", token_ttl=args.token_ttl, hosts=placement.hosts(),
+                          client_cert_auth=args.client_cert_auth, **limits)
+
+
+def _bootstrap(placement) -> bool:
+    """Whether this host sets auth up: always on one host, on the first member's host when the
+    cluster is spread over hosts (the others only serve; their credentials come from it)."""
+    return not placement.per_host or placement.name == placement.initial_cluster[0].name
 
 
 def _start(args, data_dir: Path):
@@ -77,19 +104,23 @@ def _start(args, data_dir: Path):
 
     if args.members < 1:
         raise UsageError(f"--members must be >= 1, got {args.members}")
+    if args.client_cert_auth and not args.secure:
+        raise UsageError("--client-cert-auth needs --secure (client certificates are checked over TLS)")
     cells = args.cells or ["default"]
     port = client_port(args, data_dir)
+    hosts = cluster_kwargs(args)
     try:
-        cluster = EtcdCluster(size=args.members, options=_options(args, data_dir), data_dir=str(data_dir),
-                              client_port=port)
-        cluster.start()
+        cluster = EtcdCluster(options=_options(args, data_dir, hosts["placement"]), data_dir=str(data_dir),
+                              client_port=port, **hosts)
+        cluster.start(start_timeout(hosts["placement"]))
     except (EtcdError, PkiError) as exc:
         raise UsageError(port_in_use_hint(exc, args)) from None
-    if not args.secure:
+    if not args.secure or not _bootstrap(hosts["placement"]):
         return cluster, None
     try:
         creds = secure_cells(cluster.endpoints, cells, data_dir / CREDENTIALS_DIR, args.root, cluster.ca_cert,
-                             legacy_file=data_dir / LEGACY_CREDENTIALS_FILE)
+                             legacy_file=data_dir / LEGACY_CREDENTIALS_FILE,
+                             client_certs_from=data_dir / "pki" if args.client_cert_auth else None)
     except SecurityError as exc:
         cluster.stop()
         raise UsageError(str(exc)) from None
@@ -125,7 +156,12 @@ def _announce(cluster: EtcdCluster, data_dir: Path, creds) -> None:
     from cellstate.rbac_gaps import rbac_warning
     from cellstate.security import ADMIN_FILE, CREDENTIALS_DIR
 
-    announce_endpoints(cluster, " (TLS + auth)" if creds else " (plain)")
+    mode = " (plain)" if cluster.ca_cert is None else " (mTLS + auth)" if cluster.options.client_cert_auth \
+        else " (TLS + auth)"
+    announce_endpoints(cluster, mode)
+    if cluster.ca_cert is not None and creds is None:
+        first = cluster.placement.initial_cluster[0].name
+        print(f"  auth is set up by member {first}'s host: the credential files come from its data dir", flush=True)
     if creds is not None:
         directory = data_dir / CREDENTIALS_DIR
         print(f"  CA certificate for clients: {creds.ca_cert}", flush=True)
@@ -149,7 +185,8 @@ def _guard(cluster: EtcdCluster, creds, retention: int):
     from cellstate.rbac_gaps import CompactionGuard
     from cellstate.security import ROOT_USER, AuthAdmin
 
-    admin = AuthAdmin(cluster.endpoints, creds.ca_cert)
+    root = creds.user(ROOT_USER)
+    admin = AuthAdmin(cluster.endpoints, creds.ca_cert, cert=root.cert, key=root.key)
     admin.login(ROOT_USER, creds.user(ROOT_USER).password)
     return CompactionGuard(admin, retention).check, admin.close
 
@@ -165,6 +202,9 @@ def run_up(args) -> int:
         cluster, creds = _start(args, data_dir)
         with stopped_on_interrupt(cluster):
             _announce(cluster, data_dir, creds)
+            if args.secure and creds is None and args.cells:
+                print(f"  --cell {', '.join(args.cells)}: not used on this host (cell users are made on the "
+                      "first member's host)", flush=True)
             check = None
             if creds is not None:
                 check, close = _guard(cluster, creds, args.auto_compaction_retention)
@@ -175,3 +215,37 @@ def run_up(args) -> int:
             close()
         if temporary:
             shutil.rmtree(data_dir, ignore_errors=True)
+
+
+PKI_TO_COPY = ("ca.pem", "server.pem", "server.key", "jwt.key", "jwt.pub")
+
+
+def run_certs(args) -> int:
+    """``omega cell certs``: on the host holding the CA, make (or reuse) the CA, the server
+    certificate naming every ``--host`` and the JWT keys in ``DATA_DIR/pki``, and client
+    certificates for ``--client`` names; print what to copy to each member host."""
+    from cellstate.pki import PkiError, ensure_jwt_keys, ensure_local_pki, issue_cert
+    from cellstate.security import CREDENTIALS_DIR
+    from tools.cli import UsageError
+
+    data_dir = Path(args.data_dir)
+    for name in args.clients:
+        if not name or "/" in name or name in ("ca", "server", "jwt"):
+            raise UsageError(f"--client {name!r}: a certificate name must be a file name other than ca, server, jwt")
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        data_dir.chmod(0o700)
+        pki = ensure_local_pki(data_dir / "pki", hosts=args.hosts)
+        ensure_jwt_keys(data_dir / "pki")
+        issued = [issue_cert(data_dir / "pki", name, hosts=(), server=False, client=True,
+                             out=data_dir / CREDENTIALS_DIR) for name in args.clients]
+    except (OSError, PkiError) as exc:
+        raise UsageError(f"cell certs: {exc}") from None
+    from cellstate.pki import cert_hosts
+
+    print(f"server certificate {pki.server.cert} names: {', '.join(sorted(cert_hosts(pki.server.cert)))}", flush=True)
+    print(f"  copy to DATA_DIR/pki/ on every member host (mode 0600 for the keys; never ca.key): "
+          f"{' '.join(str(pki.directory / f) for f in PKI_TO_COPY)}", flush=True)
+    for files in issued:
+        print(f"client certificate {files.cert} key {files.key} (CA {files.ca})", flush=True)
+    return 0

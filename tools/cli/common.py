@@ -16,6 +16,7 @@ import threading
 from contextlib import contextmanager
 
 from cellstate.keys import DEFAULT_ROOT, CellKeys
+from tools.printable import printable  # noqa: F401 - the commands' tables use it from here
 
 DEFAULT_ENDPOINTS = "127.0.0.1:2379"
 DEFAULT_CELL = "default"
@@ -26,8 +27,9 @@ DEFAULT_MAX_TXN_OPS = 128
 def add_store_args(parser) -> None:
     """--endpoints, --cell, --root, --max-txn-ops and the TLS/auth flags (see add_auth_args)."""
     parser.add_argument("--endpoints", default=os.environ.get("OMEGA_ENDPOINTS", DEFAULT_ENDPOINTS),
-                        help="comma-separated etcd host:port list (default: $OMEGA_ENDPOINTS or "
-                             f"{DEFAULT_ENDPOINTS})")
+                        help="comma-separated etcd endpoints: https://host:port (TLS, needs --cacert), "
+                             "http://host:port (plain text) or host:port (TLS exactly when --cacert is given); "
+                             f"one scheme for all (default: $OMEGA_ENDPOINTS or {DEFAULT_ENDPOINTS})")
     parser.add_argument("--cell", default=os.environ.get("OMEGA_CELL") or DEFAULT_CELL,
                         help=f"cell name (default: $OMEGA_CELL or {DEFAULT_CELL})")
     parser.add_argument("--root", default=DEFAULT_ROOT, help=f"key root (default: {DEFAULT_ROOT})")
@@ -37,11 +39,18 @@ def add_store_args(parser) -> None:
 
 
 def add_auth_args(parser) -> None:
-    """--ca-cert, --user/--password/--password-file, --credentials/--as (all optional; env defaults)."""
+    """--cacert/--ca-cert, --cert/--key, --user/--password/--password-file, --credentials/--as (all
+    optional; env defaults)."""
     env = os.environ.get
     group = parser.add_argument_group("etcd TLS and authentication")
-    group.add_argument("--ca-cert", default=env("OMEGA_CA_CERT"), metavar="PEM",
-                       help="connect over TLS trusting this CA (default: $OMEGA_CA_CERT, or the credentials file's)")
+    group.add_argument("--cacert", "--ca-cert", dest="ca_cert", default=env("OMEGA_CACERT") or env("OMEGA_CA_CERT"),
+                       metavar="PEM", help="connect over TLS trusting this CA (default: $OMEGA_CACERT, "
+                                           "or the credentials file's)")
+    group.add_argument("--cert", default=env("OMEGA_CERT"), metavar="PEM",
+                       help="client certificate to present (etcd with --client-cert-auth; needs --key; "
+                            "default: $OMEGA_CERT, or the credentials file's)")
+    group.add_argument("--key", default=env("OMEGA_KEY"), metavar="PEM",
+                       help="private key of --cert (default: $OMEGA_KEY, or the credentials file's)")
     group.add_argument("--user", default=env("OMEGA_USER"), help="etcd user (default: $OMEGA_USER)")
     group.add_argument("--password", default=env("OMEGA_PASSWORD"),
                        help="etcd password (default: $OMEGA_PASSWORD; prefer --password-file)")
@@ -55,23 +64,46 @@ def add_auth_args(parser) -> None:
 
 
 def endpoints_of(text: str) -> list[str]:
-    """The endpoints of a comma-separated list; UsageError when one is not host:port."""
-    from cellstate.etcd.store import parse_endpoint
+    """The endpoints of a comma-separated list; UsageError when one is not [http[s]://]host:port
+    or they mix schemes."""
+    from cellstate.etcd.store import endpoints_scheme, parse_endpoint
     from tools.cli import UsageError
 
     endpoints = [e.strip() for e in text.split(",") if e.strip()]
     if not endpoints:
         raise UsageError("--endpoints: no endpoint given")
-    for endpoint in endpoints:
-        try:
+    try:
+        for endpoint in endpoints:
             parse_endpoint(endpoint)
-        except ValueError as exc:
-            raise UsageError(f"--endpoints: {exc}") from None
+        endpoints_scheme(endpoints)
+    except ValueError as exc:
+        raise UsageError(f"--endpoints: {exc}") from None
     return endpoints
 
 
 def store_auth(args) -> dict:
-    """EtcdStore keyword arguments (user, password, ca_cert) from the auth flags; {} when none is set."""
+    """EtcdStore keyword arguments (user, password, ca_cert; cert and key when a client certificate
+    is given) from the auth flags; {} when none is set. --cert/--key override the credentials
+    file's, as --cacert does."""
+    tls = _client_cert(args)
+    auth = _store_login(args)
+    if tls:
+        auth = {"user": None, "password": None, "ca_cert": getattr(args, "ca_cert", None), **auth, **tls}
+    return auth
+
+
+def _client_cert(args) -> dict:
+    """{cert, key} from --cert/--key ({} when neither); UsageError when only one is given."""
+    from tools.cli import UsageError
+
+    cert, key = getattr(args, "cert", None), getattr(args, "key", None)
+    if (cert is None) != (key is None):
+        raise UsageError("--cert needs --key (and --key needs --cert): a client certificate and its private key")
+    return {"cert": cert, "key": key} if cert else {}
+
+
+def _store_login(args) -> dict:
+    """EtcdStore keyword arguments (user, password, ca_cert) from the login flags."""
     from tools.cli import UsageError
 
     flag = lambda name: getattr(args, name, None)  # noqa: E731 - namespaces built without add_auth_args
@@ -113,7 +145,7 @@ def open_store(args):
     auth = store_auth(args)
     try:
         return EtcdStore(endpoints_of(args.endpoints), max_txn_ops=args.max_txn_ops, **auth)
-    except ValueError as exc:  # an unreadable CA certificate
+    except ValueError as exc:  # an unreadable TLS file, https:// without a CA, http:// with one
         raise UsageError(str(exc)) from None
 
 
@@ -134,15 +166,17 @@ def store_failure(exc: BaseException, args) -> str:
     from cellstate.store import PermissionDenied, Unavailable
 
     endpoints = getattr(args, "endpoints", "?")
-    tls = bool(getattr(args, "ca_cert", None) or getattr(args, "credentials", None))
+    tls = bool(getattr(args, "ca_cert", None) or getattr(args, "credentials", None)
+               or "https://" in str(endpoints))
     text = " ".join(str(exc).split())
     if isinstance(exc, Unavailable):
         if "Connection refused" in text or "connection refused" in text:
             return (f"cannot reach etcd at {endpoints} (connection refused): start one with `omega etcd up`, "
                     "or point --endpoints / $OMEGA_ENDPOINTS at a running etcd")
-        if "Handshake" in text or "SSL" in text or "ssl" in text:
-            return (f"TLS handshake with etcd at {endpoints} failed: is it a plain (non-TLS) etcd, or is "
-                    "--ca-cert the CA that signed its certificate? (" + text + ")")
+        if "Handshake" in text or "SSL" in text or "ssl" in text or "TSI_" in text:  # TSI_: gRPC's TLS layer
+            return (f"TLS handshake with etcd at {endpoints} failed: is it a plain (non-TLS) etcd, is "
+                    "--cacert the CA that signed its certificate, or does it want a client certificate "
+                    "(--cert/--key)? (" + text + ")")
         if "Socket closed" in text and not tls:
             return (f"etcd at {endpoints} closed the connection: it probably serves TLS; pass --ca-cert PEM "
                     "(or --credentials FILE --as USER, written by `omega cell up --secure`)")
@@ -188,10 +222,21 @@ def connect(args, *, existing_cell: bool = True, retry_for: float = 0.0, on_retr
 
 
 def _checked_store(args, keys: CellKeys, what: str, existing_cell: bool):
-    """The store, once it answered and (with ``existing_cell``) the cell exists; closed on failure."""
+    """The store, once it answered and (with ``existing_cell``) the cell exists; closed on failure.
+    An endpoint that cannot be reached is passed over for the next one (the store moves on after
+    a failure): the store answers when any endpoint does."""
+    from cellstate.store import Unavailable
+
     store = open_store(args)
     try:
-        store.revision()
+        attempts = len(endpoints_of(args.endpoints))
+        for attempt in range(attempts):
+            try:
+                store.revision()
+                break
+            except Unavailable:
+                if attempt == attempts - 1:
+                    raise
         if existing_cell:
             require_cell(store, keys, what)
     except BaseException:
@@ -251,6 +296,18 @@ def require_cell(store, keys: CellKeys, what: str = "omega") -> None:
                        f"`omega cell init --cell {keys.cell}`, or pick one with --cell / $OMEGA_CELL")
 
 
+def job_arg(job_id: str, flag: str = "JOB") -> str:
+    """A job id given on the command line, checked only for length (a stored id from before
+    the safe character set may still be killed or shown); UsageError for a longer one, which
+    no job can have (cellstate.jobspec.MAX_ID_LENGTH)."""
+    from cellstate.jobspec import MAX_ID_LENGTH
+    from tools.cli import UsageError
+
+    if not job_id or len(job_id) > MAX_ID_LENGTH:
+        raise UsageError(f"{flag}: a job id has 1..{MAX_ID_LENGTH} characters, got {len(job_id)}")
+    return job_id
+
+
 OUTPUTS = ("table", "json")
 
 
@@ -273,7 +330,7 @@ def output_json(args) -> bool:
 
 
 # Optional dependencies: module -> the extra that installs it (pyproject.toml).
-OPTIONAL = {"matplotlib": "report", "ortools": "solver", "pyarrow": "parquet"}
+OPTIONAL = {"matplotlib": "report", "ortools": "solver", "ray": "sweep", "pyarrow": "parquet"}
 
 
 def require_optional(module: str, what: str) -> None:
@@ -322,6 +379,19 @@ def replay_errors():
         raise InputError(str(exc)) from None
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+
+
+@contextmanager
+def output_file_errors(what: str, flag: str, path: str):
+    """A failed write of an output file (``--json-out /dev/full``: no space left; a directory
+    that cannot be made) as one line naming the flag and the file: CommandError (exit 1), the
+    work before it done and shown."""
+    from tools.cli import CommandError
+
+    try:
+        yield
+    except OSError as exc:
+        raise CommandError(f"{what}: {flag} {path}: cannot write it: {exc.strerror or exc}") from None
 
 
 SHUTDOWN_GRACE_S = 10.0

@@ -47,7 +47,7 @@ def register(sub) -> None:
 def run_experiment_command(args) -> int:
     from omega.drf import parse_weight_flags
     from tools.cli import UsageError
-    from tools.cli.common import replay_errors, require_optional
+    from tools.cli.common import output_file_errors, replay_errors, require_optional
     from tools.fauxmaster.experiments.catalogue import run_experiment
     from tools.fauxmaster.experiments.runs import Overrides
 
@@ -76,11 +76,14 @@ def run_experiment_command(args) -> int:
         print(text, end="")
     if args.json:
         out = Path(args.json)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text)
+        with output_file_errors("experiment", "--json-out", args.json):
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(text)
     if args.html:
         from tools.fauxmaster.experiments.html import write_experiment_html
-        print(f"report: {write_experiment_html(reports, args.html)}", file=sys.stderr)
+        with output_file_errors("experiment", "--html", args.html):
+            index = write_experiment_html(reports, args.html)
+        print(f"report: {index}", file=sys.stderr)
     return 0 if all(r.runs_ok for r in reports) else 1
 
 

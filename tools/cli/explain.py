@@ -1,4 +1,6 @@
-"""``omega explain JOB [TASK]``: why a task of a job goes where it goes, or stays pending."""
+"""``omega explain JOB [TASK]``: why a task of a job goes where it goes, or stays pending,
+under the chain of the scheduler class that serves the job (what ``omega scheduler run
+--kind CLASS`` builds; ``--kind`` names another)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,11 @@ import sys
 from dataclasses import replace
 
 from cellstate.store import StoreError
-from tools.cli.common import add_output_arg, add_store_args, cell_keys, connect, output_json, store_failure
+from tools.cli.common import (
+    add_output_arg, add_store_args, cell_keys, connect, job_arg, output_json, store_failure,
+)
+from tools.cli.plugin_args import add_plugin_arg, load_plugin_args
+from tools.cli.scheduler import read_config_file
 
 
 def register(sub) -> None:
@@ -15,36 +21,34 @@ def register(sub) -> None:
     add_store_args(p)
     p.add_argument("job", help="job id")
     p.add_argument("task", nargs="?", type=int, default=None, help="task index (default: the first pending)")
-    p.add_argument("--kind", default="borg", help="scheduler kind whose default chain to run (default borg)")
-    p.add_argument("--chains", default=None, help="a chain TOML file (see schedulers/default_chains.toml)")
-    p.add_argument("--table", default=None, help="table of --chains to use (default: --kind)")
+    p.add_argument("--kind", default=None,
+                   help="scheduler kind whose chain to run (default: the job's scheduler class, as the "
+                        "scheduler process serving it runs)")
+    p.add_argument("--chains", default=None, metavar="FILE.toml",
+                   help="a chain TOML file (see schedulers/default_chains.toml), or a kind's config as "
+                        "`scheduler run --config` takes")
+    p.add_argument("--table", default=None,
+                   help="table of --chains to use (default: the one named like the kind, else the only one of it)")
+    add_plugin_arg(p)
     p.add_argument("--top", type=int, default=5, help="machines to show (default 5)")
     add_output_arg(p)
     p.set_defaults(func=run)
 
 
-def _scheduler(args):
-    """The scheduler whose chain is explained, from --kind or --chains/--table."""
-    from schedulers.chain_config import load_chain_config
-    from schedulers.chains import make_scheduler
-    from schedulers.plugin import PluginConfigError
-    from tools.cli import InputError, UsageError
+def _scheduler(args, scheduler_class: str):
+    """The scheduler whose chain is explained: the one a ``scheduler run`` process of the job's
+    class builds (``--kind`` overrides the class), with ``--chains``/``--table`` as its
+    ``--config``/``--table`` (tools.cli.scheduler.scheduler_of_kind)."""
+    from schedulers.chains import KINDS
+    from tools.cli import CommandError
+    from tools.cli.scheduler import scheduler_of_kind
 
-    try:
-        if args.chains is None:
-            if args.table is not None:
-                raise UsageError("--table needs --chains")
-            return make_scheduler(args.kind, "explain", 0)
-        configs = load_chain_config(args.chains)
-        table = args.table or args.kind
-        if table not in configs:
-            raise UsageError(f"--table: {args.chains} has no table [{table}]; tables: {sorted(configs)}")
-        config = configs[table]
-        return make_scheduler(config.kind, "explain", 0, config.as_config())
-    except OSError as exc:
-        raise UsageError(f"--chains {args.chains}: {exc.strerror or exc}") from None
-    except PluginConfigError as exc:
-        raise (InputError if args.chains else UsageError)(str(exc)) from None
+    kind = args.kind or scheduler_class
+    if args.kind is None and kind not in KINDS:
+        raise CommandError(f"explain: job {args.job!r} is served by scheduler class {kind!r}, which is no "
+                           f"scheduler kind known here ({', '.join(sorted(KINDS))}); load it with --plugin "
+                           "or name a kind with --kind")
+    return scheduler_of_kind(kind, "explain", 0, args.chains, args.table, flag="--chains", what="explain")
 
 
 def _live_of_class(replica, scheduler_class: str) -> tuple[str, ...]:
@@ -63,7 +67,14 @@ def run(args) -> int:
 
     if args.top < 1:
         raise UsageError(f"--top must be >= 1, got {args.top}")
-    scheduler = _scheduler(args)
+    job_arg(args.job)
+    if args.table is not None and args.chains is None:
+        raise UsageError("--table needs --chains")
+    load_plugin_args(args)
+    # Flags and files are checked before connecting; without --kind, the job names the kind.
+    if args.chains is not None:
+        read_config_file(args.chains, "--chains")
+    given = _scheduler(args, args.kind) if args.kind else None
     keys = cell_keys(args)
     with connect(args) as store:
         # Values that do not decode (an unknown schema version…) are quarantined and told below,
@@ -78,6 +89,7 @@ def run(args) -> int:
                 print(f"omega: explain: no job {args.job!r} in cell {keys.cell!r} (omega job list shows its jobs)",
                       file=sys.stderr)
                 return 1
+            scheduler = given or _scheduler(args, replica.job(args.job).record.job.scheduler_class)
             result = explain(replica, args.job, args.task, scheduler.pipeline, args.top, scheduler)
             result = replace(result, served_by=_live_of_class(replica, result.scheduler_class))
         except StoreError as exc:

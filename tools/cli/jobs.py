@@ -1,5 +1,5 @@
-"""``omega submit``, ``omega kill``, ``omega generate``: put work into a cell; ``omega job
-list|status|init``: see it, and start a job file.
+"""``omega job submit|kill`` (also spelt ``omega submit``, ``omega kill``) and ``omega
+generate``: put work into a cell; ``omega job list|status|init``: see it, and start a job file.
 
 Exit status: 0 done; 1 refused by the cell (id exists, no such job or cell, store unreachable
 for longer than --retry-for); 2 bad flags; 65 an invalid job file or a stored record this
@@ -19,7 +19,8 @@ import sys
 import time
 
 from tools.cli.common import (
-    add_output_arg, add_store_args, cell_keys, connect, output_json, readable_file, store_failure,
+    add_output_arg, add_store_args, cell_keys, connect, job_arg, output_json, printable, readable_file,
+    store_failure,
 )
 
 # The job-spec, submit and workload modules are imported where they are used (a light parser).
@@ -29,16 +30,8 @@ MAX_GENERATED_JOBS = 10_000_000  # expected arrivals of one `omega generate`
 
 
 def register(sub) -> None:
-    submit = sub.add_parser("submit", help="submit the jobs of TOML/JSON job files")
-    submit.add_argument("files", nargs="+", metavar="FILE")
-    _add_retry_for(submit)
-    add_store_args(submit)
-    submit.set_defaults(func=run_submit)
-
-    kill = sub.add_parser("kill", help="kill a job: release its tasks' resources")
-    kill.add_argument("job", metavar="JOB")
-    add_store_args(kill)
-    kill.set_defaults(func=run_kill)
+    _add_submit(sub.add_parser("submit", help="submit the jobs of TOML/JSON job files (= job submit)"))
+    _add_kill(sub.add_parser("kill", help="kill a job: release its tasks' resources (= job kill)"))
 
     gen = sub.add_parser("generate", help="generate a seeded batch/service workload")
     gen.add_argument("--seed", type=int, default=1)
@@ -70,10 +63,27 @@ def register(sub) -> None:
     add_output_arg(status, json_alias=False)
     add_store_args(status)
     status.set_defaults(func=run_job_status)
+    _add_submit(job_sub.add_parser("submit", help="submit the jobs of TOML/JSON job files"))
+    _add_kill(job_sub.add_parser("kill", help="kill a job: release its tasks' resources"))
     init = job_sub.add_parser("init", help="write a commented example job file (default jobs.toml)")
     init.add_argument("file", nargs="?", default="jobs.toml", metavar="FILE")
     init.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
     init.set_defaults(func=run_job_init)
+
+
+def _add_submit(submit) -> None:
+    """``job submit`` and its older spelling, top-level ``submit``."""
+    submit.add_argument("files", nargs="+", metavar="FILE")
+    _add_retry_for(submit)
+    add_store_args(submit)
+    submit.set_defaults(func=run_submit)
+
+
+def _add_kill(kill) -> None:
+    """``job kill`` and its older spelling, top-level ``kill``."""
+    kill.add_argument("job", metavar="JOB")
+    add_store_args(kill)
+    kill.set_defaults(func=run_kill)
 
 
 def _add_retry_for(parser) -> None:
@@ -130,6 +140,7 @@ def run_kill(args) -> int:
     from cellstate.store import StoreError
     from cellstate.submit import JobNotFound, UnreadableRecord, kill_job
 
+    job_arg(args.job)
     keys = cell_keys(args)
     with connect(args) as store:
         try:
@@ -167,9 +178,14 @@ def _mix(args):
 
 
 def run_generate(args) -> int:
-    if args.prefix is not None and "/" in args.prefix:
+    if args.prefix is not None:
+        from cellstate.jobspec import MAX_ID_LENGTH, job_id_problem
         from tools.cli import UsageError
-        raise UsageError(f'--prefix may not contain "/" (it starts job ids), got {args.prefix!r}')
+
+        problem = job_id_problem(args.prefix or "x") if len(args.prefix) < MAX_ID_LENGTH - 16 else (
+            f"must be shorter than {MAX_ID_LENGTH - 16} characters")
+        if problem:
+            raise UsageError(f"--prefix starts job ids: it {problem}, got {args.prefix!r}")
     from cellstate.jobspec import dump_jobs
     from tools.workload import generate
 
@@ -298,7 +314,8 @@ def run_job_list(args) -> int:
     print(f"{'JOB':24} {'KIND':8} {'CLASS':10} {'TASKS':>6}  {'STATES':30} {'AGE':>8}")
     for row in rows:
         states = " ".join(f"{n} {name}" for name, n in row["states"].items()) + (" (killed)" if row["killed"] else "")
-        print(f"{row['id'][:24]:24} {row['kind']:8} {row['class'][:10]:10} {row['tasks']:>6}  {states[:30]:30} "
+        print(f"{printable(row['id'])[:24]:24} {row['kind']:8} {printable(row['class'])[:10]:10} {row['tasks']:>6}  "
+              f"{states[:30]:30} "
               f"{_age(row['age_s']):>8}")
     print(f"{len(rows)} job(s) in cell {keys.cell!r} at revision {revision}")
     return 0
@@ -318,6 +335,7 @@ def run_job_status(args) -> int:
     from cellstate.store import StoreError
     from tools.cli import InputError
 
+    job_arg(args.job)
     keys = cell_keys(args)
     with connect(args) as store:
         try:

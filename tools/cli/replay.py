@@ -116,7 +116,7 @@ def _item(item: str) -> dict:
 def run_replay(args) -> int:
     from omega.drf import parse_weight_flags
     from tools.cli import InputError, UsageError
-    from tools.cli.common import endpoints_of, replay_errors, require_optional, store_failure
+    from tools.cli.common import endpoints_of, output_file_errors, replay_errors, require_optional, store_failure
     from tools.fauxmaster.replay import ReplayConfig, replay
     from tools.fauxmaster.report.page import write_html
     from tools.fauxmaster.report.result import write_json
@@ -165,17 +165,20 @@ def run_replay(args) -> int:
     except StoreError as exc:  # --store etcd: unreachable, refused, …
         print(f"omega: replay: {store_failure(exc, args)}", file=sys.stderr)
         return 1
-    if args.jobs_out:
-        from tools.fauxmaster.job_records import write_job_rows
-        write_job_rows(result.jobs, args.jobs_out)
     if output_json(args):
         print(result.to_json())
     else:
         _print_summary(result)
+    if args.jobs_out:
+        from tools.fauxmaster.job_records import write_job_rows
+        with output_file_errors("replay", "--jobs-out", args.jobs_out):
+            write_job_rows(result.jobs, args.jobs_out)
     if args.json:
-        write_json(result, args.json)
+        with output_file_errors("replay", "--json-out", args.json):
+            write_json(result, args.json)
     if args.html:
-        index = write_html(result, args.html)
+        with output_file_errors("replay", "--html", args.html):
+            index = write_html(result, args.html)
         print(f"report: {index}", file=sys.stderr if output_json(args) else sys.stdout)
     return 0 if result.check is None or result.check["ok"] else 1
 
@@ -187,7 +190,7 @@ def _run_seeds(args, config) -> int:
     ``--jobs-out``: every run's rows with a ``seed`` column first; ``--html``: the runs side by side."""
     from dataclasses import replace
 
-    from tools.cli.common import replay_errors, store_failure
+    from tools.cli.common import output_file_errors, replay_errors, store_failure
     from tools.fauxmaster import seeds as seeding
     from tools.fauxmaster.replay import replay
 
@@ -212,22 +215,25 @@ def _run_seeds(args, config) -> int:
                   f"mean {result.wait_to_placed.mean:.2f} s")
         print("\n".join(seeding.lines(bases, summary)))
     if args.json:
-        with open(args.json, "w") as f:
+        with output_file_errors("replay", "--json-out", args.json), open(args.json, "w") as f:
             json.dump(data, f, indent=2, default=str)
     if args.jobs_out:
         from tools.fauxmaster.job_records import write_job_rows
-        write_job_rows([{"seed": base, **row} for base, r in zip(bases, results) for row in r.jobs], args.jobs_out)
+        rows = [{"seed": base, **row} for base, r in zip(bases, results) for row in r.jobs]
+        with output_file_errors("replay", "--jobs-out", args.jobs_out):
+            write_job_rows(rows, args.jobs_out)
     if args.html:
         from pathlib import Path
 
         from tools.fauxmaster.report.page import write_report
         from tools.fauxmaster.report.result import run_of, write_json
         out = Path(args.html)
-        out.mkdir(parents=True, exist_ok=True)
-        for base, r in zip(bases, results):
-            write_json(r, out / f"result-seed{base}.json")
-        index = write_report([run_of(r, f"seed {base}") for base, r in zip(bases, results)], out,
-                             links={f"seed {b}": f"result-seed{b}.json" for b in bases})
+        with output_file_errors("replay", "--html", args.html):
+            out.mkdir(parents=True, exist_ok=True)
+            for base, r in zip(bases, results):
+                write_json(r, out / f"result-seed{base}.json")
+            index = write_report([run_of(r, f"seed {base}") for base, r in zip(bases, results)], out,
+                                 links={f"seed {b}": f"result-seed{b}.json" for b in bases})
         print(f"report: {index}", file=sys.stderr if output_json(args) else sys.stdout)
     ok = all(r.check is None or r.check["ok"] for r in results)
     return 0 if ok else 1

@@ -1,5 +1,6 @@
 """``omega scheduler run``: one scheduler process serving a cell until SIGINT/SIGTERM (or
-``--duration``). It keeps a watch-fed replica of the cell, places pending jobs of its kind
+``--duration``), with a progress line on stderr every ``--progress-every`` seconds and a
+summary line there when it stops. It keeps a watch-fed replica of the cell, places pending jobs of its kind
 optimistically (in its queue's ``--order``: fair, or drf with ``--drf-weight OWNER=W``),
 publishes its stats under a leased ``stats/{name}`` key every second and, with
 ``--metrics-addr HOST:PORT`` (or ``--metrics-port``: on 127.0.0.1), serves Prometheus metrics
@@ -20,6 +21,7 @@ import tomllib
 
 from tools.cli.common import add_store_args, cell_keys, exit_once_stopped, open_store, store_failure
 from tools.cli.plugin_args import add_plugin_arg, load_plugin_args
+from tools.cli.progress import Progress, add_progress_arg, progress_every
 
 # The scheduler, store and metrics modules are imported where they are used: building the
 # parser (every `omega` command, `omega --help`) then loads none of them (docs/BENCHMARKS.md).
@@ -64,59 +66,92 @@ def register(sub) -> None:
                      help="keep retrying an unreachable store this long at start (default 30)")
     run.add_argument("--duration", type=float, default=0.0, metavar="SECONDS",
                      help="stop after this long (default 0: until SIGINT/SIGTERM)")
+    add_progress_arg(run)
     add_plugin_arg(run)
     add_store_args(run)
     run.set_defaults(func=run_scheduler)
 
 
-def _config(path: str | None, kind: str, table: str | None = None) -> dict:
+def _config(path: str | None, kind: str, table: str | None = None, flag: str = "--config") -> dict:
     """The scheduler config of ``--config``: a file of this kind's keys at the top level
     (``plugins``, ``k``, ``filters``/``scorers``…), or a chain file like
     ``schedulers/default_chains.toml`` (what ``omega explain --chains`` reads: one table per
     scheduler, each with its ``filters``), of which the table ``--table`` (default: the one
     named like ``kind``, else the only table of that kind) is used. UsageError for a missing
-    file or table; InputError for a file that does not parse."""
-    from tools.cli import InputError, UsageError
+    file or table; InputError for a file that does not parse. ``flag`` names the file's flag
+    in messages (``omega explain`` calls it ``--chains``)."""
+    from tools.cli import UsageError
 
     if path is None:
         if table is not None:
-            raise UsageError("--table needs --config")
+            raise UsageError(f"--table needs {flag}")
         return {}
-    try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except OSError as exc:
-        raise UsageError(f"--config: cannot read {path!r}: {exc.strerror}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"--config: {path!r} is not valid TOML: {exc}") from None
-    if not is_chain_file(data):
+    data, configs = read_config_file(path, flag)
+    if configs is None:
         if table is not None:
             raise UsageError(f"--table: {path} is not a chain file (no tables with filters)")
         return data
-    from schedulers.chain_config import parse_chain_file
-    from schedulers.plugin import PluginConfigError
-
-    try:
-        configs = parse_chain_file(data, path)
-    except PluginConfigError as exc:
-        raise InputError(str(exc)) from None
     if table is None:
         of_kind = [name for name, config in configs.items() if config.kind == kind]
         table = kind if kind in configs else of_kind[0] if len(of_kind) == 1 else None
         if table is None:
             how_many = "no table" if not of_kind else f"{len(of_kind)} tables"
-            raise UsageError(f"--config: {path} has {how_many} of kind {kind!r} (tables: {', '.join(sorted(configs))}"
+            raise UsageError(f"{flag}: {path} has {how_many} of kind {kind!r} (tables: {', '.join(sorted(configs))}"
                              f"{'' if not of_kind else '; name one with --table'})")
     if table not in configs:
         raise UsageError(f"--table: {path} has no table [{table}]; tables: {', '.join(sorted(configs))}")
     if configs[table].kind != kind:
-        raise UsageError(f"--config: [{table}] of {path} is of kind {configs[table].kind!r}, not --kind {kind!r}")
+        raise UsageError(f"{flag}: [{table}] of {path} is of kind {configs[table].kind!r}, not --kind {kind!r}")
     return configs[table].as_config()
+
+
+def read_config_file(path: str, flag: str = "--config") -> tuple[dict, dict | None]:
+    """(the TOML of ``path``, its chain configs by table or None when it is no chain file);
+    UsageError when it cannot be read, InputError when it does not parse or validate."""
+    from tools.cli import InputError, UsageError
+
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except OSError as exc:
+        raise UsageError(f"{flag}: cannot read {path!r}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{flag}: {path!r} is not valid TOML: {exc}") from None
+    if not is_chain_file(data):
+        return data, None
+    from schedulers.chain_config import parse_chain_file
+    from schedulers.plugin import PluginConfigError
+
+    try:
+        return data, parse_chain_file(data, path)
+    except PluginConfigError as exc:
+        raise InputError(str(exc)) from None
 
 
 def is_chain_file(data: dict) -> bool:
     """Whether a parsed TOML file is a chain file: every top-level entry a table with ``filters``."""
     return bool(data) and all(isinstance(v, dict) and "filters" in v for v in data.values())
+
+
+def scheduler_of_kind(kind: str, name: str, seed: int, config_path: str | None, table: str | None = None,
+                      flag: str = "--config", what: str = "scheduler run"):
+    """The scheduler a ``scheduler run --kind KIND`` process builds: ``make_scheduler`` of the
+    kind with the config of ``config_path`` (``_config``: the kind's keys, or its table of a
+    chain file). UsageError for an unknown kind or a bad flag, InputError for a config file
+    that does not validate, CommandError when the kind's optional dependency is missing."""
+    from schedulers.chains import KINDS, SolverUnavailable, make_scheduler
+    from schedulers.plugin import PluginConfigError
+    from tools.cli import CommandError, InputError, UsageError
+
+    if kind not in KINDS:
+        raise UsageError(f"--kind must be one of {', '.join(sorted(KINDS))}, got {kind!r}")
+    config = _config(config_path, kind, table, flag)
+    try:
+        return make_scheduler(kind, name, seed, config)
+    except SolverUnavailable as exc:
+        raise CommandError(f"{what}: {exc}") from None
+    except (PluginConfigError, ValueError) as exc:
+        raise (InputError if config_path else UsageError)(str(exc)) from None
 
 
 def build_parts(args):
@@ -126,12 +161,12 @@ def build_parts(args):
     from omega.modes import CommitMode, ConflictMode
     from omega.queue import check_order
     from omega.runtime import RuntimeOptions
-    from schedulers.chains import KINDS, SolverUnavailable, make_scheduler
+    from schedulers.chains import KINDS
     from schedulers.plugin import PluginConfigError
-    from tools.cli import CommandError, InputError, UsageError
+    from tools.cli import UsageError
 
     load_plugin_args(args)
-    if args.kind not in KINDS:
+    if args.kind not in KINDS:  # before the other flags: a plugin's kind may be misspelt
         raise UsageError(f"--kind must be one of {', '.join(sorted(KINDS))}, got {args.kind!r}")
     name = args.name or f"{args.kind}-{os.getpid()}"
     if "/" in name:
@@ -146,13 +181,7 @@ def build_parts(args):
         weights = check_order(args.order, parse_weight_flags(args.drf_weight))
     except ValueError as exc:
         raise UsageError(f"--order/--drf-weight: {exc}") from None
-    config = _config(args.config, args.kind, args.table)
-    try:
-        scheduler = make_scheduler(args.kind, name, args.seed, config)
-    except SolverUnavailable as exc:
-        raise CommandError(f"scheduler run: {exc}") from None
-    except (PluginConfigError, ValueError) as exc:
-        raise (InputError if args.config else UsageError)(str(exc)) from None
+    scheduler = scheduler_of_kind(args.kind, name, args.seed, args.config, args.table)
     try:
         conflict, commit = ConflictMode.parse(args.conflict_mode), CommitMode.parse(args.commit_mode)
         options = RuntimeOptions(batch_jobs=args.batch_jobs, steal_after_s=args.steal_after,
@@ -227,6 +256,7 @@ def run_scheduler(args) -> int:
     from tools.metrics.scheduler import SchedulerEndpoint, count_quarantine
 
     scheduler, conflict, commit, options = build_parts(args)
+    every = progress_every(args)
     keys = cell_keys(args)
     metrics = SchedulerEndpoint(scheduler.name, cell=keys.cell, kind=scheduler.kind)
     with open_store(args) as store:
@@ -255,9 +285,25 @@ def run_scheduler(args) -> int:
             print(f"scheduler {scheduler.name!r} ({scheduler.kind}, {conflict.value.label}, {commit.value.label}, "
                   f"{options.order} order) "
                   f"serving cell {keys.cell!r} at revision {view.revision}", flush=True)
-            stats = anyio.run(process.run)
+            with Progress(f"scheduler {scheduler.name}", every, lambda: progress_line(process)) as progress:
+                stats = anyio.run(process.run)
+            progress.print(f"stopped after {progress.elapsed()}: {summary_line(stats)}")
             exit_once_stopped(0)
         finally:
             metrics.close()
     print("final-stats " + json.dumps(dataclasses.asdict(stats), sort_keys=True), flush=True)
     return 0
+
+
+def progress_line(process) -> str:
+    """``placed N tasks (J jobs), M conflicts, queue K``: the process's totals so far and the
+    jobs its queue holds now."""
+    stats = process.snapshot()
+    return (f"placed {stats.tasks_placed} tasks ({stats.jobs_placed} jobs), {stats.conflicts} conflicts, "
+            f"queue {process.queue.tracked_jobs()}")
+
+
+def summary_line(stats) -> str:
+    """The closing line's totals of a scheduler's final stats."""
+    return (f"placed {stats.tasks_placed} tasks ({stats.jobs_placed} jobs) in {stats.commits} commits, "
+            f"{stats.conflicts} conflicts, {stats.tasks_unplaced} tasks left unplaced")

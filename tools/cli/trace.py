@@ -113,6 +113,8 @@ def run_import_swf(args) -> int:
         print(f"  skipped {len(stats.bad_lines)} bad line(s), first: {stats.bad_lines[0][1]}")
     if stats.unusable:
         print(f"  skipped {len(stats.unusable)} unusable line(s), first: {stats.unusable[0][1]}")
+    for line in stats.warnings(args.file):
+        print(f"warning: {line}", file=sys.stderr)
     assumed = {name: n for name, n in stats.assumed.items() if n}
     if assumed or stats.unusable:
         from tools.trace.swf import ASSUMPTIONS

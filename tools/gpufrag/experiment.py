@@ -87,6 +87,12 @@ def load_inputs(nodes_path: str | Path, pods_path: str | Path) -> Inputs:
     return Inputs(specs, shapes, workload, source)
 
 
+def workload_args(workload: TargetWorkload) -> list[dict]:
+    """The target workload as the ``fgd`` scorer's ``workload`` argument."""
+    return [{"cpu": s.cpu, "gpu": s.gpu, "models": list(s.models), "weight": round(w, 6)}
+            for s, w in zip(workload.shapes, workload.weights)]
+
+
 def parse_seeds(text: str) -> list[int]:
     """``42-51`` (a range), ``42,43,47`` (a list) or one seed; ExperimentError otherwise."""
     try:

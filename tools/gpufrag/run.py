@@ -18,7 +18,7 @@ import numpy as np
 
 from schedulers.gpu.fleet import GpuFleet, NodeSpec
 from schedulers.gpu.frag import FragMeasure
-from schedulers.gpu.policies import ScoreCache, make_policy
+from schedulers.gpu.policies import ShapeScoreCache, make_policy
 from schedulers.gpu.workload import PodShape, TargetWorkload
 
 
@@ -77,7 +77,7 @@ def run_one(nodes: list[NodeSpec], shapes: list[PodShape], workload: TargetWorkl
     fleet = GpuFleet(nodes)
     measure = FragMeasure(workload, fleet.models)
     policy = make_policy(policy_name, measure)
-    cache = ScoreCache(fleet, policy)
+    cache = ShapeScoreCache(fleet, policy)
     capacity = fleet.gpu_capacity
     sequence = arrival_sequence(shapes, capacity, tune, seed)
     rng = np.random.default_rng([seed, 1])  # tie-breaks and random devices

@@ -15,6 +15,7 @@ from cellstate.keys import CellKeys
 from cellstate.replica.watched import Replica
 from cellstate.replica.thread import ReplicaThread
 from cellstate.store import Store
+from tools.monitor.keys import KeyReader
 from tools.monitor.model import ConflictHistory, MonitorFrame, build_frame, to_dict
 from tools.monitor.render import render_frame
 
@@ -23,13 +24,15 @@ MIN_HZ, MAX_HZ = 2.0, 60.0
 
 def run_monitor(store: Store, keys: CellKeys, once: bool = False, json: bool = False, refresh_hz: float = 4,
                 follow: bool = False, duration: float | None = None, console: Console | None = None,
-                out: TextIO | None = None, clock: Callable[[], float] = time.time) -> int:
+                out: TextIO | None = None, clock: Callable[[], float] = time.time,
+                key_reader: KeyReader | None = None) -> int:
     """Show the cell's schedulers, utilization, queues and conflicts.
 
     ``once``: list the cell, print one frame, return. ``json``: print the frame as one JSON
     object instead (and return, as with ``once``), or with ``follow`` one JSON line per
     refresh. Otherwise a rich Live screen fitted to the terminal (``render.Screen``), redrawn
-    ``refresh_hz`` (2..60) times a second. Runs until interrupted, or ``duration`` seconds.
+    ``refresh_hz`` (2..60) times a second, until ``q`` is pressed (read by ``key_reader``, default: a
+    ``KeyReader`` of stdin when it is a terminal). Runs until interrupted, or ``duration`` seconds.
     Following frames (live screen, JSON lines) carry windowed conflict fractions from the
     stats samples seen since the monitor started; a single frame has none. Returns the exit
     status."""
@@ -54,7 +57,7 @@ def run_monitor(store: Store, keys: CellKeys, once: bool = False, json: bool = F
         if json:
             _follow_json(thread, out, refresh_hz, duration, clock, history)
         else:
-            _live(thread, console, refresh_hz, duration, clock, history)
+            _live(thread, console, refresh_hz, duration, clock, history, key_reader)
     return 0
 
 
@@ -71,15 +74,20 @@ def snapshot(thread: ReplicaThread, clock: Callable[[], float], history: Conflic
         return build_frame(replica, clock(), store_error=str(error) if error else "", history=history)
 
 
-def _ticks(refresh_hz: float, duration: float | None):
-    """Yield once per refresh period until ``duration`` seconds have passed (None: forever)."""
+def _ticks(refresh_hz: float, duration: float | None, keys: KeyReader | None = None):
+    """Yield once per refresh period until ``duration`` seconds have passed (None: forever) or,
+    with ``keys``, until ``q`` is pressed (``keys.quit`` is then set)."""
     period = 1.0 / refresh_hz
     start = time.monotonic()
     next_at = start
     while duration is None or time.monotonic() - start < duration:
         yield
         next_at += period
-        time.sleep(max(0.0, next_at - time.monotonic()))
+        if keys is None:
+            time.sleep(max(0.0, next_at - time.monotonic()))
+        elif keys.wait(next_at - time.monotonic()):
+            keys.quit = True
+            return
 
 
 def _follow_json(thread: ReplicaThread, out: TextIO, refresh_hz: float, duration: float | None, clock,
@@ -89,8 +97,11 @@ def _follow_json(thread: ReplicaThread, out: TextIO, refresh_hz: float, duration
 
 
 def _live(thread: ReplicaThread, console: Console, refresh_hz: float, duration: float | None, clock,
-          history: ConflictHistory) -> None:
-    with Live(render_frame(snapshot(thread, clock, history), fit_height=True), console=console, auto_refresh=False,
-              redirect_stdout=False, redirect_stderr=False) as live:
-        for _ in _ticks(refresh_hz, duration):
+          history: ConflictHistory, keys: KeyReader | None = None) -> str:
+    """Redraw until ``duration`` ends ("duration") or ``q`` is read from ``keys`` ("quit")."""
+    keys = keys or KeyReader()
+    with keys, Live(render_frame(snapshot(thread, clock, history), fit_height=True), console=console,
+                    auto_refresh=False, redirect_stdout=False, redirect_stderr=False) as live:
+        for _ in _ticks(refresh_hz, duration, keys):
             live.update(render_frame(snapshot(thread, clock, history), fit_height=True), refresh=True)
+    return "quit" if keys.quit else "duration"

@@ -22,6 +22,7 @@ from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.text import Text
 
 from tools.monitor.model import MonitorFrame, SchedulerRow, WindowRate
+from tools.printable import printable
 
 WIDE = 110  # consoles this wide get the wide column set and utilization with amounts
 ERROR_LINES = 3  # at most this many error lines (the last says how many more there are)
@@ -375,11 +376,11 @@ def conflict_lines(frame: MonitorFrame, width: int, wide: bool) -> list[Text]:
     if not rows:
         return []
     sched_w = max(len(c.scheduler) for c in rows)
-    job_w = max(len(c.job) for c in rows)
+    job_w = max(len(printable(c.job)) for c in rows)
     lines = []
     for c in rows:
         stamp = clock(c.at, millis=wide)
-        start = Text.assemble(f"{stamp} {c.scheduler:<{sched_w}} {c.job:<{job_w}} ",
+        start = Text.assemble(f"{stamp} {c.scheduler:<{sched_w}} {printable(c.job):<{job_w}} ",
                               (f"{c.cause:<7}", "yellow" if c.cause == "machine" else "magenta"), " ")
         if not c.machines:
             lines.append(Text.assemble(start, ("the job record changed", "dim")))

@@ -235,7 +235,7 @@ def check_complete(path) -> None:
             tail = raw.read()
     at = tail.rfind(_END_PREFIX)
     if at < 0:
-        raise TraceError(f"trace {name}: truncated (it does not end with an end record)")
+        raise raw_log_error(path, name) or TraceError(f"trace {name}: truncated (it does not end with an end record)")
     try:
         count = msgpack.unpackb(tail[at:])  # exactly the end record, nothing after it
     except Exception:
@@ -244,11 +244,80 @@ def check_complete(path) -> None:
         raise TraceError(f"trace {name}: truncated (it does not end with an end record)")
 
 
+_SNIFF_BYTES = 1 << 16
+
+
+def raw_log_kind(path) -> str | None:
+    """"swf" or "google2011" when ``path`` (plain or gzip) holds a raw workload log rather than
+    an omega trace: SWF's ``;`` header comments or lines of 18 numbers, or the CSV rows of a
+    Google cluster-data part; else None (a trace, or unreadable). Reads at most 64 KiB."""
+    try:
+        with open(path, "rb") as raw:
+            head = raw.read(_SNIFF_BYTES)
+        if head[:2] == _GZIP_MAGIC:
+            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, _SNIFF_BYTES)
+    except (OSError, zlib.error):
+        return None
+    if not head or head[0] in _MSGPACK_MAP_MARKERS:
+        return None
+    lines = [line.strip() for line in head.decode("latin-1").splitlines()[:50] if line.strip()]
+    lines = lines[:-1] if len(lines) > 1 else lines  # the last may be cut by the 64 KiB
+    if not lines:
+        return None
+    if all(line.startswith(";") or _numbers(line.split()) == 18 for line in lines):
+        return "swf"
+    if all(line.count(",") >= 5 and _numbers(line.split(",")[:1]) == 1 for line in lines):
+        return "google2011"
+    return None
+
+
+_MSGPACK_MAP_MARKERS = frozenset(range(0x80, 0x90)) | {0xDE, 0xDF}
+
+
+def _numbers(fields: list[str], empty: bool = False) -> int:
+    """How many of ``fields`` are numbers (or empty, with ``empty``)."""
+    count = 0
+    for field in fields:
+        field = field.strip()
+        if not field and empty:
+            count += 1
+            continue
+        try:
+            float(field)
+            count += 1
+        except ValueError:
+            pass
+    return count
+
+
+_IMPORT_HINTS = {
+    "swf": ("a raw SWF log", "omega import swf {path} --out {stem}.omt.gz"),
+    "google2011": ("a raw Google cluster-data CSV part",
+                   "omega import google2011 --task-events TASK_EVENTS --job-events JOB_EVENTS --out TRACE.omt.gz"),
+}
+
+
+def raw_log_error(path, name: str) -> TraceError | None:
+    """The TraceError for a raw workload log given where an omega trace is read, saying how to
+    import it; None when ``path`` is no raw log (``raw_log_kind``)."""
+    kind = raw_log_kind(path)
+    if kind is None:
+        return None
+    what, command = _IMPORT_HINTS[kind]
+    path = os.fspath(path)
+    stem = os.path.basename(path)
+    for suffix in (".gz", ".swf", ".csv"):
+        stem = stem.removesuffix(suffix)
+    return TraceError(f"trace {name}: this is {what}, not an omega trace: import it first with "
+                      f"`{command.format(path=path, stem=stem or 'trace')}`")
+
+
 class TraceReader:
     """Iterates the events of one trace file, checking every record as it goes."""
 
     def __init__(self, path):
-        self.name = os.path.basename(os.fspath(path))
+        self._path = os.fspath(path)
+        self.name = os.path.basename(self._path)
         raw = open(path, "rb")
         self._file = gzip.GzipFile(fileobj=raw) if raw.read(2) == _GZIP_MAGIC else raw
         self._raw = raw
@@ -263,12 +332,15 @@ class TraceReader:
         """The file's ground truth (format version 3, when its header announces one)."""
 
     def read_header(self) -> TraceHeader:
-        """The header, and the truth record it announces (``self.truth``)."""
-        record = self._next_record()
+        """The header, and the truth record it announces (``self.truth``). A raw workload log
+        (SWF, a Google CSV part) is refused saying how to import it (``raw_log_error``)."""
         try:
+            record = self._next_record()
             header = _header_from_record("header", record)
         except CodecError as exc:
-            raise _error(self.name, 0, exc) from None
+            raise raw_log_error(self._path, self.name) or _error(self.name, 0, exc) from None
+        except TraceError as exc:
+            raise raw_log_error(self._path, self.name) or exc from None
         self._version = header.version
         self._decoders = _decoders(header.version)
         if header.ground_truth:
@@ -388,7 +460,7 @@ class TraceReader:
             raise self._not_msgpack(exc) from None
         if record is _EOF:
             self.close()
-            raise TraceError(f"trace {self.name}: truncated after record {self.index} (no end record)")
+            raise TraceError(f"trace {self.name}: truncated {self._after()} (no end record)")
         self.index += 1
         return record
 
@@ -405,7 +477,7 @@ class TraceReader:
             except Exception as exc:
                 raise self._not_msgpack(exc) from None
         if self._holds_part_of_record():
-            raise TraceError(f"trace {self.name}: truncated after record {self.index} "
+            raise TraceError(f"trace {self.name}: truncated {self._after()} "
                              f"(record {self.index + 1} is incomplete)")
         return _EOF
 
@@ -435,11 +507,15 @@ class TraceReader:
         try:
             return self._file.read1(_CHUNK)
         except EOFError:
-            raise TraceError(f"trace {self.name}: truncated after record {self.index} "
+            raise TraceError(f"trace {self.name}: truncated {self._after()} "
                              "(compressed stream ends early)") from None
         except (OSError, zlib.error) as exc:  # BadGzipFile is an OSError
-            raise TraceError(f"trace {self.name}: corrupt compressed data after record {self.index} "
+            raise TraceError(f"trace {self.name}: corrupt compressed data {self._after()} "
                              f"({exc})") from None
+
+    def _after(self) -> str:
+        """``after record N``, or ``before its first record``."""
+        return f"after record {self.index}" if self.index >= 0 else "before its first record"
 
     def close(self) -> None:
         if self._file is not None:

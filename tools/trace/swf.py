@@ -77,6 +77,26 @@ class SWFStats:
     bad_lines: list[tuple[int, str]] = field(default_factory=list)  # (line number, why), with skip_bad
     unusable: list[tuple[int, str]] = field(default_factory=list)  # (line number, why): valid, unusable
     assumed: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ASSUMPTIONS, 0))  # per field
+    wider: list[tuple[int, str, int]] = field(default_factory=list)
+    """(line number, job id, tasks) of the jobs imported with more tasks than the cell has machines:
+    a gang that can never be placed (the log's machine ran it; this cell, with --nodes, cannot)."""
+    bigger: list[tuple[int, str, int]] = field(default_factory=list)
+    """(line number, job id, MiB) of the jobs imported whose task asks for more memory than a machine has."""
+
+    def warnings(self, path: str) -> list[str]:
+        """One line per kind of imported job that can never be placed, counted, with the first."""
+        lines = []
+        if self.wider:
+            number, job, tasks = self.wider[0]
+            lines.append(f"{path}: {len(self.wider):,} job(s) wider than the cell (more tasks than its "
+                         f"{self.machines:,} machines; first: line {number}, job {job}, {tasks:,} tasks): "
+                         "imported, but no scheduler can place them")
+        if self.bigger:
+            number, job, mib = self.bigger[0]
+            lines.append(f"{path}: {len(self.bigger):,} job(s) whose tasks ask for more memory than a machine "
+                         f"has (first: line {number}, job {job}, {mib:,} MiB per task): imported, but no "
+                         "scheduler can place them")
+        return lines
 
     def summary(self) -> str:
         """One line: each field's assumption count (every field, zero or not) and the rows left out."""
@@ -226,6 +246,11 @@ def swf_events(path: str, nodes: int, node_memory_mib: int, stats: SWFStats, ski
                 assumed = dict.fromkeys(ASSUMPTIONS, 0)
             last = event.t
             stats.jobs += 1
+            job = event.job
+            if job.tasks > nodes:
+                stats.wider.append((number, job.id, job.tasks))
+            if job.request.memory > node_memory_mib:
+                stats.bigger.append((number, job.id, job.request.memory))
             advance()
             yield event
 
