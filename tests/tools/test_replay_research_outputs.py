@@ -144,3 +144,15 @@ def test_experiment_runs_get_a_progress_callback_each(tmp_path):
 
     EXPERIMENTS["conflict-modes"](Bench(QUICK, workdir=str(tmp_path), progress_for=progress_for))
     assert labels == ["run 1 (shared-state)", "run 2 (shared-state)"]
+
+
+def test_a_sweep_can_vary_the_submit_latency(tmp_path):
+    from pathlib import Path
+
+    from tools.sweep.spec import load_spec
+
+    traces = Path(__file__).resolve().parents[1] / "data" / "traces" / "sweep"
+    spec = tmp_path / "s.toml"
+    spec.write_text(f'[sweep]\nname = "lat"\ntraces = ["{traces / "tiny-a.omt.gz"}"]\nseeds = [0]\n'
+                    '[grid]\nsubmit_latency_s = [0.0, 0.62]\n')
+    assert [run.replay_config()["submit_latency_s"] for run in load_spec(spec).runs] == [0.0, 0.62]
