@@ -49,9 +49,10 @@ GOAL = 300.0
 
 
 def imported_trace(cell_model: str = "plain") -> Path:
-    """Part 0 as an omega trace, imported once per temp dir (and trace format, importer revision
-    and cell model: the plain one keeps its old name, so an older tree's bench shares it)."""
-    suffix = "" if cell_model == "plain" else f".{cell_model}"
+    """Part 0 as an omega trace, imported once per temp dir (and trace format, importer revision,
+    cell model and truth: ``.w`` = the truth records part windows, which an older tree's reader
+    refuses, so it keeps a file of its own)."""
+    suffix = ("" if cell_model == "plain" else f".{cell_model}") + ".w"
     out = Path(tempfile.gettempdir()) / (f"omega-bench-google2011-part0.v{FORMAT_VERSION}.i{IMPORTER_REVISION}"
                                          f"{suffix}.omt")
     if not out.exists():

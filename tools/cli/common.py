@@ -330,7 +330,7 @@ def output_json(args) -> bool:
 
 
 # Optional dependencies: module -> the extra that installs it (pyproject.toml).
-OPTIONAL = {"matplotlib": "report", "ortools": "solver", "ray": "sweep"}
+OPTIONAL = {"matplotlib": "report", "ortools": "solver", "ray": "sweep", "pyarrow": "parquet"}
 
 
 def require_optional(module: str, what: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from tools.cli.common import add_output_arg, output_json
@@ -36,6 +37,8 @@ def register(sub) -> None:
                    help="queue order of every scheduler: fair (default) | drf")
     p.add_argument("--drf-weight", action="append", default=[], metavar="OWNER=W",
                    help="owner weight under --order drf (default 1; repeatable)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="added to every scheduler's and the synthetic workload's seed (default 0)")
     add_plugin_arg(p)
     add_gpu_frag_args(p)
     p.set_defaults(func=run_experiment_command)
@@ -50,11 +53,11 @@ def run_experiment_command(args) -> int:
 
     if args.name == GPU_FRAG:
         return run_gpu_frag(args)
-    if args.nodes or args.pods or args.html:
-        raise UsageError("--nodes/--pods/--html are for experiment gpu-frag")
+    if args.nodes or args.pods:
+        raise UsageError("--nodes/--pods are for experiment gpu-frag")
     load_plugin_args(args)
     try:
-        overrides = Overrides(args.batch_kind, args.order, parse_weight_flags(args.drf_weight))
+        overrides = Overrides(args.batch_kind, args.order, parse_weight_flags(args.drf_weight), args.seed)
     except ValueError as exc:
         raise UsageError(f"--batch-kind/--order/--drf-weight: {exc}") from None
     if args.batch_kind == "solver":
@@ -76,6 +79,11 @@ def run_experiment_command(args) -> int:
         with output_file_errors("experiment", "--json-out", args.json):
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(text)
+    if args.html:
+        from tools.fauxmaster.experiments.html import write_experiment_html
+        with output_file_errors("experiment", "--html", args.html):
+            index = write_experiment_html(reports, args.html)
+        print(f"report: {index}", file=sys.stderr)
     return 0 if all(r.runs_ok for r in reports) else 1
 
 

@@ -46,6 +46,9 @@ def register(sub) -> None:
     p.add_argument("--time-scale", type=float, default=1.0, help="measured decision time multiplier")
     p.add_argument("--t-job", type=float, default=None, help="modelled seconds per job (default 0.1)")
     p.add_argument("--t-task", type=float, default=None, help="modelled seconds per task (default 0.005)")
+    p.add_argument("--submit-latency", type=float, default=0.0, metavar="S",
+                   help="seconds from a job's submission (after t = 0) to the schedulers seeing it; its "
+                        "wait counts from the submission (default 0; docs/EXPERIMENTS.md: calibrated on part 0)")
     p.add_argument("--seed", type=int, default=0, help="base seed: scheduler i gets seed + i (default 0)")
     p.add_argument("--order", default=None, metavar="ORDER",
                    help="queue order of schedulers whose config names none: fair (default) | drf")
@@ -62,6 +65,12 @@ def register(sub) -> None:
     p.add_argument("--json", metavar="FILE", dest="json", help=argparse.SUPPRESS)  # deprecated: --json-out
     add_output_arg(p, json_alias=False)
     p.add_argument("--html", metavar="DIR", help="write an HTML report with plots (needs matplotlib)")
+    p.add_argument("--jobs-out", metavar="FILE", help="write per-job records to FILE.csv or FILE.parquet (needs "
+                   "pyarrow): submit, first attempt, placed, end, wait, kind, priority, owner, scheduler, machines")
+    p.add_argument("--seeds", type=int, default=1, metavar="N",
+                   help="run N seeds (run k: base seed --seed + k x the number of schedulers) and print the mean "
+                        "and 95 %% t-interval of the headline figures (default 1); --json-out, --jobs-out and "
+                        "--html then hold every run")
     add_plugin_arg(p)
     p.set_defaults(func=run_replay)
 
@@ -114,6 +123,15 @@ def run_replay(args) -> int:
 
     load_plugin_args(args)
     from_file = args.schedulers.strip().startswith("@")
+    if args.seeds < 1:
+        raise UsageError(f"--seeds: expected a number of runs >= 1, got {args.seeds}")
+    if args.jobs_out:
+        from tools.fauxmaster.job_records import format_of
+        try:
+            if format_of(args.jobs_out) == ".parquet":
+                require_optional("pyarrow", "replay --jobs-out FILE.parquet")
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
     try:
         schedulers = parse_schedulers(args.schedulers, args.seed, args.t_job, args.t_task, args.order,
                                       parse_weight_flags(args.drf_weight))
@@ -133,14 +151,16 @@ def run_replay(args) -> int:
             decision_time=args.decision_time, decision_commits=args.decision_commits,
             unplaced_charge=args.unplaced_charge, time_scale=args.time_scale, until=args.until,
             sample_every_s=args.sample_every, check=not args.no_check, initial_state=args.initial_state,
-            max_txn_ops=args.max_txn_ops)
+            max_txn_ops=args.max_txn_ops, submit_latency_s=args.submit_latency, job_records=bool(args.jobs_out))
     except ValueError as exc:  # a flag, or a scheduler config naming an unknown kind or mode
         raise UsageError(str(exc)) from None
     _check_before_replay(args)  # a bad input or output path fails now, not after the replay
     if args.html:
         require_optional("matplotlib", "replay --html")
+    if args.seeds > 1:
+        return _run_seeds(args, config)
     try:
-        with replay_errors(), rich_progress(sys.stderr.isatty()) as progress:
+        with replay_errors(), run_progress() as progress:
             result = replay(args.file, config, progress)
     except StoreError as exc:  # --store etcd: unreachable, refused, …
         print(f"omega: replay: {store_failure(exc, args)}", file=sys.stderr)
@@ -149,6 +169,10 @@ def run_replay(args) -> int:
         print(result.to_json())
     else:
         _print_summary(result)
+    if args.jobs_out:
+        from tools.fauxmaster.job_records import write_job_rows
+        with output_file_errors("replay", "--jobs-out", args.jobs_out):
+            write_job_rows(result.jobs, args.jobs_out)
     if args.json:
         with output_file_errors("replay", "--json-out", args.json):
             write_json(result, args.json)
@@ -157,6 +181,62 @@ def run_replay(args) -> int:
             index = write_html(result, args.html)
         print(f"report: {index}", file=sys.stderr if output_json(args) else sys.stdout)
     return 0 if result.check is None or result.check["ok"] else 1
+
+
+def _run_seeds(args, config) -> int:
+    """``--seeds N``: the replay N times, run k with every scheduler's seed + k x the number of
+    schedulers (so no scheduler seed repeats; run k's base seed is ``--seed`` + k x that number), then the headline figures' mean and 95 %
+    t-interval (``tools.fauxmaster.seeds``). ``--json-out``: {seeds, summary, runs};
+    ``--jobs-out``: every run's rows with a ``seed`` column first; ``--html``: the runs side by side."""
+    from dataclasses import replace
+
+    from tools.cli.common import output_file_errors, replay_errors, store_failure
+    from tools.fauxmaster import seeds as seeding
+    from tools.fauxmaster.replay import replay
+
+    width = len(config.schedulers)
+    bases = [args.seed + k * width for k in range(args.seeds)]
+    results = []
+    for k, base in enumerate(bases):
+        run = replace(config, schedulers=[replace(s, seed=s.seed + k * width) for s in config.schedulers])
+        try:
+            with replay_errors(), run_progress(f"replay seed {base} ({k + 1} of {len(bases)})") as progress:
+                results.append(replay(args.file, run, progress))
+        except StoreError as exc:
+            print(f"omega: replay: {store_failure(exc, args)}", file=sys.stderr)
+            return 1
+    summary = seeding.summarize([seeding.headline(r) for r in results])
+    data = {"seeds": bases, "summary": summary, "runs": [r.to_dict() for r in results]}
+    if output_json(args):
+        print(json.dumps(data, indent=2, default=str))
+    else:
+        for base, result in zip(bases, results):
+            print(f"seed {base}: {result.sim_time_s:,.1f} virtual s in {result.wall_time_s:,.2f} s, wait to placed "
+                  f"mean {result.wait_to_placed.mean:.2f} s")
+        print("\n".join(seeding.lines(bases, summary)))
+    if args.json:
+        with output_file_errors("replay", "--json-out", args.json), open(args.json, "w") as f:
+            json.dump(data, f, indent=2, default=str)
+    if args.jobs_out:
+        from tools.fauxmaster.job_records import write_job_rows
+        rows = [{"seed": base, **row} for base, r in zip(bases, results) for row in r.jobs]
+        with output_file_errors("replay", "--jobs-out", args.jobs_out):
+            write_job_rows(rows, args.jobs_out)
+    if args.html:
+        from pathlib import Path
+
+        from tools.fauxmaster.report.page import write_report
+        from tools.fauxmaster.report.result import run_of, write_json
+        out = Path(args.html)
+        with output_file_errors("replay", "--html", args.html):
+            out.mkdir(parents=True, exist_ok=True)
+            for base, r in zip(bases, results):
+                write_json(r, out / f"result-seed{base}.json")
+            index = write_report([run_of(r, f"seed {base}") for base, r in zip(bases, results)], out,
+                                 links={f"seed {b}": f"result-seed{b}.json" for b in bases})
+        print(f"report: {index}", file=sys.stderr if output_json(args) else sys.stdout)
+    ok = all(r.check is None or r.check["ok"] for r in results)
+    return 0 if ok else 1
 
 
 def _check_before_replay(args) -> None:
@@ -172,7 +252,8 @@ def _check_before_replay(args) -> None:
         raise UsageError(f"trace {args.file}: {exc.strerror or exc}") from None
     except TraceError as exc:
         raise InputError(str(exc)) from None
-    for flag, path, directory in (("--json", args.json, False), ("--html", args.html, True)):
+    for flag, path, directory in (("--json", args.json, False), ("--html", args.html, True),
+                                  ("--jobs-out", args.jobs_out, False)):
         if path:
             why = unwritable(path, directory)
             if why:
@@ -233,6 +314,21 @@ def _print_summary(result) -> None:
         print(f"  invariants: {state}")
     if result.fidelity is not None:
         print("\n".join(result.fidelity.lines()))
+
+
+@contextmanager
+def run_progress(what: str = "replay") -> Iterator[Callable[[float, float | None], None] | None]:
+    """A ``progress(now, until)`` callback: a rich bar when stderr is a terminal; percent and ETA
+    lines on stderr (``TextProgress``, every 10 s) when stdout is not a terminal; else None."""
+    if sys.stderr.isatty():
+        with rich_progress(True) as progress:
+            yield progress
+    elif not sys.stdout.isatty():
+        from tools.trace.progress import TextProgress
+
+        yield TextProgress(what, "virtual s")
+    else:
+        yield None
 
 
 @contextmanager

@@ -86,6 +86,8 @@ def run_import_google(args) -> int:
           + " (the header's capacity_model states it in full: omega trace info)")
     for why, n in stats.skipped.items():
         print(f"  {why}: {n}")
+    for warning in stats.warnings:
+        print(f"warning: {args.out}: {warning}", file=sys.stderr)
     return 0
 
 

@@ -186,6 +186,17 @@ class ObservedCommitter(StoreCommitter):
         self.on_evict(allocs)
 
 
+@dataclass
+class JobLog:
+    """Per job, for the job records of a replay (``tools.fauxmaster.job_records``): its spec as
+    submitted, the machines its tasks were placed on, the last time a task of it ended or it was
+    killed."""
+
+    specs: dict[str, Job] = field(default_factory=dict)
+    machines: dict[str, set[str]] = field(default_factory=dict)
+    ended: dict[str, float] = field(default_factory=dict)
+
+
 class SimCell:
     """The store side of a replay (see the module docstring)."""
 
@@ -202,6 +213,12 @@ class SimCell:
         """When set (a trace with per-task ground truth): job → task → when the replay first placed it."""
         self.initial_jobs: set[str] = set()
         """Jobs the recorded t = 0 state placed whole (``tools.fauxmaster.initial_state``)."""
+        self.submit_latency = 0.0
+        """Seconds from a job's submission after t = 0 to its record reaching the store (the
+        schedulers): ``ReplayConfig.submit_latency_s``. Its wait counts from the submission."""
+        self._in_flight: set[str] = set()  # submitted, not yet written (submit_latency)
+        self.job_log: JobLog | None = None
+        """When set (``ReplayConfig.job_records``): each job's spec, machines and end."""
         self._down: set[str] = set()  # machines in the store that failed, were removed or came down
         # the schedulers' replicas decode each value once (a memory store shares the bytes);
         # the cell's own reads of a task's alloc, job and machine share those decodes too
@@ -333,7 +350,8 @@ class SimCell:
     # -- jobs -------------------------------------------------------------------------------
 
     def submit(self, jobs: list[Job]) -> None:
-        """Submit jobs at the current virtual time (ids already submitted are skipped)."""
+        """Submit jobs at the current virtual time (ids already submitted are skipped); after
+        t = 0 their records reach the store ``submit_latency`` seconds later."""
         submitted_at, now = self.submitted_at, self.core.now
         fresh = []  # a loop, not a comprehension: most runs are of one job
         for job in jobs:
@@ -345,8 +363,15 @@ class SimCell:
             counters.skipped[why] = counters.skipped.get(why, 0) + len(jobs) - len(fresh)
         if not fresh:
             return
-        submit_jobs(self.store, self.keys, fresh, now)
+        delayed = self.submit_latency > 0 and now > 0
+        if delayed:
+            self._in_flight.update(job.id for job in fresh)
+            self.core.at(now + self.submit_latency, partial(self._deliver, fresh, now))
+        else:
+            submit_jobs(self.store, self.keys, fresh, now)
         tasks = 0
+        if self.job_log is not None:
+            self.job_log.specs.update((job.id, job) for job in fresh)
         for job in fresh:
             submitted_at[job.id] = now
             tasks += job.tasks
@@ -357,11 +382,29 @@ class SimCell:
                     counters.durations_ignored += 1
         counters.jobs_submitted += len(fresh)
         counters.tasks_submitted += tasks
-        self.wake()
+        if not delayed:
+            self.wake()
+
+    def _deliver(self, jobs: list[Job], at: float) -> None:
+        """Write the records of jobs submitted at ``at`` (``submit_latency`` ago) that no kill
+        has taken meanwhile."""
+        in_flight = self._in_flight
+        alive = [job for job in jobs if job.id in in_flight]
+        in_flight.difference_update(job.id for job in alive)
+        if alive:
+            submit_jobs(self.store, self.keys, alive, at)
+            self.wake()
 
     def kill(self, job_id: str) -> None:
         """Kill a job: its allocs released, pending tasks killed."""
         allocs: list[Alloc] = []  # those the kill deleted
+        if self.job_log is not None:
+            self.job_log.ended[job_id] = self.core.now
+        if job_id in self._in_flight:  # killed before its record reached the store
+            self._in_flight.discard(job_id)
+            self.counters.skip("kill of a job before it reached the schedulers (submit latency)")
+            self.counters.jobs_killed += 1
+            return
         try:
             kill_job(self.store, self.keys, job_id, released=allocs, now=self.core.now)
         except JobNotFound:
@@ -398,6 +441,8 @@ class SimCell:
                 usage.charge(claim.machine_id, -request.cpu, -request.memory)
                 if request.extra:
                     usage.charge_extra(claim.machine_id, request.extra, -1)
+        if self.job_log is not None:
+            self.job_log.machines.setdefault(spec.id, set()).update(claim.machine_id for claim in plan.claims)
         if plan.victim_allocs and len(plan.victim_allocs) > sum(len(c.evicts) for c in plan.claims):
             rest = [plan.victim_allocs[task].alloc for task in collateral(plan)]  # the rest of evicted gangs
             usage.release(rest)
@@ -431,6 +476,8 @@ class SimCell:
                 self.usage.release(allocs)
                 ended += len(allocs)
                 self.counters.tasks_ended += len(allocs)
+                if self.job_log is not None:
+                    self.job_log.ended[job_id] = self.core.now
                 self.wake()
                 if not left:
                     return ended

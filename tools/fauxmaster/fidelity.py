@@ -22,6 +22,18 @@ Definitions (docs/FAUXMASTER.md, "Fidelity"):
 
 Goals (issues 20, 29, 30): ``initial_pending_fraction`` <= 0.01, ``scheduled_ratio`` in
 [0.95, 1.05], delay ratios in [0.5, 2].
+
+Windows (issue 30): the same figures per imported part (``GroundTruth.windows``; a truth without
+parts is one window, the whole): the population of a window is the jobs submitted in it (the
+first window from 0 to its end, each later one after the previous end up to its own), censored
+at H as above, so a task submitted late in one part and placed in the next counts in its own
+part. A window's ``initial_pending_fraction`` is the recorded t = 0 one for the first window; for
+a later window it is, of the tasks submitted before it opened that the real cell had scheduled by
+then, the fraction the replay had not placed by then. Each window has the whole's goals.
+
+What cannot be known (``GroundTruth.occupancy_lower_bound``: a later part imported alone): the
+real occupancy counts only tasks with a row in the parts read, so it is a lower bound; the
+section says so in ``warnings`` and sets ``occupancy_lower_bound``, and never calls it matched.
 """
 
 from __future__ import annotations
@@ -68,6 +80,11 @@ class Fidelity:
     notes: str
     capacity_model: str = ""
     """The trace header's statement of the cell (capacities, cell model: docs/TRACE_FORMAT.md)."""
+    windows: list[dict[str, Any]] = field(default_factory=list)
+    """One object per imported part (module docstring, "Windows")."""
+    occupancy_lower_bound: bool = False
+    warnings: list[str] = field(default_factory=list)
+    """What the truth cannot tell (e.g. a part imported alone), in words."""
     real_delays: list[float] = field(default_factory=list, repr=False)
     replay_delays: list[float] = field(default_factory=list, repr=False)
 
@@ -101,9 +118,25 @@ class Fidelity:
                f"real p50 {r['p50']:.2f} s p90 {r['p90']:.2f} s p99 {r['p99']:.2f} s"]
         if self.occupancy:
             o = self.occupancy
-            out.append(f"  occupancy: real cpu mean {o['real_cpu_mean']:.3f} (memory {o['real_memory_mean']:.3f}) "
-                       f"of the capacity, replay cpu mean {o['replay_cpu_mean']:.3f} (memory "
-                       f"{o['replay_memory_mean']:.3f}), over {len(o['t'])} samples")
+            bound = "at least " if self.occupancy_lower_bound else ""
+            out.append(f"  occupancy: real cpu mean {bound}{o['real_cpu_mean']:.3f} (memory {bound}"
+                       f"{o['real_memory_mean']:.3f}) of the capacity, replay cpu mean {o['replay_cpu_mean']:.3f} "
+                       f"(memory {o['replay_memory_mean']:.3f}), over {len(o['t'])} samples"
+                       + ("; the real figures are a LOWER BOUND, not comparable" if self.occupancy_lower_bound else ""))
+        for w in self.windows:
+            def wmark(name, w=w):
+                met = w["goals"].get(name)
+                return "" if met is None else ("" if met else " MISSED")
+            out.append(f"  part {w['part']} ({w['start_s']:,.0f}..{w['end_s']:,.0f} s, {w['tasks']:,} {self.unit}s): "
+                       f"t=0 pending {num(w['initial_pending_fraction'], '{:.4f}')}{wmark('initial_pending_fraction')}, "
+                       f"scheduled {num(w['scheduled_ratio'])}{wmark('scheduled_ratio')}, "
+                       f"delay p50 {num(w['delay_p50_ratio'])}{wmark('delay_p50_ratio')} "
+                       f"(replay {num(w['replay_delay_p50_s'], '{:.2f}')} s / real "
+                       f"{num(w['real_delay_p50_s'], '{:.2f}')} s), "
+                       f"p90 {num(w['delay_p90_ratio'])}{wmark('delay_p90_ratio')} "
+                       f"({num(w['replay_delay_p90_s'], '{:.2f}')} / {num(w['real_delay_p90_s'], '{:.2f}')} s)")
+        for warning in self.warnings:
+            out.append(f"  WARNING: {warning}")
         if self.capacity_model:
             out.append(f"  the replayed cell (trace header): {self.capacity_model}")
         return out
@@ -155,6 +188,7 @@ def compute_fidelity(truth: GroundTruth, sim_time: float, submitted_at: dict[str
     horizon = min(sim_time, truth.horizon)
     real_all: list[float] = []
     replay_all: list[float] = []
+    at_all: list[float] = []  # each entry's submission (the truth's)
     log = placed_log or {}
     for job, delays in truth.delays.items():
         t = truth.submitted[job]
@@ -165,11 +199,13 @@ def compute_fidelity(truth: GroundTruth, sim_time: float, submitted_at: dict[str
             placed = log.get(job, {}) if job in submitted_at else {}
             at = submitted_at.get(job, t)
             for task, d in enumerate(delays):
+                at_all.append(t)
                 real_all.append(d if d is not None and d <= limit else INF)
                 p = placed.get(task)
                 replay_all.append(p - at if p is not None and p <= horizon else INF)
         else:
             d = delays[0]
+            at_all.append(t)
             real_all.append(d if d is not None and d <= limit else INF)
             p = fully_placed.get(job)
             replay_all.append(p - submitted_at.get(job, t) if p is not None and p <= horizon else INF)
@@ -206,7 +242,56 @@ def compute_fidelity(truth: GroundTruth, sim_time: float, submitted_at: dict[str
         real_delay=real_stats, replay_delay=replay_stats, cdf=cdf,
         occupancy=_occupancy(truth, horizon, samples or []),
         goals={name: _goal(name, value) for name, value in values.items()},
-        notes=truth.notes, capacity_model=capacity_model, real_delays=real_sorted, replay_delays=replay_sorted, **values)
+        notes=truth.notes, capacity_model=capacity_model, real_delays=real_sorted, replay_delays=replay_sorted,
+        windows=_windows(truth, horizon, at_all, real_all, replay_all, values["initial_pending_fraction"]),
+        occupancy_lower_bound=truth.occupancy_lower_bound, warnings=_warnings(truth), **values)
+
+
+def _delays(both: list[float], real: dict[str, float], replay: dict[str, float]) -> dict[str, float | None]:
+    """A window's p50/p90 delays of each side (None when no task was placed by both)."""
+    return {f"{side}_delay_{q}_s": (stats[q] if both else None)
+            for side, stats in (("real", real), ("replay", replay)) for q in ("p50", "p90")}
+
+
+def _warnings(truth: GroundTruth) -> list[str]:
+    if not truth.occupancy_lower_bound:
+        return []
+    first = truth.windows[0].part if truth.windows else None
+    return [f"the trace opens at part {first}, not at the source's start: tasks that ran throughout without a row "
+            "in the parts read are not in the truth, so its occupancy is a lower bound (never a match) and the "
+            "replay's opening state is partial; import from part 0 for a full opening"]
+
+
+def _windows(truth: GroundTruth, horizon: float, at: list[float], real: list[float], replay: list[float],
+             initial_pending: float | None) -> list[dict[str, Any]]:
+    """The figures per part window (module docstring, "Windows")."""
+    spans = [(w.part, w.start, w.end) for w in truth.windows] or [(0, 0.0, truth.horizon)]
+    out = []
+    for i, (part, start, end) in enumerate(spans):
+        rows = [k for k, t in enumerate(at) if t <= end and (i == 0 or t > start)]
+        both_real = sorted(real[k] for k in rows if real[k] != INF and replay[k] != INF)
+        both_replay = sorted(replay[k] for k in rows if real[k] != INF and replay[k] != INF)
+        real_n = sum(1 for k in rows if real[k] != INF)
+        replay_n = sum(1 for k in rows if replay[k] != INF)
+        if i == 0:
+            pending = initial_pending
+        else:
+            before = [k for k, t in enumerate(at) if t <= start and t + real[k] <= start]
+            pending = (sum(1 for k in before if at[k] + replay[k] > start) / len(before)) if before else None
+        r, p = _stats(both_real), _stats(both_replay)
+        values = {
+            "initial_pending_fraction": pending,
+            "scheduled_ratio": replay_n / real_n if real_n else None,
+            "delay_p50_ratio": _ratio(p["p50"], r["p50"]) if both_real else None,
+            "delay_p90_ratio": _ratio(p["p90"], r["p90"]) if both_real else None,
+        }
+        out.append({"part": part, "start_s": start, "end_s": end, **values,
+                    "tasks": len(rows), "real_scheduled": real_n, "replay_placed": replay_n,
+                    "both_placed": len(both_real), **_delays(both_real, r, p),
+                    "real_delay_min_s": both_real[0] if both_real else None,
+                    "replay_delay_min_s": both_replay[0] if both_replay else None,
+                    "goals": {name: _goal(name, v) for name, v in values.items()}})
+    return out
 
 
 def _occupancy(truth: GroundTruth, horizon: float, samples: list) -> dict[str, list] | None:

@@ -54,6 +54,8 @@ class JobJournal:
     submitted: dict[str, float] = field(default_factory=dict)
     first_taken: dict[str, float] = field(default_factory=dict)
     fully_placed: dict[str, float] = field(default_factory=dict)
+    taken_by: dict[str, str] | None = None
+    """When kept (``ReplayConfig.job_records``): job → the scheduler that first took it."""
     runs: dict[str, float] = field(default_factory=dict)
     """Run time of each job that ends by itself (a batch job's ``duration_s``), by job id."""
 

@@ -23,10 +23,11 @@ from cellstate.check import check_cell
 from cellstate.keys import CellKeys
 from cellstate.memory.store import MemoryStore
 from omega.gangs import cell_room
-from tools.fauxmaster.cell import SimCell
+from tools.fauxmaster.cell import JobLog, SimCell
 from tools.fauxmaster.clock import EventCore, VirtualClock
 from tools.fauxmaster.fidelity import Fidelity, compute_fidelity
 from tools.fauxmaster.initial_state import INITIAL_STATES
+from tools.fauxmaster.job_records import job_rows
 from tools.fauxmaster.metrics import (
     JobJournal, SchedulerMetrics, UtilizationSample, WaitStats, busyness, conflict_fraction, conflicts_over_time,
     sample_utilization, slowdown, wait_cdf,
@@ -59,6 +60,12 @@ class ReplayConfig:
     sample_every_s: float = 60.0
     check: bool = True
     max_txn_ops: int = 128
+    submit_latency_s: float = 0.0
+    """Seconds from a job's submission after t = 0 to the schedulers seeing it (its record
+    reaching the store; ``SimCell.submit_latency``); waits and delays count from the
+    submission. A model constant: calibrated on Google-2011 part 0 (docs/EXPERIMENTS.md)."""
+    job_records: bool = False
+    """Keep per-job records (``ReplayResult.jobs``: ``tools.fauxmaster.job_records``)."""
     store_history: bool = False
     """Memory store only: keep every key's versions and the revision log (``MemoryStore``'s
     default); a replay needs neither, so by default the store keeps only the current state."""
@@ -96,6 +103,8 @@ class ReplayConfig:
             raise ValueError(f"until must be > 0 virtual seconds, got {self.until!r}")
         if type(self.max_txn_ops) is not int or self.max_txn_ops < 4:
             raise ValueError(f"max_txn_ops must be an int >= 4 (one claim per txn), got {self.max_txn_ops!r}")
+        if not 0 <= self.submit_latency_s < float("inf"):
+            raise ValueError(f"submit_latency_s must be a finite number >= 0, got {self.submit_latency_s!r}")
         if self.sample_every_s <= 0 or self.time_scale <= 0:
             raise ValueError(f"sample_every_s and time_scale must be > 0, got {self.sample_every_s!r}, "
                              f"{self.time_scale!r}")
@@ -104,14 +113,17 @@ class ReplayConfig:
 def decision_model(config: Mapping[str, Any]) -> str:
     """The decision-time model of a replay's config (``ReplayConfig`` as a dict, as in a result's
     JSON), in words: what the report and the summary state."""
+    latency = config.get("submit_latency_s") or 0.0
+    late = f"; submissions reach the schedulers {latency:g} s late" if latency else ""
     if config.get("decision_time") == "measured":
-        return f"measured wall time x {config.get('time_scale', 1.0):g}"
+        return f"measured wall time x {config.get('time_scale', 1.0):g}" + late
     times = ", ".join(f"{s['name']} {s['t_job']:g} + {s['t_task']:g} s" for s in config.get("schedulers", ()))
     commits = config.get("decision_commits", "at-end")
     charge = config.get("unplaced_charge", "every")
     return (f"modelled t_job + t_task x tasks ({times}); txns "
             + ("as the decision reaches them" if commits == "as-decided" else "after the whole decision")
-            + "; unplaced tasks charged " + ("every one" if charge == "every" else "once per decision"))
+            + "; unplaced tasks charged " + ("every one" if charge == "every" else "once per decision")
+            + late)
 
 
 def _scheduler_from_dict(d: Mapping[str, Any]) -> SchedulerConfig:
@@ -158,6 +170,8 @@ class ReplayResult:
     conflicts_over_time: dict[str, Any] = field(default_factory=dict)
     """Per scheduler, cumulative transaction counts at the utilization sample times and the conflict
     fraction in each window (``tools.fauxmaster.metrics.conflicts_over_time``)."""
+    jobs: list[dict[str, Any]] | None = field(default=None, repr=False, compare=False)
+    """Per-job records (``ReplayConfig.job_records``; not in ``to_dict``: ``--jobs-out`` writes them)."""
     slowdown: dict[str, Any] = field(default_factory=dict)
     """Bounded slowdown (mean, median, p90) and makespan of the jobs with a run time
     (``tools.fauxmaster.metrics.slowdown``)."""
@@ -276,7 +290,10 @@ def _run(trace_path, config: ReplayConfig, core: EventCore, store, keys: CellKey
             s.process.wake()
 
     cell = SimCell(store, keys, core, wake=wake)
+    cell.submit_latency = config.submit_latency_s
     journal = JobJournal(submitted=cell.submitted_at, runs=cell.run_s)
+    if config.job_records:
+        cell.job_log, journal.taken_by = JobLog(), {}
     with TraceFeed(trace_path, cell, core, config.until, config.initial_state) as feed:
         truth, capacity_model = feed._reader.truth, feed.header.capacity_model
         if truth is not None and truth.unit == "task":
@@ -293,7 +310,9 @@ def _run(trace_path, config: ReplayConfig, core: EventCore, store, keys: CellKey
         samples: list[UtilizationSample] = []
         counts: list[tuple[float, tuple]] = []
         interval = _sample_every(core, cell, config.sample_every_s, samples, config.until, schedulers, counts)
-        core.run(config.until, _progress_hook(core, progress, config.until))
+        # progress against the end: ``until``, else the ground truth's horizon (the trace's end)
+        core.run(config.until, _progress_hook(core, progress,
+                                              config.until or (truth.horizon if truth is not None else None)))
         sim_time = core.now
         events = feed.events
     samples.append(sample_utilization(sim_time, cell.usage))
@@ -303,6 +322,8 @@ def _run(trace_path, config: ReplayConfig, core: EventCore, store, keys: CellKey
     result.conflicts_over_time = conflicts_over_time([s.name for s in schedulers], counts)
     result.capacity_model = capacity_model
     result.utilization_interval_s = interval[0]
+    if config.job_records:
+        result.jobs = job_rows(journal, cell.job_log, cell.initial_jobs)
     if truth is not None:  # after the replay: its cost is not in the replay's wall time
         counters = cell.counters
         not_placed = sum(counters.initial_not_placed.values())

@@ -192,8 +192,11 @@ class SimScheduler:
 
     def taken(self, entry: JobEntry) -> None:
         self.tally.jobs_taken += 1
-        if self.journal is not None:
-            self.journal.taken(entry.id, self.clock.now())
+        journal = self.journal
+        if journal is not None:
+            journal.taken(entry.id, self.clock.now())
+            if journal.taken_by is not None:
+                journal.taken_by.setdefault(entry.id, self.config.name)
 
     def placed(self, entry: JobEntry, result: PlacementResult | None) -> None:
         if result is None:

@@ -40,7 +40,7 @@ class SpecError(ValueError):
 SCHEDULER_KEYS = ("t_job", "t_task", "conflict_mode", "commit_mode", "order")
 """Grid keys that fill every scheduler config that names none of its own."""
 REPLAY_KEYS = ("decision_commits", "unplaced_charge", "initial_state", "max_txn_ops", "until",
-               "sample_every_s", "skip_nothing_fits", "check")
+               "sample_every_s", "skip_nothing_fits", "check", "submit_latency_s")
 """Grid keys that are ``ReplayConfig`` fields."""
 GRID_KEYS = ("schedulers", *SCHEDULER_KEYS, *REPLAY_KEYS)
 SWEEP_KEYS = ("name", "traces", "synthetic", "google2011", "seeds")
@@ -49,7 +49,8 @@ GOOGLE_KEYS = ("name", "task_events", "job_events", "cell_model", "capacity_mode
 DEFAULT_SCHEDULERS = "batch:batch,service:service"
 _TYPES = {"t_job": (int, float), "t_task": (int, float), "conflict_mode": str, "commit_mode": str, "order": str,
           "decision_commits": str, "unplaced_charge": str, "initial_state": str, "max_txn_ops": int,
-          "until": (int, float), "sample_every_s": (int, float), "skip_nothing_fits": bool, "check": bool}
+          "until": (int, float), "sample_every_s": (int, float), "skip_nothing_fits": bool, "check": bool,
+          "submit_latency_s": (int, float)}
 
 
 @dataclass(frozen=True)

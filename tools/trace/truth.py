@@ -14,7 +14,14 @@ with the workload, so a replay can be checked against it (``tools.fauxmaster.fid
   schedule it by ``horizon``;
 - ``occupancy``: the real cell's allocation over time (``Occupancy``: sums of the requests of the
   tasks it ran, sampled), or None when the source does not say;
-- ``notes``: how it was derived, in words.
+- ``notes``: how it was derived, in words;
+- ``windows``: the imported parts' spans, one ``Window`` per part in time order (``[]``: the
+  trace was not made of parts, or was written before parts were recorded: one window, the whole);
+- ``occupancy_lower_bound``: the trace opens after its source's start (a later part imported
+  alone): tasks that ran throughout without a row in the rows read cannot be seen, so the
+  occupancy is a lower bound of the real cell's.
+
+Both last fields are optional in the record (older version 3 files read with their defaults).
 """
 
 from __future__ import annotations
@@ -27,6 +34,8 @@ from cellstate.codec.fields import CodecError
 
 UNITS = ("task", "job")
 _FIELDS = frozenset(("type", "unit", "horizon", "submitted", "delays", "occupancy", "notes"))
+_OPTIONAL_FIELDS = frozenset(("windows", "occupancy_lower_bound"))
+_WINDOW_FIELDS = frozenset(("part", "start", "end"))
 _OCCUPANCY_FIELDS = frozenset(("t", "cpu", "memory", "tasks", "capacity_cpu", "capacity_memory"))
 
 
@@ -50,6 +59,16 @@ class Occupancy:
 
 
 @dataclass(frozen=True)
+class Window:
+    """One imported part's span of trace time: ``part`` (its number in the source, e.g. 1 for
+    ``part-00001-of-00500``), ``start`` and ``end`` seconds (the first window starts at 0)."""
+
+    part: int
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
 class GroundTruth:
     unit: str
     horizon: float
@@ -57,12 +76,20 @@ class GroundTruth:
     delays: dict[str, list[float | None]]
     occupancy: Occupancy | None = None
     notes: str = ""
+    windows: tuple[Window, ...] = ()
+    occupancy_lower_bound: bool = False
 
     def __post_init__(self):
         if self.unit not in UNITS:
             raise ValueError(f"ground truth unit must be one of {UNITS}, got {self.unit!r}")
         if set(self.submitted) != set(self.delays):
             raise ValueError("ground truth: submitted and delays must name the same jobs")
+        last = 0.0
+        for w in self.windows:
+            if not last <= w.start <= w.end:
+                raise ValueError(f"ground truth: window of part {w.part} ({w.start}..{w.end} s) is not after "
+                                 f"the previous one's end ({last} s)")
+            last = w.end
 
     def tasks(self) -> int:
         return sum(map(len, self.delays.values()))
@@ -76,7 +103,9 @@ def truth_record(truth: GroundTruth) -> dict:
             "occupancy": None if occ is None else {
                 "t": [float(x) for x in occ.t], "cpu": list(occ.cpu), "memory": list(occ.memory),
                 "tasks": list(occ.tasks), "capacity_cpu": occ.capacity_cpu, "capacity_memory": occ.capacity_memory},
-            "notes": truth.notes}
+            "notes": truth.notes,
+            "windows": [{"part": w.part, "start": float(w.start), "end": float(w.end)} for w in truth.windows],
+            "occupancy_lower_bound": truth.occupancy_lower_bound}
 
 
 def _seconds(key: str, name: str, value) -> float:
@@ -91,7 +120,7 @@ def truth_from_record(key: str, d) -> GroundTruth:
     if d.get("type") != "truth":
         raise fc.expected(key, "type", "'truth' (the header announces ground truth)", d.get("type"))
     fc.require(key, "", d, tuple(sorted(_FIELDS - {"type"})))
-    fc.no_unknown(key, "", d, _FIELDS)
+    fc.no_unknown(key, "", d, _FIELDS | _OPTIONAL_FIELDS)
     unit = fc.member(key, "unit", d["unit"], {u: u for u in UNITS})
     horizon = _seconds(key, "horizon", d["horizon"])
     submitted, delays = d["submitted"], d["delays"]
@@ -131,7 +160,30 @@ def truth_from_record(key: str, d) -> GroundTruth:
         for name in ("capacity_cpu", "capacity_memory"):
             fc.integer(key, f"occupancy.{name}", o[name])
         occupancy = Occupancy(o["t"], o["cpu"], o["memory"], o["tasks"], o["capacity_cpu"], o["capacity_memory"])
-    return GroundTruth(unit, horizon, submitted, delays, occupancy, fc.text(key, "notes", d["notes"]))
+    windows = _windows(key, d.get("windows", []))
+    lower = d.get("occupancy_lower_bound", False)
+    if type(lower) is not bool:
+        raise fc.expected(key, "occupancy_lower_bound", "true or false", lower)
+    try:
+        return GroundTruth(unit, horizon, submitted, delays, occupancy, fc.text(key, "notes", d["notes"]),
+                           windows, lower)
+    except ValueError as exc:
+        raise CodecError(key, "windows", str(exc).removeprefix("ground truth: ")) from None
+
+
+def _windows(key: str, value) -> tuple[Window, ...]:
+    if type(value) is not list:
+        raise fc.expected(key, "windows", "a list of {part, start, end} maps", value)
+    out = []
+    for i, w in enumerate(value):
+        fc.mapping(key, f"windows.{i}", w)
+        fc.require(key, f"windows.{i}.", w, tuple(sorted(_WINDOW_FIELDS)))
+        fc.no_unknown(key, f"windows.{i}.", w, _WINDOW_FIELDS)
+        if type(w["part"]) is not int or w["part"] < 0:
+            raise fc.expected(key, f"windows.{i}.part", "a part number >= 0", w["part"])
+        out.append(Window(w["part"], _seconds(key, f"windows.{i}.start", w["start"]),
+                          _seconds(key, f"windows.{i}.end", w["end"])))
+    return tuple(out)
 
 
 def sample_steps(start: float, end: float, changes: list[tuple[float, int, int, int]], initial=(0, 0, 0),

@@ -46,9 +46,21 @@ def run_experiment(name: str, trace: str | None = None, quick: bool = False,
     if trace is not None and not Path(trace).is_file():
         raise ValueError(f"trace file {trace!r} does not exist")
     started = time.perf_counter()
-    report = EXPERIMENTS[name](Bench(QUICK if quick else DEFAULT, trace, workdir, overrides))
+    report = EXPERIMENTS[name](Bench(QUICK if quick else DEFAULT, trace, workdir, overrides, _progress_for(name)))
     report.wall_s = time.perf_counter() - started
     return report
+
+
+def _progress_for(name: str):
+    """Per run, ``TextProgress`` lines (its virtual time, with percent and ETA when its end is known,
+    every 10 s) on stderr when stdout is not a terminal (a long experiment in a batch job); else None."""
+    import sys
+
+    if sys.stdout.isatty():
+        return None
+    from tools.trace.progress import TextProgress
+
+    return lambda label: TextProgress(f"experiment {name} {label}", "virtual s")
 
 
 def names() -> list[str]:

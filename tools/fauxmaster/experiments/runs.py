@@ -14,6 +14,8 @@ at the ``Sizing``) and the ``Overrides`` applied to their schedulers.
 
 from __future__ import annotations
 
+import copy
+
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -79,8 +81,9 @@ class RunFigures:
 
 def run_case(trace, schedulers: list[SchedulerConfig], architecture: str = "shared-state",
              multipath: MultiPath | None = None, broker: OfferBroker | None = None,
-             until: float | None = None) -> RunFigures:
-    """Replay ``trace`` with ``schedulers`` under ``architecture`` (see the module docstring)."""
+             until: float | None = None, progress=None) -> RunFigures:
+    """Replay ``trace`` with ``schedulers`` under ``architecture`` (see the module docstring);
+    ``progress(now, until)`` as ``replay``'s."""
     journals, stale = [], {s.name: 0 for s in schedulers}
 
     def setup(sims, core) -> None:
@@ -102,7 +105,7 @@ def run_case(trace, schedulers: list[SchedulerConfig], architecture: str = "shar
     # decision time), as the figures in docs/EXPERIMENTS.md were measured.
     config = ReplayConfig(schedulers=list(schedulers), until=until, max_txn_ops=TXN_OPS,
                           sample_every_s=1e9, check=True, skip_nothing_fits=False)
-    result = replay(trace, config, setup=setup)
+    result = replay(trace, config, progress, setup=setup)
     extra = {}
     if broker is not None:
         extra = {"offers": broker.stats.offers, "empty_offers": broker.stats.empty,
@@ -176,6 +179,9 @@ class Overrides:
     batch_kind: str = "batch"
     order: str = "fair"
     drf_weights: dict[str, float] = field(default_factory=dict)
+    seed: int = 0
+    """Added to every scheduler's seed and to the synthetic workload's (``omega experiment --seed``;
+    0: the experiments' own seeds)."""
 
     def __post_init__(self):
         from schedulers.chains import KINDS
@@ -187,11 +193,13 @@ class Overrides:
     def apply(self, config: SchedulerConfig) -> SchedulerConfig:
         """``config`` with these choices (its kind replaced only if it is ``batch``)."""
         kind = self.batch_kind if config.kind == "batch" else config.kind
-        return replace(config, kind=kind, order=self.order, drf_weights=dict(self.drf_weights))
+        return replace(config, kind=kind, order=self.order, drf_weights=dict(self.drf_weights),
+                       seed=config.seed + self.seed)
 
     def describe(self) -> str:
         weights = f" {self.drf_weights}" if self.drf_weights else ""
-        return f"batch schedulers of kind {self.batch_kind}, queue order {self.order}{weights}"
+        seed = f", seeds + {self.seed}" if self.seed else ""
+        return f"batch schedulers of kind {self.batch_kind}, queue order {self.order}{weights}{seed}"
 
 
 def _check_spans_time(path: str) -> None:
@@ -215,8 +223,11 @@ class Bench:
     ``overrides`` apply to every scheduler the experiment runs (``run``)."""
 
     def __init__(self, sizing: Sizing, trace: str | None = None, workdir: str | None = None,
-                 overrides: Overrides = Overrides()):
+                 overrides: Overrides = Overrides(), progress_for=None):
         self.sizing = sizing
+        self.progress_for = progress_for
+        """``progress_for(label)`` → a ``replay`` progress callback for each run (None: none)."""
+        self.runs = 0
         self.given = trace
         if trace is not None:
             _check_spans_time(trace)
@@ -229,6 +240,8 @@ class Bench:
         if self.given:
             return self.given
         spec = spec or self.sizing.spec
+        if self.overrides.seed:
+            spec = replace(spec, seed=spec.seed + self.overrides.seed)
         if spec not in self._cache:
             path = self._dir / f"synthetic-{len(self._cache)}.omt"
             self._cache[spec] = str(write_synthetic_trace(path, spec))
@@ -243,4 +256,10 @@ class Bench:
         """``run_case`` with the overrides applied to the schedulers (and the monolithic batch path)."""
         if multipath is not None and self.overrides.batch_kind != "batch":
             multipath = multipath.with_kind("batch", self.overrides.batch_kind)
+        if multipath is not None and self.overrides.seed:
+            multipath = copy.copy(multipath)
+            multipath.seed += self.overrides.seed
+        self.runs += 1
+        if self.progress_for is not None and "progress" not in kwargs:
+            kwargs["progress"] = self.progress_for(f"run {self.runs} ({architecture})")
         return run_case(trace, [self.overrides.apply(s) for s in schedulers], architecture, multipath, **kwargs)

@@ -30,6 +30,8 @@ class ImportStats:
     rows: int = 0
     events: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     skipped: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    warnings: list[str] = field(default_factory=list)
+    """What the import cannot know, in words (printed as warnings)."""
 
 
 class _Batches:

@@ -41,6 +41,11 @@ def import_google2011(task_events, job_events, out, capacity: CapacityModel | No
         stats.skipped[f"inferred grouping: {what}"] = n
     for what, n in s.carried.items():
         stats.skipped[f"inferred opening state: tasks {what}"] = n
+    if s.window_us != WINDOW_START_US:
+        stats.warnings.append(
+            "the trace does not start at part 0: tasks running or pending throughout that show no row in the parts "
+            "read are not seen, so the opening state is partial and the ground truth's occupancy is a lower bound "
+            "(import parts 0..N as one trace to compare occupancy)")
     if s.window_us != WINDOW_START_US and machine_events is None:
         stats.skipped["inferred cell: machines named by the parts' task rows (--machine-events gives them all)"] = \
             len(s.machine_ids)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import csv
 import gzip
+import os
+import re
 import zlib
 
 from tools.trace.google2011.schema import (
@@ -43,6 +45,8 @@ class TaskRows:
         # SUBMIT row number → the request of its task's t = 0 SCHEDULE row (``requests_at_open``)
         self.requests_at_open: dict[int, tuple[str, str, str]] = {}
         self._starts: list[tuple[int, str]] = []  # (first number, path) of each part read so far
+        self.part_ends: list[tuple[str, int]] = []
+        """(path, last timestamp_us) of each part the last full iteration read (``part_spans``)."""
 
     def __str__(self) -> str:
         return ",".join(self.paths)
@@ -61,12 +65,15 @@ class TaskRows:
             yield -n, row
         number, last_ts = 0, None
         self._starts = []
+        ends = self.part_ends = []
         for path in self.paths:
             self._starts.append((number + 1, path))
             first, last_row = True, None
             for _, row in read_rows(path):
                 number += 1
                 if self.limit is not None and number > self.limit:
+                    if last_row and last_row[0].isdecimal():
+                        ends.append((path, int(last_row[0])))
                     return
                 if first and last_ts is not None and row and row[0].isdecimal() and int(row[0]) < last_ts:
                     raise GoogleTraceError(f"{self.where(number)}: timestamp {row[0]} is before the previous "
@@ -79,6 +86,16 @@ class TaskRows:
                 yield number, row
             if last_row and last_row[0].isdecimal():
                 last_ts = int(last_row[0])
+                ends.append((path, last_ts))
+
+
+def part_number(path: str, index: int) -> int:
+    """The part number a file name states (``part-00003-of-00500…`` → 3), else ``index``."""
+    m = _PART.search(os.path.basename(path))
+    return int(m.group(1)) if m else index
+
+
+_PART = re.compile(r"part-(\d+)-of-")
 
 
 def parse_row(rows: TaskRows, number: int, row: list[str]) -> tuple[int, int]:

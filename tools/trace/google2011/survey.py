@@ -9,13 +9,15 @@ from dataclasses import dataclass, field
 
 from cellstate.resources import Resources
 from tools.trace.google2011.cell import CapacityModel
-from tools.trace.google2011.rows import TaskRows, parse_row, opening_rows, read_rows, requests_at_open
+from tools.trace.google2011.rows import (
+    TaskRows, opening_rows, parse_row, part_number, read_rows, requests_at_open,
+)
 from tools.trace.google2011.schema import (
     CPU, CPU_SCALE, DIFFERENT, DISK, FINISH, IMPORTER_REVISION, JOB, KILL, MACHINE, MEMORY, MEMORY_SCALE,
     PRIORITY, SCHEDULE, SUBMIT, TASK, WINDOW_START_US, ENDS, GoogleTraceError, trace_time,
 )
 from tools.trace.progress import progress
-from tools.trace.truth import GroundTruth, Occupancy, sample_steps
+from tools.trace.truth import GroundTruth, Occupancy, Window, sample_steps
 
 
 @dataclass
@@ -42,6 +44,7 @@ class Survey:
     occupancy: list[tuple[float, int, int, int]] = field(default_factory=list)  # (t, d cpu, d memory, d tasks)
     source: TaskRows | None = None  # the rows pass 2 reads again (with the inferred opening rows)
     left_out_rows: frozenset[int] = frozenset()  # the SUBMIT rows of ``held_at_open`` pass 2 leaves out
+    part_ends: list[tuple[str, int]] = field(default_factory=list)  # (path, last timestamp_us) per part
     held_at_open: dict[tuple[str, str], int] = field(default_factory=dict)
     """Tasks pending when the window opens that no row of the import shows scheduled: (job, task)
     → their opening SUBMIT row (left out unless ``keep_unscheduled_at_open``)."""
@@ -133,6 +136,7 @@ def survey(task_events, job_events, limit: int | None = None) -> Survey:
             if number % 20_000 == 0:
                 advance(20_000)
     s.machine_ids = sorted(machines, key=int)
+    s.part_ends = list(rows.part_ends)  # before pass 2 reads the rows again
     sizes = [len(members) for _, members in s.batches.values()]
     grouping["SUBMIT rows"] = sum(sizes)
     grouping["batches (replayed jobs)"] = len(sizes)
@@ -187,5 +191,20 @@ def ground_truth(s: Survey, capacity: CapacityModel | list[Resources]) -> Ground
              "occupancy: requests (the row's own, scaled as the tasks') of tasks between SCHEDULE and "
              "EVICT/FAIL/FINISH/KILL/LOST, sampled every max(60 s, span / 1000), against the sum of the "
              "machines' capacities at t = 0 under the capacity model (overcommit: the schedulable capacity)")
-    return GroundTruth("task", horizon, submitted, delays, occupancy, notes)
+    lower = window != WINDOW_START_US
+    if lower:
+        notes += ("; the trace opens after the source's start (a later part alone): tasks running throughout "
+                  "that show no row in the parts read are not seen, so the occupancy is a lower bound")
+    return GroundTruth("task", horizon, submitted, delays, occupancy, notes, part_windows(s), lower)
+
+
+def part_windows(s: Survey) -> tuple[Window, ...]:
+    """One window per part read: from the previous part's last row (0 for the first) to its own
+    last row, in trace seconds; the last window ends at the horizon."""
+    out, start = [], 0.0
+    for i, (path, last_us) in enumerate(s.part_ends):
+        end = max(start, trace_time(last_us, s.window_us))
+        out.append(Window(part_number(path, i), start, end))
+        start = end
+    return tuple(out)
 

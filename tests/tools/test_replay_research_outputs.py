@@ -1,0 +1,158 @@
+"""Outputs for research (issue 30): per-job records (``--jobs-out``), several seeds with their
+mean and 95 % t-interval (``--seeds``), ``omega experiment --seed / --html``, and progress lines
+with percent and ETA for a run whose output is not a terminal."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import io
+import json
+
+import pytest
+
+from tools.cli import main as cli_main
+from tools.fauxmaster.seeds import interval, t975
+from tools.trace.progress import TextProgress
+
+from google_rows import S, import_rows, task_row
+
+M = 1_000_000
+
+
+def _trace(tmp_path):
+    """Two uniform machines; job 1 runs at t = 0 on m5; job 2 (2 tasks) submitted at 10 s, job 3 at
+    20 s; job 1 task 0 finishes at 50 s; the last row at 100 s."""
+    rows = [task_row(0, 1, 0, "", 0), task_row(0, 1, 0, 5, 1),
+            task_row(S + 10 * M, 2, 0, "", 0, priority=9), task_row(S + 10 * M, 2, 1, "", 0, priority=9),
+            task_row(S + 11 * M, 2, 0, 5, 1, priority=9), task_row(S + 11 * M, 2, 1, 6, 1, priority=9),
+            task_row(S + 20 * M, 3, 0, "", 0), task_row(S + 50 * M, 1, 0, 5, 4),
+            task_row(S + 100 * M, 3, 0, 6, 1)]
+    return str(import_rows(tmp_path, rows))
+
+
+def test_jobs_out_csv_has_one_row_per_job(tmp_path, capsys):
+    trace = _trace(tmp_path)
+    out = tmp_path / "jobs.csv"
+    assert cli_main(["replay", trace, "--jobs-out", str(out)]) == 0
+    with open(out, newline="") as f:
+        rows = {r["job"]: r for r in csv.DictReader(f)}
+    assert set(rows) == {"g1", "g2", "g3"}
+    g2 = rows["g2"]
+    assert (g2["kind"], g2["priority"], g2["owner"], g2["tasks"]) == ("service", "9", "user", "2")
+    assert float(g2["submit"]) == 10.0 and float(g2["placed"]) > 10.0
+    assert float(g2["wait"]) == pytest.approx(float(g2["placed"]) - 10.0)
+    assert g2["scheduler"] == "service" and g2["machines"] in ("1", "2") and g2["initial"] == "False"
+    assert rows["g1"]["initial"] == "True" and rows["g1"]["scheduler"] == "" and rows["g1"]["end"] == "50.0"
+    assert rows["g3"]["scheduler"] == "batch" and rows["g3"]["first_attempt"] != ""
+
+
+def test_jobs_out_refuses_an_unknown_suffix_before_replaying(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli_main(["replay", _trace(tmp_path), "--jobs-out", str(tmp_path / "jobs.xlsx")])
+    assert exc.value.code == 2
+    assert "expected a .csv or .parquet file name" in capsys.readouterr().err
+    assert not (tmp_path / "jobs.xlsx").exists()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("pyarrow") is not None, reason="pyarrow is installed")
+def test_parquet_without_pyarrow_is_a_clear_error(tmp_path, capsys):
+    assert cli_main(["replay", _trace(tmp_path), "--jobs-out", str(tmp_path / "jobs.parquet")]) == 1
+    err = capsys.readouterr().err
+    assert "needs pyarrow, which is not installed" in err and "omega-scheduler[parquet]" in err
+
+
+@pytest.mark.skipif(importlib.util.find_spec("pyarrow") is None, reason="pyarrow is not installed")
+def test_parquet_has_the_csv_rows(tmp_path):
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "jobs.parquet"
+    assert cli_main(["replay", _trace(tmp_path), "--jobs-out", str(out)]) == 0
+    assert sorted(pq.read_table(out).column("job").to_pylist()) == ["g1", "g2", "g3"]
+
+
+def test_t_interval_by_hand():
+    assert t975(1) == 12.706 and t975(30) == 2.042 and t975(1000) == 1.960
+    s = interval([1.0, 2.0, 3.0])  # mean 2, sd 1, half = 4.303 / sqrt(3)
+    assert s["mean"] == 2.0 and s["high"] - 2.0 == pytest.approx(4.303 / 3 ** 0.5)
+    assert interval([5.0]) == {"n": 1, "mean": 5.0, "low": None, "high": None}
+
+
+def test_seeds_run_each_and_summarize(tmp_path, capsys):
+    trace = _trace(tmp_path)
+    out, jobs = tmp_path / "s.json", tmp_path / "jobs.csv"
+    assert cli_main(["replay", trace, "--seeds", "3", "--seed", "5", "--json-out", str(out),
+                     "--jobs-out", str(jobs)]) == 0
+    printed = capsys.readouterr().out
+    assert "over 3 seeds (5, 7, 9): mean [95 % t-interval]" in printed
+    data = json.loads(out.read_text())
+    assert data["seeds"] == [5, 7, 9] and len(data["runs"]) == 3
+    assert [[s["seed"] for s in r["config"]["schedulers"]] for r in data["runs"]] == [[5, 6], [7, 8], [9, 10]]
+    w = data["summary"]["wait_to_placed_mean_s"]
+    assert w["n"] == 3 and w["low"] <= w["mean"] <= w["high"]
+    assert "delay_p50_ratio" in data["summary"]
+    with open(jobs, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["seed"] for r in rows].count("7") == 3 and len(rows) == 9
+    with pytest.raises(SystemExit) as exc:
+        cli_main(["replay", trace, "--seeds", "0"])
+    assert exc.value.code == 2 and "--seeds: expected a number of runs >= 1, got 0" in capsys.readouterr().err
+
+
+def test_text_progress_has_percent_and_eta():
+    now = [0.0]
+    stream = io.StringIO()
+    p = TextProgress("replay", "virtual s", stream=stream, every=10.0, clock=lambda: now[0])
+    p(100.0, 1000.0)  # within the first 10 s: nothing
+    now[0] = 20.0
+    p(250.0, 1000.0)  # a quarter in 20 s: 60 s left
+    now[0] = 25.0
+    p(300.0, 1000.0)  # 5 s after the last line: nothing
+    now[0] = 40.0
+    p(400.0, None)
+    assert stream.getvalue().splitlines() == ["replay: 25.0 % (250 of 1,000 virtual s), ETA 1m00s",
+                                              "replay: 400 virtual s (0m40s elapsed)"]
+
+
+def test_experiment_seed_and_html(tmp_path, capsys):
+    out = tmp_path / "html"
+    assert cli_main(["experiment", "conflict-modes", "--quick", "--seed", "3", "--html", str(out),
+                     "--json-out", str(tmp_path / "e.json")]) == 0
+    page = (out / "index.html").read_text()
+    assert "conflict-modes" in page and "<table>" in page and "seeds + 3" in page
+    assert json.loads((out / "reports.json").read_text())[0]["name"] == "conflict-modes"
+
+
+def test_seeds_html_puts_the_runs_side_by_side(tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "html"
+    assert cli_main(["replay", _trace(tmp_path), "--seeds", "2", "--html", str(out)]) == 0
+    page = (out / "index.html").read_text()
+    assert "seed 0" in page and "seed 2" in page
+    assert json.loads((out / "result-seed2.json").read_text())["config"]["schedulers"][0]["seed"] == 2
+
+
+def test_experiment_runs_get_a_progress_callback_each(tmp_path):
+    from tools.fauxmaster.experiments.catalogue import EXPERIMENTS, QUICK
+    from tools.fauxmaster.experiments.runs import Bench
+
+    labels, calls = [], []
+
+    def progress_for(label):
+        labels.append(label)
+        return lambda now, until: calls.append(now)
+
+    EXPERIMENTS["conflict-modes"](Bench(QUICK, workdir=str(tmp_path), progress_for=progress_for))
+    assert labels == ["run 1 (shared-state)", "run 2 (shared-state)"]
+
+
+def test_a_sweep_can_vary_the_submit_latency(tmp_path):
+    from pathlib import Path
+
+    from tools.sweep.spec import load_spec
+
+    traces = Path(__file__).resolve().parents[1] / "data" / "traces" / "sweep"
+    spec = tmp_path / "s.toml"
+    spec.write_text(f'[sweep]\nname = "lat"\ntraces = ["{traces / "tiny-a.omt.gz"}"]\nseeds = [0]\n'
+                    '[grid]\nsubmit_latency_s = [0.0, 0.62]\n')
+    assert [run.replay_config()["submit_latency_s"] for run in load_spec(spec).runs] == [0.0, 0.62]
