@@ -62,7 +62,13 @@ def target_workload(shapes: Iterable[PodShape], coverage: float = 0.95) -> Targe
     or a coverage outside (0, 1]."""
     if not 0 < coverage <= 1:
         raise ValueError(f"coverage must be in (0, 1], got {coverage}")
-    counts = Counter(PodShape(s.cpu, 0, s.count, s.milli, s.models) for s in shapes)
+    return target_of_counts(Counter(PodShape(s.cpu, 0, s.count, s.milli, s.models) for s in shapes), coverage)
+
+
+def target_of_counts(counts: Counter, coverage: float = 0.95) -> TargetWorkload:
+    """``target_workload`` of shapes already counted (memory-free shapes -> how many)."""
+    if not 0 < coverage <= 1:
+        raise ValueError(f"coverage must be in (0, 1], got {coverage}")
     total = sum(counts.values())
     if not total:
         raise ValueError("the target workload needs at least one pod")

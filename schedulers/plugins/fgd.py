@@ -8,22 +8,26 @@ GPUs on the lowest free ones); score = sigmoid((F before - F after) / 1000) in (
 nothing changes (a machine without GPUs), above for placements that fill holes. CPU-only tasks
 are scored too: taking CPU from a GPU machine can strand its GPUs.
 
-``workload`` (required): the target workload, a list of ``{cpu, gpu, models, weight}`` (cpu in
-millicores; gpu in milli: below 1000 a share of one GPU, else whole GPUs; models: allowed GPU
-models, empty for any; weight > 0), e.g. the popular shapes of an openb pod list
-(``tools.gpufrag.experiment.workload_args``).
+``workload``: the target workload, a list of ``{cpu, gpu, models, weight}`` (cpu in millicores;
+gpu in milli: below 1000 a share of one GPU, else whole GPUs; models: allowed GPU models, empty
+for any; weight > 0), e.g. the popular shapes of an openb pod list
+(``tools.gpufrag.experiment.workload_args``). Empty (the default): learned from the jobs the
+scorer sees, each job's shape counted once per task, the most frequent covering 95 % of the
+tasks (then the scorer cannot sign: its scores depend on the jobs seen before, so score caches
+and equivalence classes are off with it).
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 
 from cellstate.devices import MILLI, MODEL_LABEL, bind_in, device_count, devices_in
-from cellstate.model import Job, Machine
+from cellstate.model import ConstraintOp, Job, Machine
 from cellstate.resources import Resources
 from schedulers.gpu.frag import node_frag
-from schedulers.gpu.workload import PodShape, TargetWorkload
+from schedulers.gpu.workload import PodShape, TargetWorkload, target_of_counts
 from schedulers.plugin import PluginConfigError, ScoreContext, build_args
 
 NAME = "fgd"
@@ -34,8 +38,8 @@ class FgdArgs:
     workload: tuple = ()
 
     def __post_init__(self) -> None:
-        if isinstance(self.workload, (str, dict)) or not self.workload:
-            raise PluginConfigError(f"{NAME}: workload must be a non-empty list of {{cpu, gpu, models, weight}}")
+        if isinstance(self.workload, (str, dict)) or not isinstance(self.workload, (list, tuple)):
+            raise PluginConfigError(f"{NAME}: workload must be a list of {{cpu, gpu, models, weight}}")
         object.__setattr__(self, "workload", tuple(self.workload))
 
 
@@ -53,36 +57,66 @@ def _shape(i: int, d) -> tuple[PodShape, float]:
     return PodShape(cpu, 0, count, milli, tuple(sorted(map(str, models)))), float(weight)
 
 
-def load_workload(args: FgdArgs) -> TargetWorkload:
-    """The target workload of ``args`` (frequencies renormalised to sum to 1)."""
+def load_workload(args: FgdArgs) -> TargetWorkload | None:
+    """The target workload of ``args`` (frequencies renormalised to sum to 1); None: learned."""
+    if not args.workload:
+        return None
     pairs = [_shape(i, d) for i, d in enumerate(args.workload)]
     total = sum(w for _, w in pairs)
     return TargetWorkload(tuple(s for s, _ in pairs), tuple(w / total for _, w in pairs), 1.0, len(pairs))
+
+
+MAX_LEARNED_JOBS = 100_000  # a learned workload stops counting new jobs after this many
 
 
 class Fgd:
     """See the module docstring."""
 
     name = NAME
-    reads = frozenset({"request"})
 
-    def __init__(self, args: FgdArgs, workload: TargetWorkload) -> None:
-        self.args, self.workload = args, workload
+    def __init__(self, args: FgdArgs, workload: TargetWorkload | None) -> None:
+        self.args, self._given = args, workload
+        self.reads = frozenset({"request"}) if workload is not None else None
+        self._counted: set[str] = set()
+        self._counts: Counter = Counter()
+        self._learned: TargetWorkload | None = None
+
+    def workload_for(self, job: Job) -> TargetWorkload | None:
+        """The target workload: the given one, or the one learned so far (``job`` counted)."""
+        if self._given is not None:
+            return self._given
+        if job.id not in self._counted and len(self._counted) < MAX_LEARNED_JOBS:
+            self._counted.add(job.id)
+            self._counts[shape_of(job)] += job.tasks
+            self._learned = None
+        if self._learned is None and self._counts:
+            self._learned = target_of_counts(self._counts)
+        return self._learned
 
     def score(self, job: Job, machine: Machine, free: Resources, ctx: ScoreContext) -> float:
+        workload = self.workload_for(job)
         n = device_count(machine.capacity)
-        if not n:
+        if not n or workload is None:
             return 0.5
         model = dict(machine.labels).get(MODEL_LABEL, "")
         frees = (devices_in(free) + [0] * n)[:n]
-        before = node_frag(free.cpu, frees, model, self.workload)
+        before = node_frag(free.cpu, frees, model, workload)
         request = job.request
         bound = bind_in(request, free) if request.extra else request
         if bound is None:
             return 0.0
         after_free = free - bound
-        after = node_frag(after_free.cpu, (devices_in(after_free) + [0] * n)[:n], model, self.workload)
+        after = node_frag(after_free.cpu, (devices_in(after_free) + [0] * n)[:n], model, workload)
         return 1.0 / (1.0 + math.exp(-(before - after) / 1000.0))
+
+
+def shape_of(job: Job) -> PodShape:
+    """A job's task as a (memory-free) shape of the fragmentation measure."""
+    gpu = job.request.get("gpu")
+    count, milli = (0, 0) if gpu <= 0 else (1, gpu) if gpu < MILLI else (gpu // MILLI, MILLI)
+    models = next((tuple(sorted(c.values)) for c in job.constraints
+                   if c.attribute == MODEL_LABEL and c.op is ConstraintOp.IN), ())
+    return PodShape(job.request.cpu, 0, count, milli, models)
 
 
 def factory(args: FgdArgs | dict | None = None) -> Fgd:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from cellstate.jobspec import JobSpecError, dump_jobs, job_from_mapping, load_jobs, mebibytes, FieldError
+from cellstate.jobspec import _label, JobSpecError, dump_jobs, job_from_mapping, load_jobs, mebibytes, FieldError
 from cellstate.model import Constraint, ConstraintOp, JobKind
 from cellstate.resources import Resources
 from tools.cli import main
@@ -146,7 +146,7 @@ def test_rejection_names_file_job_and_field(tmp_path, change, field, message):
     assert err.value.field == field
     assert message in err.value.message
     job_id = change.get("id", "bad")
-    job_label = f"job[1] {job_id!r}" if job_id else "job[1]"
+    job_label = f"job[1] {_label(1, job_id)[7:]}" if job_id else "job[1]"  # (a long id cut short)
     assert str(err.value).startswith(f"{path}: {job_label}: field {field!r}: ")
 
 

@@ -93,7 +93,8 @@ def test_the_live_run_places_the_jobs(tmp_path, etcd_server, etcd_store, cell_ke
     (jobs,) = [b for b in blocks("toml") if "[[job]]" in b]
     (tmp_path / "jobs.toml").write_text(jobs)
     store_args = ["--endpoints", ",".join(etcd_server.endpoints), "--cell", cell_keys.cell]
-    init, submit = omega_lines("omega cell init"), omega_lines("omega submit")
+    init, submit = omega_lines("omega cell init"), omega_lines("omega job submit")
+    assert submit, "the document submits its jobs"
     (run,) = omega_lines("PYTHONPATH=docs/examples omega scheduler run")
     for argv in init + submit:
         done = run_omega(argv + store_args, tmp_path)

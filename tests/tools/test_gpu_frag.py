@@ -218,7 +218,11 @@ def test_the_fgd_scorer_prefers_the_machine_whose_hole_the_task_fills():
     assert scorer.score(job, holed, holed.free, None) > 0.5 > scorer.score(job, idle, idle.free, None)
     cpu_only = Machine("c", Resources.of(32_000, 100_000))
     assert scorer.score(job, cpu_only, cpu_only.free, None) == 0.5
-    for bad in ({}, {"workload": []}, {"workload": [{"cpu": 1, "gpu": 1500}]}, {"workload": [{"cpu": 1, "nope": 1}]}):
+    learned = SCORERS["fgd"]()  # no workload: learned from the jobs it scores
+    assert learned.reads is None
+    learned.score(Job("w", JobKind.BATCH, 3, Resources.of(1000, 10, 0, gpu=1000)), idle, idle.free, None)
+    assert learned.score(job, holed, holed.free, None) > 0.5 > learned.score(job, idle, idle.free, None)
+    for bad in ({"workload": "x"}, {"workload": [{"cpu": 1, "gpu": 1500}]}, {"workload": [{"cpu": 1, "nope": 1}]}):
         with pytest.raises(PluginConfigError):
             SCORERS["fgd"](bad)
 
