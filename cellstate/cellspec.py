@@ -44,6 +44,14 @@ DEMO_SHAPES = (
 )
 
 
+DEMO_GPU_SHAPES = (  # ``omega demo --gpu``: a mix shaped like Alibaba's openb cluster (docs/GPU.md)
+    Shape(Resources.of(96_000, 512 * GIB, 0, **gpu_capacity(8)), 3.0, ((MODEL_LABEL, "V100M32"),)),
+    Shape(Resources.of(64_000, 256 * GIB, 0, **gpu_capacity(2)), 2.0, ((MODEL_LABEL, "P100"),)),
+    Shape(Resources.of(96_000, 384 * GIB, 0, **gpu_capacity(1)), 2.0, ((MODEL_LABEL, "T4"),)),
+    Shape(Resources.of(32_000, 128 * GIB, 1024 * GIB), 1.0),
+)
+
+
 MAX_MACHINES = 1_000_000  # a bound, so a mistyped count fails at once instead of exhausting memory
 MAX_PACKAGES = 100_000
 

@@ -24,15 +24,24 @@ GIB = 1024
 
 @dataclass(frozen=True, slots=True)
 class TaskShape:
-    """A per-task request (cores, MiB) and its weight among a kind's shapes."""
+    """A per-task request (cores, MiB, GPU milli: a share below 1000, else whole GPUs) and its
+    weight among a kind's shapes."""
 
     cores: float
     memory: int
     weight: float = 1.0
+    gpu: int = 0
 
     @property
     def request(self) -> Resources:
-        return Resources.of(round(self.cores * 1000), self.memory)
+        return Resources.of(round(self.cores * 1000), self.memory, gpu=self.gpu)
+
+
+GPU_BATCH_SHAPES = (
+    TaskShape(4, 16 * GIB, 3, gpu=250), TaskShape(6, 24 * GIB, 3, gpu=500), TaskShape(8, 32 * GIB, 4, gpu=1000),
+    TaskShape(16, 64 * GIB, 1, gpu=2000), TaskShape(64, 256 * GIB, 0.3, gpu=8000), TaskShape(2, 4 * GIB, 2))
+"""Batch task shapes of ``generate --gpu`` (``omega demo --gpu``), shaped like Alibaba's openb
+pods: shares of a quarter and a half GPU, whole 1-, 2- and 8-GPU tasks, some CPU-only ones."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -76,6 +76,19 @@ def test_demo_places_conflicts_and_leaves_a_clean_cell(tmp_path):
     assert all(_refused(endpoint) for endpoint in summary["etcd_endpoints"]), "etcd still answers"
 
 
+def test_the_gpu_demo_places_gpu_tasks_on_devices_and_leaves_a_clean_cell(tmp_path):
+    summary_path = tmp_path / "summary.json"
+    cmd = [sys.executable, "-m", "tools.cli", "demo", "--gpu", "--duration", "8", "--no-monitor", "--rate", "4",
+           "--machines", "40", "--summary-json", str(summary_path), "--run-dir", str(tmp_path / "run")]
+    done = subprocess.run(cmd, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, f"demo exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    summary = json.loads(summary_path.read_text())
+    assert summary["ok"] and summary["check"]["ok"], summary["check"]
+    used = {u["name"]: u["allocated"] for u in summary["utilization"]}
+    assert used["gpu"] > 0 and used["gpu.0"] > 0  # tasks hold named devices
+    assert (tmp_path / "run" / "gpu-batch-chain.toml").read_text().count('name = "fgd"') == 1
+
+
 def test_a_closed_terminal_stops_the_whole_demo(tmp_path):
     """SIGHUP (the terminal closed) stops the demo like Ctrl-C: its children run in process
     groups of their own, so the demo must stop them; nothing is left running."""

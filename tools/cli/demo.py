@@ -44,6 +44,8 @@ def register(sub) -> None:
                            "race over it (default: never)")
     demo.add_argument("--secure", action="store_true",
                       help="etcd with TLS and auth; every process logs in as its cell user")
+    demo.add_argument("--gpu", action="store_true",
+                      help="a GPU cell: GPU machines, GPU tasks, batch schedulers scoring by fragmentation (fgd)")
     demo.add_argument("--cell", default="demo", help="cell name (default demo)")
     demo.add_argument("--etcd-compaction-retention", type=int, default=DEFAULT_COMPACTION_RETENTION,
                       metavar="REVISIONS", help="etcd auto-compaction keeps this many revisions; 0: off "
@@ -72,7 +74,8 @@ def config_from_args(args):
             rate=args.rate, service_fraction=args.service_fraction, duration=args.duration, seed=args.seed,
             monitor=args.monitor, conflict_mode=args.conflict_mode, time_scale=args.time_scale,
             steal_after=args.steal_after, secure=args.secure, cell=args.cell,
-            etcd_compaction_retention=args.etcd_compaction_retention, etcd_quota_bytes=args.etcd_quota_bytes)
+            etcd_compaction_retention=args.etcd_compaction_retention, etcd_quota_bytes=args.etcd_quota_bytes,
+            gpu=args.gpu)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 

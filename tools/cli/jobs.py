@@ -37,6 +37,8 @@ def register(sub) -> None:
     gen.add_argument("--seed", type=int, default=1)
     gen.add_argument("--duration", type=float, default=60.0, help="seconds of arrivals (default 60)")
     gen.add_argument("--rate", type=float, default=1.0, help="jobs per second, all kinds (default 1)")
+    gen.add_argument("--gpu", action="store_true",
+                     help="batch tasks ask GPUs (shares and whole GPUs, tools.workload.GPU_BATCH_SHAPES)")
     gen.add_argument("--service-fraction", type=float, default=0.1,
                      help="share of jobs that are services (default 0.1)")
     gen.add_argument("--prefix", default=None, help="job id prefix (default w{seed}-)")
@@ -160,7 +162,7 @@ def run_kill(args) -> int:
 
 def _mix(args):
     from tools.cli import UsageError
-    from tools.workload import WorkloadMix, parse_routes
+    from tools.workload import GPU_BATCH_SHAPES, WorkloadMix, parse_routes
 
     if not 0 <= args.service_fraction <= 1:
         raise UsageError(f"--service-fraction must be in [0, 1], got {args.service_fraction}")
@@ -173,8 +175,9 @@ def _mix(args):
         routes = parse_routes(args.route) if args.route else ()
     except ValueError as exc:
         raise UsageError(f"--route: {exc}") from None
+    gpu = {"batch_shapes": GPU_BATCH_SHAPES, "batch_tasks_median": 2.0, "batch_tasks_max": 64} if args.gpu else {}
     return WorkloadMix(batch_rate=args.rate * (1 - args.service_fraction),
-                       service_rate=args.rate * args.service_fraction, routes=routes)
+                       service_rate=args.rate * args.service_fraction, routes=routes, **gpu)
 
 
 def run_generate(args) -> int:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from cellstate.cellspec import CellSpec, init_cell
+from cellstate.cellspec import DEMO_GPU_SHAPES, CellSpec, init_cell
 from cellstate.check import check_cell
 from cellstate.etcd.cluster import EtcdCluster
 from cellstate.etcd.options import DEFAULT_COMPACTION_RETENTION, DEFAULT_QUOTA_BACKEND_BYTES, EtcdOptions
@@ -49,6 +49,20 @@ SCHEDULERS_READY_S = 60.0     # how long the schedulers may take to publish thei
 STOP_TIMEOUT_S = 15.0         # SIGTERM → SIGKILL
 GENERATOR_FOREVER_S = 7 * 24 * 3600.0
 METRICS_READY_S = 15.0        # how long a child may take to print where it serves metrics
+GPU_BATCH_CHAIN = """# omega demo --gpu: the batch schedulers' chain (docs/GPU.md)
+[[filters]]
+name = "machine_state"
+[[filters]]
+name = "different_machine"
+[[filters]]
+name = "max_per_machine"
+[[filters]]
+name = "resources_fit"
+[[filters]]
+name = "constraints"
+[[scorers]]
+name = "fgd"
+"""
 METRICS_LINE = "metrics on "  # what ``scheduler run``/``agents run`` print: "metrics on URL"
 OUTPUT_WIDTH = 80             # the demo's own lines wrap at this width
 
@@ -75,6 +89,9 @@ class DemoConfig:
     cell: str = "demo"
     etcd_compaction_retention: int = DEFAULT_COMPACTION_RETENTION  # revisions etcd keeps; 0: no compaction
     etcd_quota_bytes: int = DEFAULT_QUOTA_BACKEND_BYTES
+    gpu: bool = False
+    """A GPU cell (``DEMO_GPU_SHAPES``), GPU batch tasks (``generate --gpu``) and batch
+    schedulers that score by fragmentation (the ``fgd`` scorer, ``GPU_BATCH_CHAIN``)."""
 
     def __post_init__(self):
         checks = [("machines", self.machines >= 1), ("zones", 1 <= self.zones <= 26),
@@ -211,15 +228,22 @@ class Demo:
 
     def init_cell(self) -> int:
         c = self.config
-        return init_cell(self.store, self.keys, CellSpec(machines=c.machines, zones=c.zones, seed=c.seed))
+        shapes = {"shapes": DEMO_GPU_SHAPES} if c.gpu else {}
+        return init_cell(self.store, self.keys, CellSpec(machines=c.machines, zones=c.zones, seed=c.seed, **shapes))
 
     def start_children(self) -> None:
         """Agents and schedulers; then, once every scheduler publishes, the generator."""
         c = self.config
         self.children.start("agents", ["agents", "run", "--time-scale", f"{c.time_scale:g}",
                                        "--seed", str(c.seed), *self.metrics_args(), *self.child_args("agent")])
+        chain: tuple[str, ...] = ()
+        if c.gpu:
+            path = self.run_dir / "gpu-batch-chain.toml"
+            path.write_text(GPU_BATCH_CHAIN)
+            chain = ("--config", str(path))
         for i, (name, kind) in enumerate(c.scheduler_names()):
             self.children.start(name, ["scheduler", "run", "--kind", kind, "--name", name,
+                                       *(chain if kind == "batch" else ()),
                                        "--seed", str(c.seed + i), "--conflict-mode", c.conflict_mode,
                                        *(("--steal-after", f"{c.steal_after:g}") if c.steal_after is not None else ()),
                                        *self.metrics_args(), *self.child_args("scheduler")])
@@ -229,6 +253,7 @@ class Demo:
         self.children.start("generator", ["generate", "--submit", "--rate", f"{c.rate:g}",
                                           "--duration", f"{arrivals:g}", "--seed", str(c.seed),
                                           "--service-fraction", f"{c.service_fraction:g}",
+                                          *(("--gpu",) if c.gpu else ()),
                                           *(("--route", c.routes) if c.routes else ()),
                                           *self.child_args("scheduler")], expected_exit=True)
         self.started_at = time.monotonic()
