@@ -3,7 +3,11 @@ scoring by FGD (the ``fgd`` scorer), per-device (resource-fit) or per-machine (s
 conflict detection, with or without departures.
 
     python bench/bench_gpu_omega.py [--nodes FILE] [--pods FILE] [--seed 42] [--rate 20]
-                                    [--life-scale 0,0.01] [--store memory|etcd]
+                                    [--life-scale 0,0.1] [--store memory|etcd] [--node-limit N]
+                                    [--full-scan]
+
+With ``--store etcd`` the replays commit to the etcd at $OMEGA_ENDPOINTS (else 127.0.0.1:2379),
+each in a fresh cell.
 
 The workload (``tools.gpufrag.timed``): the experiment's arrival sequence at tune 1.0 (demand =
 the cell's GPU capacity), ``--rate`` pods per virtual second, each pod running its own lifetime
@@ -32,21 +36,24 @@ from tools.gpufrag.timed import write_burst_trace  # noqa: E402
 FILTERS = [{"name": "machine_state"}, {"name": "resources_fit"}, {"name": "constraints"}]
 
 
-def schedulers(n: int, mode: str, workload: list[dict], full_scan: int = 0) -> str:
+def schedulers(n: int, mode: str, workload: list[dict], full_scan: int = 0, sample: tuple[int, int] = (0, 0)) -> str:
     chain = {"filters": FILTERS, "scorers": [{"name": "fgd", "args": {"workload": workload}}]}
+    if sample[0]:
+        chain.update(k=sample[0], sample_size=sample[1])
     if full_scan:  # every scheduler scores every machine: they all want the same best one
         chain.update(k=full_scan, sample_size=full_scan, sample_rounds=1)
     return json.dumps([{"name": f"fgd{i}", "kind": "batch", "jobs": "all", "conflict_mode": mode,
                         "options": chain} for i in range(n)])
 
 
-def run(trace: str, spec: str, store: str, arrivals_end: float) -> dict:
+def run(trace: str, spec: str, store: str, arrivals_end: float, cell: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
         spec_file = Path(tmp) / "s.json"
         spec_file.write_text(spec)
         cmd = [sys.executable, "-m", "tools.cli", "replay", trace, "--schedulers", f"@{spec_file}",
-               "--sample-every", "1", "--json-out", str(out), "--store", store, "--until", str(arrivals_end + 600)]
+               "--sample-every", "1", "--json-out", str(out), "--store", store, "--until", str(arrivals_end + 600),
+               *(("--cell", cell) if store == "etcd" else ())]
         started = time.perf_counter()
         subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
         wall = time.perf_counter() - started
@@ -69,6 +76,8 @@ def main() -> int:
     ap.add_argument("--life-scale", default="0,0.1")
     ap.add_argument("--store", default="memory", choices=("memory", "etcd"))
     ap.add_argument("--node-limit", type=int, default=None, help="a seeded sample of this many nodes")
+    ap.add_argument("--sample", default="32,128", metavar="K,SIZE",
+                    help="batch scheduler's k and sample_size (default 32,128; 0,0: its defaults)")
     ap.add_argument("--full-scan", action="store_true",
                     help="each scheduler scores every machine (maximal contention) instead of sampling")
     args = ap.parse_args()
@@ -80,7 +89,9 @@ def main() -> int:
             print(f"life scale {life}: {info['pods']} pods over {info['arrival_window_s']:.0f} virtual s")
             for n, mode in ((1, "resource-fit"), (3, "resource-fit"), (3, "sequence")):
                 scan = (args.node_limit or 100_000) if args.full_scan else 0
-                r = run(trace, schedulers(n, mode, workload, scan), args.store, info["arrival_window_s"])
+                cell = f"gpu-omega-{int(time.time())}-{n}-{mode}-{life:g}".replace(".", "_")
+                k, size = (int(x) for x in args.sample.split(","))
+                r = run(trace, schedulers(n, mode, workload, scan, (k, size)), args.store, info["arrival_window_s"], cell)
                 print(f"  {n} x fgd, {mode:<12} unallocated GPU {r['unallocated_gpu_pct']:6.2f} %  "
                       f"never placed {r['jobs_unscheduled']:5d}  conflict fraction {r['conflict_fraction']:.3f} "
                       f"({r['conflict_txns']}/{r['txns']} txns)  check {'ok' if r['check_ok'] else 'VIOLATIONS'}  "

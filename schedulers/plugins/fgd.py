@@ -66,6 +66,7 @@ def load_workload(args: FgdArgs) -> TargetWorkload | None:
     return TargetWorkload(tuple(s for s, _ in pairs), tuple(w / total for _, w in pairs), 1.0, len(pairs))
 
 
+TIE_WEIGHT = 1e-3  # the share of the score that breaks ties towards packed machines
 MAX_LEARNED_JOBS = 100_000  # a learned workload stops counting new jobs after this many
 
 
@@ -107,7 +108,10 @@ class Fgd:
             return 0.0
         after_free = free - bound
         after = node_frag(after_free.cpu, (devices_in(after_free) + [0] * n)[:n], model, workload)
-        return 1.0 / (1.0 + math.exp(-(before - after) / 1000.0))
+        # ties (equal growth, e.g. identical idle machines) go to the machine whose GPUs are the
+        # most allocated: the packing a "first machine by name" tie-break gives the artifact
+        packed = 1.0 - free.get("gpu") / machine.capacity.get("gpu") if machine.capacity.get("gpu") > 0 else 0.0
+        return (1.0 - TIE_WEIGHT) / (1.0 + math.exp(-(before - after) / 1000.0)) + TIE_WEIGHT * packed
 
 
 def shape_of(job: Job) -> PodShape:

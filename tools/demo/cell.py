@@ -49,7 +49,10 @@ SCHEDULERS_READY_S = 60.0     # how long the schedulers may take to publish thei
 STOP_TIMEOUT_S = 15.0         # SIGTERM → SIGKILL
 GENERATOR_FOREVER_S = 7 * 24 * 3600.0
 METRICS_READY_S = 15.0        # how long a child may take to print where it serves metrics
-GPU_BATCH_CHAIN = """# omega demo --gpu: the batch schedulers' chain (docs/GPU.md)
+GPU_BATCH_CHAIN = """# omega demo --gpu: the batch schedulers' chain (docs/GPU.md); a wider sample than the
+# batch default (k 2 of 16): fragmentation-aware choices need candidates to choose from
+k = 32
+sample_size = 128
 [[filters]]
 name = "machine_state"
 [[filters]]
