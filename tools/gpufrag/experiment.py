@@ -22,11 +22,20 @@ from schedulers.gpu.workload import PodShape, TargetWorkload, target_workload
 from tools.gpufrag.run import TIE_BREAKS, RunResult, run_one
 from tools.trace.openb.lists import read_nodes, read_pods
 
-# The artifact's published medians of unallocated GPU % at 100 % arrived, on its default pod
-# list with the GPU node list, tune 1.3, seeds 42-51 (experiments/analysis/expected_results of
+# The artifact's published medians of unallocated GPU % at 100 % arrived, on its pod lists with
+# the GPU node list, tune 1.3, seeds 42-51 (medians of the per-seed values in
+# experiments/analysis/expected_results/analysis_allo_discrete.csv of
 # hkust-adsl/kubernetes-scheduler-simulator): shown beside ours, never used by any run.
-PUBLISHED = {"openb_pod_list_default": {"random": 13.75, "dotprod": 9.44, "gpuclustering": 8.42,
-                                        "gpupacking": 8.19, "bestfit": 7.09, "fgd": 4.77}}
+PUBLISHED = {
+    "openb_pod_list_default": {"random": 13.75, "dotprod": 9.445, "gpuclustering": 8.42, "gpupacking": 8.195,
+                               "bestfit": 7.09, "fgd": 4.77},
+    "openb_pod_list_gpushare40": {"random": 15.04, "dotprod": 10.665, "gpuclustering": 10.18, "gpupacking": 10.195,
+                                  "bestfit": 8.53, "fgd": 6.045},
+    "openb_pod_list_multigpu20": {"random": 13.165, "dotprod": 8.185, "gpuclustering": 6.615, "gpupacking": 6.49,
+                                  "bestfit": 6.27, "fgd": 4.47},
+    "openb_pod_list_gpuspec10": {"random": 13.685, "dotprod": 9.75, "gpuclustering": 8.055, "gpupacking": 7.765,
+                                 "bestfit": 6.885, "fgd": 5.30},
+}
 
 MODELLING = (
     "pods arrive one at a time in a seeded shuffle of the list, then pods drawn from the list with "
