@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cellstate.model import Constraint, ConstraintOp
 from cellstate.resources import Resources
 
 GPU = "gpu"
@@ -62,17 +63,7 @@ def device_count(capacity: Resources) -> int:
 
 def device_free(capacity: Resources, allocated: Resources) -> list[int]:
     """Free milli of each device of a machine, by index (``capacity`` minus ``allocated``)."""
-    n = device_count(capacity)
-    free = [0] * n
-    for name, amount in capacity.extra:
-        i = device_index(name)
-        if i is not None and i < n:
-            free[i] += amount
-    for name, amount in allocated.extra:
-        i = device_index(name)
-        if i is not None and i < n:
-            free[i] -= amount
-    return free
+    return devices_in(capacity - allocated, device_count(capacity))
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,14 +92,24 @@ def gpu_ask(request: Resources) -> GpuAsk | None:
             total = amount
         elif name.startswith(DEVICE_PREFIX):
             raise DeviceError(f"a task's request cannot name a device ({name}); ask for '{GPU}'")
-    if total <= 0:
-        return None
-    if total < MILLI:
-        return GpuAsk(1, total)
-    if total % MILLI:
+    if total > MILLI and total % MILLI:
         raise DeviceError(f"gpu request {total} milli is neither a share (< {MILLI}) nor whole GPUs "
                           f"(a multiple of {MILLI})")
-    return GpuAsk(total // MILLI, MILLI)
+    return ask_of(total)
+
+
+def ask_of(total: int) -> GpuAsk | None:
+    """The ask a ``gpu`` amount of milli stands for: a share of one device below 1000, else
+    whole devices (the amount's thousands); None for no GPU."""
+    if total <= 0:
+        return None
+    return GpuAsk(1, total) if total < MILLI else GpuAsk(total // MILLI, MILLI)
+
+
+def model_constraint(models) -> Constraint:
+    """The constraint that keeps a task on machines of the GPU ``models``."""
+    return Constraint(MODEL_LABEL, ConstraintOp.IN, tuple(models))
+
 
 
 def ask_request(num_gpu: int, gpu_milli: int) -> int:
@@ -167,22 +168,31 @@ def first_fit(free: list[int], ask: GpuAsk) -> tuple[int, ...] | None:
     return tuple(fit[:ask.count])
 
 
-def _ask_of(total: int) -> GpuAsk:
-    return GpuAsk(1, total) if total < MILLI else GpuAsk(total // MILLI, MILLI)
-
-
-def devices_in(resources: Resources) -> list[int]:
+def devices_in(resources: Resources, count: int | None = None) -> list[int]:
     """The amount of each device a vector holds, by index (absent devices hold 0): of a
-    machine's free resources, the free milli of every device."""
+    machine's free resources, the free milli of every device. ``count``: that many entries
+    (a machine's device count), else up to the highest index held."""
     amounts: dict[int, int] = {}
     for name, amount in resources.extra:
         i = device_index(name)
         if i is not None:
             amounts[i] = amount
-    out = [0] * (max(amounts) + 1 if amounts else 0)
+    out = [0] * (count if count is not None else max(amounts) + 1 if amounts else 0)
     for i, amount in amounts.items():
-        out[i] = amount
+        if i < len(out):
+            out[i] = amount
     return out
+
+
+def _gpu_parts(request: Resources) -> tuple[int, list[tuple[int, int]]]:
+    """A request's ``gpu`` amount and the (index, amount) of each device it names."""
+    total, named = 0, []
+    for name, amount in request.extra:
+        if name == GPU:
+            total = amount
+        elif (i := device_index(name)) is not None:
+            named.append((i, amount))
+    return total, named
 
 
 def bind_in(request: Resources, free: Resources) -> Resources | None:
@@ -193,16 +203,11 @@ def bind_in(request: Resources, free: Resources) -> Resources | None:
     hold it."""
     if not request.extra:
         return request
-    total, named = 0, []
-    for name, amount in request.extra:
-        if name == GPU:
-            total = amount
-        elif device_index(name) is not None:
-            named.append((name, amount))
-    if total <= 0:
+    total, named = _gpu_parts(request)
+    ask = ask_of(total)
+    if ask is None:
         return request
-    ask = _ask_of(total)
-    if len(named) == ask.count and all(amount <= free.get(name) for name, amount in named):
+    if len(named) == ask.count and all(amount <= free.get(device_name(i)) for i, amount in named):
         return request
     frees = devices_in(free)
     if not frees and not named:
@@ -218,19 +223,14 @@ def bind_in(request: Resources, free: Resources) -> Resources | None:
 def binding_problem(request: Resources, capacity: Resources) -> str | None:
     """Why a claim's ``request`` is not a valid device binding on a machine of ``capacity``
     (its GPU ask not held by exactly its count of existing devices, ``milli`` each), else None."""
-    total, named = 0, []
-    for name, amount in request.extra:
-        if name == GPU:
-            total = amount
-        elif (i := device_index(name)) is not None:
-            named.append((i, amount))
+    total, named = _gpu_parts(request)
     if total <= 0 and not named:
         return None
     if not named and device_count(capacity) == 0:
         return None  # a machine without devices: ``gpu`` is a plain counted resource there
     if total <= 0 or (total >= MILLI and total % MILLI):
         return f"gpu {total} is not a share or whole GPUs"
-    ask = _ask_of(total)
+    ask = ask_of(total)
     if len(named) != ask.count or any(amount != ask.milli for _, amount in named):
         return f"gpu {total} must be held by {ask.count} device(s) of {ask.milli} milli, got {dict(named)}"
     missing = [i for i, _ in named if capacity.get(device_name(i)) <= 0]

@@ -36,7 +36,7 @@ from pathlib import Path
 from cellstate.codec.records import MAX_TASKS, validate_job
 from cellstate.codec.fields import SHORT as _SHORT
 from cellstate.codec.fields import CodecError
-from cellstate.devices import MAX_DEVICES, MILLI, MODEL_LABEL
+from cellstate.devices import MAX_DEVICES, MILLI, model_constraint
 from cellstate.model import Constraint, ConstraintOp, Job, JobKind
 from cellstate.resources import Resources
 
@@ -263,7 +263,7 @@ def _gpu_models(x) -> tuple[Constraint, ...]:
         x = [x]
     if not isinstance(x, list) or not x or not all(isinstance(m, str) and m for m in x):
         raise FieldError("gpu_models", f"must be a non-empty list of GPU model names, got {_show(x)}")
-    return (Constraint(MODEL_LABEL, ConstraintOp.IN, tuple(dict.fromkeys(x))),)
+    return (model_constraint(dict.fromkeys(x)),)
 
 
 def mebibytes(field: str, value) -> int:

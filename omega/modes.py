@@ -242,13 +242,11 @@ def drop_unfit(plan: Plan) -> tuple[Plan, list[int]]:
         by_machine.setdefault(claim.machine_id, []).append(claim)
     unfit: set[int] = set()
     victim_allocs = plan.victim_allocs
-    rebound: dict[int, Claim] = {}  # task -> its claim with devices bound anew
+    rebound: dict[int, Claim] = {}  # task -> its kept claim, devices bound (anew or as they were)
     for machine_id, claims in by_machine.items():
         kept_here, rejected = fit_cumulatively(plan.machines[machine_id], claims, victim_allocs)
         unfit.update(claim.task_index for claim, _ in rejected)
-        if any(c.request.extra for c in claims):  # (GPU claims only: the others are kept as they are)
-            same = {id(c) for c in claims}
-            rebound.update((c.task_index, c) for c in kept_here if id(c) not in same)
+        rebound.update((c.task_index, c) for c in kept_here if c.request.extra)  # (claims bound to devices)
     if rebound:
         plan = replace(plan, claims=tuple(rebound.get(c.task_index, c) for c in plan.claims))
     if not unfit:

@@ -23,7 +23,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
-from cellstate.devices import MILLI, MODEL_LABEL, bind_in, device_count, devices_in
+from cellstate.devices import MILLI, MODEL_LABEL, ask_of, bind_in, device_count, devices_in
 from cellstate.model import ConstraintOp, Job, Machine
 from cellstate.resources import Resources
 from schedulers.gpu.frag import node_frag
@@ -53,8 +53,8 @@ def _shape(i: int, d) -> tuple[PodShape, float]:
                                 f"whole GPUs) must be integers >= 0, got {d!r}")
     if not isinstance(weight, (int, float)) or weight <= 0 or not isinstance(models, list):
         raise PluginConfigError(f"{NAME}: workload[{i}]: weight must be > 0 and models a list, got {d!r}")
-    count, milli = (0, 0) if not gpu else (1, gpu) if gpu < MILLI else (gpu // MILLI, MILLI)
-    return PodShape(cpu, 0, count, milli, tuple(sorted(map(str, models)))), float(weight)
+    ask = ask_of(gpu)
+    return PodShape(cpu, 0, ask.count if ask else 0, ask.milli if ask else 0, tuple(sorted(map(str, models)))), float(weight)
 
 
 def load_workload(args: FgdArgs) -> TargetWorkload | None:
@@ -100,14 +100,12 @@ class Fgd:
         if not n or workload is None:
             return 0.5
         model = dict(machine.labels).get(MODEL_LABEL, "")
-        frees = (devices_in(free) + [0] * n)[:n]
-        before = node_frag(free.cpu, frees, model, workload)
-        request = job.request
-        bound = bind_in(request, free) if request.extra else request
+        before = node_frag(free.cpu, devices_in(free, n), model, workload)
+        bound = bind_in(job.request, free)
         if bound is None:
             return 0.0
         after_free = free - bound
-        after = node_frag(after_free.cpu, (devices_in(after_free) + [0] * n)[:n], model, workload)
+        after = node_frag(after_free.cpu, devices_in(after_free, n), model, workload)
         # ties (equal growth, e.g. identical idle machines) go to the machine whose GPUs are the
         # most allocated: the packing a "first machine by name" tie-break gives the artifact
         packed = 1.0 - free.get("gpu") / machine.capacity.get("gpu") if machine.capacity.get("gpu") > 0 else 0.0
@@ -116,11 +114,10 @@ class Fgd:
 
 def shape_of(job: Job) -> PodShape:
     """A job's task as a (memory-free) shape of the fragmentation measure."""
-    gpu = job.request.get("gpu")
-    count, milli = (0, 0) if gpu <= 0 else (1, gpu) if gpu < MILLI else (gpu // MILLI, MILLI)
+    ask = ask_of(job.request.get("gpu"))
     models = next((tuple(sorted(c.values)) for c in job.constraints
                    if c.attribute == MODEL_LABEL and c.op is ConstraintOp.IN), ())
-    return PodShape(job.request.cpu, 0, count, milli, models)
+    return PodShape(job.request.cpu, 0, ask.count if ask else 0, ask.milli if ask else 0, models)
 
 
 def factory(args: FgdArgs | dict | None = None) -> Fgd:

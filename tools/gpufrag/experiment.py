@@ -20,7 +20,7 @@ from schedulers.gpu.fleet import NodeSpec
 from schedulers.gpu.policies import NAMES
 from schedulers.gpu.workload import PodShape, TargetWorkload, target_workload
 from tools.gpufrag.run import TIE_BREAKS, RunResult, run_one
-from tools.trace.openb.lists import read_nodes, read_pods
+from tools.trace.openb.lists import OpenbPod, read_nodes, read_pods
 
 # The artifact's published medians of unallocated GPU % at 100 % arrived, on its pod lists with
 # the GPU node list, tune 1.3, seeds 42-51 (medians of the per-seed values in
@@ -69,12 +69,17 @@ class Inputs:
     source: dict = field(default_factory=dict)
 
 
+def shape_of_pod(pod: OpenbPod) -> PodShape:
+    """What placement sees of an openb pod (the reader gives a CPU pod a ``gpu_milli`` of 0)."""
+    return PodShape(pod.cpu, pod.memory, pod.num_gpu, pod.gpu_milli, pod.models)
+
+
 def load_inputs(nodes_path: str | Path, pods_path: str | Path) -> Inputs:
     """The node specs and pod shapes of two openb lists (``OpenbError`` for bad input)."""
     nodes, node_stats = read_nodes(nodes_path)
     pods, pod_stats = read_pods(pods_path)
     specs = [NodeSpec(n.name, n.cpu, n.memory, n.gpus, n.model) for n in nodes]
-    shapes = [PodShape(p.cpu, p.memory, p.num_gpu, p.gpu_milli if p.num_gpu else 0, p.models) for p in pods]
+    shapes = [shape_of_pod(p) for p in pods]
     models = {n.model for n in nodes if n.gpus}
     unrunnable = sum(1 for s in shapes if s.models and not set(s.models) & models)
     workload = target_workload(shapes)
@@ -178,14 +183,15 @@ def to_json(inputs: Inputs, by_policy: dict[str, PolicySummary], seeds, tune, ti
     published = PUBLISHED.get(stem, {}) if "gpu_node" in Path(inputs.source.get("nodes_file", "")).name else {}
     policies = {}
     for p, summary in by_policy.items():
-        at100 = [100.0 - r.at(r.allocated_pct, 100) for r in summary.runs if r.at(r.allocated_pct, 100) is not None]
+        by_seed = {str(r.seed): round(100.0 - a, 3) for r in summary.runs
+                   if (a := r.at(r.allocated_pct, 100)) is not None}
+        at100 = list(by_seed.values())
         policies[p] = {
             "unallocated_gpu_pct_at": {k: round(100.0 - v, 3) for k, v in allocated[p].items()},
             "allocated_gpu_pct_at": allocated[p],
             "frag_pct_of_idle_at": summary.median_at("frag_pct"),
-            "unallocated_gpu_pct_at_100_by_seed": {str(r.seed): round(100.0 - r.at(r.allocated_pct, 100), 3)
-                                                   for r in summary.runs if r.at(r.allocated_pct, 100) is not None},
-            "unallocated_gpu_pct_at_100_range": [round(min(at100), 3), round(max(at100), 3)] if at100 else None,
+            "unallocated_gpu_pct_at_100_by_seed": by_seed,
+            "unallocated_gpu_pct_at_100_range": [min(at100), max(at100)] if at100 else None,
             "failed_pods_median": statistics.median(r.failed for r in summary.runs),
             "pods_median": statistics.median(r.pods for r in summary.runs),
             "run_wall_s_median": round(statistics.median(r.wall_s for r in summary.runs), 3),

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from cellstate.devices import MODEL_LABEL, ask_request, gpu_capacity
-from cellstate.model import Constraint, ConstraintOp, Job, JobKind, Machine
-from cellstate.resources import Resources
+from cellstate.model import Job, JobKind
+from tools.gpufrag.experiment import shape_of_pod
 from tools.gpufrag.run import arrival_sequence
 from tools.trace.events import JobSubmit, MachineAdd
 from tools.trace.format import TraceHeader, TraceWriter
@@ -30,9 +29,7 @@ def write_burst_trace(nodes_path: str, pods_path: str, out: str, seed: int = 42,
         keep = set(random.Random(seed).sample(range(len(nodes)), node_limit))
         nodes = [n for i, n in enumerate(nodes) if i in keep]
     pods, _ = read_pods(pods_path)
-    from schedulers.gpu.workload import PodShape
-
-    shapes = [PodShape(p.cpu, p.memory, p.num_gpu, p.gpu_milli if p.num_gpu else 0, p.models) for p in pods]
+    shapes = [shape_of_pod(p) for p in pods]
     capacity = sum(n.gpus for n in nodes) * 1000
     order = arrival_sequence(shapes, capacity, tune, seed)
     header = TraceHeader(
@@ -44,18 +41,14 @@ def write_burst_trace(nodes_path: str, pods_path: str, out: str, seed: int = 42,
     lives = 0
     with TraceWriter(out, header, atomic=True) as writer:
         for n in nodes:
-            writer.write(MachineAdd(0.0, Machine(n.name, Resources.of(n.cpu, n.memory, 0, **gpu_capacity(n.gpus)),
-                                                 labels=((MODEL_LABEL, n.model),) if n.model else ())))
+            writer.write(MachineAdd(0.0, n.machine()))
         for i, index in enumerate(order):
             p = pods[index]
             start = p.scheduled if p.scheduled is not None else p.created
             life = ((p.deleted - start) * life_scale if life_scale > 0 and p.deleted is not None and start is not None
                     else None)
             lives += life is not None
-            constraints = (Constraint(MODEL_LABEL, ConstraintOp.IN, p.models),) if p.models else ()
-            job = Job(f"{p.name}-{i}", JobKind.BATCH, 1,
-                      Resources.of(p.cpu, p.memory, 0, gpu=ask_request(p.num_gpu, p.gpu_milli)),
-                      constraints=constraints, duration_s=life)
+            job = Job(f"{p.name}-{i}", JobKind.BATCH, 1, p.request(), constraints=p.constraints(), duration_s=life)
             writer.write(JobSubmit(i / rate, job))
     return {"pods": len(order), "with_lifetime": lives, "gpu_capacity_milli": capacity,
             "arrival_window_s": len(order) / rate}

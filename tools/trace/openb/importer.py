@@ -22,9 +22,7 @@ import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from cellstate.devices import MODEL_LABEL, ask_request, gpu_capacity
-from cellstate.model import Constraint, ConstraintOp, Job, JobKind, Machine
-from cellstate.resources import Resources
+from cellstate.model import Job, JobKind, Machine
 from tools.trace.events import JobKill, JobSubmit, MachineAdd
 from tools.trace.format import TraceHeader, TraceWriter
 from tools.trace.openb.lists import OpenbError, read_nodes, read_pods
@@ -77,8 +75,7 @@ def import_openb(nodes_path: str, pods_path: str, out) -> OpenbStats:
     if not timed:
         raise OpenbError(f"{pods_path}: no pod has a creation_time")
     t0 = min(p.created for p in timed)
-    machines = [Machine(n.name, Resources.of(n.cpu, n.memory, 0, **gpu_capacity(n.gpus)),
-                        labels=((MODEL_LABEL, n.model),) if n.model else ()) for n in nodes]
+    machines = [n.machine() for n in nodes]
     events: list = []
     submitted: dict[str, float] = {}
     delays: dict[str, list[float | None]] = {}
@@ -89,10 +86,7 @@ def import_openb(nodes_path: str, pods_path: str, out) -> OpenbStats:
             stats.unknown_qos[p.qos] = stats.unknown_qos.get(p.qos, 0) + 1
         if p.models and not set(p.models) & models:
             stats.gpu_spec_no_node_has += 1
-        constraints = (Constraint(MODEL_LABEL, ConstraintOp.IN, p.models),) if p.models else ()
-        gpu = ask_request(p.num_gpu, p.gpu_milli)
-        job = Job(p.name, kind, 1, Resources.of(p.cpu, p.memory, 0, gpu=gpu), priority=priority,
-                  owner=p.qos, constraints=constraints)
+        job = Job(p.name, kind, 1, p.request(), priority=priority, owner=p.qos, constraints=p.constraints())
         t = p.created - t0
         events.append((t, 0, JobSubmit(t, job)))
         if p.deleted is not None:

@@ -22,7 +22,11 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cellstate.devices import MAX_DEVICES, MILLI, DeviceError, ask_request
+from cellstate.devices import (
+    MAX_DEVICES, MILLI, MODEL_LABEL, DeviceError, ask_request, gpu_capacity, model_constraint,
+)
+from cellstate.model import Constraint, Machine
+from cellstate.resources import Resources
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
@@ -44,6 +48,11 @@ class OpenbNode:
     gpus: int
     model: str
 
+    def machine(self) -> Machine:
+        """The node as a cell machine: its GPUs as devices, its model as the ``gpu_model`` label."""
+        return Machine(self.name, Resources.of(self.cpu, self.memory, 0, **gpu_capacity(self.gpus)),
+                       labels=((MODEL_LABEL, self.model),) if self.model else ())
+
 
 @dataclass(frozen=True, slots=True)
 class OpenbPod:
@@ -63,6 +72,14 @@ class OpenbPod:
     def gpu(self) -> int:
         """The pod's GPU demand in milli (num_gpu × gpu_milli)."""
         return self.num_gpu * self.gpu_milli
+
+    def request(self) -> Resources:
+        """A task's request for the pod: CPU, memory and its GPU ask (``cellstate.devices``)."""
+        return Resources.of(self.cpu, self.memory, 0, gpu=ask_request(self.num_gpu, self.gpu_milli))
+
+    def constraints(self) -> tuple[Constraint, ...]:
+        """Its ``gpu_spec`` as a constraint on the machines' GPU model (none when any model)."""
+        return (model_constraint(self.models),) if self.models else ()
 
 
 @dataclass
