@@ -18,7 +18,10 @@ import sys
 import time
 from pathlib import Path
 
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces" / "alibaba-openb"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tools.trace.shared import traces_dir  # noqa: E402
+
+TRACES = traces_dir() / "alibaba-openb"
 
 
 def main() -> int:

@@ -28,7 +28,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-TRACES = ROOT.parent / "shared" / "traces" / "alibaba-openb"
+from tools.trace.shared import traces_dir  # noqa: E402
+
+TRACES = traces_dir() / "alibaba-openb"
 
 from tools.gpufrag.experiment import load_inputs, workload_args  # noqa: E402
 from tools.gpufrag.timed import write_burst_trace  # noqa: E402

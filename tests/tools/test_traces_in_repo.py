@@ -41,6 +41,11 @@ def test_every_trace_file_is_listed_with_its_published_checksum():
         "swf/KTH-SP2-1996-2.1-cln.swf.gz",
         "sweep/tiny-a.omt.gz",
         "sweep/tiny-b.omt.gz",
+        "alibaba-openb/openb_node_list_gpu_node.csv.gz",
+        "alibaba-openb/openb_pod_list_default.csv.gz",
+        "alibaba-openb/openb_pod_list_gpushare40.csv.gz",
+        "alibaba-openb/openb_pod_list_gpuspec10.csv.gz",
+        "alibaba-openb/openb_pod_list_multigpu20.csv.gz",
     }
     on_disk = {str(p.relative_to(DATA)) for p in DATA.rglob("*") if p.is_file() and p.name != "README.md"}
     assert on_disk == set(listed)
@@ -52,3 +57,4 @@ def test_readme_names_licence_and_citation():
     text = (DATA / "README.md").read_text()
     assert "CC-BY 4.0" in text and "Reiss" in text
     assert "Feitelson" in text and "Malinowsky" in text
+    assert "Weng" in text and "cluster-trace-gpu-v2023" in text
