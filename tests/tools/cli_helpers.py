@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import io
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
 
 from tools.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_cli(argv: list[str]) -> tuple[int, str, str]:
@@ -18,3 +25,39 @@ def run_cli(argv: list[str]) -> tuple[int, str, str]:
         except SystemExit as exit_:
             status = exit_.code
     return status, out.getvalue(), err.getvalue()
+
+
+class CommandLines:
+    """``omega ARGV`` as a subprocess (from the repository root) whose stdout and stderr lines
+    are collected by threads into ``out`` and ``err``."""
+
+    def __init__(self, *argv: str):
+        self.proc = subprocess.Popen([sys.executable, "-m", "tools.cli", *argv], cwd=ROOT, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+        self.out: list[str] = []
+        self.err: list[str] = []
+        self._readers = [threading.Thread(target=self._read, args=(s, lines), daemon=True)
+                         for s, lines in ((self.proc.stdout, self.out), (self.proc.stderr, self.err))]
+        for reader in self._readers:
+            reader.start()
+
+    @staticmethod
+    def _read(stream, lines: list[str]) -> None:
+        for line in stream:
+            lines.append(line.rstrip("\n"))
+
+    def terminate(self, timeout: float) -> bool:
+        """SIGTERM unless it ended, and wait up to ``timeout`` s; killed (and False) if it does
+        not end by then. The output is read to its end."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+            ended = True
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+            ended = False
+        for reader in self._readers:
+            reader.join(5)
+        return ended

@@ -4,52 +4,21 @@ they stop (docs/CLI.md)."""
 
 from __future__ import annotations
 
-import signal
-import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "omega"))
 from runtime_helpers import add_machines, batch_jobs, settled, submit, wait_for  # noqa: E402
+from tests.tools.cli_helpers import CommandLines  # noqa: E402
 from tools.cli import main  # noqa: E402
 from tools.cli.progress import format_elapsed  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-class Lines:
-    """A subprocess whose stdout and stderr lines are collected by threads."""
-
-    def __init__(self, *argv: str):
-        self.proc = subprocess.Popen([sys.executable, "-m", "tools.cli", *argv], cwd=ROOT, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
-        self.out: list[str] = []
-        self.err: list[str] = []
-        self._readers = [threading.Thread(target=self._read, args=(s, lines), daemon=True)
-                         for s, lines in ((self.proc.stdout, self.out), (self.proc.stderr, self.err))]
-        for reader in self._readers:
-            reader.start()
-
-    @staticmethod
-    def _read(stream, lines: list[str]) -> None:
-        for line in stream:
-            lines.append(line.rstrip("\n"))
-
+class Lines(CommandLines):
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            code = self.proc.wait(30)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait(5)
-        for reader in self._readers:
-            reader.join(5)
-        return code
+        assert self.terminate(30), "did not stop within 30 s after SIGTERM"
+        return self.proc.returncode
 
 
 def test_scheduler_progress_and_summary(etcd_server, etcd_store, cell_keys):

@@ -9,10 +9,7 @@ every task placed or pending with a reason.
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
 import sys
-import threading
 import urllib.request
 from pathlib import Path
 
@@ -21,6 +18,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "omega"))
 from runtime_helpers import add_machines, batch_jobs, job_records, settled, submit, wait_for  # noqa: E402
 from cellstate.check import check_cell  # noqa: E402
+from tests.tools.cli_helpers import CommandLines  # noqa: E402
 from tools.cli import main  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,26 +27,14 @@ JOBS, TASKS, CPU = 22, 8, 500  # 176 tasks: 110 % of the cell
 FITS = MACHINES * 4000 // CPU
 
 
-class SchedulerRun:
+class SchedulerRun(CommandLines):
     """One ``omega scheduler run`` subprocess; its output lines are collected by threads."""
 
     def __init__(self, endpoints, cell: str, name: str, *extra: str):
-        cmd = [sys.executable, "-m", "tools.cli", "-v", "scheduler", "run", "--kind", "batch", "--name", name,
-               "--endpoints", ",".join(endpoints), "--cell", cell, "--seed", "7", "--steal-after", "0",
-               "--batch-jobs", "4", *extra]
+        super().__init__("-v", "scheduler", "run", "--kind", "batch", "--name", name, "--endpoints",
+                         ",".join(endpoints), "--cell", cell, "--seed", "7", "--steal-after", "0", "--batch-jobs", "4",
+                         *extra)
         self.name = name
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.out: list[str] = []
-        self.err: list[str] = []
-        self._readers = [threading.Thread(target=self._read, args=(s, lines), daemon=True)
-                         for s, lines in ((self.proc.stdout, self.out), (self.proc.stderr, self.err))]
-        for reader in self._readers:
-            reader.start()
-
-    @staticmethod
-    def _read(stream, lines: list[str]) -> None:
-        for line in stream:
-            lines.append(line.rstrip("\n"))
 
     def serving(self) -> bool:
         if self.proc.poll() is not None:
@@ -57,16 +43,8 @@ class SchedulerRun:
 
     def stop(self, timeout: float = 15.0) -> dict:
         """SIGTERM, wait, and the final stats it printed."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
+        if not self.terminate(timeout):
             raise AssertionError(f"{self.name} did not stop within {timeout} s after SIGTERM")
-        for reader in self._readers:
-            reader.join(5)
         assert self.proc.returncode == 0, f"{self.name} exited {self.proc.returncode}: {self.err[-10:]}"
         final = [line for line in self.out if line.startswith("final-stats ")]
         assert final, f"{self.name} printed no final stats: {self.out[-5:]}"
