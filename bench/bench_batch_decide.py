@@ -17,7 +17,7 @@ from typing import Iterable
 
 from cellstate.model import Alloc, Constraint, ConstraintOp, Job, JobKind, JobRecord, Machine
 from cellstate.resources import Resources
-from omega.protocols import JobEntry, MachineEntry
+from cellstate.plan import JobEntry, MachineEntry
 from schedulers.batch import BatchScheduler
 
 CAPACITY = Resources.of(16_000, 65_536, 500_000)

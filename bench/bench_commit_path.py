@@ -35,7 +35,7 @@ from cellstate.model import Alloc, Job, JobKind, JobRecord  # noqa: E402
 from cellstate.replica.view import ReplicaView  # noqa: E402
 from cellstate.resources import Resources  # noqa: E402
 from cellstate.store import Event, EventKind, Put, WatchBatch, mod_revision_is  # noqa: E402
-from omega.protocols import Claim, Plan  # noqa: E402
+from cellstate.plan import Claim, Plan
 
 KEYS = CellKeys("bench")
 REQUEST = Resources.of(250, 512)

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.bench_batch_decide import ReplicaLikeView  # noqa: E402
 from cellstate.model import Constraint, ConstraintOp, Job, JobKind, JobRecord, Machine  # noqa: E402
 from cellstate.resources import Resources  # noqa: E402
-from omega.protocols import JobEntry  # noqa: E402
+from cellstate.plan import JobEntry
 from schedulers.service.scheduler import ServiceScheduler  # noqa: E402
 
 CLASSES = ((Resources.of(8_000, 32_768), 54), (Resources.of(8_000, 16_384), 31), (Resources.of(8_000, 49_152), 8),

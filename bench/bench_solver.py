@@ -29,7 +29,7 @@ import time
 
 from cellstate.model import Alloc, Constraint, ConstraintOp, Job, JobKind, JobRecord, Machine
 from cellstate.resources import Resources
-from omega.protocols import JobEntry, MachineEntry
+from cellstate.plan import JobEntry, MachineEntry
 from omega.queue import fair_order
 from schedulers.chains import make_scheduler
 from schedulers.solver.overlay import OverlayView

@@ -18,7 +18,7 @@ from collections import defaultdict
 from typing import Iterable
 
 from cellstate.model import Alloc, Job, JobKind, JobRecord, Machine, TaskState
-from omega.protocols import JobEntry, MachineEntry
+from cellstate.plan import JobEntry, MachineEntry
 from tools.trace.google2011.cell import CapacityModel
 from tools.trace.google2011.schema import (
     CPU, DIFFERENT, DISK, JOB, MACHINE, MEMORY, PRIORITY, PRODUCTION_PRIORITY, TASK, TS, scaled_request,

@@ -52,7 +52,7 @@ from cellstate.resources import Resources
 from cellstate.store import (
     Compare, CompareOp, CompareTarget, Delete, Get, KeyValue, Put, Store, TxnTooLarge,
 )
-from omega.protocols import AllocEntry, CommitOutcome, JobEntry, MachineEntry, Plan, PlanRejected, PlanTooLarge
+from cellstate.plan import AllocEntry, CommitOutcome, JobEntry, MachineEntry, Plan, PlanRejected, PlanTooLarge
 
 MAX_REASON_CHARS = 400
 _ALLOC, _MACHINE, _MACHINE_ENTRY = builder(Alloc), builder(Machine), builder(MachineEntry)

@@ -35,9 +35,7 @@ from cellstate.store import (
     Compare, CompareOp, CompareTarget, Delete, Get, Put, Store, StoreError, Unavailable, missing,
     mod_revision_is,
 )
-from omega.protocols import (
-    CommitOutcome, GangHold, JobEntry, MachineEntry, Plan, PlanTooLarge,
-)
+from cellstate.plan import CommitOutcome, GangHold, JobEntry, MachineEntry, Plan, PlanTooLarge
 
 GANG_LEASE_TTL = 5
 """Seconds a reservation outlives its scheduler, at least (refreshed before every chunk; the

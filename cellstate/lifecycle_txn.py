@@ -33,7 +33,7 @@ from cellstate.model import Alloc, JobRecord, Machine, MachineState, TaskState
 from cellstate.resources import ZERO, Resources
 from cellstate.store import Compare, CompareOp, CompareTarget, Delete, Get, Op, Put, mod_revision_is
 from cellstate.txn_rules import txn_request_bytes
-from omega.protocols import JobEntry, MachineEntry
+from cellstate.plan import JobEntry, MachineEntry
 
 _LIVE = (TaskState.PLACED.value, TaskState.RUNNING.value)
 # built without __init__ (cellstate.fastbuild)

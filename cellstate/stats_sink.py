@@ -14,7 +14,7 @@ import logging
 from cellstate.keys import CellKeys
 from cellstate.codec.stats import encode_stats
 from cellstate.store import Store, StoreError, Unavailable
-from omega.stats import SchedulerStats
+from cellstate.scheduler_stats import SchedulerStats
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from omega.protocols import Claim
+from cellstate.plan import Claim
 
 
 class AttemptOutcome(StrEnum):

@@ -36,7 +36,8 @@ from typing import Callable, Collection, Hashable, Iterable, Protocol
 
 from omega.attempts import PlacementResult
 from omega.occ import OptimisticPlacer
-from omega.protocols import CellView, Decision, JobEntry, PlanRejected, PlanTooLarge
+from cellstate.plan import JobEntry, PlanRejected, PlanTooLarge
+from omega.protocols import CellView, Decision
 from omega.queue import JobQueue
 from omega.refusals import RefusedJobs
 

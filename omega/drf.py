@@ -29,7 +29,8 @@ from typing import Iterable, Iterator, Mapping
 
 from cellstate.model import MachineState
 from cellstate.resources import Resources
-from omega.protocols import CellView, JobEntry, MachineEntry
+from cellstate.plan import JobEntry, MachineEntry
+from omega.protocols import CellView
 
 Vector = dict[str, int]
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from typing import Hashable, Iterator
 
-from omega.protocols import JobEntry
+from cellstate.plan import JobEntry
 
 _Item = tuple[float, str]  # (submitted_at, job id)
 _Key = tuple[int, str, float, Hashable]  # (priority, owner, submitted_at, group)

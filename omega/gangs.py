@@ -32,7 +32,8 @@ import math
 from cellstate.fastbuild import builder
 from omega.attempts import AttemptOutcome, classify
 from omega.modes import CommitMode, drop_unfit
-from omega.protocols import Claim, Decision, GangCommitter, GangHold, JobEntry, Plan, PlanTooLarge, PlacementView
+from cellstate.plan import Claim, GangHold, JobEntry, Plan, PlanTooLarge
+from omega.protocols import Decision, GangCommitter, PlacementView
 
 _PLAN = builder(Plan)
 

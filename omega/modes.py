@@ -35,9 +35,8 @@ from typing import Mapping
 
 from cellstate.devices import bind_in
 from cellstate.model import MachineState
-from omega.protocols import (
-    AllocEntry, Claim, CommitOutcome, Decision, JobEntry, MachineEntry, Plan, PlanTooLarge,
-)
+from cellstate.plan import AllocEntry, Claim, CommitOutcome, JobEntry, MachineEntry, Plan, PlanTooLarge
+from omega.protocols import Decision
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,9 +36,8 @@ from cellstate.fastbuild import builder
 from omega.attempts import Attempt, AttemptOutcome, PlacementResult, classify
 from omega.gangs import has_reservations, partly_running, place_in_chunks, with_cell_state
 from omega.modes import CommitMode, ConflictMode, ConflictSplit, check_gang_size, victims_of
-from omega.protocols import (
-    Claim, Clock, CommitOutcome, Committer, Decide, Decision, JobEntry, PlacementView, Plan, PlanTooLarge,
-)
+from cellstate.plan import Claim, CommitOutcome, JobEntry, Plan, PlanTooLarge
+from omega.protocols import Clock, Committer, Decide, Decision, PlacementView
 from omega.retry import RetryPolicy
 
 # One per attempt, placement or txn, every field given: without their dataclass __init__.

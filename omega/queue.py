@@ -37,7 +37,8 @@ from typing import Hashable, Iterable, Iterator, Mapping, Protocol
 
 from omega.drf import DrfOrder, parse_weights
 from omega.fair_index import FairIndex
-from omega.protocols import CellView, JobEntry
+from cellstate.plan import JobEntry
+from omega.protocols import CellView
 
 
 def fair_order(jobs: list[JobEntry]) -> list[JobEntry]:

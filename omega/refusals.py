@@ -16,7 +16,7 @@ fauxmaster a loop of zero-cost attempts in one virtual instant.
 from __future__ import annotations
 
 from cellstate.model import Job
-from omega.protocols import JobEntry
+from cellstate.plan import JobEntry
 
 
 class RefusedJobs:

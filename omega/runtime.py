@@ -37,10 +37,12 @@ from omega.attempts import Attempt, PlacementResult
 from omega.cycle import SchedulingCycle
 from omega.modes import CommitMode, ConflictMode
 from omega.occ import OptimisticPlacer
-from omega.protocols import CellView, Claim, Committer, Decision, JobEntry, PlacementView
+from cellstate.plan import Claim, JobEntry
+from omega.protocols import CellView, Committer, Decision, PlacementView
 from omega.queue import JobQueue, check_order, make_order
 from omega.retry import RetryPolicy, retry_policy_for
-from omega.stats import SchedulerStats, StatsRecorder
+from cellstate.scheduler_stats import SchedulerStats
+from omega.stats import StatsRecorder
 
 log = logging.getLogger(__name__)
 

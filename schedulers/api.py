@@ -22,7 +22,7 @@ import importlib
 from importlib.metadata import entry_points
 from typing import Iterable
 
-from omega.protocols import Claim, JobEntry, MachineEntry
+from cellstate.plan import Claim, JobEntry, MachineEntry
 from omega.retry import RetryPolicy, retry_policy_for
 from schedulers.base import Decision, Scheduler
 from schedulers.chain_spec import ChainConfig, PluginSpec, parse_chain

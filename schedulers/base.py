@@ -8,7 +8,8 @@ from operator import lt
 from typing import Protocol, Sequence
 
 from cellstate.fastbuild import builder
-from omega.protocols import CellView, Claim, Decision, JobEntry  # (Decision: what every scheduler returns)
+from cellstate.plan import Claim, JobEntry
+from omega.protocols import CellView, Decision
 
 
 new_decision = builder(Decision)

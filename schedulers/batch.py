@@ -23,7 +23,8 @@ import random
 
 from cellstate.model import Job, Machine
 from cellstate.resources import Resources
-from omega.protocols import CellView, JobEntry
+from cellstate.plan import JobEntry
+from omega.protocols import CellView
 from schedulers.base import (
     Decision,
     checked_tasks,

@@ -25,8 +25,8 @@ import sys
 from cellstate.codec import fields as fc
 from cellstate.codec.envelope import SCHEMA_VERSION, encode, unpack
 from cellstate.codec.fields import CodecError
-from omega.stats import (
-    HOT_MACHINES_MAX, RECENT_CONFLICTS_MAX, ConflictNote, HotMachine, SchedulerStats,
+from cellstate.scheduler_stats import (
+    ConflictNote, HOT_MACHINES_MAX, HotMachine, RECENT_CONFLICTS_MAX, SchedulerStats,
 )
 
 __all__ = ["CodecError", "encode_stats", "decode_stats"]

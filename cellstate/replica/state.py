@@ -39,7 +39,7 @@ from cellstate.fastbuild import builder
 from cellstate.keys import CellKeys
 from cellstate.model import Alloc, JobKind, set_placed
 from cellstate.replica.shared_decodes import SharedDecodes
-from omega.protocols import AllocEntry, JobEntry, MachineEntry
+from cellstate.plan import AllocEntry, JobEntry, MachineEntry
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from cellstate.replica.watched import Replica
 from cellstate.replica.state import ReplicaState
 from cellstate.codec.stats import decode_stats
 from cellstate.store import Store
-from omega.protocols import CommitOutcome, JobEntry, MachineEntry
+from cellstate.plan import CommitOutcome, JobEntry, MachineEntry
 
 _UP = MachineState.UP
 

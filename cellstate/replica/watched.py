@@ -34,7 +34,7 @@ from cellstate.model import Alloc
 from cellstate.replica.state import DecodeErrorHandler, ReplicaState
 from cellstate.replica.shared_decodes import SharedDecodes
 from cellstate.store import Compacted, EventKind, Store, StoreError, Unavailable, WatchBatch, WatchStream
-from omega.protocols import AllocEntry, JobEntry, MachineEntry
+from cellstate.plan import AllocEntry, JobEntry, MachineEntry
 
 log = logging.getLogger(__name__)
 

@@ -37,7 +37,8 @@ import bisect
 
 from cellstate.model import Machine
 from cellstate.resources import Resources
-from omega.protocols import CellView, MachineEntry
+from cellstate.plan import MachineEntry
+from omega.protocols import CellView
 from schedulers.borg.order import SUBSTEPS, KeyTable
 from schedulers.plugins.borg_hybrid import BorgHybridArgs
 

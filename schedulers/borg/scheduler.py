@@ -31,7 +31,8 @@ import random
 from dataclasses import dataclass
 
 from cellstate.model import Alloc, Job, JobKind, Machine
-from omega.protocols import CellView, Claim, JobEntry, MachineEntry
+from cellstate.plan import Claim, JobEntry, MachineEntry
+from omega.protocols import CellView
 from schedulers.base import Decision, checked_tasks, gang_outcome
 from schedulers.borg.bound import Prover
 from schedulers.borg.cache import ScoreCache, Signer

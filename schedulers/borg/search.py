@@ -8,7 +8,7 @@ from __future__ import annotations
 import heapq
 
 from cellstate.model import Machine
-from omega.protocols import MachineEntry
+from cellstate.plan import MachineEntry
 from schedulers.pipeline import FEASIBLE, Rejections
 from schedulers.plugin import ScoreContext, Verdict
 

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from cellstate.model import Job, MachineState
-from omega.protocols import CellView, JobEntry
+from cellstate.plan import JobEntry
+from omega.protocols import CellView
 
 NEVER = math.inf
 

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Hashable, Iterable
 
 from omega.attempts import PlacementResult
-from omega.protocols import CellView, Decision, JobEntry
+from cellstate.plan import JobEntry
+from omega.protocols import CellView, Decision
 from omega.refusals import RefusedJobs
 from schedulers.base import checked_tasks, gang_outcome, new_claim, new_decision
 from schedulers.easy.plan import EasyPlan, easy_pass, queue_order

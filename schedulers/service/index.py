@@ -32,7 +32,8 @@ import numpy as np
 
 from cellstate.model import Machine, MachineState
 from cellstate.resources import Resources
-from omega.protocols import CellView, MachineEntry
+from cellstate.plan import MachineEntry
+from omega.protocols import CellView
 from schedulers.class_list import ClassList, SortKey
 from schedulers.machine_changes import MachineChanges, tracks_changes
 from schedulers.row_slots import RowSlots, with_row

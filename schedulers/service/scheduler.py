@@ -17,7 +17,8 @@ from itertools import repeat
 from typing import Sequence
 
 from cellstate.model import Job, JobKind, Machine
-from omega.protocols import CellView, Claim, JobEntry
+from cellstate.plan import Claim, JobEntry
+from omega.protocols import CellView
 from schedulers.base import (
     Decision,
     checked_tasks,

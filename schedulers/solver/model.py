@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from ortools.sat.python import cp_model
 
 from cellstate.model import Job, Machine
-from omega.protocols import JobEntry
+from cellstate.plan import JobEntry
 from schedulers.plugin import JobPlacement
 from schedulers.solver.decl import ObjectiveTerm
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Iterable
 
 from cellstate.model import Alloc, JobKind
-from omega.protocols import AllocEntry, CellView, Claim, JobEntry, MachineEntry
+from cellstate.plan import AllocEntry, Claim, JobEntry, MachineEntry
+from omega.protocols import CellView
 
 
 class OverlayView:

@@ -20,7 +20,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from omega.protocols import CellView, Claim, JobEntry
+from cellstate.plan import Claim, JobEntry
+from omega.protocols import CellView
 from omega.queue import fair_order
 from schedulers.base import Decision, checked_tasks, gang_outcome
 from schedulers.borg.scheduler import BorgScheduler

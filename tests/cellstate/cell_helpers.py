@@ -7,7 +7,7 @@ from cellstate.keys import CellKeys
 from cellstate.model import Alloc, Machine, TaskState
 from cellstate.resources import Resources
 from cellstate.store import Put, Store, mod_revision_is
-from omega.protocols import MachineEntry
+from cellstate.plan import MachineEntry
 
 SMALL = Resources.of(16_000, 65_536, 100_000)
 

@@ -9,7 +9,7 @@ from cellstate.keys import CellKeys
 from cellstate.model import Alloc, Job, JobKind, JobRecord, Machine
 from cellstate.resources import Resources
 from cellstate.store import Put, Store
-from omega.protocols import JobEntry, MachineEntry
+from cellstate.plan import JobEntry, MachineEntry
 
 CAPACITY = Resources.of(8_000, 16_384, 100_000)
 REQUEST = Resources.of(500, 1_024, 10)

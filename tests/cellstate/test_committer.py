@@ -16,7 +16,7 @@ from cellstate.memory.store import MemoryStore
 from cellstate.model import Alloc, Job, JobKind, JobRecord, MachineState
 from cellstate.resources import Resources
 from cellstate.store import Get, Put
-from omega.protocols import AllocEntry, Claim, JobEntry, MachineEntry, Plan, PlanRejected, PlanTooLarge
+from cellstate.plan import AllocEntry, Claim, JobEntry, MachineEntry, Plan, PlanRejected, PlanTooLarge
 
 REQ = Resources(1000, 512)
 

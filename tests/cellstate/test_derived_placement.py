@@ -17,7 +17,7 @@ from cellstate.resources import Resources
 from cellstate.store import CompareTarget
 from cellstate.submit import kill_job
 from omega.modes import ConflictMode
-from omega.protocols import Claim, JobEntry, MachineEntry, Plan
+from cellstate.plan import Claim, JobEntry, MachineEntry, Plan
 
 REQ = Resources(1000, 512)
 

@@ -10,7 +10,7 @@ import pytest
 from cellstate.fastbuild import builder
 from cellstate.model import Alloc, Job, JobKind, JobRecord, Machine, MachineState
 from cellstate.resources import Resources
-from omega.protocols import JobEntry, MachineEntry
+from cellstate.plan import JobEntry, MachineEntry
 
 R = Resources(250, 512, 0, (("gpu", 1),))
 MACHINE = Machine("m1", R, "z", "r", "p", frozenset({"a"}), (("disk", "ssd"),), MachineState.DRAINING, R, 2, "s")

@@ -15,7 +15,7 @@ from cellstate.lifecycle_txn import (
 from cellstate.keys import CellKeys
 from cellstate.model import Alloc, Job, JobKind, JobRecord, JobState, Machine, MachineState
 from cellstate.resources import ZERO
-from omega.protocols import JobEntry, MachineEntry
+from cellstate.plan import JobEntry, MachineEntry
 
 BATCH, SERVICE = JobKind.BATCH, JobKind.SERVICE
 WRITER = "agent:test"

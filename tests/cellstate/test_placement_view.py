@@ -14,7 +14,7 @@ from cellstate.model import Machine, MachineState
 from cellstate.replica.view import ReplicaView, frees_resources
 from cellstate.resources import Resources
 from cellstate.store import Put
-from omega.protocols import CommitOutcome, MachineEntry
+from cellstate.plan import CommitOutcome, MachineEntry
 
 KEYS = CellKeys("view")
 M = Machine("m1", Resources(4000, 16384, 100), allocated=Resources(2000, 512), task_count=2)

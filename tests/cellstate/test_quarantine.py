@@ -24,7 +24,7 @@ from cellstate.model import Alloc, Job, JobKind, JobRecord, Machine
 from cellstate.replica.view import ReplicaView
 from cellstate.resources import Resources
 from cellstate.store import Put
-from omega.protocols import AllocEntry, Claim, JobEntry, MachineEntry, Plan, PlanRejected
+from cellstate.plan import AllocEntry, Claim, JobEntry, MachineEntry, Plan, PlanRejected
 from omega.runtime import SchedulerProcess
 from schedulers.chains import make_scheduler
 

@@ -15,7 +15,7 @@ from cellstate.model import JobKind
 from cellstate.replica.watched import Replica
 from cellstate.replica.thread import ReplicaThread
 from cellstate.store import Delete, Put, Unavailable
-from omega.protocols import AllocEntry, JobEntry, MachineEntry
+from cellstate.plan import AllocEntry, JobEntry, MachineEntry
 from replica_helpers import alloc, assert_matches_store, catch_up, job, machine, raw, write
 
 BACKENDS = ["memory", "etcd"]

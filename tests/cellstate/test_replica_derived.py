@@ -17,7 +17,7 @@ from cellstate.memory.store import MemoryStore
 from cellstate.model import Alloc, Job, JobKind, JobRecord
 from cellstate.replica.watched import Replica
 from cellstate.store import Delete, Put
-from omega.protocols import JobEntry
+from cellstate.plan import JobEntry
 
 JOBS = ("j0", "j1", "j2", "g3", "j4")  # g3 is a gang: its records are never derived
 TASKS = 6

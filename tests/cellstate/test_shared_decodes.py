@@ -92,7 +92,7 @@ def test_a_views_own_commit_reaches_the_other_replica_as_the_committers_objects(
     from cellstate.committer import StoreCommitter
     from cellstate.model import Job, JobKind, JobRecord
     from cellstate.replica.view import ReplicaView
-    from omega.protocols import Claim, Plan
+    from cellstate.plan import Claim, Plan
 
     store, shared = MemoryStore(history=False), SharedDecodes()
     put_machine(store, "m1", 4000)

@@ -10,9 +10,10 @@ from strategies import ids, texts, times
 
 from cellstate.codec.records import SCHEMA_VERSION
 from cellstate.codec.stats import CodecError, decode_stats, encode_stats
-from omega.stats import (
-    HOT_MACHINES_MAX, RECENT_CONFLICTS_MAX, ConflictNote, HotMachine, SchedulerStats, StatsRecorder,
+from cellstate.scheduler_stats import (
+    ConflictNote, HOT_MACHINES_MAX, HotMachine, RECENT_CONFLICTS_MAX, SchedulerStats,
 )
+from omega.stats import StatsRecorder
 
 KINDS = ("batch", "service", "borg", "solver", "firstfit")  # any name without "/" is a kind (registered above omega)
 

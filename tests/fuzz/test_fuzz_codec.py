@@ -23,7 +23,7 @@ from cellstate.replica.view import ReplicaView  # noqa: E402
 from cellstate.replica.watched import Replica  # noqa: E402
 from cellstate.resources import Resources  # noqa: E402
 from cellstate.codec.stats import decode_stats, encode_stats  # noqa: E402
-from omega.stats import ConflictNote, HotMachine, SchedulerStats  # noqa: E402
+from cellstate.scheduler_stats import ConflictNote, HotMachine, SchedulerStats
 
 STATS = SchedulerStats(
     name="b1", kind="batch", pid=7, host="h", started_at=1.0, updated_at=2.0, conflict_mode="sequence",

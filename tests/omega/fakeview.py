@@ -12,7 +12,8 @@ from cellstate.model import Job, JobKind, JobRecord, Machine
 from cellstate.replica.view import ReplicaView  # noqa: F401  (the real adapter; tests import it from here)
 from cellstate.resources import Resources
 from cellstate.store import Put
-from omega.protocols import Claim, Decision, JobEntry
+from cellstate.plan import Claim, JobEntry
+from omega.protocols import Decision
 
 
 @dataclass

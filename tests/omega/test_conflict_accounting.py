@@ -10,7 +10,7 @@ import pytest
 from cellstate.model import MachineState, TaskState
 from fakeview import batch_job, machine
 from omega.modes import ConflictMode
-from omega.protocols import Claim, CommitOutcome, JobEntry, MachineEntry, Plan
+from cellstate.plan import Claim, CommitOutcome, JobEntry, MachineEntry, Plan
 from omega.stats import StatsRecorder
 
 SEQ, FIT = ConflictMode.SEQUENCE, ConflictMode.RESOURCE_FIT

@@ -21,7 +21,7 @@ from cellstate.stats_sink import LeasedStatsSink
 from cellstate.store import Put
 from cellstate.submit import submit_jobs
 from omega.drf import CellUsage, DrfOrder, parse_weight_flags, parse_weights
-from omega.protocols import JobEntry, MachineEntry
+from cellstate.plan import JobEntry, MachineEntry
 from omega.queue import FairOrder, JobQueue, make_order
 from omega.runtime import RuntimeOptions, SchedulerProcess
 from runtime_helpers import job_records

@@ -5,7 +5,6 @@ placed; a gang lease covers a decision longer than its minimum."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 
 from cellstate.check import check_cell
@@ -19,7 +18,8 @@ from cellstate.resources import Resources
 from cellstate.submit import submit_jobs
 from omega.modes import CommitMode, ConflictMode
 from omega.occ import OptimisticPlacer
-from omega.protocols import Claim, Decision, JobEntry, MachineEntry, Plan
+from cellstate.plan import Claim, JobEntry, MachineEntry, Plan
+from omega.protocols import Decision
 from omega.retry import RetryPolicy
 from omega.runtime import SchedulerProcess
 from schedulers.chains import make_scheduler

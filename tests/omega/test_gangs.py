@@ -21,7 +21,8 @@ from cellstate.submit import kill_job
 from fakeview import FakeClock, ReplicaView, batch_job, least_loaded, machine, seed
 from omega.modes import CommitMode, ConflictMode
 from omega.occ import OptimisticPlacer
-from omega.protocols import Claim, Decision, Plan
+from cellstate.plan import Claim, Plan
+from omega.protocols import Decision
 from omega.retry import RetryPolicy
 
 TASKS = 1024

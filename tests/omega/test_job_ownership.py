@@ -22,7 +22,7 @@ from cellstate.resources import Resources
 from cellstate.stats_sink import LeasedStatsSink
 from omega.modes import CommitMode, ConflictMode
 from omega.occ import OptimisticPlacer
-from omega.protocols import JobEntry
+from cellstate.plan import JobEntry
 from omega.queue import JobQueue, rendezvous_owner
 from omega.retry import RetryPolicy
 from omega.runtime import RuntimeOptions, SchedulerProcess

@@ -10,7 +10,7 @@ import pytest
 from cellstate.model import JobRecord
 from fakeview import batch_job, machine
 from omega.modes import ConflictMode
-from omega.protocols import Claim, CommitOutcome, JobEntry, MachineEntry, Plan
+from cellstate.plan import Claim, CommitOutcome, JobEntry, MachineEntry, Plan
 
 SEEN = {"m1": MachineEntry(machine("m1"), 3), "m2": MachineEntry(machine("m2"), 4)}
 FRESH = {"m1": MachineEntry(replace(machine("m1"), writer="rival"), 9), "m2": SEEN["m2"]}

@@ -22,7 +22,8 @@ from fakeview import (
 from omega.attempts import AttemptOutcome as O
 from omega.modes import CommitMode, ConflictMode
 from omega.occ import OptimisticPlacer
-from omega.protocols import Claim, Decision, PlanTooLarge
+from cellstate.plan import Claim, PlanTooLarge
+from omega.protocols import Decision
 from omega.retry import RetryPolicy
 
 SEQ, FIT = ConflictMode.SEQUENCE, ConflictMode.RESOURCE_FIT

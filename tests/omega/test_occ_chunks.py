@@ -7,7 +7,7 @@ import pytest
 from cellstate.model import Alloc, Job, JobKind, JobRecord, Machine, MachineState
 from cellstate.resources import Resources
 from omega.modes import drop_unfit
-from omega.protocols import AllocEntry, Claim, JobEntry, MachineEntry, Plan
+from cellstate.plan import AllocEntry, Claim, JobEntry, MachineEntry, Plan
 
 REQ = Resources(1000, 1024)
 

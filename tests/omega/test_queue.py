@@ -2,7 +2,7 @@ import pytest
 
 from cellstate.model import Job, JobKind, JobRecord
 from cellstate.resources import Resources
-from omega.protocols import JobEntry
+from cellstate.plan import JobEntry
 from omega.queue import JobQueue, fair_order, rendezvous_owner, rendezvous_rank
 
 

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from omega.fair_index import FairIndex
-from omega.protocols import JobEntry
+from cellstate.plan import JobEntry
 from omega.queue import ArrangedJobs, FairOrder, JobQueue, fair_order
 
 from test_queue_tracked import entry, random_entry

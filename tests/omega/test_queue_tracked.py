@@ -14,7 +14,7 @@ from cellstate.model import Job, JobKind, JobRecord
 from cellstate.resources import Resources
 from omega.drf import DrfOrder
 from omega.fair_index import FairIndex
-from omega.protocols import JobEntry
+from cellstate.plan import JobEntry
 from omega.queue import JobQueue, fair_order
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from cellstate.model import Job, JobKind, JobRecord
 from cellstate.resources import Resources
-from omega.protocols import JobEntry
+from cellstate.plan import JobEntry
 from omega.refusals import RefusedJobs
 
 GANG = Job("g", JobKind.BATCH, 3, Resources.of(1000, 256), gang=True)

@@ -21,7 +21,7 @@ from cellstate.model import Machine, MachineState
 from omega.attempts import AttemptOutcome
 from omega.modes import CommitMode, ConflictMode
 from omega.runtime import RuntimeOptions, SchedulerProcess, kv
-from omega.stats import SchedulerStats
+from cellstate.scheduler_stats import SchedulerStats
 from schedulers.chains import make_scheduler
 
 

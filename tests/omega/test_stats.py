@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from omega.stats import (
-    HOT_MACHINES_MAX, RECENT_CONFLICTS_MAX, ConflictNote, HotMachine, SchedulerStats, StatsRecorder, percentile,
+from cellstate.scheduler_stats import (
+    ConflictNote, HOT_MACHINES_MAX, HotMachine, RECENT_CONFLICTS_MAX, SchedulerStats,
 )
+from omega.stats import StatsRecorder, percentile
 
 
 def attempt(rec: StatsRecorder, now: float, *, decision_s=0.01, busy_s=0.0, txns=1, commits=1, conflicts=0,

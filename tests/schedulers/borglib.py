@@ -6,7 +6,7 @@ from __future__ import annotations
 from viewlib import DictView
 
 from cellstate.model import Alloc, TaskState
-from omega.protocols import JobEntry, MachineEntry
+from cellstate.plan import JobEntry, MachineEntry
 
 
 class PriorityView(DictView):

@@ -10,7 +10,7 @@ import pytest
 
 from cellstate.codec.job import decode_job_record
 from cellstate.model import Constraint, ConstraintOp, JobRecord
-from omega.protocols import JobEntry
+from cellstate.plan import JobEntry
 from schedulers.chains import make_scheduler
 from schedulers.easy.plan import NEVER, easy_pass, estimate_of, queue_order
 from tools.cli import main

@@ -16,7 +16,6 @@ from viewlib import DictView, job, machine
 
 from cellstate.model import JobKind, MachineState
 from cellstate.resources import Resources
-from omega.protocols import MachineEntry
 from schedulers import batch as batch_module
 from schedulers import free_index
 from schedulers.batch import BatchScheduler

@@ -10,7 +10,7 @@ from typing import Iterable
 
 from cellstate.model import Alloc, Constraint, Job, JobKind, JobRecord, Machine, MachineState, TaskState
 from cellstate.resources import Resources
-from omega.protocols import JobEntry, MachineEntry
+from cellstate.plan import JobEntry, MachineEntry
 
 
 def machine(mid: str, zone: str = "z1", cpu: int = 4000, memory: int = 8192, disk: int = 0,

@@ -9,7 +9,7 @@ import pytest
 
 from cellstate.model import Alloc, Job, JobKind, JobRecord, Machine, MachineState
 from cellstate.resources import Resources
-from omega.protocols import JobEntry, MachineEntry
+from cellstate.plan import JobEntry, MachineEntry
 from tools.agents.failures import FailureInjector
 from tools.agents.lifecycle import (
     EndSchedule, MachineNeed, MachineSelector, DueEnd, end_time, failure_delay, machine_need, startable,

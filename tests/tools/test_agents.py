@@ -17,7 +17,7 @@ from cellstate.model import Job, JobKind, JobRecord, JobState, Machine, MachineS
 from cellstate.resources import ZERO, Resources
 from cellstate.store import Unavailable
 from cellstate.submit import submit_jobs
-from omega.protocols import Claim, JobEntry, MachineEntry, Plan
+from cellstate.plan import Claim, JobEntry, MachineEntry, Plan
 from tools.agents.agent import Agent, AgentConfig
 from tools.agents.lifecycle import MachineSelector
 from tools.cli import main

@@ -27,7 +27,7 @@ from tools.demo.cell import DemoConfig
 from tools.demo.children import PROJECT_ROOT, Children
 from tools.demo.summary import final_stats, scheduler_summary
 from tools.monitor.live import run_monitor
-from omega.stats import SchedulerStats
+from cellstate.scheduler_stats import SchedulerStats
 
 pytestmark = pytest.mark.slow
 

@@ -10,9 +10,10 @@ import pytest
 
 from cellstate.model import Job, JobKind, Machine
 from cellstate.resources import Resources
-from omega.protocols import MachineEntry
+from cellstate.plan import MachineEntry
 from tools.cli import main
-from tools.cli.experiment import NAMES, format_cell
+from tools.cli.experiment import NAMES
+from tools.fauxmaster.experiments.verdicts import format_cell
 from tools.fauxmaster.experiments.architectures import CodePath, MultiPath, OfferBroker
 from tools.fauxmaster.experiments.catalogue import QUICK, names, run_experiment
 from tools.fauxmaster.experiments.runs import Overrides, RunFigures, run_case

@@ -135,7 +135,7 @@ def test_cli_usage_errors(etcd_server, etcd_store, cell_keys):
 
 def test_cli_tells_which_scheduler_class_serves_the_job(etcd_server, etcd_store, cell_keys, capsys):
     from cellstate.stats_sink import LeasedStatsSink
-    from omega.stats import SchedulerStats
+    from cellstate.scheduler_stats import SchedulerStats
 
     _cell(etcd_store, cell_keys).close()
     argv = ["explain", "--endpoints", etcd_server.endpoints[0], "--cell", cell_keys.cell,

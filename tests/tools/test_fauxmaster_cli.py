@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tools.cli import main
-from tools.cli.replay import parse_schedulers
+from tools.fauxmaster.scheduler_mix import parse_schedulers
 
 from fauxmaster_traces import mixed_trace
 

@@ -13,7 +13,7 @@ from cellstate.model import Job, JobKind, Machine
 from cellstate.resources import Resources
 from schedulers import chains
 from tools.cli import main
-from tools.cli.replay import parse_schedulers
+from tools.fauxmaster.scheduler_mix import parse_schedulers
 from tools.fauxmaster.replay import ReplayConfig, replay
 from tools.fauxmaster.scheduler_process import SchedulerConfig
 from tools.trace.events import JobSubmit, MachineAdd

@@ -17,7 +17,7 @@ from cellstate.model import Job, JobKind, JobRecord, Machine, MachineState
 from cellstate.replica.watched import Replica
 from cellstate.resources import Resources
 from cellstate.codec.stats import encode_stats
-from omega.stats import ConflictNote, HotMachine, SchedulerStats
+from cellstate.scheduler_stats import ConflictNote, HotMachine, SchedulerStats
 from tools.cli import main
 from tools.monitor.live import run_monitor
 from tools.monitor.model import (
@@ -294,9 +294,9 @@ def test_render_at_80_columns_keeps_the_scheduler_figures_readable(cell):
 # -- the screen at 80×24 and 200×50 ---------------------------------------------------------------
 
 from tools.monitor.model import (  # noqa: E402
-    ConflictHistory, MonitorFrame, PendingQueue, SchedulerRow, WindowRate, scheduler_row,
+    ConflictHistory, MonitorFrame, PendingQueue, WindowRate, scheduler_row,
 )
-from tools.monitor.render import elide, screen_lines  # noqa: E402
+from tools.monitor.render import elide  # noqa: E402
 
 SCHEDULERS = [("batch-0", "batch"), ("batch-1", "batch"), ("borg-0", "borg"), ("service-0", "service")]
 

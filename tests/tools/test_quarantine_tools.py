@@ -21,7 +21,7 @@ from cellstate.replica.watched import Replica
 from cellstate.resources import Resources
 from cellstate.codec.stats import decode_stats, encode_stats
 from omega.runtime import SchedulerProcess
-from omega.stats import SchedulerStats
+from cellstate.scheduler_stats import SchedulerStats
 from schedulers.chains import make_scheduler
 from tools.agents.agent import Agent, AgentConfig
 from tools.monitor.model import build_frame

@@ -33,7 +33,7 @@ from cellstate.lifecycle_txn import LedgerError, finish_batch_limit, finish_task
 from cellstate.model import Alloc, MachineState
 from cellstate.replica.watched import Replica
 from cellstate.store import Store, StoreError
-from omega.protocols import MachineEntry
+from cellstate.plan import MachineEntry
 from tools.agents.failures import FailureInjector, MachineOps
 from tools.agents.lifecycle import (
     EndSchedule, MachineNeed, MachineSelector, DueEnd, end_time, machine_need, startable,

@@ -14,7 +14,7 @@ from enum import Enum
 from typing import Callable, Iterable
 
 from cellstate.model import Alloc, JobKind, MachineState, TaskState
-from omega.protocols import JobEntry, MachineEntry
+from cellstate.plan import JobEntry, MachineEntry
 
 JobLookup = Callable[[str], "JobEntry | None"]
 _PLACED = TaskState.PLACED.value

@@ -14,6 +14,7 @@ from pathlib import Path
 from tools.cli.common import add_output_arg, output_json
 from tools.cli.gpu_frag import add_gpu_frag_args, run_gpu_frag
 from tools.cli.plugin_args import add_plugin_arg, load_plugin_args
+from tools.fauxmaster.experiments.verdicts import format_cell
 
 
 # The experiments of tools.fauxmaster.experiments.catalogue (kept here so building the parser imports
@@ -110,10 +111,3 @@ def print_report(report, console=None) -> None:
     console.print(f"({report.wall_s:.1f} s wall)\n")
 
 
-def format_cell(value, fmt: str) -> str:
-    """A table cell: numbers with ``fmt``, anything else as text ("" for missing)."""
-    if value is None:
-        return ""
-    if fmt and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return format(value, fmt)
-    return str(value)

@@ -17,7 +17,7 @@ from cellstate.keys import CellKeys
 from cellstate.replica.watched import Replica
 from cellstate.codec.stats import decode_stats
 from cellstate.store import Store
-from omega.stats import SchedulerStats
+from cellstate.scheduler_stats import SchedulerStats
 from tools.monitor.model import build_frame, to_dict
 from tools.monitor.render import amount
 

@@ -28,7 +28,7 @@ from cellstate.resources import ZERO
 from cellstate.replica.shared_decodes import SharedDecodes
 from cellstate.store import Compare, CompareOp, CompareTarget, Put, Store
 from cellstate.submit import JobNotFound, kill_job, submit_jobs
-from omega.protocols import CommitOutcome, JobEntry, MachineEntry, Plan
+from cellstate.plan import CommitOutcome, JobEntry, MachineEntry, Plan
 from tools.fauxmaster.clock import EventCore
 
 AGENT = "fauxmaster"

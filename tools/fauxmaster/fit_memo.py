@@ -53,7 +53,7 @@ import numpy as np
 from cellstate.model import MachineState
 from cellstate.resources import Resources
 from omega.attempts import AttemptOutcome, PlacementResult
-from omega.protocols import JobEntry
+from cellstate.plan import JobEntry
 from schedulers.plugin import JOB, ROOM, filter_traits
 from schedulers.row_slots import RowSlots, with_row
 

@@ -31,7 +31,8 @@ from omega.attempts import Attempt, PlacementResult
 from omega.cycle import SchedulingCycle
 from omega.modes import CommitMode, ConflictMode
 from omega.occ import OptimisticPlacer
-from omega.protocols import Decision, JobEntry
+from cellstate.plan import JobEntry
+from omega.protocols import Decision
 from omega.queue import JobQueue, check_order, make_order
 from omega.retry import retry_policy_for
 from schedulers.chains import KINDS, make_scheduler

@@ -24,7 +24,7 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import ThreadingWSGIServer
 
-from tools.cli.metrics_args import LOOPBACK, MetricsTls, format_addr, parse_metrics_addr  # noqa: F401 (re-exported)
+from tools.metrics.listen import LOOPBACK, MetricsTls, format_addr, parse_metrics_addr  # noqa: F401 (re-exported)
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from cellstate.model import JobKind, MachineState
 from cellstate.replica.watched import Replica
 from cellstate.resources import CORE_NAMES
 from cellstate.codec.stats import decode_stats
-from omega.stats import SchedulerStats
+from cellstate.scheduler_stats import SchedulerStats
 
 HOT_ROWS = 10
 CONFLICT_ROWS = 20

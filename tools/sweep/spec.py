@@ -96,7 +96,7 @@ class Spec:
 def replay_config(settings: dict[str, Any], seed: int) -> dict[str, Any]:
     """``ReplayConfig`` fields from one grid point's ``settings`` and ``seed`` (scheduler i gets
     seed + i, as ``omega replay --seed``)."""
-    from tools.cli.replay import parse_schedulers
+    from tools.fauxmaster.scheduler_mix import parse_schedulers
 
     schedulers = settings.get("schedulers", DEFAULT_SCHEDULERS)
     if not isinstance(schedulers, str):

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from cellstate.model import JobKind, MachineState
-from omega.protocols import CellView, Decision, JobEntry, MachineEntry
+from cellstate.plan import JobEntry, MachineEntry
+from omega.protocols import CellView, Decision
 from schedulers.chains import make_scheduler
 
 ARCHITECTURES = ("monolithic", "two-level", "shared-state")

@@ -7,6 +7,8 @@ import html
 import json
 from pathlib import Path
 
+from tools.fauxmaster.experiments.verdicts import format_cell
+
 
 def write_experiment_html(reports: list, directory) -> Path:
     """Write ``index.html`` and ``reports.json`` of ``reports`` (``ExperimentReport``) in
@@ -29,8 +31,6 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}} td:first-child,t
 
 
 def _section(report) -> str:
-    from tools.cli.experiment import format_cell
-
     head = "".join(f"<th>{html.escape(c.header)}</th>" for c in report.columns)
     rows = "".join("<tr>" + "".join(f"<td>{html.escape(format_cell(row.get(c.key), c.fmt))}</td>"
                                     for c in report.columns) + "</tr>" for row in report.rows)

@@ -98,6 +98,15 @@ class Column:
     fmt: str = ""
 
 
+def format_cell(value, fmt: str) -> str:
+    """A table cell: numbers with ``fmt``, anything else as text ("" for missing)."""
+    if value is None:
+        return ""
+    if fmt and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return format(value, fmt)
+    return str(value)
+
+
 @dataclass(frozen=True, slots=True)
 class ExperimentVerdict:
     """Whether the paper's direction was reproduced, and the numbers that say so."""
