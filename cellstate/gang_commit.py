@@ -36,6 +36,7 @@ from cellstate.store import (
     mod_revision_is,
 )
 from cellstate.plan import CommitOutcome, GangHold, JobEntry, MachineEntry, Plan, PlanTooLarge
+from cellstate.plan_rules import check_plan, new_ledgers, updated_record
 
 GANG_LEASE_TTL = 5
 """Seconds a reservation outlives its scheduler, at least (refreshed before every chunk; the
@@ -49,7 +50,9 @@ def _created_at(key: str, revision: int) -> Compare:
 
 
 class GangCommits:
-    """The gang transactions of ``committer`` (a ``StoreCommitter``): omega's ``GangCommitter``."""
+    """The gang transactions of ``committer`` (a ``StoreCommitter``): omega's ``GangCommitter``.
+    A chunk is built and sent through the committer's public txn API (``txn_compares``,
+    ``claim_writes``, ``send``, ``failure_outcome``); the plan arithmetic is ``cellstate.plan_rules``."""
 
     def __init__(self, committer, ttl: int = GANG_LEASE_TTL):
         self.committer = committer
@@ -58,7 +61,6 @@ class GangCommits:
         self.max_txn_ops: int = committer.max_txn_ops
         self.max_claims_per_txn: int = committer.max_claims_per_txn
         self.ttl = ttl
-        self._check_plan, self._new_ledgers, self._updated_record = committer.plan_rules
 
     # -- holding the job ---------------------------------------------------------------------
 
@@ -109,18 +111,18 @@ class GangCommits:
         the hold is lost (the gang key is gone or another's)."""
         if plan.victims or any(c.evicts for c in plan.claims):
             raise PlanTooLarge(f"gang job {plan.job.id!r}: a reservation in chunks cannot evict tasks")
-        self._check_plan(plan)
-        ledgers = self._new_ledgers(plan)
+        check_plan(plan)
+        ledgers = new_ledgers(plan)
         committer = self.committer
-        compares, keys, gets, alloc_keys = committer._compares(plan, ledgers)
+        compares, keys, gets, alloc_keys = committer.txn_compares(plan, ledgers)
         gang_key = self.keys.gang(hold.job_id)
         compares.append(_created_at(gang_key, hold.create_revision))
         gets.append(Get(gang_key))
-        written, _, allocs = committer._claim_writes(plan, ledgers, keys, alloc_keys)
+        written, _, allocs = committer.claim_writes(plan, ledgers, keys, alloc_keys)
         record = GangRecord(hold.job_id, hold.scheduler, hold.reserved + len(plan.claims), hold.started_at)
         success = [Put(key, value) for key, value in written.items()]
         success.append(Put(gang_key, encode_gang(record), hold.lease))
-        result = committer._send("gang chunk", plan, compares, success, gets)
+        result = committer.send("gang chunk", plan, compares, success, gets)
         if result.succeeded:
             hold.reserved = record.reserved
             revision = result.revision
@@ -129,7 +131,7 @@ class GangCommits:
                                  applied_allocs=allocs, applied=True), False
         gang_reads = result.reads[-1]
         lost = not gang_reads or gang_reads[0].create_revision != hold.create_revision
-        return committer._failure(plan, result.revision, result.reads[:-1]), lost
+        return committer.failure_outcome(plan, result.revision, result.reads[:-1]), lost
 
     # -- making it final -----------------------------------------------------------------------
 
@@ -137,7 +139,7 @@ class GangCommits:
         """Put the job record with every claimed task 'a' and delete the gang key, if the job and
         the hold are unchanged; then the lease is revoked. ``plan.claims`` are the reserved claims
         (their machines are not compared: their ledgers already hold them)."""
-        record = self._updated_record(plan)
+        record = updated_record(plan)
         job_key, gang_key = self.keys.job(plan.job.id), self.keys.gang(hold.job_id)
         value = encode_job_record(record)
         result = self.store.txn([mod_revision_is(job_key, plan.job.mod_revision),

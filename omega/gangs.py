@@ -28,12 +28,19 @@ next scheduler that takes the job (step 2). docs/CELLSTATE.md has the transactio
 from __future__ import annotations
 
 import math
+import sys
+from typing import TYPE_CHECKING
 
 from cellstate.fastbuild import builder
+from cellstate.resources import Resources
 from omega.attempts import AttemptOutcome, classify
 from omega.modes import CommitMode, drop_unfit
 from cellstate.plan import Claim, GangHold, JobEntry, Plan, PlanTooLarge
 from omega.protocols import Decision, GangCommitter, PlacementView
+
+if TYPE_CHECKING:
+    from omega.occ import OptimisticPlacer
+    from omega.placement import PlacementRun, PlacementAttempt
 
 _PLAN = builder(Plan)
 
@@ -57,19 +64,19 @@ class _Abort(Exception):
     """The reservation cannot go on (job changed or gone, hold lost): release, retry later.
     ``reason``: why, for the tasks, when it is worth stating (the lease ended)."""
 
-    def __init__(self, reason: str = ""):
+    def __init__(self, reason: str = "") -> None:
         super().__init__(reason)
         self.reason = reason
 
 
-def tasks_per_machine(capacity, request) -> int:
+def tasks_per_machine(capacity: Resources, request: Resources) -> int:
     """How many tasks of ``request`` an empty machine of ``capacity`` holds (a large number when the
     request asks for nothing)."""
     counts = [capacity.get(name) // request.get(name) for name in request.names() if request.get(name) > 0]
     return min(counts) if counts else 1 << 30
 
 
-def cell_room(view, request, tasks: int) -> tuple[int, int, int]:
+def cell_room(view: PlacementView, request: Resources, tasks: int) -> tuple[int, int, int]:
     """(up machines, how many of them hold tasks, how many of ``tasks`` tasks of ``request`` the
     up machines would hold were they empty, counting to ``tasks`` at most)."""
     up = busy = room = 0
@@ -84,7 +91,7 @@ def cell_room(view, request, tasks: int) -> tuple[int, int, int]:
     return up, busy, min(room, tasks)
 
 
-def with_cell_state(view, entry: JobEntry, tasks: list[int], decision: Decision) -> Decision:
+def with_cell_state(view: PlacementView, entry: JobEntry, tasks: list[int], decision: Decision) -> Decision:
     """An all-or-nothing refusal (no claims) with the cell's state appended to its reason: the
     machines up and busy, and when the gang is wider than the empty cell, that it never fits."""
     if decision.claims or not decision.unplaced:
@@ -99,7 +106,7 @@ def with_cell_state(view, entry: JobEntry, tasks: list[int], decision: Decision)
 _EXPIRED = "reservation expired before commit (the hold's lease of {ttl} s ended between chunks)"
 
 
-def lease_ttl(placer, tasks: int) -> int:
+def lease_ttl(placer: OptimisticPlacer, tasks: int) -> int:
     """Seconds of the gang lease for deciding ``tasks`` tasks: twice the expected decision time
     plus one (the committer adds its own minimum): the host's ``expect(tasks)`` when it has one (a
     replay's modelled time), else the slowest gang decision per task this placer has seen."""
@@ -108,20 +115,19 @@ def lease_ttl(placer, tasks: int) -> int:
     return int(math.ceil(2.0 * max(0.0, expected))) + 1
 
 
-def place_in_chunks(placer, st, entry: JobEntry, tasks: list[int], started: float, tally) -> bool:
-    """One attempt of a gang through ``placer.committer.gangs`` (see the module docstring).
-    True when there is nothing to retry (placed, nothing fits, held by another, given up)."""
-    gangs: GangCommitter = placer.committer.gangs
-    attempt = {"decision_time_s": 0.0, "claims": (), "started_at": started}
+def place_in_chunks(gangs: GangCommitter, attempt: PlacementAttempt, entry: JobEntry) -> bool:
+    """One attempt of a gang through ``gangs`` (the placer's committer's; see the module
+    docstring). True when there is nothing to retry (placed, nothing fits, held by another, given up)."""
+    placer, st, tasks = attempt.placer, attempt.placement, attempt.tasks
     hold = gangs.begin(entry, placer.scheduler, placer.clock.now(), lease_ttl(placer, len(tasks)))
     if hold is None:  # another scheduler is reserving it (or its hold has not expired yet)
-        placer._emit(st, attempt, tally, AttemptOutcome.NOTHING_FITS)
+        attempt.emit(AttemptOutcome.NOTHING_FITS)
         return True
     placed = finished = False
     try:
         for outcome in gangs.release(hold):  # what a dead scheduler left
             st.view.apply_outcome(outcome)
-        finished, placed = _reserve_and_finish(placer, gangs, hold, st, tasks, attempt, tally)
+        finished, placed = _reserve_and_finish(gangs, hold, attempt)
     except _Abort as abort:
         finished = False
         if abort.reason:
@@ -129,26 +135,25 @@ def place_in_chunks(placer, st, entry: JobEntry, tasks: list[int], started: floa
     finally:
         if not placed:
             _release(gangs, hold, st.view)
+    tally = attempt.tally
     if placed:
         st.no_progress = 0
-        attempt["claims"] = tuple(tally.committed)
-        placer._record_committed(st, tally)
+        attempt.claims = tuple(tally.committed)
+        attempt.record_committed()
     elif not finished:
         st.no_progress += 1
         st.todo = list(tasks)
-    placer._emit(st, attempt, tally, classify(attempt["claims"], tuple(tally.committed)))
+    attempt.emit(classify(attempt.claims, tuple(tally.committed)))
     if finished and not placed and st.unplaced and not st.job_gone:
         fresh = st.view.job(st.job_id)
         if fresh is not None:
-            placer._write_reason(st, fresh, type(tally)())
+            attempt.write_reason(fresh)  # (after the record: not one of the attempt's txns)
     return finished or placed
 
 
-def _release(gangs: GangCommitter, hold: GangHold, view) -> None:
+def _release(gangs: GangCommitter, hold: GangHold, view: PlacementView) -> None:
     """Release every reservation of the hold and end it; while an error propagates, an error
     here is dropped (the lease's expiry and the next holder release instead)."""
-    import sys
-
     propagating = sys.exc_info()[0] is not None
     try:
         for outcome in gangs.release(hold):
@@ -159,27 +164,27 @@ def _release(gangs: GangCommitter, hold: GangHold, view) -> None:
             raise
 
 
-def _reserve_and_finish(placer, gangs: GangCommitter, hold: GangHold, st, tasks: list[int], attempt: dict,
-                        tally) -> tuple[bool, bool]:
+def _reserve_and_finish(gangs: GangCommitter, hold: GangHold, attempt: PlacementAttempt) -> tuple[bool, bool]:
     """(finished, placed)."""
+    placer, st, tally = attempt.placer, attempt.placement, attempt.tally
     view = st.view
     entry = view.job(st.job_id)
     if entry is None:
         st.job_gone = True
         return True, False
     pinned = entry.mod_revision  # the job must stay at this revision until the finish
-    tasks = [i for i in tasks if entry.record.tasks[i] == "p"] if not entry.record.killed else []
+    tasks = [i for i in attempt.tasks if entry.record.tasks[i] == "p"] if not entry.record.killed else []
     if not tasks:
         return True, False
     strategy = CommitMode.ALL_OR_NOTHING.strategy
-    decision, elapsed = placer._decide(st, entry, tasks)
+    decision, elapsed = attempt.decide(entry, tasks)
     placer.gang_s_per_task = max(placer.gang_s_per_task, elapsed / len(tasks))
     decision = with_cell_state(view, entry, tasks, strategy.admit(entry, tasks, decision))
-    attempt["decision_time_s"] += elapsed
+    attempt.decision_time_s += elapsed
     if decision.claims and not gangs.keep_alive(hold):
         raise _Abort(f"reservation expired before commit (the decision took {elapsed:.2f} s, "
                      f"the lease {hold.ttl} s)")
-    attempt["claims"] = tuple(decision.claims)
+    attempt.claims = tuple(decision.claims)
     st.unplaced.update(decision.unplaced)
     if not decision.claims:
         return True, False
@@ -193,7 +198,7 @@ def _reserve_and_finish(placer, gangs: GangCommitter, hold: GangHold, st, tasks:
     while todo:
         redo: list[int] = []
         for i in range(0, len(todo), limit):
-            redo += _reserve_chunk(placer, gangs, hold, st, pinned, todo[i:i + limit], reserved, tally)
+            redo += _reserve_chunk(gangs, hold, attempt, pinned, todo[i:i + limit], reserved)
         if not redo:
             break
         idle = 0 if len(reserved) > 0 and len(redo) < len(todo) else idle + 1
@@ -201,9 +206,9 @@ def _reserve_and_finish(placer, gangs: GangCommitter, hold: GangHold, st, tasks:
             for task in redo:
                 st.unplaced[task] = f"gave up reserving the gang ({st.conflicts.get(task, 'conflicting commits')})"
             return True, False
-        entry = _pinned(view, st, pinned)
-        decision, elapsed = placer._decide(st, entry, sorted(redo))
-        attempt["decision_time_s"] += elapsed
+        entry = _pinned(st, pinned)
+        decision, elapsed = attempt.decide(entry, sorted(redo))
+        attempt.decision_time_s += elapsed
         claimed = {c.task_index for c in decision.claims}
         if claimed != set(redo):
             first = next(iter(decision.unplaced.values()), "not every task was placed")
@@ -211,7 +216,7 @@ def _reserve_and_finish(placer, gangs: GangCommitter, hold: GangHold, st, tasks:
             st.unplaced.update({i: why for i in tasks})
             return True, False
         todo = list(decision.claims)
-    entry = _pinned(view, st, pinned)
+    entry = _pinned(st, pinned)
     claims = tuple(reserved[i] for i in tasks)
     for task in tasks:
         st.unplaced.pop(task, None)
@@ -227,9 +232,9 @@ def _reserve_and_finish(placer, gangs: GangCommitter, hold: GangHold, st, tasks:
     return True, True
 
 
-def _pinned(view, st, pinned: int) -> JobEntry:
+def _pinned(st: PlacementRun, pinned: int) -> JobEntry:
     """The job as the reservation began; _Abort when it is gone or changed since."""
-    entry = view.job(st.job_id)
+    entry = st.view.job(st.job_id)
     if entry is None:
         st.job_gone = True
         raise _Abort()
@@ -238,23 +243,25 @@ def _pinned(view, st, pinned: int) -> JobEntry:
     return entry
 
 
-def _reserve_chunk(placer, gangs: GangCommitter, hold: GangHold, st, pinned: int, claims: list[Claim],
-                   reserved: dict[int, Claim], tally) -> list[int]:
+def _reserve_chunk(gangs: GangCommitter, hold: GangHold, attempt: PlacementAttempt, pinned: int,
+                   claims: list[Claim], reserved: dict[int, Claim]) -> list[int]:
     """Reserve ``claims`` (one txn, retried at once with the claims that still fit after a
     conflict); the tasks to decide again."""
-    _pinned(st.view, st, pinned)
-    plan, gone = placer._plan(st, claims)
+    placer, st, tally = attempt.placer, attempt.placement, attempt.tally
+    _pinned(st, pinned)
+    found, gone = placer.plan_of(st, claims)
     redo = list(gone)
-    if plan is None:
+    if found is None:
         raise _Abort()
-    plan, back = drop_unfit(plan)
+    plan: Plan | None
+    plan, back = drop_unfit(found)
     redo += back
     for _ in range(placer.retry.max_attempts):
-        if not plan.claims:
+        if plan is None or not plan.claims:
             return redo
         if plan.job.mod_revision != pinned:
             raise _Abort()
-        plan = placer._refreshed(st, plan)
+        plan = attempt.refreshed(plan)
         if hold.reserved and not gangs.keep_alive(hold):
             raise _Abort(_EXPIRED.format(ttl=hold.ttl))
         outcome, lost = gangs.reserve(hold, plan)
@@ -269,7 +276,7 @@ def _reserve_chunk(placer, gangs: GangCommitter, hold: GangHold, st, pinned: int
             tally.job_conflicts += 1
             raise _Abort(_EXPIRED.format(ttl=hold.ttl) if lost else "")
         before = len(tally.redecide)
-        plan = placer._resolve(st, CommitMode.INCREMENTAL, plan, outcome, tally)
+        plan = attempt.resolve(CommitMode.INCREMENTAL, plan, outcome)
         redo += tally.redecide[before:]
         del tally.redecide[before:]
         if plan is None:

@@ -27,7 +27,6 @@ Whatever stays pending keeps a reason in the job record: nothing is lost.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from tenacity import Retrying, retry_if_result
@@ -35,46 +34,15 @@ from tenacity import Retrying, retry_if_result
 from cellstate.fastbuild import builder
 from omega.attempts import Attempt, AttemptOutcome, PlacementResult, classify
 from omega.gangs import has_reservations, partly_running, place_in_chunks, with_cell_state
-from omega.modes import CommitMode, ConflictMode, ConflictSplit, check_gang_size, victims_of
-from cellstate.plan import Claim, CommitOutcome, JobEntry, Plan, PlanTooLarge
+from omega.modes import CommitMode, ConflictMode, check_gang_size, victims_of
+from cellstate.plan import AllocEntry, Claim, JobEntry, MachineEntry, Plan, PlanTooLarge
+from omega.placement import PlacementRun, PlacementAttempt, Tally
 from omega.protocols import Clock, Committer, Decide, Decision, PlacementView
 from omega.retry import RetryPolicy
 
-# One per attempt, placement or txn, every field given: without their dataclass __init__.
-_ATTEMPT, _PLACEMENT_RESULT, _PLAN = builder(Attempt), builder(PlacementResult), builder(Plan)
+# One per placement or txn, every field given: without their dataclass __init__.
+_PLACEMENT_RESULT, _PLAN = builder(PlacementResult), builder(Plan)
 _SEEN_KEPT = 1024  # jobs whose pending tasks are kept between placements
-
-
-@dataclass(slots=True)
-class _Placement:
-    """State of one ``place`` call across its attempts."""
-
-    job_id: str
-    view: PlacementView
-    decide: Decide
-    todo: list[int] | None = None
-    unplaced: dict[int, str] = field(default_factory=dict)
-    conflicts: dict[int, str] = field(default_factory=dict)
-    placed: list[Claim] = field(default_factory=list)
-    attempts: list[Attempt] = field(default_factory=list)
-    no_progress: int = 0
-    job_gone: bool = False
-    retrying: bool = False  # tenacity's loop has taken over from the first attempt
-
-
-@dataclass(slots=True)
-class _Tally:
-    """The transactions of one attempt."""
-
-    committed: list[Claim] = field(default_factory=list)
-    conflicting: dict[str, str | None] = field(default_factory=dict)  # machine -> who had won it (None: unknown)
-    winners: dict[str, None] = field(default_factory=dict)
-    redecide: list[int] = field(default_factory=list)
-    transactions: int = 0
-    failed: int = 0
-    stale: int = 0
-    job_conflicts: int = 0  # conflicts that rejected no claim: the job record had changed
-    job_gone: bool = False
 
 
 class OptimisticPlacer:
@@ -115,7 +83,7 @@ class OptimisticPlacer:
     def place(self, job_id: str, view: PlacementView, decide: Decide) -> PlacementResult:
         """Place the pending tasks of ``job_id``; PlanTooLarge for a gang that cannot fit one txn
         (after recording the attempt and the reason), ValueError for an inconsistent decision."""
-        st = _Placement(job_id, view, decide)
+        st = PlacementRun(job_id, view, decide)
         finished = self._attempt(st) or self._retrying(self._attempt_again, st)
         if not finished:
             self._give_up(st)
@@ -124,7 +92,7 @@ class OptimisticPlacer:
             self._seen.pop(job_id, None)
         return result
 
-    def _attempt_again(self, st: _Placement) -> bool:
+    def _attempt_again(self, st: PlacementRun) -> bool:
         """What tenacity's loop calls once the first attempt left tasks to retry: its first
         call hands over that attempt's outcome (False), later calls attempt again."""
         if st.retrying:
@@ -134,7 +102,7 @@ class OptimisticPlacer:
 
     # -- one attempt ---------------------------------------------------------------------
 
-    def _attempt(self, st: _Placement) -> bool:
+    def _attempt(self, st: PlacementRun) -> bool:
         """Decide and commit once; True when there is nothing left to retry."""
         entry = st.view.job(st.job_id)
         if entry is None:
@@ -142,8 +110,8 @@ class OptimisticPlacer:
             return True
         mode = CommitMode.ALL_OR_NOTHING if entry.record.job.gang else self.commit_mode
         if entry.record.job.gang and self._gangs is not None and partly_running(entry):
-            entry = self._evict_gang(st, entry.id, "gang partly running (a member was evicted): the whole "
-                                     "gang is evicted to be placed again")
+            entry = self.evict_gang(st, entry.id, "gang partly running (a member was evicted): the whole "
+                                    "gang is evicted to be placed again")
             if entry is None:
                 st.job_gone = True
                 return True
@@ -152,7 +120,7 @@ class OptimisticPlacer:
             sorted(set(st.todo) & set(pending))
         if not tasks:
             return True
-        started = self.clock.now()
+        attempt = PlacementAttempt(self, st, self.clock.now(), tasks)
         if mode is CommitMode.ALL_OR_NOTHING:
             # Reservations in chunks are for gangs only: a job that is not a gang has its tasks
             # placed as soon as their allocs exist (docs/CELLSTATE.md, "Task state out of the
@@ -160,24 +128,23 @@ class OptimisticPlacer:
             # txn it is refused as before (PlanTooLarge).
             if self._gangs is not None and entry.record.job.gang and (
                     len(tasks) > self.committer.max_claims_per_txn or has_reservations(st.view, entry)):
-                return place_in_chunks(self, st, entry, tasks, started, _Tally())
-            self._refuse_oversized_gang(st, entry, tasks, started)
-        decision, decision_time = self._decide(st, entry, tasks, paced=True)
+                return place_in_chunks(self._gangs, attempt, entry)
+            self._refuse_oversized_gang(attempt, entry)
+        decision, attempt.decision_time_s = attempt.decide(entry, tasks, paced=True)
         decision = mode.strategy.admit(entry, tasks, decision)
         if entry.record.job.gang and not decision.claims:
             decision = with_cell_state(st.view, entry, tasks, decision)
         st.unplaced.update(decision.unplaced)
-        attempt = {"decision_time_s": decision_time, "claims": tuple(decision.claims), "started_at": started}
+        attempt.claims = tuple(decision.claims)
         if not decision.claims:
-            self._paced(attempt, 0)
-            tally = _Tally()
-            self._write_reason(st, entry, tally)
-            self._emit(st, attempt, tally, AttemptOutcome.NOTHING_FITS)
+            attempt.pace(0)
+            attempt.write_reason(entry)
+            attempt.emit(AttemptOutcome.NOTHING_FITS)
             return True
-        tally = self._commit_decision(st, mode, decision, attempt)
+        tally = self._commit_decision(attempt, mode, decision)
         st.no_progress = 0 if tally.committed else st.no_progress + 1
         st.todo = tally.redecide
-        self._emit(st, attempt, tally, classify(attempt["claims"], tuple(tally.committed)))
+        attempt.emit(classify(attempt.claims, tuple(tally.committed)))
         return tally.job_gone or not tally.redecide
 
     def _pending_of(self, entry: JobEntry) -> list[int]:
@@ -196,95 +163,50 @@ class OptimisticPlacer:
         self._seen[entry.id] = (record.tasks, pending)
         return pending
 
-    def _decide(self, st: _Placement, entry: JobEntry, tasks: list[int],
-                paced: bool = False) -> tuple[Decision, float]:
-        """The decision and the time it took; ``paced``: its txns will call ``pace`` (else
-        the rest of a paced decision's time passes here, before anything is committed)."""
-        before = self.clock.now()
-        decision = st.decide(entry, list(tasks), st.view)
-        if not paced and self.pace is not None:
-            self.pace(0)
-        elapsed = max(0.0, self.clock.now() - before)
-        self._check_decision(entry, tasks, decision)
-        return decision, elapsed
-
-    def _paced(self, attempt: dict, claims: int) -> None:
-        """Let the share of the decision's time for ``claims`` claims pass (0: all that is
-        left); the attempt's decision time includes it."""
-        if self.pace is None:
-            return
-        before = self.clock.now()
-        self.pace(claims)
-        attempt["decision_time_s"] += max(0.0, self.clock.now() - before)
-
-    def _check_decision(self, entry: JobEntry, tasks: list[int], decision: Decision) -> None:
-        if not isinstance(decision, Decision):
-            raise TypeError(f"{self._where(entry)} is {type(decision).__name__}, expected a Decision")
-        asked = set(tasks)
-        claimed = [claim.task_index for claim in decision.claims]
-        distinct = set(claimed)
-        if len(distinct) < len(claimed) or not distinct <= asked:
-            seen: set[int] = set()
-            for task in claimed:  # the first claim refused
-                if task not in asked or task in seen:
-                    raise ValueError(f"{self._where(entry)} claims task {task}, which was not asked for "
-                                     f"or is claimed twice (asked: {sorted(asked)})")
-                seen.add(task)
-        if not asked.issuperset(decision.unplaced):
-            stray = set(decision.unplaced) - asked
-            raise ValueError(f"{self._where(entry)} gives reasons for tasks {sorted(stray)}, which were not asked for")
-
-    def _where(self, entry: JobEntry) -> str:
-        return f"decision of scheduler {self.scheduler!r} for job {entry.id!r}"
-
-    def _refuse_oversized_gang(self, st: _Placement, entry: JobEntry, tasks: list[int], started: float):
+    def _refuse_oversized_gang(self, attempt: PlacementAttempt, entry: JobEntry) -> None:
+        """PlanTooLarge (after recording the attempt and the reason) for a gang whose tasks do
+        not fit one txn."""
         limit = self.committer.max_claims_per_txn
         try:
-            check_gang_size(entry, len(tasks), limit)
+            check_gang_size(entry, len(attempt.tasks), limit)
         except PlanTooLarge as exc:
-            st.unplaced.update({i: f"gang too large for one transaction (limit {limit} tasks)" for i in tasks})
-            tally = _Tally()
-            self._write_reason(st, entry, tally)
-            self._emit(st, {"decision_time_s": 0.0, "claims": (), "started_at": started}, tally,
-                       AttemptOutcome.TOO_LARGE)
+            attempt.placement.unplaced.update(
+                {i: f"gang too large for one transaction (limit {limit} tasks)" for i in attempt.tasks})
+            attempt.write_reason(entry)
+            attempt.emit(AttemptOutcome.TOO_LARGE)
             raise exc
 
     # -- transactions --------------------------------------------------------------------
 
-    def _commit_decision(self, st: _Placement, mode: CommitMode, decision: Decision, attempt: dict) -> _Tally:
-        tally = _Tally()
+    def _commit_decision(self, attempt: PlacementAttempt, mode: CommitMode, decision: Decision) -> Tally:
+        st, tally = attempt.placement, attempt.tally
         limit = self.committer.max_claims_per_txn
         chunks = mode.strategy.chunks(st.view.job(st.job_id), list(decision.claims), limit)
         try:
             for chunk in chunks:
-                self._paced(attempt, len(chunk))
-                self._commit_claims(st, mode, chunk, tally)
+                attempt.pace(len(chunk))
+                self._commit_claims(attempt, mode, chunk)
                 if tally.job_gone:
                     break
         except PlanTooLarge as exc:
-            self._paced(attempt, 0)
-            self._record_committed(st, tally)
-            self._emit(st, attempt, tally, AttemptOutcome.TOO_LARGE)
+            attempt.pace(0)
+            attempt.record_committed()
+            attempt.emit(AttemptOutcome.TOO_LARGE)
             entry = st.view.job(st.job_id)
             if entry is not None:
                 st.unplaced.update({c.task_index: f"plan too large for one transaction ({exc})"
                                     for c in decision.claims if c not in tally.committed})
-                self._write_reason(st, entry, _Tally())
+                attempt.write_reason(entry)  # (after the record: not one of the attempt's txns)
             raise
-        self._paced(attempt, 0)
-        self._record_committed(st, tally)
+        attempt.pace(0)
+        attempt.record_committed()
         return tally
 
-    def _record_committed(self, st: _Placement, tally: _Tally) -> None:
-        st.placed.extend(tally.committed)
-        for claim in tally.committed:
-            st.unplaced.pop(claim.task_index, None)
-            st.conflicts.pop(claim.task_index, None)
-
-    def _commit_claims(self, st: _Placement, mode: CommitMode, claims: list[Claim], tally: _Tally) -> None:
+    def _commit_claims(self, attempt: PlacementAttempt, mode: CommitMode, claims: list[Claim]) -> None:
         """Commit ``claims`` in one txn, retrying kept claims at once after conflicts; an
         incremental plan the store finds too large is halved."""
-        plan, gone = self._plan(st, claims)
+        st, tally = attempt.placement, attempt.tally
+        plan, gone = self.plan_of(st, claims)
         tally.redecide.extend(gone)
         if plan is not None:
             plan, back = mode.strategy.fitting(plan, bool(gone))
@@ -293,93 +215,37 @@ class OptimisticPlacer:
             if plan is None or not plan.claims:
                 tally.job_gone = plan is None
                 return
-            plan = self._refreshed(st, plan)
+            plan = attempt.refreshed(plan)
             try:
-                outcome = self._commit(st, plan, tally)
+                outcome = attempt.commit(plan)
             except PlanTooLarge:
                 if mode is CommitMode.ALL_OR_NOTHING or len(plan.claims) < 2:
                     raise
                 half = len(plan.claims) // 2
-                self._commit_claims(st, mode, list(plan.claims[:half]), tally)
-                self._commit_claims(st, mode, list(plan.claims[half:]), tally)
+                self._commit_claims(attempt, mode, list(plan.claims[:half]))
+                self._commit_claims(attempt, mode, list(plan.claims[half:]))
                 return
             if outcome.committed:
                 tally.committed.extend(plan.claims)
                 if plan.victims and self._gangs is not None:
                     for victim in plan.victims.values():
                         if victim.record.job.gang:  # a gang runs whole or not at all
-                            self._evict_gang(st, victim.id, f"gang member preempted by job {plan.job.id!r}: "
-                                             "the whole gang is evicted")
+                            self.evict_gang(st, victim.id, f"gang member preempted by job {plan.job.id!r}: "
+                                            "the whole gang is evicted")
                 return
-            plan = self._resolve(st, mode, plan, outcome, tally)
+            plan = attempt.resolve(mode, plan, outcome)
         if plan is not None:
             tally.redecide.extend(c.task_index for c in plan.claims)
 
-    def _evict_gang(self, st: _Placement, job_id: str, reason: str) -> JobEntry | None:
+    def evict_gang(self, st: PlacementRun, job_id: str, reason: str) -> JobEntry | None:
         """Evict the placed and running tasks of gang ``job_id`` whose other tasks are pending
         (``GangCommitter.evict``); the job as the view has it then."""
+        assert self._gangs is not None
         for outcome in self._gangs.evict(job_id, reason, self.scheduler):
             st.view.apply_outcome(outcome)
         return st.view.job(job_id)
 
-    def _refreshed(self, st: _Placement, plan: Plan) -> Plan:
-        """Resource-fit, with a ``refresh`` (the view's pump): the plan rebased on the newer
-        ledgers the view has by now, when against them it would only be a stale retry (every
-        claim still fits, the job unchanged): the txn bound to fail on the old revisions is
-        not sent. Anything else (a real conflict, or sequence mode) goes out as it is and is
-        detected and counted by the commit."""
-        if self.refresh is None or self.conflict_mode is not ConflictMode.RESOURCE_FIT:
-            return plan
-        self.refresh()
-        view = st.view
-        machines = {machine_id: view.machine(machine_id) for machine_id in plan.machines}
-        if all(m is not None and m.mod_revision == plan.machines[i].mod_revision for i, m in machines.items()):
-            return plan
-        probe = CommitOutcome(False, view.revision, machines, view.job(plan.job.id), False,
-                              {job_id: view.job(job_id) for job_id in plan.victims},
-                              {task: view.alloc_entry(*task) for task in plan.victim_allocs})
-        strategy = self.conflict_mode.strategy
-        if not strategy.stale(plan, probe, strategy.split(plan, probe)):
-            return plan
-        return replace(plan, machines=machines)
-
-    def _commit(self, st: _Placement, plan: Plan, tally: _Tally) -> CommitOutcome:
-        outcome = self.committer.commit(plan)
-        st.view.apply_outcome(outcome)
-        tally.transactions += 1
-        if not outcome.committed:
-            tally.failed += 1
-        return outcome
-
-    def _resolve(self, st: _Placement, mode: CommitMode, plan: Plan, outcome: CommitOutcome,
-                 tally: _Tally) -> Plan | None:
-        """The rebased plan of the claims to retry now (None: the job is gone). Counts the
-        failed txn as a stale retry or notes its conflict (``omega.modes``: accounting)."""
-        if outcome.job_deleted or outcome.fresh_job is None:
-            return None
-        strategy = self.conflict_mode.strategy
-        split = strategy.split(plan, outcome)
-        if strategy.stale(plan, outcome, split):
-            tally.stale += 1
-        else:
-            _note_conflict(outcome, split, tally)
-            if not split.rejected:
-                tally.job_conflicts += 1
-        st.conflicts.update({claim.task_index: why for claim, why in split.rejected})
-        resolution = mode.strategy.resolve(split)
-        tally.redecide.extend(resolution.redecide)
-        machines = {c.machine_id: outcome.fresh_machines[c.machine_id] for c in resolution.retry}
-        victims = {job_id: outcome.fresh_victims[job_id]
-                   for c in resolution.retry for job_id, _ in c.evicts}
-        victim_allocs = {task: outcome.fresh_victim_allocs[task] for c in resolution.retry for task in c.evicts}
-        # a kept claim may have fitted only by another claim's eviction the split rejected
-        plan, back = mode.strategy.fitting(_PLAN(outcome.fresh_job, tuple(resolution.retry), machines,
-                                                 self.scheduler, dict(st.unplaced), self.clock.now(), victims,
-                                                 victim_allocs))
-        tally.redecide.extend(back)
-        return plan
-
-    def _plan(self, st: _Placement, claims: list[Claim]) -> tuple[Plan | None, list[int]]:
+    def plan_of(self, st: PlacementRun, claims: list[Claim]) -> tuple[Plan | None, list[int]]:
         """A plan of the claims whose tasks are still pending in the view (None: job gone),
         and the tasks of the claims left out because the view has moved on since the decision:
         their machine is gone, or a victim of theirs is no longer placed or running on it
@@ -389,7 +255,10 @@ class OptimisticPlacer:
             return None, []
         tasks, killed, machine = entry.record.tasks, entry.record.killed, st.view.machine
         live = [c for c in claims if tasks[c.task_index] == "p" and not killed]
-        machines, victims, victim_allocs, gone = {}, {}, {}, []
+        machines: dict[str, MachineEntry] = {}
+        victims: dict[str, JobEntry] = {}
+        victim_allocs: dict[tuple[str, int], AllocEntry] = {}
+        gone: list[int] = []
         for claim in live:
             found = machine(claim.machine_id)
             if found is None or claim.evicts and not self._victims_live(st.view, claim, victims, victim_allocs):
@@ -442,7 +311,8 @@ class OptimisticPlacer:
             victim_allocs.update(rest)
 
     @staticmethod
-    def _victims_live(view: PlacementView, claim: Claim, victims: dict, victim_allocs: dict) -> bool:
+    def _victims_live(view: PlacementView, claim: Claim, victims: dict[str, JobEntry],
+                      victim_allocs: dict[tuple[str, int], AllocEntry]) -> bool:
         """True when every victim of ``claim`` is placed or running on its machine in ``view``
         (their entries then added to ``victims`` and ``victim_allocs``)."""
         for job_id, task in claim.evicts:
@@ -455,17 +325,7 @@ class OptimisticPlacer:
 
     # -- reasons and results ------------------------------------------------------------
 
-    def _write_reason(self, st: _Placement, entry: JobEntry, tally: _Tally) -> None:
-        """Store the reasons of the still-pending tasks in the job record (guarded by its
-        revision; one more try on fresh state if the job changed meanwhile)."""
-        for _ in range(2):
-            plan = _PLAN(entry, (), {}, self.scheduler, dict(st.unplaced), self.clock.now(), {}, {})
-            outcome = self._commit(st, plan, tally)
-            if outcome.committed or outcome.fresh_job is None:
-                return
-            entry = outcome.fresh_job
-
-    def _give_up(self, st: _Placement) -> None:
+    def _give_up(self, st: PlacementRun) -> None:
         entry = st.view.job(st.job_id)
         if entry is None:
             return
@@ -473,34 +333,11 @@ class OptimisticPlacer:
         for task in st.todo or ():
             why = st.conflicts.get(task, "conflicting commits")
             st.unplaced[task] = f"gave up after {attempts} conflicting attempts ({why})"
-        self._write_reason(st, entry, _Tally())
+        PlacementAttempt(self, st, 0.0).write_reason(entry)  # (no attempt: recorded nowhere)
 
-    def _emit(self, st: _Placement, attempt: dict, tally: _Tally, outcome: AttemptOutcome) -> None:
-        record = _ATTEMPT(self.scheduler, st.job_id, attempt["decision_time_s"], attempt["claims"],
-                          tuple(tally.committed), tuple(tally.conflicting), len(st.attempts), outcome,
-                          tally.transactions, tally.failed, attempt["started_at"], tuple(tally.winners),
-                          tally.stale, tally.job_conflicts, tuple(w or "" for w in tally.conflicting.values()))
-        st.attempts.append(record)
-        if self.on_attempt is not None:
-            self.on_attempt(record)
-
-    def _result(self, st: _Placement, gave_up: bool) -> PlacementResult:
+    def _result(self, st: PlacementRun, gave_up: bool) -> PlacementResult:
         entry = st.view.job(st.job_id)
         pending = () if entry is None else tuple(self._pending_of(entry))
         reason = entry.record.reason if entry is not None else ""
         return _PLACEMENT_RESULT(st.job_id, tuple(st.placed), pending, reason, tuple(st.attempts),
                                  gave_up, st.job_gone or entry is None)
-
-
-def _note_conflict(outcome: CommitOutcome, split: ConflictSplit, tally: _Tally) -> None:
-    """Record the machines of the rejected claims and who had last written each when the txn
-    failed (its fresh ledger's ``writer``: the winner; read now, not at the attempt's end, when
-    a retry of this scheduler's may have written the machine since)."""
-    fresh_machines, conflicting, winners = outcome.fresh_machines, tally.conflicting, tally.winners
-    for machine_id in dict.fromkeys(claim.machine_id for claim, _ in split.rejected):
-        fresh = fresh_machines.get(machine_id)
-        writer = fresh.machine.writer if fresh is not None else ""
-        if not conflicting.get(machine_id):
-            conflicting[machine_id] = writer
-        if writer:
-            winners[writer] = None

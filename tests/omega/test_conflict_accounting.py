@@ -101,7 +101,7 @@ def test_refresh_before_commit_saves_only_stale_retries(room, refresh, txns, fai
 
 def test_the_winner_of_a_conflict_is_who_had_written_the_machine_when_the_txn_failed():
     """Not whoever wrote it last by the attempt's end (a retry of the loser's own may have)."""
-    from omega.occ import _note_conflict, _Tally
+    from omega.placement import Tally as _Tally, note_conflict as _note_conflict
 
     plan = Plan(JOB, CLAIMS, dict(SEEN), "us")
     tally = _Tally()
