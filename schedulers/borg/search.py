@@ -1,7 +1,8 @@
 """One equivalence class's walk over the Borg scheduler's machines within a decision (the
 load index's order for the packed walk, else the seeded shuffle): the pool of feasible
 machines (a heap by rank), the score-cache lookups and the tally of why the other machines
-were excluded. ``fill`` is the scheduler's hot loop."""
+were excluded. ``fill`` is the scheduler's hot loop. It reads the scheduler's configuration
+(``decider.sched``) and writes only the decision's explicit ``SearchState`` (``decider.state``)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ class Search:
         self.table = table
         self.start = decider.cursor  # where the shuffled walk starts
         self.walked = 0  # machines taken from the walk so far
-        index = decider.sched.index
+        index = decider.state.index
         self.shuffled = index is None  # walking every machine in the shuffled order
         self.full = self.shuffled  # the walk covers the whole cell (the packed walk: once it fell back)
         self.prover = None if index is None else decider.sched.prover
@@ -55,7 +56,8 @@ class Search:
         machine_of, table, placed, touched = d.view.machine, self.table, d.placement.machines, d.touched
         excluded, hits, stored, walked = self._excluded, 0, 0, 0
         spec, filters, free_of, rank_of, ctx = d.spec, self.filters, d.res.free, self.rank, self.ctx
-        base_free, changed = d.sched._base_free, d.sched._changed
+        state = d.state
+        base_free, changed = state.base_free, state.changed
         revision_of = self.revision_of  # to note stale index entries (packed walk)
         cache = d.sched.cache
         verdicts, index_of = (cache.verdicts, cache.index_of) if cache is not None else (None, None)
@@ -72,7 +74,7 @@ class Search:
             walked += 1
             entry = machine_of(machine_id)
             if entry is None:
-                d.sched._count = -1  # the cell changed under the cached ids: refresh next time
+                state.relist()  # the cell changed under the cached ids: list them again next time
                 continue
             if revision_of is not None and revision_of(machine_id) != entry.mod_revision:
                 changed.add(machine_id)  # the load index re-keys it before the next decision
@@ -110,7 +112,7 @@ class Search:
                 if self.first_feasible is None and self.shuffled:
                     self.first_feasible = (self.start + self.walked + walked - 1) % len(d.ids)
         self.walked += walked
-        counters = d.sched.counters
+        counters = state.counters
         counters.evaluations += walked
         counters.cache_hits += hits
         if stored:
@@ -128,14 +130,15 @@ class Search:
         resource: the same for all its machines), so the tally is a full walk's. Any other
         machine there is evaluated (and re-keyed before the next decision when feasible:
         the index had it filed wrong)."""
-        d, pool, sched = self.d, self.pool, self.d.sched
+        d, pool, sched, state = self.d, self.pool, self.d.sched, self.d.state
+        index = state.index
         if self._rest is None:
-            self._rest = sched.index.skipped(d.spec.request)
-        rest, keyed, (before, fit) = self._rest, sched.index.keyed, sched.before_fit
+            self._rest = index.skipped(d.spec.request)
+        rest, keyed, (before, fit) = self._rest, index.keyed, sched.before_fit
         before = [f.fits for f in before]
         machine_of, placed, touched, free_of = d.view.machine, d.placement.machines, d.touched, d.res.free
-        spec, base_free, walked = d.spec, sched._base_free, 0
-        memo = sched.before_memo(spec)  # machine id -> (revision, failing verdict or None), here = 0
+        spec, base_free, walked = d.spec, state.base_free, 0
+        memo = state.before_memo(sched.before_signer, spec)  # machine id -> (revision, failing verdict or None)
         while len(pool) < want:
             item = next(rest, None)
             if item is None:
@@ -146,7 +149,7 @@ class Search:
             for machine_id in ids:
                 entry = machine_of(machine_id)
                 if entry is None:
-                    sched._count = -1
+                    state.relist()
                     continue
                 revision = entry.mod_revision
                 if short is not None and keyed[machine_id][1] == revision and machine_id not in touched:
@@ -177,11 +180,11 @@ class Search:
                     self._exclude(verdict)
                 else:
                     self._push(entry.machine, rank)
-                    sched._changed.add(machine_id)
+                    state.changed.add(machine_id)
             if same is not None:
                 self._exclude(fit.fits(spec, same, free_of(same), placed.get(same.id, 0)), count)
         self.walked += walked
-        sched.counters.evaluations += walked
+        state.counters.evaluations += walked
 
     def _exclude(self, verdict: Verdict, count: int = 1) -> None:
         tally = self._excluded.get(id(verdict))
@@ -216,7 +219,7 @@ class Search:
         machine = entry.machine
         machine_id = machine.id
         here = d.placement.machines.get(machine_id, 0)
-        counters = d.sched.counters
+        counters = d.state.counters
         counters.evaluations += count
         table = self.table
         cacheable = table is not None and not here and machine_id not in d.touched

@@ -164,7 +164,7 @@ def test_fits_nowhere_memo_follows_machine_changes(cache):
     view = PriorityView([machine(f"m{i}", allocated=Resources.of(3500, 1000)) for i in range(6)])
     packed = make_scheduler("borg", "p", 1, {"k": 2, "preemption": False, "score_cache": cache})
     full = make_scheduler("borg", "f", 1, {"relaxed_randomization": False, "preemption": False})
-    assert (packed._before_signer is not None) is cache
+    assert (packed.before_signer is not None) is cache
     for n, down in enumerate([(), ("m2",), ("m2", "m4"), ("m4",)]):
         for i in range(6):
             state = MachineState.DOWN if f"m{i}" in down else MachineState.UP

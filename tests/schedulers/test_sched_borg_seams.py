@@ -1,0 +1,75 @@
+"""How often one Borg decision enters its scheduler file (schedulers/borg/scheduler.py): the
+scheduler is the configuration and ``decide``; the walk, the search state and the post-filter
+stage (preemption) live beside it (docs/BORG.md, "Seams"). Counted with ``sys.setprofile``:
+an entry is a call whose code is in scheduler.py made from code outside it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from borglib import PriorityView
+from viewlib import job, machine
+
+import schedulers.borg.scheduler as borg_scheduler
+from schedulers.chains import make_scheduler
+
+SCHEDULER_FILE = str(Path(borg_scheduler.__file__).resolve())
+
+
+def file_calls(call, path: str = SCHEDULER_FILE) -> tuple[int, int]:
+    """(entries into ``path`` from other files, all calls of code in ``path``) while ``call()`` runs."""
+    entries = calls = 0
+
+    def profile(frame, event, arg):
+        nonlocal entries, calls
+        if event != "call" or frame.f_code.co_filename != path:
+            return
+        calls += 1
+        caller = frame.f_back
+        if caller is None or caller.f_code.co_filename != path:
+            entries += 1
+
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    return entries, calls
+
+
+def _cell() -> PriorityView:
+    """Eight machines of 4000 cpu, each full but 1000 cpu with one priority-1 task."""
+    view = PriorityView([machine(f"m{i}", cpu=4000, memory=8192) for i in range(8)])
+    view.add_job(job("low", tasks=8, cpu=3000, memory=100, priority=1))
+    for task in range(8):
+        view.place("low", task, f"m{task}")
+    return view
+
+
+def test_a_decision_enters_the_scheduler_file_at_most_twice():
+    view = _cell()
+    sched = make_scheduler("borg", "b", 1)
+    fits = view.add_job(job("fits", tasks=3, cpu=500, memory=100, priority=5))
+    entries, _ = file_calls(lambda: sched.decide(fits, [0, 1, 2], view))
+    assert entries <= 2
+
+
+def test_a_preempting_decision_enters_the_scheduler_file_at_most_twice():
+    view = _cell()
+    sched = make_scheduler("borg", "b", 1)
+    big = view.add_job(job("big", tasks=2, cpu=2500, memory=100, priority=5))
+    decisions = []
+    entries, _ = file_calls(lambda: decisions.append(sched.decide(big, [0, 1], view)))
+    assert [len(c.evicts) for c in decisions[0].claims] == [1, 1]  # placed by the post-filter stage
+    assert entries <= 2
+
+
+if __name__ == "__main__":  # the counts for docs/BORG.md
+    for name, make in (("fits", lambda v: v.add_job(job("fits", tasks=3, cpu=500, memory=100, priority=5))),
+                       ("preempts", lambda v: v.add_job(job("big", tasks=2, cpu=2500, memory=100, priority=5)))):
+        view = _cell()
+        sched = make_scheduler("borg", "b", 1)
+        entry = make(view)
+        tasks = list(range(entry.record.job.tasks))
+        print(name, "entries, calls in scheduler.py:", file_calls(lambda: sched.decide(entry, tasks, view)))
