@@ -23,6 +23,9 @@ in a row without progress, with jittered exponential backoff slept on the inject
 The first attempt is made before tenacity's loop (most placements end there), which then
 starts from its outcome, as if it had made it.
 Whatever stays pending keeps a reason in the job record: nothing is lost.
+One placement's state and each attempt are explicit objects (``omega.placement``: ``PlacementRun``,
+``PlacementAttempt``), which this incremental strategy and the gang strategy (``omega.gangs``)
+drive through their public methods.
 """
 
 from __future__ import annotations
