@@ -138,9 +138,10 @@ class PlacementAttempt:
                               {job_id: view.job(job_id) for job_id in plan.victims},
                               {task: view.alloc_entry(*task) for task in plan.victim_allocs})
         strategy = placer.conflict_mode.strategy
-        if not strategy.stale(plan, probe, strategy.split(plan, probe)):
-            return plan
-        return replace(plan, machines=machines)  # type: ignore[arg-type]  # (every machine found)
+        found = {machine_id: m for machine_id, m in machines.items() if m is not None}
+        if len(found) < len(machines) or not strategy.stale(plan, probe, strategy.split(plan, probe)):
+            return plan  # (a machine gone is a conflict, never a stale retry)
+        return replace(plan, machines=found)
 
     def resolve(self, mode: CommitMode, plan: Plan, outcome: CommitOutcome) -> Plan | None:
         """The rebased plan of the claims to retry now after the failed txn ``outcome`` (None:
@@ -185,14 +186,12 @@ class PlacementAttempt:
         """Store the reasons of the still-pending tasks in the job record (guarded by its
         revision; one more try on fresh state if the job changed meanwhile)."""
         placer, unplaced = self.placer, self.placement.unplaced
-        current: JobEntry | None = entry
         for _ in range(2):
-            assert current is not None
-            plan = _PLAN(current, (), {}, placer.scheduler, dict(unplaced), placer.clock.now(), {}, {})
+            plan = _PLAN(entry, (), {}, placer.scheduler, dict(unplaced), placer.clock.now(), {}, {})
             outcome = self.commit(plan)
             if outcome.committed or outcome.fresh_job is None:
                 return
-            current = outcome.fresh_job
+            entry = outcome.fresh_job
 
     def emit(self, outcome: AttemptOutcome) -> Attempt:
         """The ``Attempt`` record of this attempt with ``outcome``, added to the placement's and

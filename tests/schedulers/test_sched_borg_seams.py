@@ -5,13 +5,17 @@ an entry is a call whose code is in scheduler.py made from code outside it."""
 
 from __future__ import annotations
 
+import random
 import sys
 from pathlib import Path
 
+import pytest
 from borglib import PriorityView
 from viewlib import job, machine
 
 import schedulers.borg.scheduler as borg_scheduler
+from schedulers.borg.scheduler import BorgScheduler
+from schedulers.chain_spec import borg_pipeline
 from schedulers.chains import make_scheduler
 
 SCHEDULER_FILE = str(Path(borg_scheduler.__file__).resolve())
@@ -63,6 +67,41 @@ def test_a_preempting_decision_enters_the_scheduler_file_at_most_twice():
     entries, _ = file_calls(lambda: decisions.append(sched.decide(big, [0, 1], view)))
     assert [len(c.evicts) for c in decisions[0].claims] == [1, 1]  # placed by the post-filter stage
     assert entries <= 2
+
+
+class _Recorder:
+    """A post-filter that nominates nothing and notes the jobs it was asked about."""
+
+    name = "recorder"
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def nominate(self, pipeline, ctx):
+        self.asked.append(ctx.spec.id)
+        return None
+
+
+@pytest.mark.parametrize("preemption", [False, True], ids=["preemption-off", "preemption-on"])
+def test_post_filters_run_in_order_when_a_task_fits_nowhere(preemption):
+    view = _cell()
+    recorder = _Recorder()
+    pipeline = borg_pipeline().with_post_filters((recorder,))
+    sched = BorgScheduler("b", random.Random(1), pipeline, preemption=preemption)
+    names = [p.name for p in sched.pipeline.post_filters]
+    assert names == (["recorder", "preemption"] if preemption else ["recorder"])
+    fits = view.add_job(job("fits", tasks=1, cpu=500, memory=100, priority=5))
+    assert sched.decide(fits, [0], view).claims and recorder.asked == []  # a feasible machine: not run
+    big = view.add_job(job("big", tasks=1, cpu=2500, memory=100, priority=5))
+    decision = sched.decide(big, [0], view)
+    assert recorder.asked == ["big"]
+    assert [len(c.evicts) for c in decision.claims] == ([1] if preemption else [])
+    assert sched.counters.preemption_passes == 1
+
+
+def test_a_borg_scheduler_without_preemption_has_no_post_filter():
+    sched = make_scheduler("borg", "b", 1, {"preemption": False})
+    assert sched.pipeline.post_filters == ()
 
 
 if __name__ == "__main__":  # the counts for docs/BORG.md
