@@ -166,7 +166,7 @@ def new_ledgers(plan: Plan) -> dict[str, Machine]:
                 totals[alloc.machine_id] = entry = [seen.machine, seen.machine.allocated, seen.machine.task_count]
             entry[1] = entry[1] - alloc.resources
             entry[2] -= 1
-    for mid, (seen, allocated, count) in totals.items():
+    for seen, allocated, count in totals.values():
         _check_ledger(plan, seen, allocated, count)
     writer = plan.scheduler
     return {mid: _MACHINE(seen.id, seen.capacity, seen.zone, seen.rack, seen.platform, seen.packages, seen.labels,

@@ -144,7 +144,7 @@ class OptimisticPlacer:
             attempt.write_reason(entry)
             attempt.emit(AttemptOutcome.NOTHING_FITS)
             return True
-        tally = self._commit_decision(attempt, mode, decision)
+        tally = self._commit_decision(attempt, mode, decision, entry)
         st.no_progress = 0 if tally.committed else st.no_progress + 1
         st.todo = tally.redecide
         attempt.emit(classify(attempt.claims, tuple(tally.committed)))
@@ -181,10 +181,12 @@ class OptimisticPlacer:
 
     # -- transactions --------------------------------------------------------------------
 
-    def _commit_decision(self, attempt: PlacementAttempt, mode: CommitMode, decision: Decision) -> Tally:
+    def _commit_decision(self, attempt: PlacementAttempt, mode: CommitMode, decision: Decision,
+                         entry: JobEntry) -> Tally:
+        """Commit ``decision`` (made on ``entry``) in the commit mode's chunks of txns."""
         st, tally = attempt.placement, attempt.tally
         limit = self.committer.max_claims_per_txn
-        chunks = mode.strategy.chunks(st.view.job(st.job_id), list(decision.claims), limit)
+        chunks = mode.strategy.chunks(entry, list(decision.claims), limit)
         try:
             for chunk in chunks:
                 attempt.pace(len(chunk))
@@ -195,11 +197,11 @@ class OptimisticPlacer:
             attempt.pace(0)
             attempt.record_committed()
             attempt.emit(AttemptOutcome.TOO_LARGE)
-            entry = st.view.job(st.job_id)
-            if entry is not None:
+            fresh = st.view.job(st.job_id)
+            if fresh is not None:
                 st.unplaced.update({c.task_index: f"plan too large for one transaction ({exc})"
                                     for c in decision.claims if c not in tally.committed})
-                attempt.write_reason(entry)  # (after the record: not one of the attempt's txns)
+                attempt.write_reason(fresh)  # (after the record: not one of the attempt's txns)
             raise
         attempt.pace(0)
         attempt.record_committed()
@@ -276,8 +278,8 @@ class OptimisticPlacer:
         return _PLAN(entry, tuple(live), machines, self.scheduler, dict(st.unplaced), self.clock.now(),
                      victims, victim_allocs), gone
 
-    def _gang_rest(self, view: PlacementView, claims: list[Claim], machines: dict, victims: dict,
-                   victim_allocs: dict) -> None:
+    def _gang_rest(self, view: PlacementView, claims: list[Claim], machines: dict[str, MachineEntry],
+                   victims: dict[str, JobEntry], victim_allocs: dict[tuple[str, int], AllocEntry]) -> None:
         """Add to a preempting plan the other placed or running members of each gang it evicts
         from (their allocs to ``victim_allocs``, their machines to ``machines``: the committer's
         ``collateral``, evicted in the plan's own txn) while the txn's operations stay within the
@@ -287,7 +289,9 @@ class OptimisticPlacer:
             if not victim.record.job.gang:
                 continue
             states = victim.record.tasks
-            rest, extra = [], {}
+            rest: list[tuple[tuple[str, int], AllocEntry]] = []
+            extra: dict[str, MachineEntry] = {}
+            whole = True  # every live member's alloc and machine found
             for alloc in view.allocs_of(job_id):
                 task = (job_id, alloc.task_index)
                 if task in victim_allocs or not 0 <= alloc.task_index < len(states) or \
@@ -297,18 +301,18 @@ class OptimisticPlacer:
                 if seen is None:
                     seen = view.machine(alloc.machine_id)
                     if seen is None or seen.machine.state.value == "down":
-                        rest = None
+                        whole = False
                         break
                     extra[alloc.machine_id] = seen
                 if found is None:
-                    rest = None
+                    whole = False
                     break
                 rest.append((task, found))
             # ops: every machine (compare, put), alloc (compare, delete), claim (alloc put and key
             # compare), victim record (compare, put), the job and its kill marker
-            ops = len(machines) + len(extra) + len(victim_allocs) + len(rest or ()) + 2 * len(claims) + \
+            ops = len(machines) + len(extra) + len(victim_allocs) + len(rest) + 2 * len(claims) + \
                 len(victims) + 2
-            if not rest or ops > limit:
+            if not whole or not rest or ops > limit:
                 continue
             machines.update(extra)
             victim_allocs.update(rest)
