@@ -1,7 +1,7 @@
 """Rich renderables of a ``MonitorFrame``, laid out for the console it is drawn on.
 
 One screen, top to bottom: a header line, errors and quarantine notes, utilization bars, the
-pending queues, the scheduler table, the hottest machines and the recent conflicts. Every line
+GPU devices (when the cell has some), the pending queues, the scheduler table, the hottest machines and the recent conflicts. Every line
 is fitted to the console's width: scheduler names are never cut (other columns are dropped
 instead, least needed first), long lists become ``m1, m2, m3 +27``. With ``fit_height`` (the
 live screen) the frame also fits the console's height: the hot-machine and conflict lists (and,
@@ -53,6 +53,7 @@ def screen_lines(frame: MonitorFrame, width: int, height: int | None = None) -> 
     top = [header(frame, width)]
     top += error_lines(frame, width)
     top += utilization_lines(frame, width, wide)
+    top += gpu_lines(frame, width, wide)
     top += pending_lines(frame, width)
     schedulers = scheduler_lines(frame, width, wide)  # title + header + one per scheduler
     hot_all, conflicts_all = hot_lines(frame, width), conflict_lines(frame, width, wide)
@@ -175,6 +176,25 @@ def utilization_lines(frame: MonitorFrame, width: int, wide: bool) -> list[Text]
                 for u in frame.utilization]
     pieces = [Text.assemble(f"{u.name} ", bar(u.fraction, 10), f" {u.fraction:.0%}") for u in frame.utilization]
     return _pack(pieces, width, "   ")
+
+
+def gpu_lines(frame: MonitorFrame, width: int, wide: bool) -> list[Text]:
+    """One line when the cell has GPU devices: GPUs allocated / total, idle devices, and the
+    partly allocated devices with the share of the idle GPU on them (only shares can use it)."""
+    g = frame.gpu
+    if g is None:
+        return []
+    used = f"{g.allocated / 1000:,.1f}/{g.devices:,}"
+    if wide:
+        part = Text(f"{g.partial_devices:,} part-used ({g.partial_fraction:.1%} of the idle GPU, usable by shares only)",
+                    _severity(g.partial_fraction, 0.1, 0.3))
+        line = Text.assemble(f"{'gpu devices':<12}", bar(g.fraction, 40), f" {g.fraction:6.1%}  {used} GPUs on "
+                             f"{g.machines:,} machines;  {g.idle_devices:,} devices idle, ", part)
+    else:
+        part = Text(f"part-used {g.partial_devices:,} ({g.partial_fraction:.0%} of idle)",
+                    _severity(g.partial_fraction, 0.1, 0.3))
+        line = Text.assemble(("gpus", "bold"), f" {used} ({g.fraction:.0%})  idle devs {g.idle_devices:,}  ", part)
+    return [_fit(line, width)]
 
 
 def pending_lines(frame: MonitorFrame, width: int) -> list[Text]:
