@@ -3,13 +3,13 @@
 time with departures.
 
     python bench/bench_gpu_live.py [--nodes FILE] [--pods FILE] [--seed 42] [--node-limit 200]
-                                   [--rate 40] [--life-scale 0.05] [--sample 32,128]
+                                   [--rate 40] [--tune 1.0] [--life-scale 0.05] [--sample 32,128]
                                    [--runs 1:resource-fit,3:resource-fit,3:sequence] [--json-out FILE]
 
 Starts its own single-member etcd on a free loopback port (data removed at the end); each run
 is a fresh cell of the node list's machines (``--node-limit``: a seeded sample), its schedulers
 started and serving before the first pod. The pods (``tools.gpufrag.timed``: the gpu-frag
-arrival sequence at tune 1.0, demand = the cell's GPU capacity) are submitted ``--rate`` a
+arrival sequence: the GPU demand arrived at the end is ``--tune`` x the cell's GPU capacity) are submitted ``--rate`` a
 second, one one-task batch job each; each is killed ``life x --life-scale`` seconds after its
 submission (its departure; the openb lifetime, placed or not). After the last arrival the
 bench waits until the pending queue stops shrinking (at most ``SETTLE_S``), then stops the
@@ -72,7 +72,7 @@ def load_burst(args) -> tuple[list, list[tuple[float, object]]]:
     """(machines, [(t, job)]) of the burst (``tools.gpufrag.timed.write_burst_trace``)."""
     with tempfile.TemporaryDirectory() as tmp:
         trace = str(Path(tmp) / "burst.omt")
-        write_burst_trace(args.nodes, args.pods, trace, args.seed, 1.0, args.rate, args.life_scale, args.node_limit)
+        write_burst_trace(args.nodes, args.pods, trace, args.seed, args.tune, args.rate, args.life_scale, args.node_limit)
         _, reader = read_trace(trace)
         machines, jobs = [], []
         for event in reader:
@@ -214,6 +214,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--node-limit", type=int, default=200, help="a seeded sample of this many nodes (0: all)")
     ap.add_argument("--rate", type=float, default=40.0, help="pods submitted per second")
+    ap.add_argument("--tune", type=float, default=1.0, help="GPU demand arrived at the end, x the cell's capacity")
     ap.add_argument("--life-scale", type=float, default=0.05, help="departure = submission + lifetime x this (0: none)")
     ap.add_argument("--sample", default="32,128", metavar="K,SIZE", help="the batch chain's k and sample_size")
     ap.add_argument("--runs", default="1:resource-fit,3:resource-fit,3:sequence", metavar="N:MODE,...",
@@ -228,7 +229,7 @@ def main() -> int:
     args.node_limit = args.node_limit or None
     machines, jobs = load_burst(args)
     workload = workload_args(load_inputs(args.nodes, args.pods).workload)
-    print(f"{len(machines)} machines, {len(jobs)} pods at {args.rate:g}/s ({jobs[-1][0]:.0f} s), "
+    print(f"{len(machines)} machines, {len(jobs)} pods (tune {args.tune:g}) at {args.rate:g}/s ({jobs[-1][0]:.0f} s), "
           f"departures at lifetime x {args.life_scale:g}", flush=True)
     results = []
     cluster = EtcdCluster(size=1, options=EtcdOptions(unsafe_no_fsync=True)).start()

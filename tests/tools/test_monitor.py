@@ -520,7 +520,7 @@ def test_gpu_use_sums_the_devices_of_up_machines():
     assert g.fraction == pytest.approx(2300 / 8000) and g.partial_fraction == pytest.approx(700 / 5700)
     assert gpu_use([Machine("c1", Resources.of(4000, 8192)), MACHINES[0]]) is None  # no devices: counted gpu only
     names = [u.name for u in utilization(up)]
-    assert names == ["cpu", "memory", "disk", "gpu"]  # one gpu row, the devices summed in gpu_use
+    assert names == ["cpu", "memory", "disk", "gpu", "gpu.0", "gpu.1", "gpu.2", "gpu.3"]  # (the frame's data)
 
 
 def test_a_gpu_cell_frame_shows_its_devices_at_80x24_and_200x50_and_in_json(etcd_store, cell_keys):
@@ -536,6 +536,10 @@ def test_a_gpu_cell_frame_shows_its_devices_at_80x24_and_200x50_and_in_json(etcd
     d = to_dict(frame)
     assert json.loads(json.dumps(d)) == d
     assert d["gpu"]["devices"] == 8 and d["gpu"]["fraction"] == pytest.approx(0.2875)
+    for width, height in ((80, 24), (200, 50)):  # the devices are on the GPU line, not a bar each
+        shown = screen_text(frame, width, height)
+        assert not any(line.startswith("gpu.") or " gpu.0 " in line for line in shown), shown
+        assert sum(line.startswith(("gpus ", "gpu devices")) for line in shown) == 1
     crowded = crowded_frame()
     busy = MonitorFrame(**{**{f: getattr(crowded, f) for f in crowded.__dataclass_fields__},
                            "utilization": crowded.utilization + (ResourceUse("gpu", 5_210_300, 8_000_000),),

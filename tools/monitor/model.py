@@ -13,7 +13,7 @@ from collections import Counter, defaultdict, deque
 from dataclasses import asdict, dataclass
 
 from cellstate.codec.fields import CodecError
-from cellstate.devices import MILLI, device_count, device_free, device_index
+from cellstate.devices import MILLI, device_count, device_free
 from cellstate.model import JobKind, MachineState
 from cellstate.replica.watched import Replica
 from cellstate.resources import CORE_NAMES
@@ -316,8 +316,7 @@ def utilization(up_machines) -> tuple[ResourceUse, ...]:
             totals["disk"] += source.disk
             for name, amount in source.extra:
                 totals[name] += amount
-    extras = sorted(name for name in (set(capacity) | set(allocated)) - set(CORE_NAMES)
-                    if device_index(name) is None)  # the devices are summed in ``gpu_use``
+    extras = sorted((set(capacity) | set(allocated)) - set(CORE_NAMES))
     return tuple(ResourceUse(name, allocated[name], capacity[name]) for name in CORE_NAMES + tuple(extras))
 
 

@@ -21,6 +21,7 @@ from typing import Callable
 from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.text import Text
 
+from cellstate.devices import device_index
 from tools.monitor.model import MonitorFrame, SchedulerRow, WindowRate
 from tools.printable import printable
 
@@ -168,13 +169,15 @@ def amount(resource: str, value: int) -> str:
 
 def utilization_lines(frame: MonitorFrame, width: int, wide: bool) -> list[Text]:
     """Per resource: a bar and the used share (wide: one line each, with allocated / capacity;
-    narrow: as many resources to a line as fit)."""
+    narrow: as many resources to a line as fit). GPU devices (``gpu.<i>``) are left to the GPU
+    line (``gpu_lines``)."""
+    shown = [u for u in frame.utilization if device_index(u.name) is None]
     if wide:
-        name_w = max((len(u.name) for u in frame.utilization), default=0)
+        name_w = max((len(u.name) for u in shown), default=0)
         return [Text.assemble(f"{u.name:<{name_w}} ", bar(u.fraction, 40), f" {u.fraction:6.1%}  ",
                               f"{amount(u.name, u.allocated)} / {amount(u.name, u.capacity)}")
-                for u in frame.utilization]
-    pieces = [Text.assemble(f"{u.name} ", bar(u.fraction, 10), f" {u.fraction:.0%}") for u in frame.utilization]
+                for u in shown]
+    pieces = [Text.assemble(f"{u.name} ", bar(u.fraction, 10), f" {u.fraction:.0%}") for u in shown]
     return _pack(pieces, width, "   ")
 
 
