@@ -4,7 +4,8 @@ time with departures.
 
     python bench/bench_gpu_live.py [--nodes FILE] [--pods FILE] [--seed 42] [--node-limit 200]
                                    [--rate 40] [--tune 1.0] [--life-scale 0.05] [--sample 32,128]
-                                   [--runs 1:resource-fit,3:resource-fit,3:sequence] [--json-out FILE]
+                                   [--runs 1:resource-fit,3:resource-fit,3:sequence] [--devices fgd|best_fit]
+                                   [--json-out FILE]
 
 Starts its own single-member etcd on a free loopback port (data removed at the end); each run
 is a fresh cell of the node list's machines (``--node-limit``: a seeded sample), its schedulers
@@ -58,14 +59,15 @@ READY_S = 60.0   # a scheduler must publish its stats within this long
 TICK_S = 0.05    # submissions and kills due are written every tick
 
 
-def chain_toml(workload: list[dict], k: int, size: int) -> str:
-    """The batch chain: the usual filters, ``fgd`` with ``workload``, ``k`` of ``size`` sampled."""
+def chain_toml(workload: list[dict], k: int, size: int, devices: str = "fgd") -> str:
+    """The batch chain: the usual filters, ``fgd`` with ``workload`` and its device choice
+    ``devices``, ``k`` of ``size`` sampled."""
     shapes = ", ".join("{ " + ", ".join(f"{key} = {json.dumps(value)}" for key, value in shape.items()) + " }"
                        for shape in workload)
     filters = "".join(f'[[filters]]\nname = "{name}"\n' for name in
                       ("machine_state", "resources_fit", "constraints"))
     return (f"k = {k}\nsample_size = {size}\n{filters}[[scorers]]\nname = \"fgd\"\n"
-            f"[scorers.args]\nworkload = [{shapes}]\n")
+            f"[scorers.args]\ndevices = \"{devices}\"\nworkload = [{shapes}]\n")
 
 
 def load_burst(args) -> tuple[list, list[tuple[float, object]]]:
@@ -219,6 +221,8 @@ def main() -> int:
     ap.add_argument("--sample", default="32,128", metavar="K,SIZE", help="the batch chain's k and sample_size")
     ap.add_argument("--runs", default="1:resource-fit,3:resource-fit,3:sequence", metavar="N:MODE,...",
                     help="scheduler count and conflict mode of each run")
+    ap.add_argument("--devices", default="fgd", choices=("fgd", "best_fit"),
+                    help="the device a share takes: FGD's choice (default) or best fit")
     ap.add_argument("--json-out", default=None)
     args = ap.parse_args()
     try:
@@ -230,13 +234,13 @@ def main() -> int:
     machines, jobs = load_burst(args)
     workload = workload_args(load_inputs(args.nodes, args.pods).workload)
     print(f"{len(machines)} machines, {len(jobs)} pods (tune {args.tune:g}) at {args.rate:g}/s ({jobs[-1][0]:.0f} s), "
-          f"departures at lifetime x {args.life_scale:g}", flush=True)
+          f"departures at lifetime x {args.life_scale:g}, devices {args.devices}", flush=True)
     results = []
     cluster = EtcdCluster(size=1, options=EtcdOptions(unsafe_no_fsync=True)).start()
     try:
         with tempfile.TemporaryDirectory() as tmp:
             chain = Path(tmp) / "chain.toml"
-            chain.write_text(chain_toml(workload, k, size))
+            chain.write_text(chain_toml(workload, k, size, args.devices))
             for n, mode in runs:
                 r = run_once(cluster, machines, jobs, n, mode, chain, f"gpu-live-{int(time.time())}-{n}-{mode}")
                 results.append(r)

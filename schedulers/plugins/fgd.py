@@ -12,6 +12,8 @@ fill holes. CPU-only tasks are scored too: taking CPU from a GPU machine can str
 The device choice reaches the placement through the chain's binding hook (``bind``, consulted
 by ``Pipeline.bind`` when the scheduler claims the machine): the claim names the devices FGD
 chose, and the plan keeps them while they have room (``cellstate.devices.bind_in``).
+``devices = "best_fit"``: the scorer charges the task by best fit and leaves the binding to the
+plan (the behaviour before the device choice, kept for comparison).
 
 ``workload``: the target workload, a list of ``{cpu, gpu, models, weight}`` (cpu in millicores;
 gpu in milli: below 1000 a share of one GPU, else whole GPUs; models: allowed GPU models, empty
@@ -38,13 +40,21 @@ from schedulers.plugin import PluginConfigError, ScoreContext, build_args
 NAME = "fgd"
 
 
+DEVICE_CHOICES = ("fgd", "best_fit")
+
+
 @dataclass(frozen=True, slots=True)
 class FgdArgs:
     workload: tuple = ()
+    devices: str = "fgd"
+    """The device a share takes inside the machine: ``fgd`` (the scorer's choice, bound in the
+    claim) or ``best_fit`` (the plan's default binding, charged so by the score)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.workload, (str, dict)) or not isinstance(self.workload, (list, tuple)):
             raise PluginConfigError(f"{NAME}: workload must be a list of {{cpu, gpu, models, weight}}")
+        if self.devices not in DEVICE_CHOICES:
+            raise PluginConfigError(f"{NAME}: devices must be one of {', '.join(DEVICE_CHOICES)}, got {self.devices!r}")
         object.__setattr__(self, "workload", tuple(self.workload))
 
 
@@ -121,7 +131,9 @@ class Fgd:
         devices can hold it): the chain's device choice (``Pipeline.bind``)."""
         n = device_count(machine.capacity)
         workload = self.workload_for(job)
-        if not n or workload is None or not job.request.extra:
+        if self.args.devices == "best_fit" or not job.request.extra:
+            return job.request  # the plan binds it (best fit)
+        if not n or workload is None:
             return bind_in(job.request, free)
         model = dict(machine.labels).get(MODEL_LABEL, "")
         choice = self._choice(job, model, free, n, workload)
@@ -138,7 +150,8 @@ class Fgd:
         ask = ask_of(job.request.get("gpu"))
         if ask is None:
             return None, node_frag(cpu_left, frees, model, workload)
-        devices = choose(frees, ask, cpu_left, model, workload)
+        devices = (choose(frees, ask, cpu_left, model, workload) if self.args.devices == "fgd"
+                   else first_fit(frees, ask))
         if devices is None:
             return None
         after = list(frees)

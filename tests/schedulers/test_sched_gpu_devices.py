@@ -83,3 +83,16 @@ def test_a_named_device_without_room_is_bound_anew_by_the_given_choice():
     assert bind_in(on0, m.free, first_fit) == bind_in(on0, m.free)
     rng = random.Random(3)  # any choice among devices with room is honoured
     assert claimed_devices(bind_in(on0, m.free, lambda frees, ask: (rng.choice([1]),))) == ((1, 500),)
+
+
+def test_fgd_with_best_fit_devices_leaves_the_binding_to_the_plan():
+    from schedulers.plugin import PluginConfigError
+    from schedulers.registry import SCORERS
+
+    m, job = holed_machine(), share_job()
+    fgd = SCORERS["fgd"]({"workload": WORKLOAD, "devices": "best_fit"})
+    assert fgd.bind(job, m, m.free) == job.request  # unbound: the plan binds it by best fit
+    chosen = SCORERS["fgd"]({"workload": WORKLOAD})
+    assert fgd.score(job, m, m.free, None) < chosen.score(job, m, m.free, None)  # charged as best fit binds it
+    with pytest.raises(PluginConfigError, match="devices must be one of fgd, best_fit"):
+        SCORERS["fgd"]({"workload": WORKLOAD, "devices": "random"})
