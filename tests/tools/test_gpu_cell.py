@@ -1,11 +1,13 @@
-"""GPU devices in a live cell: two ``omega scheduler run`` processes place GPU shares and whole
-GPUs on a real etcd; every placement holds named devices and the cell checks clean."""
+"""GPU devices in a live cell: two (or three, scoring by ``fgd``) ``omega scheduler run``
+processes place GPU shares and whole GPUs on a real etcd; every placement holds named devices,
+no device is over-committed and the cell checks clean."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "omega"))
 from runtime_helpers import job_records, submit, wait_for  # noqa: E402
