@@ -4,7 +4,7 @@ conflict detection, with or without departures.
 
     python bench/bench_gpu_omega.py [--nodes FILE] [--pods FILE] [--seed 42] [--rate 20]
                                     [--life-scale 0,0.1] [--store memory|etcd] [--node-limit N]
-                                    [--full-scan]
+                                    [--full-scan] [--devices fgd|best_fit] [--runs N:MODE,...]
 
 With ``--store etcd`` the replays commit to the etcd at $OMEGA_ENDPOINTS (else 127.0.0.1:2379),
 each in a fresh cell.
@@ -38,8 +38,9 @@ from tools.gpufrag.timed import write_burst_trace  # noqa: E402
 FILTERS = [{"name": "machine_state"}, {"name": "resources_fit"}, {"name": "constraints"}]
 
 
-def schedulers(n: int, mode: str, workload: list[dict], full_scan: int = 0, sample: tuple[int, int] = (0, 0)) -> str:
-    chain = {"filters": FILTERS, "scorers": [{"name": "fgd", "args": {"workload": workload}}]}
+def schedulers(n: int, mode: str, workload: list[dict], full_scan: int = 0, sample: tuple[int, int] = (0, 0),
+               devices: str = "fgd") -> str:
+    chain = {"filters": FILTERS, "scorers": [{"name": "fgd", "args": {"workload": workload, "devices": devices}}]}
     if sample[0]:
         chain.update(k=sample[0], sample_size=sample[1])
     if full_scan:  # every scheduler scores every machine: they all want the same best one
@@ -82,6 +83,10 @@ def main() -> int:
                     help="batch scheduler's k and sample_size (default 32,128; 0,0: its defaults)")
     ap.add_argument("--full-scan", action="store_true",
                     help="each scheduler scores every machine (maximal contention) instead of sampling")
+    ap.add_argument("--devices", default="fgd", choices=("fgd", "best_fit"),
+                    help="the device a share takes: FGD's choice (default) or best fit")
+    ap.add_argument("--runs", default="1:resource-fit,3:resource-fit,3:sequence", metavar="N:MODE,...",
+                    help="scheduler count and conflict mode of each replay")
     args = ap.parse_args()
     workload = workload_args(load_inputs(args.nodes, args.pods).workload)
     for life in (float(x) for x in args.life_scale.split(",")):
@@ -89,11 +94,11 @@ def main() -> int:
             trace = str(Path(tmp) / "burst.omt")
             info = write_burst_trace(args.nodes, args.pods, trace, args.seed, 1.0, args.rate, life, args.node_limit)
             print(f"life scale {life}: {info['pods']} pods over {info['arrival_window_s']:.0f} virtual s")
-            for n, mode in ((1, "resource-fit"), (3, "resource-fit"), (3, "sequence")):
+            for n, mode in ((int(n), mode) for n, mode in (r.split(":") for r in args.runs.split(","))):
                 scan = (args.node_limit or 100_000) if args.full_scan else 0
                 cell = f"gpu-omega-{int(time.time())}-{n}-{mode}-{life:g}".replace(".", "_")
                 k, size = (int(x) for x in args.sample.split(","))
-                r = run(trace, schedulers(n, mode, workload, scan, (k, size)), args.store, info["arrival_window_s"], cell)
+                r = run(trace, schedulers(n, mode, workload, scan, (k, size), args.devices), args.store, info["arrival_window_s"], cell)
                 print(f"  {n} x fgd, {mode:<12} unallocated GPU {r['unallocated_gpu_pct']:6.2f} %  "
                       f"never placed {r['jobs_unscheduled']:5d}  conflict fraction {r['conflict_fraction']:.3f} "
                       f"({r['conflict_txns']}/{r['txns']} txns)  check {'ok' if r['check_ok'] else 'VIOLATIONS'}  "

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Callable
 
 from cellstate.model import Constraint, ConstraintOp
 from cellstate.resources import Resources
@@ -169,6 +170,12 @@ def first_fit(free: list[int], ask: GpuAsk) -> tuple[int, ...] | None:
     return tuple(fit[:ask.count])
 
 
+DeviceChoice = Callable[[list[int], GpuAsk], "tuple[int, ...] | None"]
+"""How a binding picks devices: ``(free milli of each device, ask) -> indices`` (None: the
+devices cannot hold it). ``first_fit`` is the default; a scheduler's chain may bring its own
+(the ``fgd`` scorer's ``devices``)."""
+
+
 def devices_in(resources: Resources, count: int | None = None) -> list[int]:
     """The amount of each device a vector holds, by index (absent devices hold 0): of a
     machine's free resources, the free milli of every device. ``count``: that many entries
@@ -196,12 +203,12 @@ def _gpu_parts(request: Resources) -> tuple[int, list[tuple[int, int]]]:
     return total, named
 
 
-def bind_in(request: Resources, free: Resources) -> Resources | None:
+def bind_in(request: Resources, free: Resources, choose: DeviceChoice = first_fit) -> Resources | None:
     """``request`` with its GPU ask held by devices that have room in ``free``: ``request``
-    itself when it asks for no GPU or the devices it names still have room; else bound anew
-    (``first_fit``: a decision's device choice gives way when another scheduler took that device
-    meanwhile, as long as another device of the machine has room); None when no devices can
-    hold it."""
+    itself when it asks for no GPU or the devices it names still have room; else bound anew by
+    ``choose`` (default ``first_fit``: a decision's device choice gives way when another
+    scheduler took that device meanwhile, as long as another device of the machine has room);
+    None when no devices can hold it."""
     if not request.extra:
         return request
     total, named = _gpu_parts(request)
@@ -213,12 +220,20 @@ def bind_in(request: Resources, free: Resources) -> Resources | None:
     frees = devices_in(free)
     if not frees and not named:
         return request  # no device has room, or the machine has none: ``gpu`` is a plain counted resource
-    devices = first_fit(frees, ask)
+    devices = choose(frees, ask)
     if devices is None:
         return None
-    base = Resources(request.cpu, request.memory, request.disk,
+    if len(devices) != ask.count or any(i >= len(frees) or frees[i] < ask.milli for i in devices):
+        raise DeviceError(f"device choice {devices} cannot hold {ask.count} x {ask.milli} milli (free {frees})")
+    return bind(unbound(request), ask, devices)
+
+
+def unbound(request: Resources) -> Resources:
+    """``request`` without the devices it names (its ``gpu`` amount kept)."""
+    if not request.extra:
+        return request
+    return Resources(request.cpu, request.memory, request.disk,
                      tuple((n, a) for n, a in request.extra if device_index(n) is None))
-    return bind(base, ask, devices)
 
 
 def binding_problem(request: Resources, capacity: Resources) -> str | None:

@@ -97,13 +97,15 @@ class BatchScheduler:
         index = self._index_for(view, spec.request)
         decision = new_decision([], {})
         claims, request = decision.claims, spec.request
+        binds = request.extra and self.pipeline.binds  # the chain chooses devices (Pipeline.bind)
         for i, task in enumerate(tasks):
             machine, reason = self._place_one(spec, view, reservations, placement, index)
             if machine is None:
                 decision.unplaced = dict.fromkeys(tasks[i:] if i else tasks, reason)
                 break
-            reservations.reserve(job.id, machine, request)
-            claims.append(new_claim(task, machine.id, request, ()))
+            bound = self.pipeline.bind(spec, machine, reservations.free(machine)) if binds else request
+            reservations.reserve(job.id, machine, bound)
+            claims.append(new_claim(task, machine.id, bound, ()))
         return gang_outcome(job, tasks, decision)
 
     def _machine_ids(self, view: CellView) -> list[str]:

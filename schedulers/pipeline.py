@@ -92,6 +92,23 @@ class Pipeline:
                 return verdict
         return FEASIBLE
 
+    def bind(self, job: Job, machine: Machine, free: Resources) -> Resources:
+        """The request a task of ``job`` claims on ``machine`` with ``free``: bound to devices by
+        the first scorer with a device choice (a ``bind(job, machine, free)`` method, e.g.
+        ``fgd``); else ``job.request`` as it is, its devices bound by the plan's default
+        (``cellstate.devices.first_fit``). A choice that cannot hold the task leaves it unbound."""
+        for stage in self.stages:
+            for scorer, _ in stage:
+                bind = getattr(scorer, "bind", None)
+                if bind is not None:
+                    return bind(job, machine, free) or job.request
+        return job.request
+
+    @property
+    def binds(self) -> bool:
+        """True when a scorer of the chain chooses devices (``bind``)."""
+        return any(hasattr(s, "bind") for stage in self.stages for s, _ in stage)
+
     def rank(self, job: Job, machine: Machine, free: Resources, ctx: ScoreContext) -> tuple[float, ...]:
         """One weighted mean per stage, normalized to [0, 1]; compare tuples, higher wins."""
         out = []

@@ -2,11 +2,18 @@
 the machine whose GPU fragmentation, for a target workload, grows least when it takes the task.
 
 Fragmentation ``F`` of a machine: the idle GPU milli the target workload's typical tasks could
-not use there, weighted by their frequency (``schedulers.gpu.frag``). The task is charged as the
-plan will bind it (``cellstate.devices.first_fit``: a share on the fullest device it fits, whole
-GPUs on the lowest free ones); score = sigmoid((F before - F after) / 1000) in (0, 1): 0.5 when
-nothing changes (a machine without GPUs), above for placements that fill holes. CPU-only tasks
-are scored too: taking CPU from a GPU machine can strand its GPUs.
+not use there, weighted by their frequency (``schedulers.gpu.frag``). The task is charged on
+the devices FGD chooses (``choose``): a share tries each device it fits (one per distinct free
+amount) and takes the one whose ``F`` after is lowest, best fit among equals; whole GPUs take the
+lowest-indexed free devices (all free devices are alike). Score = sigmoid((F before - F after) /
+1000) in (0, 1): 0.5 when nothing changes (a machine without GPUs), above for placements that
+fill holes. CPU-only tasks are scored too: taking CPU from a GPU machine can strand its GPUs.
+
+The device choice reaches the placement through the chain's binding hook (``bind``, consulted
+by ``Pipeline.bind`` when the scheduler claims the machine): the claim names the devices FGD
+chose, and the plan keeps them while they have room (``cellstate.devices.bind_in``).
+``devices = "best_fit"``: the scorer charges the task by best fit and leaves the binding to the
+plan (the behaviour before the device choice, kept for comparison).
 
 ``workload``: the target workload, a list of ``{cpu, gpu, models, weight}`` (cpu in millicores;
 gpu in milli: below 1000 a share of one GPU, else whole GPUs; models: allowed GPU models, empty
@@ -23,7 +30,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
-from cellstate.devices import MILLI, MODEL_LABEL, ask_of, bind_in, device_count, devices_in
+from cellstate.devices import MILLI, MODEL_LABEL, GpuAsk, ask_of, bind_in, device_count, devices_in, first_fit
 from cellstate.model import ConstraintOp, Job, Machine
 from cellstate.resources import Resources
 from schedulers.gpu.frag import node_frag
@@ -33,13 +40,21 @@ from schedulers.plugin import PluginConfigError, ScoreContext, build_args
 NAME = "fgd"
 
 
+DEVICE_CHOICES = ("fgd", "best_fit")
+
+
 @dataclass(frozen=True, slots=True)
 class FgdArgs:
     workload: tuple = ()
+    devices: str = "fgd"
+    """The device a share takes inside the machine: ``fgd`` (the scorer's choice, bound in the
+    claim) or ``best_fit`` (the plan's default binding, charged so by the score)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.workload, (str, dict)) or not isinstance(self.workload, (list, tuple)):
             raise PluginConfigError(f"{NAME}: workload must be a list of {{cpu, gpu, models, weight}}")
+        if self.devices not in DEVICE_CHOICES:
+            raise PluginConfigError(f"{NAME}: devices must be one of {', '.join(DEVICE_CHOICES)}, got {self.devices!r}")
         object.__setattr__(self, "workload", tuple(self.workload))
 
 
@@ -101,15 +116,70 @@ class Fgd:
             return 0.5
         model = dict(machine.labels).get(MODEL_LABEL, "")
         before = node_frag(free.cpu, devices_in(free, n), model, workload)
-        bound = bind_in(job.request, free)
-        if bound is None:
+        choice = self._choice(job, model, free, n, workload)
+        if choice is None:
             return 0.0
-        after_free = free - bound
-        after = node_frag(after_free.cpu, devices_in(after_free, n), model, workload)
+        after = choice[1]
         # ties (equal growth, e.g. identical idle machines) go to the machine whose GPUs are the
         # most allocated: the packing a "first machine by name" tie-break gives the artifact
         packed = 1.0 - free.get("gpu") / machine.capacity.get("gpu") if machine.capacity.get("gpu") > 0 else 0.0
         return (1.0 - TIE_WEIGHT) / (1.0 + math.exp(-(before - after) / 1000.0)) + TIE_WEIGHT * packed
+
+    def bind(self, job: Job, machine: Machine, free: Resources) -> Resources | None:
+        """``job``'s request bound to the devices FGD chooses on ``machine`` with ``free`` (the
+        request itself when it asks for no GPU or the machine has no devices; None when no
+        devices can hold it): the chain's device choice (``Pipeline.bind``)."""
+        n = device_count(machine.capacity)
+        workload = self.workload_for(job)
+        if self.args.devices == "best_fit" or not job.request.extra:
+            return job.request  # the plan binds it (best fit)
+        if not n or workload is None:
+            return bind_in(job.request, free)
+        model = dict(machine.labels).get(MODEL_LABEL, "")
+        choice = self._choice(job, model, free, n, workload)
+        if choice is None:
+            return None
+        return bind_in(job.request, free, lambda frees, ask: choice[0])
+
+    def _choice(self, job: Job, model: str, free: Resources, n: int,
+                workload: TargetWorkload) -> tuple[tuple[int, ...] | None, float] | None:
+        """(devices, F after) of FGD's placement of one task of ``job`` on a machine with
+        ``free`` (devices None: the task asks for no GPU); None when it does not fit."""
+        frees = devices_in(free, n)
+        cpu_left = free.cpu - job.request.cpu
+        ask = ask_of(job.request.get("gpu"))
+        if ask is None:
+            return None, node_frag(cpu_left, frees, model, workload)
+        devices = (choose(frees, ask, cpu_left, model, workload) if self.args.devices == "fgd"
+                   else first_fit(frees, ask))
+        if devices is None:
+            return None
+        after = list(frees)
+        for i in devices:
+            after[i] -= ask.milli
+        return devices, node_frag(cpu_left, after, model, workload)
+
+
+def choose(frees: list[int], ask: GpuAsk, cpu_left: int, model: str,
+           workload: TargetWorkload) -> tuple[int, ...] | None:
+    """FGD's devices for ``ask`` on a machine whose devices have ``frees`` free and which keeps
+    ``cpu_left`` millicores after the task: a share on the device whose ``F`` after is lowest
+    (best fit, then lowest index, among equals; each distinct free amount tried once); whole
+    GPUs as ``first_fit``. None when the devices cannot hold it."""
+    if not ask.shared:
+        return first_fit(frees, ask)
+    best, best_key = None, None
+    tried: set[int] = set()
+    for i, f in enumerate(frees):
+        if f < ask.milli or f in tried:
+            continue
+        tried.add(f)
+        after = list(frees)
+        after[i] -= ask.milli
+        key = (node_frag(cpu_left, after, model, workload), f, i)
+        if best_key is None or key < best_key:
+            best, best_key = (i,), key
+    return best
 
 
 def shape_of(job: Job) -> PodShape:

@@ -1,11 +1,13 @@
-"""GPU devices in a live cell: two ``omega scheduler run`` processes place GPU shares and whole
-GPUs on a real etcd; every placement holds named devices and the cell checks clean."""
+"""GPU devices in a live cell: two (or three, scoring by ``fgd``) ``omega scheduler run``
+processes place GPU shares and whole GPUs on a real etcd; every placement holds named devices,
+no device is over-committed and the cell checks clean."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "omega"))
 from runtime_helpers import job_records, submit, wait_for  # noqa: E402
@@ -108,3 +110,58 @@ def test_explain_names_the_devices_a_gpu_task_would_hold(etcd_store, cell_keys):
         replica.close()
     assert ex.feasible == 2 and all(m.devices == "0" for m in ex.top)
     assert "GPU devices 0" in render(ex)
+
+
+FGD_CHAIN = """k = 4
+sample_size = 6
+[[filters]]
+name = "machine_state"
+[[filters]]
+name = "resources_fit"
+[[filters]]
+name = "constraints"
+[[scorers]]
+name = "fgd"
+[scorers.args]
+workload = [{ cpu = 1000, gpu = 300, weight = 2 }, { cpu = 1000, gpu = 700 }, { cpu = 1000, gpu = 1000 }]
+"""
+
+
+@pytest.mark.parametrize("mode", ["resource-fit", "sequence"])
+def test_three_fgd_scheduler_processes_share_gpu_machines_without_device_overcommit(
+        etcd_server, etcd_store, cell_keys, tmp_path, mode):
+    machines = {m.id: m for m in gpu_machines(etcd_store, cell_keys, 6)}
+    chain = tmp_path / "fgd.toml"
+    chain.write_text(FGD_CHAIN)
+    runs = [SchedulerRun(etcd_server.endpoints, cell_keys.cell, f"f{i}", "--conflict-mode", mode,
+                         "--config", str(chain)) for i in range(3)]
+    try:
+        for run in runs:
+            wait_for(run.serving, 20, f"{run.name} serving")
+        submit(etcd_store, cell_keys, [j for j in JOBS if j.id.startswith("whole")])
+        wait_for(lambda: sum(r.tasks.count("a") for r in job_records(etcd_store, cell_keys)) == 7, 30, "7 placed")
+        submit(etcd_store, cell_keys, [j for j in JOBS if j.id.startswith("share")])
+        try:
+            wait_for(lambda: sum(r.tasks.count("a") for r in job_records(etcd_store, cell_keys)) == 25, 30,
+                     "25 tasks placed")
+        except AssertionError:
+            raise AssertionError([(r.id, r.tasks, r.reason) for r in job_records(etcd_store, cell_keys)]) from None
+    finally:
+        finals = [run.stop() for run in runs]
+    assert sum(f["commits"] for f in finals) >= 4  # the jobs' placements were committed
+    report = check_cell(etcd_store, cell_keys)
+    assert report.ok, report.violations[:5]
+    placed = allocs(etcd_store, cell_keys)
+    assert len(placed) == 25
+    held: dict[tuple[str, int], int] = {}
+    for a in placed:
+        assert claimed_devices(a.resources), a
+        for i, milli in claimed_devices(a.resources):
+            held[(a.machine_id, i)] = held.get((a.machine_id, i), 0) + milli
+    assert max(held.values()) <= 1000  # no device holds more than itself, summed from the allocs
+    for kv in etcd_store.range(cell_keys.kind_prefix("machines")).kvs:
+        m = decode_machine(kv.key, kv.value)
+        free = device_free(m.capacity, m.allocated)
+        assert all(0 <= f <= 1000 for f in free)
+        assert [1000 - f for f in free] == [held.get((m.id, i), 0) for i in range(len(free))]  # ledger = allocs
+    assert set(machines) >= {a.machine_id for a in placed}

@@ -493,3 +493,67 @@ def test_a_stored_unsafe_job_id_is_escaped_on_the_screen():
     console.print(render_frame(replace(frame, recent_conflicts=conflicts), fit_height=True))
     out = console.file.getvalue()
     assert "\x1b[2J" not in out and "evil\\x1b[2J\\nrow" in console.export_text()
+
+
+# -- GPU devices ----------------------------------------------------------------------------------
+
+from cellstate.devices import GpuAsk, bind, gpu_capacity  # noqa: E402
+from tools.monitor.model import GpuUse, gpu_use, utilization  # noqa: E402
+
+
+def gpu_machines() -> list[Machine]:
+    """Two 4-GPU machines: one with a 0.3 share on device 0 and two whole GPUs, one idle; a
+    CPU machine; a down GPU machine (not counted)."""
+    cap = Resources.of(32_000, 65_536, 0, **gpu_capacity(4))
+    used = (bind(Resources.of(1000, 64, 0, gpu=300), GpuAsk(1, 300), (0,))
+            + bind(Resources.of(1000, 64, 0, gpu=2000), GpuAsk(2, 1000), (1, 2)))
+    return [Machine("g1", cap, allocated=used, task_count=2), Machine("g2", cap),
+            Machine("c1", Resources.of(4000, 8192)),
+            Machine("g3", cap, allocated=used, state=MachineState.DOWN)]
+
+
+def test_gpu_use_sums_the_devices_of_up_machines():
+    up = [m for m in gpu_machines() if m.state is MachineState.UP]
+    g = gpu_use(up)
+    assert g == GpuUse(machines=2, devices=8, allocated=2300, capacity=8000, idle_devices=5, partial_devices=1,
+                       partial_idle=700)
+    assert g.fraction == pytest.approx(2300 / 8000) and g.partial_fraction == pytest.approx(700 / 5700)
+    assert gpu_use([Machine("c1", Resources.of(4000, 8192)), MACHINES[0]]) is None  # no devices: counted gpu only
+    names = [u.name for u in utilization(up)]
+    assert names == ["cpu", "memory", "disk", "gpu", "gpu.0", "gpu.1", "gpu.2", "gpu.3"]  # (the frame's data)
+
+
+def test_a_gpu_cell_frame_shows_its_devices_at_80x24_and_200x50_and_in_json(etcd_store, cell_keys):
+    for m in gpu_machines():
+        etcd_store.put(cell_keys.machine(m.id), encode_machine(m))
+    replica = Replica(etcd_store, cell_keys)
+    replica.sync()
+    try:
+        frame = build_frame(replica, NOW)
+    finally:
+        replica.close()
+    assert frame.gpu == gpu_use([m for m in gpu_machines() if m.state is MachineState.UP])
+    d = to_dict(frame)
+    assert json.loads(json.dumps(d)) == d
+    assert d["gpu"]["devices"] == 8 and d["gpu"]["fraction"] == pytest.approx(0.2875)
+    for width, height in ((80, 24), (200, 50)):  # the devices are on the GPU line, not a bar each
+        shown = screen_text(frame, width, height)
+        assert not any(line.startswith("gpu.") or " gpu.0 " in line for line in shown), shown
+        assert sum(line.startswith(("gpus ", "gpu devices")) for line in shown) == 1
+    crowded = crowded_frame()
+    busy = MonitorFrame(**{**{f: getattr(crowded, f) for f in crowded.__dataclass_fields__},
+                           "utilization": crowded.utilization + (ResourceUse("gpu", 5_210_300, 8_000_000),),
+                           "gpu": GpuUse(1000, 8000, 5_210_300, 8_000_000, 1900, 610, 301_400)})
+    lines = screen_text(busy, 80, 24)
+    text = "\n".join(lines)
+    assert len(lines) <= 24 and all(len(line) <= 80 for line in lines), text
+    gpu_line = next(line for line in lines if line.startswith("gpus "))
+    assert "5,210.3/8,000 (65%)" in gpu_line and "idle devs 1,900" in gpu_line
+    assert "part-used 610 (11% of idle)" in gpu_line
+    for section in ("pending", "scheduler ", "hot machines", "recent conflicts"):  # every section still there
+        assert any(line.startswith(section) for line in lines), section
+    wide = screen_text(busy, 200, 50)
+    line = next(line for line in wide if line.startswith("gpu devices"))
+    assert "65.1%" in line and "5,210.3/8,000 GPUs on 1,000 machines" in line and "1,900 devices idle" in line
+    assert "610 part-used (10.8% of the idle GPU, usable by shares only)" in line
+    assert not any(line.startswith("gpus ") for line in screen_text(crowded, 80, 24))  # no devices: no GPU line

@@ -13,6 +13,7 @@ from collections import Counter, defaultdict, deque
 from dataclasses import asdict, dataclass
 
 from cellstate.codec.fields import CodecError
+from cellstate.devices import MILLI, device_count, device_free
 from cellstate.model import JobKind, MachineState
 from cellstate.replica.watched import Replica
 from cellstate.resources import CORE_NAMES
@@ -161,6 +162,36 @@ class ResourceUse:
 
 
 @dataclass(frozen=True, slots=True)
+class GpuUse:
+    """The GPU devices of the UP machines that have some (``cellstate.devices``): how much of
+    them is allocated, and how the idle rest lies. ``partial_idle`` is the idle milli on
+    devices partly allocated: only shares can use it (a whole-GPU task cannot), the
+    fragmentation a cell of shares builds up."""
+
+    machines: int
+    devices: int
+    allocated: int
+    """Milli allocated over all devices."""
+    capacity: int
+    idle_devices: int
+    """Devices with nothing allocated."""
+    partial_devices: int
+    """Devices partly allocated (some milli free, some not)."""
+    partial_idle: int
+    """Free milli on the partly allocated devices."""
+
+    @property
+    def fraction(self) -> float:
+        return self.allocated / self.capacity if self.capacity else 0.0
+
+    @property
+    def partial_fraction(self) -> float:
+        """The share of the idle GPU that lies on partly allocated devices (0 when none is idle)."""
+        idle = self.capacity - self.allocated
+        return self.partial_idle / idle if idle > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class PendingQueue:
     """Jobs of one kind with pending tasks; ``oldest_wait_s`` since the oldest's submission."""
 
@@ -214,6 +245,8 @@ class MonitorFrame:
     errors: tuple[str, ...] = ()
     quarantined: int = 0
     """Keys of the cell whose values the monitor's replica quarantined (each one also in ``errors``)."""
+    gpu: GpuUse | None = None
+    """The GPU devices (None: no UP machine has any)."""
 
 
 def build_frame(replica: Replica, now: float, store_error: str = "",
@@ -241,6 +274,7 @@ def build_frame(replica: Replica, now: float, store_error: str = "",
         recent_conflicts=merge_recent_conflicts(stats),
         errors=tuple(errors),
         quarantined=len(replica.quarantine),
+        gpu=gpu_use(up),
     )
 
 
@@ -286,6 +320,29 @@ def utilization(up_machines) -> tuple[ResourceUse, ...]:
     return tuple(ResourceUse(name, allocated[name], capacity[name]) for name in CORE_NAMES + tuple(extras))
 
 
+def gpu_use(up_machines) -> GpuUse | None:
+    """The devices of ``up_machines`` summed (None when none has a device)."""
+    machines = devices = allocated = capacity = idle = partial = partial_idle = 0
+    for m in up_machines:
+        n = device_count(m.capacity)
+        if not n:
+            continue
+        machines += 1
+        devices += n
+        capacity += n * MILLI
+        for free in device_free(m.capacity, m.allocated):
+            free = max(0, min(MILLI, free))
+            allocated += MILLI - free
+            if free == MILLI:
+                idle += 1
+            elif free:
+                partial += 1
+                partial_idle += free
+    if not devices:
+        return None
+    return GpuUse(machines, devices, allocated, capacity, idle, partial, partial_idle)
+
+
 def pending_queue(replica: Replica, kind: JobKind, now: float) -> PendingQueue:
     entries = replica.pending_jobs(kind)
     tasks = sum(e.record.tasks.count("p") for e in entries)
@@ -328,6 +385,9 @@ def to_dict(frame: MonitorFrame) -> dict:
     for row, c in zip(d["recent_conflicts"], frame.recent_conflicts):
         row["cause"] = c.cause
     d["utilization"] = [{**asdict(u), "fraction": u.fraction} for u in frame.utilization]
+    if frame.gpu is not None:
+        d["gpu"] = {**asdict(frame.gpu), "fraction": frame.gpu.fraction,
+                    "partial_fraction": frame.gpu.partial_fraction}
     for spot, h in zip(d["hot_machines"], frame.hot_machines):
         spot["losers"], spot["winners"] = dict(h.losers), dict(h.winners)
     return d

@@ -1,7 +1,7 @@
 """Rich renderables of a ``MonitorFrame``, laid out for the console it is drawn on.
 
 One screen, top to bottom: a header line, errors and quarantine notes, utilization bars, the
-pending queues, the scheduler table, the hottest machines and the recent conflicts. Every line
+GPU devices (when the cell has some), the pending queues, the scheduler table, the hottest machines and the recent conflicts. Every line
 is fitted to the console's width: scheduler names are never cut (other columns are dropped
 instead, least needed first), long lists become ``m1, m2, m3 +27``. With ``fit_height`` (the
 live screen) the frame also fits the console's height: the hot-machine and conflict lists (and,
@@ -21,6 +21,7 @@ from typing import Callable
 from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.text import Text
 
+from cellstate.devices import device_index
 from tools.monitor.model import MonitorFrame, SchedulerRow, WindowRate
 from tools.printable import printable
 
@@ -53,6 +54,7 @@ def screen_lines(frame: MonitorFrame, width: int, height: int | None = None) -> 
     top = [header(frame, width)]
     top += error_lines(frame, width)
     top += utilization_lines(frame, width, wide)
+    top += gpu_lines(frame, width, wide)
     top += pending_lines(frame, width)
     schedulers = scheduler_lines(frame, width, wide)  # title + header + one per scheduler
     hot_all, conflicts_all = hot_lines(frame, width), conflict_lines(frame, width, wide)
@@ -167,14 +169,35 @@ def amount(resource: str, value: int) -> str:
 
 def utilization_lines(frame: MonitorFrame, width: int, wide: bool) -> list[Text]:
     """Per resource: a bar and the used share (wide: one line each, with allocated / capacity;
-    narrow: as many resources to a line as fit)."""
+    narrow: as many resources to a line as fit). GPU devices (``gpu.<i>``) are left to the GPU
+    line (``gpu_lines``)."""
+    shown = [u for u in frame.utilization if device_index(u.name) is None]
     if wide:
-        name_w = max((len(u.name) for u in frame.utilization), default=0)
+        name_w = max((len(u.name) for u in shown), default=0)
         return [Text.assemble(f"{u.name:<{name_w}} ", bar(u.fraction, 40), f" {u.fraction:6.1%}  ",
                               f"{amount(u.name, u.allocated)} / {amount(u.name, u.capacity)}")
-                for u in frame.utilization]
-    pieces = [Text.assemble(f"{u.name} ", bar(u.fraction, 10), f" {u.fraction:.0%}") for u in frame.utilization]
+                for u in shown]
+    pieces = [Text.assemble(f"{u.name} ", bar(u.fraction, 10), f" {u.fraction:.0%}") for u in shown]
     return _pack(pieces, width, "   ")
+
+
+def gpu_lines(frame: MonitorFrame, width: int, wide: bool) -> list[Text]:
+    """One line when the cell has GPU devices: GPUs allocated / total, idle devices, and the
+    partly allocated devices with the share of the idle GPU on them (only shares can use it)."""
+    g = frame.gpu
+    if g is None:
+        return []
+    used = f"{g.allocated / 1000:,.1f}/{g.devices:,}"
+    if wide:
+        part = Text(f"{g.partial_devices:,} part-used ({g.partial_fraction:.1%} of the idle GPU, usable by shares only)",
+                    _severity(g.partial_fraction, 0.1, 0.3))
+        line = Text.assemble(f"{'gpu devices':<12}", bar(g.fraction, 40), f" {g.fraction:6.1%}  {used} GPUs on "
+                             f"{g.machines:,} machines;  {g.idle_devices:,} devices idle, ", part)
+    else:
+        part = Text(f"part-used {g.partial_devices:,} ({g.partial_fraction:.0%} of idle)",
+                    _severity(g.partial_fraction, 0.1, 0.3))
+        line = Text.assemble(("gpus", "bold"), f" {used} ({g.fraction:.0%})  idle devs {g.idle_devices:,}  ", part)
+    return [_fit(line, width)]
 
 
 def pending_lines(frame: MonitorFrame, width: int) -> list[Text]:
