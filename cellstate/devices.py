@@ -159,7 +159,7 @@ def fitting_devices(free: list[int], ask: GpuAsk) -> list[int]:
     return [i for i, f in enumerate(free) if f >= ask.milli]
 
 
-def first_fit(free: list[int], ask: GpuAsk) -> tuple[int, ...] | None:
+def best_fit(free: list[int], ask: GpuAsk) -> tuple[int, ...] | None:
     """The default binding: a share on the fullest device it fits (best fit, lowest index on
     ties), whole GPUs on the lowest-indexed free devices; None when the devices cannot hold it."""
     fit = fitting_devices(free, ask)
@@ -172,7 +172,7 @@ def first_fit(free: list[int], ask: GpuAsk) -> tuple[int, ...] | None:
 
 DeviceChoice = Callable[[list[int], GpuAsk], "tuple[int, ...] | None"]
 """How a binding picks devices: ``(free milli of each device, ask) -> indices`` (None: the
-devices cannot hold it). ``first_fit`` is the default; a scheduler's chain may bring its own
+devices cannot hold it). ``best_fit`` is the default; a scheduler's chain may bring its own
 (the ``fgd`` scorer's ``devices``)."""
 
 
@@ -203,10 +203,10 @@ def _gpu_parts(request: Resources) -> tuple[int, list[tuple[int, int]]]:
     return total, named
 
 
-def bind_in(request: Resources, free: Resources, choose: DeviceChoice = first_fit) -> Resources | None:
+def bind_in(request: Resources, free: Resources, choose: DeviceChoice = best_fit) -> Resources | None:
     """``request`` with its GPU ask held by devices that have room in ``free``: ``request``
     itself when it asks for no GPU or the devices it names still have room; else bound anew by
-    ``choose`` (default ``first_fit``: a decision's device choice gives way when another
+    ``choose`` (default ``best_fit``: a decision's device choice gives way when another
     scheduler took that device meanwhile, as long as another device of the machine has room);
     None when no devices can hold it."""
     if not request.extra:

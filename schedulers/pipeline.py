@@ -96,7 +96,7 @@ class Pipeline:
         """The request a task of ``job`` claims on ``machine`` with ``free``: bound to devices by
         the first scorer with a device choice (a ``bind(job, machine, free)`` method, e.g.
         ``fgd``); else ``job.request`` as it is, its devices bound by the plan's default
-        (``cellstate.devices.first_fit``). A choice that cannot hold the task leaves it unbound."""
+        (``cellstate.devices.best_fit``). A choice that cannot hold the task leaves it unbound."""
         for stage in self.stages:
             for scorer, _ in stage:
                 bind = getattr(scorer, "bind", None)

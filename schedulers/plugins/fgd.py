@@ -30,7 +30,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
-from cellstate.devices import MILLI, MODEL_LABEL, GpuAsk, ask_of, bind_in, device_count, devices_in, first_fit
+from cellstate.devices import MILLI, MODEL_LABEL, GpuAsk, ask_of, bind_in, device_count, devices_in, best_fit
 from cellstate.model import ConstraintOp, Job, Machine
 from cellstate.resources import Resources
 from schedulers.gpu.frag import node_frag
@@ -151,7 +151,7 @@ class Fgd:
         if ask is None:
             return None, node_frag(cpu_left, frees, model, workload)
         devices = (choose(frees, ask, cpu_left, model, workload) if self.args.devices == "fgd"
-                   else first_fit(frees, ask))
+                   else best_fit(frees, ask))
         if devices is None:
             return None
         after = list(frees)
@@ -165,9 +165,9 @@ def choose(frees: list[int], ask: GpuAsk, cpu_left: int, model: str,
     """FGD's devices for ``ask`` on a machine whose devices have ``frees`` free and which keeps
     ``cpu_left`` millicores after the task: a share on the device whose ``F`` after is lowest
     (best fit, then lowest index, among equals; each distinct free amount tried once); whole
-    GPUs as ``first_fit``. None when the devices cannot hold it."""
+    GPUs as ``best_fit``. None when the devices cannot hold it."""
     if not ask.shared:
-        return first_fit(frees, ask)
+        return best_fit(frees, ask)
     best, best_key = None, None
     tried: set[int] = set()
     for i, f in enumerate(frees):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cellstate.devices import (
-    DeviceError, GpuAsk, ask_request, bind, claimed_devices, device_free, device_index, first_fit, gpu_ask,
+    DeviceError, GpuAsk, ask_request, bind, claimed_devices, device_free, device_index, best_fit, gpu_ask,
     gpu_capacity,
 )
 from cellstate.resources import Resources
@@ -67,7 +67,7 @@ def test_binding_names_the_devices_and_the_ledger_keeps_free_milli_per_device():
 
 def test_default_binding_is_best_fit_for_shares_and_lowest_free_for_whole():
     free = [1000, 400, 700, 1000]
-    assert first_fit(free, GpuAsk(1, 300)) == (1,)
-    assert first_fit(free, GpuAsk(1, 500)) == (2,)
-    assert first_fit(free, GpuAsk(2, 1000)) == (0, 3)
-    assert first_fit(free, GpuAsk(3, 1000)) is None
+    assert best_fit(free, GpuAsk(1, 300)) == (1,)
+    assert best_fit(free, GpuAsk(1, 500)) == (2,)
+    assert best_fit(free, GpuAsk(2, 1000)) == (0, 3)
+    assert best_fit(free, GpuAsk(3, 1000)) is None

@@ -10,7 +10,7 @@ import pytest
 from viewlib import DictView
 
 from cellstate.devices import (
-    MODEL_LABEL, DeviceError, GpuAsk, bind, bind_in, claimed_devices, first_fit, gpu_capacity,
+    MODEL_LABEL, DeviceError, GpuAsk, bind, bind_in, claimed_devices, best_fit, gpu_capacity,
 )
 from cellstate.model import Job, JobKind, Machine
 from cellstate.resources import Resources
@@ -80,7 +80,7 @@ def test_a_named_device_without_room_is_bound_anew_by_the_given_choice():
     assert bind_in(on0, m.free, lambda frees, ask: None) is None
     with pytest.raises(DeviceError, match="cannot hold"):
         bind_in(on0, m.free, lambda frees, ask: (0,))
-    assert bind_in(on0, m.free, first_fit) == bind_in(on0, m.free)
+    assert bind_in(on0, m.free, best_fit) == bind_in(on0, m.free)
     rng = random.Random(3)  # any choice among devices with room is honoured
     assert claimed_devices(bind_in(on0, m.free, lambda frees, ask: (rng.choice([1]),))) == ((1, 500),)
 
