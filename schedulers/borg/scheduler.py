@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from cellstate.model import Alloc, Job, JobKind, Machine
 from cellstate.plan import Claim, JobEntry, MachineEntry
 from omega.protocols import CellView
-from schedulers.base import Decision, checked_tasks, gang_outcome
+from schedulers.base import Decision, checked_tasks, gang_outcome, needs_nothing
 from schedulers.borg.bound import Prover
 from schedulers.borg.cache import ScoreCache, Signer
 from schedulers.borg.index import LoadIndex
@@ -105,6 +105,8 @@ class BorgScheduler:
     """See the module docstring. ``serves``: the job kinds the runtime should hand it."""
 
     kind = "borg"
+    unplaced_means_no_room = False  # it preempts: room may appear by eviction (no nothing-fits memo)
+    attach = needs_nothing
 
     def __init__(self, name: str, rng: random.Random, pipeline: Pipeline | None = None, *, k: int = 50,
                  equivalence_classes: bool = True, score_cache: bool = True,
