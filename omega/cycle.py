@@ -37,7 +37,7 @@ from typing import Callable, Collection, Hashable, Iterable, Protocol
 from omega.attempts import PlacementResult
 from omega.occ import OptimisticPlacer
 from cellstate.plan import JobEntry, PlanRejected, PlanTooLarge
-from omega.protocols import CellView, Clock, Decision, FeedView
+from omega.protocols import CellView, Clock, Decision, FeedView, Refreshable
 from omega.queue import JobQueue
 from omega.refusals import RefusedJobs
 
@@ -46,9 +46,10 @@ log = logging.getLogger(__name__)
 PendingLookup = Callable[[str], "JobEntry | None"]
 
 
-class CycleView(FeedView, Protocol):
+class CycleView(FeedView, Refreshable, Protocol):
     """What the cycle reads of its view (``cellstate.replica.view.ReplicaView``): the cell, its
-    change feed (``omega.protocols.ChangeFeed``) and the pending jobs by scheduler class."""
+    change feed (``omega.protocols.ChangeFeed``), the commits' outcomes it takes in (the
+    placer's) and the pending jobs by scheduler class."""
 
     def pending_of_classes(self, classes: Collection[str]) -> PendingLookup: ...
 

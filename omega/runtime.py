@@ -40,7 +40,7 @@ from omega.host import CycleOptions, HostedScheduler, assemble
 from omega.modes import CommitMode, ConflictMode
 from cellstate.plan import Claim, JobEntry
 from omega.cycle import CycleView
-from omega.protocols import CellView, Clock, Committer, Decision, Refreshable
+from omega.protocols import CellView, Clock, Committer, Decision
 from omega.queue import check_order
 from omega.retry import RetryPolicy
 from cellstate.scheduler_stats import SchedulerStats
@@ -49,7 +49,7 @@ from omega.stats import StatsRecorder
 log = logging.getLogger(__name__)
 
 
-class SchedulerCell(CycleView, Refreshable, Protocol):
+class SchedulerCell(CycleView, Protocol):
     """The view a scheduler process works on (``cellstate.replica.view.ReplicaView``): the
     cycle's view with its change feed, refreshed by commits, pumped from the store's watch."""
 
@@ -115,7 +115,7 @@ class RuntimeOptions:
                 raise ValueError(f"{name} must be > 0 seconds, got {getattr(self, name)!r}")
 
 
-def kv(**fields) -> str:
+def kv(**fields: object) -> str:
     """``key=value`` pairs for a log line; values with spaces are quoted."""
     parts = []
     for key, value in fields.items():
