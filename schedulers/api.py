@@ -38,11 +38,12 @@ from schedulers.plugin import (
 from schedulers.registry import FILTERS, SCORERS, make_filter, make_scorer, register_filter, register_scorer
 
 __all__ = [
-    "ENTRY_POINT_GROUP", "JOB", "ROOM", "Attachment", "ChainConfig", "Claim", "Decision", "Filter", "FilterTraits", "JobEntry",
-    "JobPlacement", "MachineEntry", "Pipeline", "PluginConfigError", "PluginLoadError", "PluginSpec", "RetryPolicy",
-    "ScoreContext", "Scheduler", "SchedulerHost", "Scorer", "ScorerTraits", "Verdict", "build_args", "filter_names", "kind_names",
-    "load_plugins", "make_filter", "make_scheduler", "make_scorer", "needs_nothing", "parse_chain", "register_filter",
-    "register_kind", "register_scorer", "retry_policy_for", "scorer_names",
+    "ENTRY_POINT_GROUP", "JOB", "ROOM", "Attachment", "ChainConfig", "Claim", "Decision", "Filter",
+    "FilterTraits", "JobEntry", "JobPlacement", "MachineEntry", "Pipeline", "PluginConfigError",
+    "PluginLoadError", "PluginSpec", "RetryPolicy", "ScoreContext", "Scheduler", "SchedulerHost", "Scorer",
+    "ScorerTraits", "Verdict", "build_args", "filter_names", "kind_names", "load_plugins", "make_filter",
+    "make_scheduler", "make_scorer", "needs_nothing", "parse_chain", "register_filter", "register_kind",
+    "register_scorer", "retry_policy_for", "scorer_names",
 ]
 
 ENTRY_POINT_GROUP = "omega.plugins"
