@@ -18,6 +18,7 @@ for each chosen device, which is what the allocation stores (the task's visible 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from cellstate.model import Constraint, ConstraintOp
@@ -106,7 +107,7 @@ def ask_of(total: int) -> GpuAsk | None:
     return GpuAsk(1, total) if total < MILLI else GpuAsk(total // MILLI, MILLI)
 
 
-def model_constraint(models) -> Constraint:
+def model_constraint(models: Iterable[str]) -> Constraint:
     """The constraint that keeps a task on machines of the GPU ``models``."""
     return Constraint(MODEL_LABEL, ConstraintOp.IN, tuple(models))
 
@@ -231,6 +232,7 @@ def binding_problem(request: Resources, capacity: Resources) -> str | None:
     if total <= 0 or (total >= MILLI and total % MILLI):
         return f"gpu {total} is not a share or whole GPUs"
     ask = ask_of(total)
+    assert ask is not None  # total > 0 here
     if len(named) != ask.count or any(amount != ask.milli for _, amount in named):
         return f"gpu {total} must be held by {ask.count} device(s) of {ask.milli} milli, got {dict(named)}"
     missing = [i for i, _ in named if capacity.get(device_name(i)) <= 0]

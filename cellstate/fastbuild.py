@@ -60,6 +60,6 @@ def _problem(cls: type, names: list[str]) -> str:
 def _twin(cls: type) -> type:
     """A plain class with the slots of ``cls``, whose instances may become ``cls`` instances
     (tried once here: CPython's TypeError if the layouts differ)."""
-    twin = type(f"_{cls.__name__}Slots", (), {"__slots__": cls.__slots__, "__module__": cls.__module__})
+    twin = type(f"_{cls.__name__}Slots", (), {"__slots__": vars(cls)["__slots__"], "__module__": cls.__module__})
     twin().__class__ = cls
     return twin

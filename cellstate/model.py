@@ -185,7 +185,7 @@ class JobRecord:
         """Lifecycle state derived from the task states."""
         return derive_job_state(self.tasks, self.killed)
 
-    def with_tasks(self, indices, state: TaskState) -> JobRecord:
+    def with_tasks(self, indices: Sequence[int], state: TaskState) -> JobRecord:
         """This record with the given tasks set to ``state``."""
         return self.with_progress(with_states(self.tasks, indices, state.value), self.reason,
                                   self.first_attempt_at, self.placed_at)

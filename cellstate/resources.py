@@ -100,7 +100,7 @@ ZERO = Resources()
 _build = builder(Resources)
 
 
-def _merge(a: tuple[tuple[str, int], ...], b: tuple[tuple[str, int], ...], sign: int):
+def _merge(a: tuple[tuple[str, int], ...], b: tuple[tuple[str, int], ...], sign: int) -> tuple[tuple[str, int], ...]:
     """The extras of the sum (sign 1) or difference (sign -1): sorted, amounts 0 dropped."""
     if not b:
         return a

@@ -29,7 +29,7 @@ dropped when its round comes. ``discard`` removes at once (a job that is gone).
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from typing import Hashable, Iterator
+from typing import Callable, Container, Hashable, Iterator
 
 from cellstate.plan import JobEntry
 
@@ -55,12 +55,12 @@ class _Cursor:
 
     __slots__ = ("runs", "at")
 
-    def __init__(self, lists: dict[Hashable, list[_Item]], asleep: set):
+    def __init__(self, lists: dict[Hashable, list[_Item]], asleep: set[Hashable]):
         self.runs = [items for group, items in lists.items() if group not in asleep] if asleep \
             else list(lists.values())
         self.at = [0] * len(self.runs)
 
-    def next(self, hidden: set, drop) -> _Item | None:
+    def next(self, hidden: Container[str], drop: Callable[[str, bool], None]) -> _Item | None:
         """The next visible job (None: none left); hidden ones met are dropped."""
         runs, at = self.runs, self.at
         while True:

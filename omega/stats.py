@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections import Counter, deque
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from cellstate.scheduler_stats import HOT_MACHINES_MAX, RECENT_CONFLICTS_MAX, ConflictNote, HotMachine, SchedulerStats
 
@@ -65,10 +65,11 @@ class StatsRecorder:
             raise ValueError(f'scheduler kind must be a non-empty name without "/", got {kind!r}')
         if not window_s > 0 or samples < 1:
             raise ValueError(f"window_s must be > 0 and samples >= 1, got {window_s!r}, {samples!r}")
-        self._identity = dict(name=name, kind=kind, pid=pid, host=host, started_at=float(started_at),
+        self._identity: dict[str, Any] = dict(name=name, kind=kind, pid=pid, host=host, started_at=float(started_at),
                               conflict_mode=conflict_mode, commit_mode=commit_mode)
+        self._started_at = float(started_at)
         self.window_s = float(window_s)
-        self._totals = Counter()
+        self._totals: Counter[str] = Counter()
         self._window: deque[_Attempt] = deque()
         self._decisions: deque[float] = deque(maxlen=samples)
         self._machine_conflicts: Counter[str] = Counter()
@@ -123,9 +124,10 @@ class StatsRecorder:
             busy += max(0.0, min(a.at, now) - max(a.at - a.busy_s, start))
         span = now - start
         decisions = sorted(self._decisions)
+        counts: dict[str, Any] = {name: self._totals[name] for name in ("attempts", "jobs_placed") + _COUNT_ARGS}
         return SchedulerStats(
             **self._identity, updated_at=float(now),
-            **{name: self._totals[name] for name in ("attempts", "jobs_placed") + _COUNT_ARGS},
+            **counts,
             jobs_per_s=jobs / span if span else 0.0,
             placements_per_s=placements / span if span else 0.0,
             busyness=min(1.0, busy / span) if span else 0.0,
@@ -139,7 +141,7 @@ class StatsRecorder:
 
     def _span(self, now: float) -> float:
         """Length of the rate window at ``now``: the window, or the time since start if shorter."""
-        return max(0.0, min(self.window_s, now - self._identity["started_at"]))
+        return max(0.0, min(self.window_s, now - self._started_at))
 
     def _hot_machines(self) -> tuple[HotMachine, ...]:
         top = sorted(self._machine_conflicts.items(), key=lambda kv: (-kv[1], kv[0]))[:HOT_MACHINES_MAX]

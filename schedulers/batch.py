@@ -200,14 +200,14 @@ class BatchScheduler:
         blocked: list[int] = []
         if self._may_reject_hosts(index, spec, view, before, max(placed.values(), default=0)):
             hosts = self._hosts.get(spec.id, placed, index, index.hosts, index.join_hosts, placement.stamp)
-            for here, hosts in index.hosts_without_room(spec.request, placed, hosts):
-                machine = view.machine(ids[hosts[0]]).machine
+            for here, group in index.hosts_without_room(spec.request, placed, hosts):
+                machine = view.machine(ids[group[0]]).machine
                 free = reservations.free(machine)
                 verdict = next((v for v in (f.fits(spec, machine, free, here) for f in before) if not v.ok), None)
                 if verdict is not None:
                     key = (verdict.plugin, verdict.reason)
-                    counts[key] = counts.get(key, 0) + len(hosts)
-                    blocked.extend(hosts)
+                    counts[key] = counts.get(key, 0) + len(group)
+                    blocked.extend(group)
         for short, count in index.first_short(spec.request, blocked).items():
             counts[(fit.name, short)] = counts.get((fit.name, short), 0) + count
 

@@ -117,3 +117,23 @@ def test_login_passes_over_a_dead_first_endpoint(mtls_etcd, monkeypatch):
     kwargs = load_credentials(creds / "m-monitor.json").store_kwargs("m-monitor")
     with EtcdStore([dead, *cluster.urls], timeout=2.0, **kwargs) as store:
         assert store.revision() > 0
+
+
+def test_a_replay_on_the_secure_etcd_presents_its_certificate(mtls_etcd, capsys):
+    """``omega replay --store etcd`` takes the same TLS and login flags as every store command;
+    the credentials stay out of its result."""
+    import json
+    from pathlib import Path
+
+    from tools.cli import main
+
+    cluster, creds = mtls_etcd
+    trace = Path(__file__).resolve().parent.parent / "data" / "traces" / "sweep" / "tiny-a.omt.gz"
+    argv = ["replay", str(trace), "--store", "etcd", "--endpoints", ",".join(cluster.urls), "--cell", CELL]
+    assert main([*argv, "--cacert", cluster.ca_cert]) == 1  # no certificate: refused, one line
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("omega: replay:") and "\n" not in err, err
+    assert main([*argv, "--credentials", str(creds / "m-scheduler.json"), "-o", "json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["jobs_submitted"] > 0 and result["check"]["ok"], result["check"]
+    assert "store_auth" not in result["config"] and "password" not in json.dumps(result)

@@ -121,7 +121,7 @@ class OmegaProc:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(10)
-            raise AssertionError(f"{self.name} did not stop within {timeout} s of SIGTERM:\n{self.tail()}")
+            raise AssertionError(f"{self.name} did not stop within {timeout} s of SIGTERM:\n{self.tail()}") from None
 
     def tail(self, lines: int = 15) -> str:
         if not self.starts:

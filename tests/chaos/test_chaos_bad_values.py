@@ -64,7 +64,7 @@ def test_bad_machine_values_are_quarantined_while_schedulers_commit(cell_keys, t
         crew.wait_ready()
         bad: dict[str, str] = {}
         deadline = time.monotonic() + 90
-        for n in range(ROUNDS):
+        for _ in range(ROUNDS):
             if bad:
                 _repair(store, keys, bad, originals)
             for _ in range(BURST):  # work for the schedulers right when the values go bad

@@ -43,7 +43,7 @@ def job(job_id, owner, request=A_TASK, tasks=1, priority=0, submitted=0.0, pendi
 class CellOf:
     """A CellView of machines, jobs and allocations held in dicts (what DRF reads of a view)."""
 
-    def __init__(self, machines=(Machine("m0", CELL),)):
+    def __init__(self, machines=(Machine("m0", CELL),)):  # noqa: B008 (a frozen Machine)
         self.entries = {m.id: MachineEntry(m, 1) for m in machines}
         self.jobs: dict[str, JobEntry] = {}
         self.on: dict[str, list[Alloc]] = {}

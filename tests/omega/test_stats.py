@@ -88,9 +88,9 @@ def test_decision_percentiles(decisions, expected):
 
 def test_percentiles_cover_only_the_last_samples():
     rec = recorder(samples=1000)
-    for i in range(1000):
+    for _ in range(1000):
         attempt(rec, 1.0, decision_s=10.0)  # pushed out below
-    for i in range(1000):
+    for _ in range(1000):
         attempt(rec, 2.0, decision_s=0.002)
     s = rec.snapshot(3.0)
     assert (s.decision_ms_p50, s.decision_ms_p99) == pytest.approx((2.0, 2.0))

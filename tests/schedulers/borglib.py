@@ -39,7 +39,7 @@ def assert_fits(view: DictView, job_id: str, decision) -> None:
     for claim in decision.claims:
         m = view.machine(claim.machine_id).machine
         left = free.get(m.id, m.free)
-        for victim, task in claim.evicts:
+        for victim, _task in claim.evicts:
             left = left + view.job(victim).record.job.request
         left = left - request
         assert not left.is_negative(), f"{m.id} overcommitted: {left}"

@@ -4,7 +4,9 @@ statuses (2 usage, 65 invalid input file), one chain-config format for `schedule
 
 from __future__ import annotations
 
+import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -33,7 +35,7 @@ def test_version_is_the_projects():
 def _complete(script: str, *words: str) -> list[str]:
     """What the bash completion offers for ``words`` (the last one being completed)."""
     code = (f"{script}\nCOMP_WORDS=({' '.join(repr(w) for w in words)}); COMP_CWORD={len(words) - 1}\n"
-            '_omega; printf "%s\\n" "${COMPREPLY[@]}"\n')
+            '_shtab_omega; printf "%s\\n" "${COMPREPLY[@]}"\n')
     done = subprocess.run(["bash", "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert done.returncode == 0, done.stderr
     return done.stdout.split()
@@ -42,18 +44,20 @@ def _complete(script: str, *words: str) -> list[str]:
 @pytest.fixture(scope="module")
 def bash_script():
     status, out, _ = run_cli(["completion", "bash"])
-    assert status == 0 and "complete -o default -F _omega omega" in out
+    assert status == 0 and "complete -o bashdefault -F _shtab_omega omega" in out
     return out
 
 
 @pytest.mark.parametrize("words, expected", [
     (("omega", "sch"), ["scheduler"]),
-    (("omega", "job", ""), ["list", "status", "submit", "kill", "init", "-h", "--help", "-v", "--verbose"]),
+    (("omega", "job", ""), ["list", "status", "submit", "kill", "init"]),
+    (("omega", "job", "-"), ["-h", "--help", "-v", "--verbose"]),
     (("omega", "scheduler", "run", "--ki"), ["--kind"]),
     (("omega", "check", "-o", ""), ["table", "json"]),
     (("omega", "--cell", "x", "check", "--rev"), ["--revision"]),
-    (("omega", "completion", ""), ["bash", "zsh", "-h", "--help", "-v", "--verbose"]),
+    (("omega", "completion", ""), ["bash", "zsh"]),
     (("omega", "replay", "--store", ""), ["memory", "etcd"]),
+    (("omega", "replay", "--js"), ["--json-out"]),  # --json, a hidden alias, is not offered
 ])
 def test_bash_completion(bash_script, words, expected):
     assert _complete(bash_script, *words) == expected
@@ -61,12 +65,17 @@ def test_bash_completion(bash_script, words, expected):
 
 def test_bash_completion_offers_files_for_a_flags_free_value(bash_script):
     assert "pyproject.toml" in _complete(bash_script, "omega", "scheduler", "run", "--config", "py")
+    assert "pyproject.toml" in _complete(bash_script, "omega", "submit", "py")  # a free positional
 
 
-def test_zsh_completion_loads_the_same_function_through_bashcompinit(bash_script):
+def test_zsh_completion_is_generated_from_the_same_parser():
     status, out, _ = run_cli(["completion", "zsh"])
-    assert status == 0 and "bashcompinit" in out
-    assert out.split("bashcompinit\n", 2)[-1] == bash_script.split("\n", 1)[1]
+    assert status == 0 and out.startswith("#compdef omega")
+    assert "--json-out" in out and "--json[" not in out and "'--json'" not in out  # hidden alias left out
+    assert all(f"{command}:" in out for command in ("scheduler", "replay", "completion"))
+    if shutil.which("zsh"):
+        done = subprocess.run(["zsh", "-n"], input=out, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
 
 
 # ------------------------------------------------------------------------------------- jobs
@@ -117,14 +126,24 @@ def test_job_list_and_status(etcd_server, cell_keys, tmp_path):
 def test_json_output_is_one_flag_everywhere():
     """-o json|table is accepted by every command with a result; --json stays a hidden alias."""
     from tools.cli import build_parser
-    from tools.cli.completion import command_tree
 
-    tree = command_tree(build_parser())
-    with_output = sorted(" ".join(path) for path, node in tree.items() if "-o" in node["flags"])
+    def visible_flags(parser, path=()):
+        """Command path -> {flag: choices} of the flags --help shows, for every (sub-)parser."""
+        flags, tree = {}, {}
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, child in action.choices.items():
+                    tree.update(visible_flags(child, path + (name,)))
+            elif action.option_strings and action.help != argparse.SUPPRESS:
+                flags.update(dict.fromkeys(action.option_strings, list(action.choices or ())))
+        return {path: flags, **tree}
+
+    tree = visible_flags(build_parser())
+    with_output = sorted(" ".join(path) for path, flags in tree.items() if "-o" in flags)
     assert with_output == ["check", "demo", "experiment", "explain", "job list", "job status", "monitor", "replay",
                            "report", "sweep"]
-    assert all(tree[tuple(p.split())]["choices"]["-o"] == ["table", "json"] for p in with_output)
-    assert all("--json" not in tree[tuple(p.split())]["flags"] for p in with_output)  # hidden aliases
+    assert all(tree[tuple(p.split())]["-o"] == ["table", "json"] for p in with_output)
+    assert all("--json" not in tree[tuple(p.split())] for p in with_output)  # hidden aliases
 
 
 # ------------------------------------------------------------------------------ exit statuses

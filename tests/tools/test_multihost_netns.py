@@ -58,7 +58,7 @@ def hosts():
         made.append(bridge)
         ip("-n", bridge, "link", "add", "br0", "type", "bridge")
         ip("-n", bridge, "link", "set", "br0", "up")
-        for i, (host, ns) in enumerate(names.items(), start=1):
+        for i, (_host, ns) in enumerate(names.items(), start=1):
             ip("netns", "add", ns)
             made.append(ns)
             ip("link", "add", "eth0", "netns", ns, "type", "veth", "peer", "name", f"v{i}", "netns", bridge)

@@ -14,7 +14,6 @@ from pathlib import Path
 from tools.cli.common import add_output_arg, output_json
 from tools.cli.gpu_frag import add_gpu_frag_args, run_gpu_frag
 from tools.cli.plugin_args import add_plugin_arg, load_plugin_args
-from tools.fauxmaster.experiments.verdicts import format_cell
 
 
 # The experiments of tools.fauxmaster.experiments.catalogue (kept here so building the parser imports
@@ -92,6 +91,8 @@ def print_report(report, console=None) -> None:
     """The report as a rich table with the paper's finding and the verdict."""
     from rich.console import Console
     from rich.table import Table
+
+    from tools.fauxmaster.experiments.verdicts import format_cell
 
     console = console or Console()
     table = Table(title=f"{report.name}: {report.title}", title_justify="left")

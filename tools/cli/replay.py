@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from typing import Callable, Iterator
 
 from cellstate.store import StoreError
-from tools.cli.common import DEFAULT_ENDPOINTS, add_output_arg, output_json
+from tools.cli.common import DEFAULT_ENDPOINTS, add_auth_args, add_output_arg, output_json
 from tools.cli.plugin_args import add_plugin_arg, load_plugin_args
 from tools.fauxmaster.scheduler_mix import parse_schedulers
 
@@ -32,6 +32,7 @@ def register(sub) -> None:
     p.add_argument("--endpoints", default=os.environ.get("OMEGA_ENDPOINTS", DEFAULT_ENDPOINTS),
                    help=f"etcd host:port list for --store etcd (default: $OMEGA_ENDPOINTS or {DEFAULT_ENDPOINTS})")
     p.add_argument("--cell", default="fauxmaster", help="cell name (must be empty in etcd)")
+    add_auth_args(p)  # --store etcd over TLS, with a client certificate or a login
     p.add_argument("--max-txn-ops", type=int, default=128, metavar="N",
                    help="operations per txn (default 128, etcd's default; a gang of more than (N - 1) / 2 "
                         "tasks cannot be placed; with --store etcd, the etcd's own limit)")
@@ -79,7 +80,9 @@ def register(sub) -> None:
 def run_replay(args) -> int:
     from omega.drf import parse_weight_flags
     from tools.cli import InputError, UsageError
-    from tools.cli.common import endpoints_of, output_file_errors, replay_errors, require_optional, store_failure
+    from tools.cli.common import (
+        endpoints_of, output_file_errors, replay_errors, require_optional, store_auth, store_failure,
+    )
     from tools.fauxmaster.replay import ReplayConfig, replay
     from tools.fauxmaster.report.page import write_html
     from tools.fauxmaster.report.result import write_json
@@ -111,6 +114,7 @@ def run_replay(args) -> int:
         config = ReplayConfig(
             schedulers=schedulers, store=args.store,
             endpoints=endpoints_of(args.endpoints) if args.store == "etcd" else [], cell=args.cell,
+            store_auth=store_auth(args) if args.store == "etcd" else {},
             decision_time=args.decision_time, decision_commits=args.decision_commits,
             unplaced_charge=args.unplaced_charge, time_scale=args.time_scale, until=args.until,
             sample_every_s=args.sample_every, check=not args.no_check, initial_state=args.initial_state,

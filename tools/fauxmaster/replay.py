@@ -64,6 +64,9 @@ class ReplayConfig:
     """Seconds from a job's submission after t = 0 to the schedulers seeing it (its record
     reaching the store; ``SimCell.submit_latency``); waits and delays count from the
     submission. A model constant: calibrated on Google-2011 part 0 (docs/EXPERIMENTS.md)."""
+    store_auth: dict[str, Any] = field(default_factory=dict, repr=False)
+    """``store="etcd"``: the ``EtcdStore`` TLS and login keywords (ca_cert, cert, key, user,
+    password); never written to a result (``asdict`` below leaves it out)."""
     job_records: bool = False
     """Keep per-job records (``ReplayResult.jobs``: ``tools.fauxmaster.job_records``)."""
     store_history: bool = False
@@ -275,7 +278,7 @@ def _open_store(config: ReplayConfig, core: EventCore):
                            history=config.store_history), True
     from cellstate.etcd.store import EtcdStore
 
-    return EtcdStore(list(config.endpoints), max_txn_ops=config.max_txn_ops), True
+    return EtcdStore(list(config.endpoints), max_txn_ops=config.max_txn_ops, **config.store_auth), True
 
 
 def _run(trace_path, config: ReplayConfig, core: EventCore, store, keys: CellKeys, started: float,
@@ -442,6 +445,7 @@ def _result(trace_path, config, store, keys, schedulers, cell, journal, samples,
     metrics = [_scheduler_metrics(s, sim_time) for s in schedulers]
     waits_first, waits_placed = journal.waits_to_first_attempt(), journal.waits_to_placed()
     plain_config = asdict(config)
+    plain_config.pop("store_auth", None)  # credentials stay out of results
     return ReplayResult(
         trace=str(trace_path), sim_time_s=sim_time, wall_time_s=time.perf_counter() - started,
         events=events, schedulers=metrics, wait_to_first_attempt=WaitStats.of(waits_first),

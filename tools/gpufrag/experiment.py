@@ -20,6 +20,7 @@ from schedulers.gpu.fleet import NodeSpec
 from schedulers.gpu.policies import NAMES
 from schedulers.gpu.workload import PodShape, TargetWorkload, target_workload
 from tools.gpufrag.run import TIE_BREAKS, RunResult, run_one
+from tools.htmltemplate import Template, join
 from tools.trace.openb.lists import OpenbPod, read_nodes, read_pods
 
 # The artifact's published medians of unallocated GPU % at 100 % arrived, on its pod lists with
@@ -203,11 +204,22 @@ def to_json(inputs: Inputs, by_policy: dict[str, PolicySummary], seeds, tune, ti
             "wall_s": round(wall_s, 2)}
 
 
+# The page of ``write_html`` (tools.htmltemplate: every value is escaped).
+PAGE = Template("<!doctype html><html><head><meta charset='utf-8'><title>gpu-frag</title></head><body>"
+                "<h1>gpu-frag</h1><p>settings: <code>$settings</code></p>"
+                "<table border=1 cellpadding=4><tr><th>policy</th><th>unallocated GPU % at 100 % arrived (median)</th>"
+                "<th>artifact's published median</th><th>fragmentation % of idle at 100 %</th>"
+                "<th>failed pods (median)</th></tr>$rows</table>"
+                "$plots<h2>inputs</h2><ul>$inputs</ul><h2>modelling choices</h2><ul>$modelling</ul></body></html>")
+ROW = Template("<tr><td>$policy</td><td>$unallocated</td><td>$published</td><td>$frag</td><td>$failed</td></tr>")
+PLOT = Template("<h2>$label</h2><img src='data:image/png;base64,$data'>")
+ITEM = Template("<li>$text</li>")
+
+
 def write_html(doc: dict, directory: str | Path) -> Path:
     """``index.html`` with two plots (unallocated GPU and fragmentation against arrived demand)
     and the summary table, plus ``result.json``; matplotlib is required (checked first)."""
     import base64
-    import html
     import io
     import json
 
@@ -235,20 +247,16 @@ def write_html(doc: dict, directory: str | Path) -> Path:
         fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
         plt.close(fig)
         images.append((label, base64.b64encode(buf.getvalue()).decode()))
-    rows = "".join(
-        f"<tr><td>{html.escape(n)}</td><td>{p['unallocated_gpu_pct_at'].get('100', float('nan')):.2f}</td>"
-        f"<td>{'' if p['published_unallocated_gpu_pct_at_100'] is None else p['published_unallocated_gpu_pct_at_100']}</td>"
-        f"<td>{p['frag_pct_of_idle_at'].get('100', float('nan')):.1f}</td><td>{p['failed_pods_median']}</td></tr>"
-        for n, p in doc["policies"].items())
-    settings = html.escape(json.dumps(doc["settings"]))
-    inputs = "".join(f"<li>{html.escape(k)}: {html.escape(str(v))}</li>" for k, v in doc["inputs"].items())
-    modelling = "".join(f"<li>{html.escape(m)}</li>" for m in doc["modelling"])
-    body = (f"<h1>gpu-frag</h1><p>settings: <code>{settings}</code></p>"
-            "<table border=1 cellpadding=4><tr><th>policy</th><th>unallocated GPU % at 100 % arrived (median)</th>"
-            f"<th>artifact's published median</th><th>fragmentation % of idle at 100 %</th><th>failed pods (median)</th></tr>{rows}</table>"
-            + "".join(f"<h2>{html.escape(label)}</h2><img src='data:image/png;base64,{data}'>" for label, data in images)
-            + f"<h2>inputs</h2><ul>{inputs}</ul><h2>modelling choices</h2><ul>{modelling}</ul>")
-    page = f"<!doctype html><html><head><meta charset='utf-8'><title>gpu-frag</title></head><body>{body}</body></html>"
+    page = PAGE.render(
+        settings=json.dumps(doc["settings"]),
+        rows=join(ROW.render(policy=n, unallocated=f"{p['unallocated_gpu_pct_at'].get('100', float('nan')):.2f}",
+                             published="" if p["published_unallocated_gpu_pct_at_100"] is None
+                             else p["published_unallocated_gpu_pct_at_100"],
+                             frag=f"{p['frag_pct_of_idle_at'].get('100', float('nan')):.1f}",
+                             failed=p["failed_pods_median"]) for n, p in doc["policies"].items()),
+        plots=join(PLOT.render(label=label, data=data) for label, data in images),
+        inputs=join(ITEM.render(text=f"{k}: {v}") for k, v in doc["inputs"].items()),
+        modelling=join(ITEM.render(text=m) for m in doc["modelling"]))
     out.mkdir(parents=True, exist_ok=True)
     (out / "result.json").write_text(json.dumps(doc, indent=2) + "\n")
     index = out / "index.html"

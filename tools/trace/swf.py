@@ -116,7 +116,7 @@ def _open(path: str):
 def _lines(path: str, f):
     number = 0
     try:
-        for number, line in enumerate(f, 1):
+        for number, line in enumerate(f, 1):  # noqa: B007 (read by the except clause)
             yield line
     except (EOFError, gzip.BadGzipFile, zlib.error, UnicodeDecodeError) as exc:
         raise SWFError(f"{path}: cut or corrupt after {number:,} lines ({exc})") from None

@@ -38,7 +38,7 @@ EXPERIMENTS: dict[str, Callable[[Bench], ExperimentReport]] = {
 
 
 def run_experiment(name: str, trace: str | None = None, quick: bool = False,
-                   workdir: str | None = None, overrides: Overrides = Overrides()) -> ExperimentReport:
+                   workdir: str | None = None, overrides: Overrides = Overrides()) -> ExperimentReport:  # noqa: B008 (frozen)
     """Run experiment ``name`` (ValueError naming the known ones if unknown) with ``overrides``
     applied to its schedulers (batch scheduler kind, queue order)."""
     if name not in EXPERIMENTS:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import html
 from pathlib import Path
 
 from tools.fauxmaster.replay import LOSSES, MAX_SAMPLES, ReplayResult, decision_model
@@ -13,6 +12,7 @@ from tools.fauxmaster.report.plots import (
 )
 from tools.fauxmaster.report.result import NUMBER, Run, fidelity_of, run_of, write_json
 from tools.fauxmaster.report.summary import slowdown_text, summary_rows
+from tools.htmltemplate import EMPTY, Html, Template, join
 
 MATPLOTLIB_MISSING = "the HTML report needs matplotlib: pip install 'omega-scheduler[report]'"
 
@@ -75,19 +75,63 @@ def _png(fig) -> bytes:
     return buffer.getvalue()
 
 
-def _never_text(d: dict) -> str:
+# The page's templates (tools.htmltemplate: every value is escaped, only rendered fragments are not).
+PAGE = Template("""<!doctype html><html><head><meta charset="utf-8"><title>omega $kind</title>
+<style>body{font-family:sans-serif;margin:2em}td,th{padding:2px 8px;text-align:right}</style></head><body>
+<h1>$title</h1>
+$figures
+$schedulers
+$losses
+$images
+$fidelity
+$links</body></html>
+""")
+RUN = Template("""<p>$sim_time virtual s$speed;
+$events trace events; $submitted jobs submitted, $unscheduled
+unscheduled at the end.</p>
+$capacity
+$decision
+<p>Wait to first attempt: mean $w1_mean s, p90 $w1_p90 s, p99 $w1_p99 s ($w1_jobs jobs).<br>
+Wait to fully placed: mean $w2_mean s, p90 $w2_p90 s, p99 $w2_p99 s ($w2_jobs jobs).$never</p>
+$slowdown
+<p>Utilization: $samples samples$every.</p>
+""")
+NEVER = Template("<br>Of the $jobs jobs the schedulers had to place: $never_attempted never attempted, "
+                 "$never_placed never fully placed ($pending still pending at the end, "
+                 "$ended ended or killed before)$recorded.")
+TABLE = Template("<table><tr>$heads</tr>$rows</table>")
+ROW = Template("<tr>$cells</tr>")
+TH = Template("<th>$text</th>")
+TD = Template("<td>$text</td>")
+TD_LEFT = Template('<td style="text-align:left">$text</td>')
+PARAGRAPH = Template("<p>$text</p>")
+SMALL = Template("<p><small>$text</small></p>")
+ITEMS = Template("<ul>$items</ul>")
+ITEM = Template("<li>$text</li>")
+H2 = Template("<h2>$text</h2>")
+H3 = Template("<h3>$text</h3>")
+IMAGE = Template('<p><img src="$name" alt="$name"></p>')
+LINK = Template('<a href="$href">$text</a>')
+FIDELITY_RUN = Template("$title<p>$lines</p><p><small>$notes</small></p>")
+
+
+def _row(*cells: Html) -> Html:
+    return ROW.render(cells=join(cells))
+
+
+def _never_text(d: dict) -> Html:
     cdf = d.get("wait_cdf")
     if not cdf:
-        return ""
+        return EMPTY
     first, placed = cdf["to_first_attempt"], cdf["to_placed"]
     recorded = (f"; {cdf['recorded_at_t0']:,} placed whole by the recorded t = 0 state are not in it"
                 if cdf.get("recorded_at_t0") else "")
-    return (f"<br>Of the {cdf['jobs']:,} jobs the schedulers had to place: {first['never']:,} never attempted, "
-            f"{placed['never']:,} never fully placed ({placed['pending_at_end']:,} still pending at the end, "
-            f"{placed['ended_unplaced']:,} ended or killed before){recorded}.")
+    return NEVER.render(jobs=f"{cdf['jobs']:,}", never_attempted=f"{first['never']:,}",
+                        never_placed=f"{placed['never']:,}", pending=f"{placed['pending_at_end']:,}",
+                        ended=f"{placed['ended_unplaced']:,}", recorded=recorded)
 
 
-def _run_html(run: Run) -> str:
+def _run_html(run: Run) -> Html:
     """The figures of a report of one replay."""
     d = run.data
     w1, w2 = d["wait_to_first_attempt"], d["wait_to_placed"]
@@ -97,93 +141,83 @@ def _run_html(run: Run) -> str:
     interval = d.get("utilization_interval_s")
     every = (f", every {interval:,.0f} virtual s (the interval grows with the span so that a replay holds at "
              f"most {2 * MAX_SAMPLES:,} samples)") if interval else ""
-    return f"""<p>{d['sim_time_s']:,.0f} virtual s{speed};
-{d['events']:,} trace events; {d['jobs_submitted']:,} jobs submitted, {d['jobs_unscheduled']:,}
-unscheduled at the end.</p>
-{f'<p><small>The cell (trace header): {html.escape(capacity)}</small></p>' if capacity else ''}
-{f'<p><small>Decision time: {html.escape(decision_model(d["config"]))}</small></p>' if d.get("config") else ''}
-<p>Wait to first attempt: mean {w1['mean']:.2f} s, p90 {w1['p90']:.2f} s, p99 {w1['p99']:.2f} s ({w1['jobs']} jobs).<br>
-Wait to fully placed: mean {w2['mean']:.2f} s, p90 {w2['p90']:.2f} s, p99 {w2['p99']:.2f} s ({w2['jobs']} jobs).\
-{_never_text(d)}</p>
-{f"<p>{html.escape(slowdown_text(d['slowdown']).capitalize()[0] + slowdown_text(d['slowdown'])[1:])}.</p>" if d.get("slowdown") else ""}
-<p>Utilization: {len(d['utilization']):,} samples{every}.</p>
-"""
+    slowdown = slowdown_text(d["slowdown"]) if d.get("slowdown") else ""
+    return RUN.render(
+        sim_time=f"{d['sim_time_s']:,.0f}", speed=speed, events=f"{d['events']:,}",
+        submitted=f"{d['jobs_submitted']:,}", unscheduled=f"{d['jobs_unscheduled']:,}",
+        capacity=SMALL.render(text=f"The cell (trace header): {capacity}") if capacity else EMPTY,
+        decision=SMALL.render(text=f"Decision time: {decision_model(d['config'])}") if d.get("config") else EMPTY,
+        w1_mean=f"{w1['mean']:.2f}", w1_p90=f"{w1['p90']:.2f}", w1_p99=f"{w1['p99']:.2f}", w1_jobs=w1["jobs"],
+        w2_mean=f"{w2['mean']:.2f}", w2_p90=f"{w2['p90']:.2f}", w2_p99=f"{w2['p99']:.2f}", w2_jobs=w2["jobs"],
+        never=_never_text(d),
+        slowdown=PARAGRAPH.render(text=slowdown[:1].upper() + slowdown[1:] + ".") if slowdown else EMPTY,
+        samples=f"{len(d['utilization']):,}", every=every)
 
 
-def _summary_html(runs: list[Run]) -> str:
-    heads = "".join(f"<th>{html.escape(r.label)}</th>" for r in runs)
-    rows = "".join(f"<tr><td style=\"text-align:left\">{html.escape(what)}</td>"
-                   + "".join(f"<td>{html.escape(v)}</td>" for v in values) + "</tr>"
-                   for what, values in summary_rows(runs))
-    cells = "".join(f"<li>{html.escape(r.label)}: {html.escape(r.data['trace'])}"
-                    + (f"; the cell (trace header): {html.escape(c)}" if (c := _capacity(r)) else "")
-                    + (f"; decision time: {html.escape(decision_model(r.data['config']))}"
-                       if r.data.get("config") else "") + "</li>"
-                    for r in runs)
-    return f"<table><tr><th></th>{heads}</tr>{rows}</table>\n<ul>{cells}</ul>"
+def _summary_html(runs: list[Run]) -> Html:
+    heads = [TH.render(text=""), *(TH.render(text=r.label) for r in runs)]
+    rows = [_row(TD_LEFT.render(text=what), *(TD.render(text=v) for v in values))
+            for what, values in summary_rows(runs)]
+    cells = [ITEM.render(text=f"{r.label}: {r.data['trace']}"
+                         + (f"; the cell (trace header): {c}" if (c := _capacity(r)) else "")
+                         + (f"; decision time: {decision_model(r.data['config'])}" if r.data.get("config") else ""))
+             for r in runs]
+    return join([TABLE.render(heads=join(heads), rows=join(rows)), ITEMS.render(items=join(cells))], "\n")
 
 
 def _capacity(run: Run) -> str:
     return run.capacity_model or (run.data.get("fidelity") or {}).get("capacity_model", "")
 
 
-def _schedulers_html(runs: list[Run]) -> str:
+def _schedulers_html(runs: list[Run]) -> Html:
     several = len(runs) > 1
-    rows = "".join(
-        "<tr>" + (f"<td>{html.escape(run.label)}</td>" if several else "")
-        + f"<td>{html.escape(s['name'])}</td><td>{html.escape(s['kind'])}</td>"
-        f"<td>{html.escape(s['conflict_mode'])}</td><td>{html.escape(s['commit_mode'])}</td>"
-        f"<td>{s['busyness']:.3f}</td><td>{s['conflict_fraction']:.4f}</td><td>{s['attempts']}</td>"
-        f"<td>{s['tasks_placed']}</td></tr>" for run in runs for s in run.data["schedulers"])
-    return ("<table><tr>" + ("<th>run</th>" if several else "") + "<th>scheduler</th><th>kind</th>"
-            "<th>conflict mode</th><th>commit mode</th><th>busyness</th><th>conflict fraction</th><th>attempts</th>"
-            f"<th>tasks placed</th></tr>{rows}</table>")
+    heads = (["run"] if several else []) + ["scheduler", "kind", "conflict mode", "commit mode", "busyness",
+                                           "conflict fraction", "attempts", "tasks placed"]
+    rows = [_row(*(TD.render(text=v) for v in ([run.label] if several else []) + [
+                s["name"], s["kind"], s["conflict_mode"], s["commit_mode"], f"{s['busyness']:.3f}",
+                f"{s['conflict_fraction']:.4f}", s["attempts"], s["tasks_placed"]]))
+            for run in runs for s in run.data["schedulers"]]
+    return TABLE.render(heads=join(TH.render(text=h) for h in heads), rows=join(rows))
 
 
-def _losses_html(runs: list[Run]) -> str:
+def _losses_html(runs: list[Run]) -> Html:
     """Every loss count, zero or not, with what it counts (``tools.fauxmaster.replay.LOSSES``); one
     column per run (a result without a count: n/a)."""
     names = list(dict.fromkeys([*LOSSES, *(n for r in runs for n in r.data.get("losses", {}))]))
-    heads = "".join(f"<th>{html.escape(r.label)}</th>" for r in runs) if len(runs) > 1 else "<th>count</th>"
+    heads = [r.label for r in runs] if len(runs) > 1 else ["count"]
 
     def count(run: Run, name: str) -> str:
         n = run.data.get("losses", {}).get(name)
         return "n/a" if n is None else f"{n:,}"
 
-    rows = "".join(f"<tr><td>{html.escape(name)}</td>" + "".join(f"<td>{count(r, name)}</td>" for r in runs)
-                   + f"<td style=\"text-align:left\">{html.escape(LOSSES.get(name, ''))}</td></tr>"
-                   for name in names)
-    return f"<h2>Losses</h2><table><tr><th>what</th>{heads}<th></th></tr>{rows}</table>"
+    rows = [_row(TD.render(text=name), *(TD.render(text=count(r, name)) for r in runs),
+                 TD_LEFT.render(text=LOSSES.get(name, ""))) for name in names]
+    return join([H2.render(text="Losses"),
+                 TABLE.render(heads=join(TH.render(text=h) for h in ["what", *heads, ""]), rows=join(rows))])
 
 
-def _fidelity_html(runs: list[Run]) -> str:
+def _fidelity_html(runs: list[Run]) -> Html:
     parts = []
     for run in runs:
         f = run.data.get("fidelity")
         if not f:
             continue
-        lines = "<br>".join(html.escape(line.strip()) for line in fidelity_of(f).lines())
-        title = f"<h3>{html.escape(run.label)}</h3>" if len(runs) > 1 else ""
-        parts.append(f"{title}<p>{lines}</p><p><small>{html.escape(f['notes'])}</small></p>")
+        parts.append(FIDELITY_RUN.render(
+            title=H3.render(text=run.label) if len(runs) > 1 else EMPTY,
+            lines=join((line.strip() for line in fidelity_of(f).lines()), "<br>"), notes=f["notes"]))
     if not parts:
-        return ""
-    images = "".join(f'<p><img src="{name}" alt="{name}"></p>' for name in FIDELITY_PLOTS)
-    return f"<h2>Fidelity</h2>{''.join(parts)}{images}"
+        return EMPTY
+    return join([H2.render(text="Fidelity"), *parts, *(IMAGE.render(name=name) for name in FIDELITY_PLOTS)])
 
 
-def _page(runs: list[Run], plots: list[str], links: dict[str, str]) -> str:
+def _page(runs: list[Run], plots: list[str], links: dict[str, str]) -> Html:
     several = len(runs) > 1
     title = ("Replays compared: " + ", ".join(r.label for r in runs)) if several else \
         f"Replay of {runs[0].data['trace']}"
-    images = "".join(f'<p><img src="{name}" alt="{name}"></p>' for name in plots if name in PLOTS)
-    anchors = " ".join(f'<a href="{html.escape(href)}">{html.escape(text)}</a>' for text, href in links.items())
-    return f"""<!doctype html><html><head><meta charset="utf-8"><title>omega {'report' if several else 'replay'}</title>
-<style>body{{font-family:sans-serif;margin:2em}}td,th{{padding:2px 8px;text-align:right}}</style></head><body>
-<h1>{html.escape(title)}</h1>
-{_summary_html(runs) if several else _run_html(runs[0])}
-{_schedulers_html(runs)}
-{_losses_html(runs)}
-{images}
-{_fidelity_html(runs)}
-{f'<p>{anchors}</p>' if anchors else ''}</body></html>
-"""
+    anchors = join((LINK.render(href=href, text=text) for text, href in links.items()), " ")
+    return PAGE.render(
+        kind="report" if several else "replay", title=title,
+        figures=_summary_html(runs) if several else _run_html(runs[0]),
+        schedulers=_schedulers_html(runs), losses=_losses_html(runs),
+        images=join(IMAGE.render(name=name) for name in plots if name in PLOTS),
+        fidelity=_fidelity_html(runs), links=PARAGRAPH.render(text=anchors) if anchors else EMPTY)

@@ -141,7 +141,7 @@ def opening_rows(rows: TaskRows, window_us: int, carried: dict[str, int]) -> lis
         parse_row(rows, number, row)
         first.setdefault((row[JOB], row[TASK]), row)
     submits, schedules = [], []
-    for (job, task), row in sorted(first.items(), key=lambda item: (item[0][0].zfill(20), item[0][1].zfill(20))):
+    for _key, row in sorted(first.items(), key=lambda item: (item[0][0].zfill(20), item[0][1].zfill(20))):
         kind = int(row[TYPE])
         if kind == SUBMIT:
             continue
