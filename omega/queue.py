@@ -278,6 +278,8 @@ class JobQueue:
 
     def _release_due(self, now: float) -> None:
         tracked = self._tracked
+        if tracked is None:  # (nothing tracked yet: nothing is due)
+            return
         heap, not_before = tracked.due, self._not_before
         while heap and heap[0][0] <= now:
             due, job_id = heapq.heappop(heap)

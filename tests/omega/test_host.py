@@ -21,7 +21,7 @@ from cellstate.replica.view import ReplicaView
 from cellstate.resources import Resources
 from cellstate.store import Put
 from cellstate.submit import submit_jobs
-from omega.host import Attachment, CycleOptions, assemble
+from omega.host import CycleOptions, assemble
 from omega.protocols import ChangeFeed
 from omega.retry import RetryPolicy
 from omega.runtime import RuntimeOptions, SchedulerProcess
