@@ -37,7 +37,7 @@ from typing import Callable, Collection, Hashable, Iterable, Protocol
 from omega.attempts import PlacementResult
 from omega.occ import OptimisticPlacer
 from cellstate.plan import JobEntry, PlanRejected, PlanTooLarge
-from omega.protocols import CellView, Decision
+from omega.protocols import CellView, Clock, Decision, FeedView, Refreshable
 from omega.queue import JobQueue
 from omega.refusals import RefusedJobs
 
@@ -46,25 +46,29 @@ log = logging.getLogger(__name__)
 PendingLookup = Callable[[str], "JobEntry | None"]
 
 
-class CycleView(CellView, Protocol):
-    """What the cycle reads of its view (``cellstate.replica.view.ReplicaView``)."""
-
-    def take_freed(self) -> bool: ...
-
-    def track_changed_jobs(self) -> None: ...
-
-    def take_changed_jobs(self) -> set[str]: ...
+class CycleView(FeedView, Refreshable, Protocol):
+    """What the cycle reads of its view (``cellstate.replica.view.ReplicaView``): the cell, its
+    change feed (``omega.protocols.ChangeFeed``), the commits' outcomes it takes in (the
+    placer's) and the pending jobs by scheduler class."""
 
     def pending_of_classes(self, classes: Collection[str]) -> PendingLookup: ...
 
-    def pending_jobs(self, kind=None) -> list[JobEntry]: ...
+
+class CandidateChanges(Protocol):
+    """What a ``CandidateFilter.refresh`` changed: request groups that fell asleep (True) or
+    woke (False), and the jobs whose candidacy may have changed one by one."""
+
+    groups: dict[Hashable, bool]
+    touched: set[str]
 
 
 class CandidateFilter(Protocol):
-    """Sets aside jobs a decision found nothing for until room may have appeared
-    (``tools.fauxmaster.fit_memo.NothingFitsMemo``)."""
+    """Sets jobs aside from the candidates: the nothing-fits memo
+    (``schedulers.fit_memo.NothingFitsMemo``: until room may have appeared for them) or a
+    scheduler's own holds (``schedulers.easy.scheduler.EasyHolds``). A scheduler offers it to
+    its host (``omega.host.Attachment``)."""
 
-    def refresh(self, changed: Iterable[str], pending: PendingLookup): ...
+    def refresh(self, changed: Iterable[str], pending: PendingLookup) -> CandidateChanges: ...
 
     def solo(self, job_id: str) -> bool: ...
 
@@ -109,12 +113,14 @@ class SchedulingCycle:
     """The loop of one scheduler (see the module docstring). ``classes``: the scheduler
     classes it serves; ``memo``: an optional ``CandidateFilter``; ``share_machines``: the
     scheduler's, if it has one, called with the live peers whenever they change (the batch
-    scheduler then prefers machines apart from theirs)."""
+    scheduler then prefers machines apart from theirs); ``refused``: the refusals it keeps
+    (a new ``RefusedJobs`` if not given). ``omega.host.assemble`` builds it for both hosts."""
 
     def __init__(self, name: str, classes: Collection[str], view: CycleView, placer: OptimisticPlacer,
-                 queue: JobQueue, host: CycleHost, clock, *, batch_jobs: int = 16,
+                 queue: JobQueue, host: CycleHost, clock: Clock, *, batch_jobs: int = 16,
                  memo: CandidateFilter | None = None,
-                 share_machines: Callable[[list[str]], None] | None = None):
+                 share_machines: Callable[[list[str]], None] | None = None,
+                 refused: RefusedJobs | None = None):
         if type(batch_jobs) is not int or batch_jobs < 1:
             raise ValueError(f"batch_jobs must be an int >= 1, got {batch_jobs!r}")
         if not classes:
@@ -130,7 +136,7 @@ class SchedulingCycle:
         self.memo = memo
         self.share_machines = share_machines
         self._peers: list[str] | None = None
-        self.refused = RefusedJobs()  # refused jobs stay out until they change
+        self.refused = RefusedJobs() if refused is None else refused  # refused jobs stay out until they change
         self.tally = CycleTally()
         self._pending_entry = view.pending_of_classes(self.classes)
         """job id → its entry if it is pending, not killed and of a class served."""

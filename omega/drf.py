@@ -185,6 +185,10 @@ class DrfOrder:
         self.weights = parse_weights(weights)
         self.usage = CellUsage()
 
+    def index(self) -> None:
+        """No incremental holder: shares move with every commit, the jobs are arranged per round."""
+        return None
+
     def shares(self) -> dict[str, float]:
         """Every owner's current dominant share (weighted), from the view."""
         self.usage.refresh(self.view)

@@ -72,7 +72,7 @@ class OptimisticPlacer:
         self.pace = pace
         self.expect = expect  # expected decision seconds for n tasks (a replay's model): gang leases
         self.gang_s_per_task = 0.0  # the slowest gang decision seen, per task (gang leases without expect)
-        self._gangs = getattr(committer, "gangs", None)  # a GangCommitter: gangs larger than one txn
+        self._gangs = committer.gangs  # a GangCommitter: gangs larger than one txn
         self._seen: dict[str, tuple[str, list[int]]] = {}  # job id → (task states, pending tasks) last read
         # one loop for every placement: its stop and wait read the placement it is called with
         self._retrying = Retrying(
@@ -284,7 +284,7 @@ class OptimisticPlacer:
         from (their allocs to ``victim_allocs``, their machines to ``machines``: the committer's
         ``collateral``, evicted in the plan's own txn) while the txn's operations stay within the
         committer's limit; a gang that does not fit is evicted right after the commit instead."""
-        limit = getattr(self.committer, "max_txn_ops", 0)
+        limit = self.committer.max_txn_ops
         for job_id, victim in victims.items():
             if not victim.record.job.gang:
                 continue

@@ -47,9 +47,14 @@ class CellView(Protocol):
 
 class Committer(Protocol):
     """Turns a plan into ONE store transaction guarded by the machines' revisions and, per
-    claimed task, by the task being unplaced (or by the job's revision: a store-specific choice)."""
+    claimed task, by the task being unplaced (or by the job's revision: a store-specific choice).
+    ``max_txn_ops``: the store's limit of operations per transaction (0: unknown);
+    ``gangs``: its ``GangCommitter`` for gangs larger than one transaction (None: such a gang
+    is refused, ``PlanTooLarge``)."""
 
     max_claims_per_txn: int
+    max_txn_ops: int
+    gangs: GangCommitter | None
 
     def commit(self, plan: Plan) -> CommitOutcome: ...
 
@@ -58,7 +63,7 @@ class Committer(Protocol):
 class GangCommitter(Protocol):
     """Commits an all-or-nothing job larger than one transaction: reservations in chunks under a
     leased gang key, made final by one last txn (``cellstate.gang_commit``). A committer offers
-    it as its ``gangs`` attribute; without one, such a gang is refused (``PlanTooLarge``)."""
+    it as its ``gangs`` attribute (``Committer.gangs``)."""
 
     max_claims_per_txn: int
 
@@ -96,6 +101,40 @@ class Refreshable(Protocol):
 
 class PlacementView(CellView, Refreshable, Protocol):
     """What the optimistic loop reads and refreshes."""
+
+
+class ChangeFeed(Protocol):
+    """What changed in a view since the last look, each change handed out once. A feed of ids
+    is off until its ``track_…`` is called (then ``take_…`` without it is a RuntimeError);
+    ``take_freed`` is always on. ``cellstate.replica.view.ReplicaView`` implements it (over
+    etcd live, over the memory store in the fauxmaster); the scheduling cycle, the nothing-fits
+    memo and EASY's holds read it (docs/HOST.md)."""
+
+    def take_freed(self) -> bool:
+        """True (once) if machines freed resources since the last call."""
+        ...
+
+    def track_freed_machines(self) -> None: ...
+
+    def take_freed_machines(self) -> set[str]:
+        """Ids of the machines that freed room (a ledger shrank, came up, was added)."""
+        ...
+
+    def track_changed_machines(self) -> None: ...
+
+    def take_changed_machines(self) -> set[str]:
+        """Ids of the machines whose entry changed or went away."""
+        ...
+
+    def track_changed_jobs(self) -> None: ...
+
+    def take_changed_jobs(self) -> set[str]:
+        """Ids of the jobs whose record changed, appeared or went away."""
+        ...
+
+
+class FeedView(CellView, ChangeFeed, Protocol):
+    """A cell view with its change feed: what a host's scheduling cycle works on."""
 
 
 @dataclass(slots=True)

@@ -69,14 +69,17 @@ def _round_robin(jobs: list[JobEntry]) -> list[JobEntry]:
 
 
 class QueueOrder(Protocol):
-    """How a queue orders its pending jobs (all of them, whoever's share they are). An order
-    may also offer ``index()``: an empty incremental holder (``put``/``discard``/iteration in
-    the order) that ``JobQueue.track`` keeps across rounds; without it the tracked jobs are
-    arranged anew per round (``ArrangedJobs``)."""
+    """How a queue orders its pending jobs (all of them, whoever's share they are)."""
 
     name: str
 
     def arrange(self, jobs: list[JobEntry]) -> Iterable[JobEntry]: ...
+
+    def index(self) -> FairIndex | None:
+        """An empty incremental holder of jobs in this order (``put``/``discard``/iteration in
+        the order) that ``JobQueue.track`` keeps across rounds; None: the tracked jobs are
+        arranged anew per round (``ArrangedJobs``)."""
+        ...
 
 
 class FairOrder:
@@ -198,8 +201,8 @@ class JobQueue:
 
     def _tracking(self) -> _Tracked:
         if self._tracked is None:
-            make = getattr(self.order, "index", None)  # an incremental order (FairOrder), if any
-            self._tracked = _Tracked(make() if make is not None else ArrangedJobs(self.order))
+            index = self.order.index()  # an incremental order's holder (FairOrder), if any
+            self._tracked = _Tracked(index if index is not None else ArrangedJobs(self.order))
         return self._tracked
 
     def track(self, entry: JobEntry, group: Hashable = None) -> None:
@@ -275,6 +278,8 @@ class JobQueue:
 
     def _release_due(self, now: float) -> None:
         tracked = self._tracked
+        if tracked is None:  # (nothing tracked yet: nothing is due)
+            return
         heap, not_before = tracked.due, self._not_before
         while heap and heap[0][0] <= now:
             due, job_id = heapq.heappop(heap)

@@ -4,8 +4,10 @@ The loop runs on tenacity; ``RetryPolicy`` supplies its stop and wait. The attem
 resets whenever an attempt made progress (committed at least one claim), so a big job
 that keeps winning a little each round is never abandoned; the backoff restarts with it.
 Waits are "full jitter" exponential (as tenacity's ``wait_random_exponential``) drawn
-from a seeded generator, so a replay is reproducible. A scheduler kind's default number of
-attempts is registered by the policy layer with its kind (``set_kind_attempts``).
+from a seeded generator, so a replay is reproducible. The core keeps no table of kinds: a
+scheduler kind's default number of attempts is registered with the kind in the policy layer
+(``schedulers.chains.register_kind``), and a host hands the placer the policy explicitly
+(``schedulers.chains.retry_policy_for``).
 """
 
 from __future__ import annotations
@@ -42,22 +44,3 @@ class RetryPolicy:
 
     def exhausted(self, attempts_without_progress: int) -> bool:
         return attempts_without_progress >= self.max_attempts
-
-
-_KIND_ATTEMPTS: dict[str, int] = {}
-"""Scheduler kind -> its default ``max_attempts``. The core names no kind: the policy
-layer's kind registry fills this (``schedulers.chains.register_kind``)."""
-
-
-def set_kind_attempts(kind: str, attempts: int) -> None:
-    """Make ``attempts`` the default ``max_attempts`` of scheduler ``kind``."""
-    if type(attempts) is not int or attempts < 1:
-        raise ValueError(f"scheduler kind {kind!r}: retry attempts must be an int >= 1, got {attempts!r}")
-    _KIND_ATTEMPTS[kind] = attempts
-
-
-def retry_policy_for(kind: str, seed: int | None = 0) -> RetryPolicy:
-    """The default policy of a registered scheduler kind; ValueError naming the known kinds."""
-    if kind not in _KIND_ATTEMPTS:
-        raise ValueError(f"unknown scheduler kind {kind!r}; known: {', '.join(_KIND_ATTEMPTS)}")
-    return RetryPolicy(max_attempts=_KIND_ATTEMPTS[kind], seed=seed)

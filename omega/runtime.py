@@ -1,8 +1,10 @@
 """``SchedulerProcess``: one process is one scheduler (name, kind, config) serving a cell.
 
 The process owns a ``SchedulerCell`` (a placement view kept current from the store's
-watch), an ``OptimisticPlacer``, a ``JobQueue``, a ``StatsRecorder``, a ``StatsSink`` and a
-``Clock``. Its work loop runs in a worker thread (``anyio.to_thread.run_sync``) so that the
+watch), an ``OptimisticPlacer``, a ``JobQueue`` and a ``SchedulingCycle`` (assembled by
+``omega.host.assemble``, as the fauxmaster's replayed process is: the scheduler is attached to
+this process, so EASY's holds and the nothing-fits memo filter its candidates here too), a
+``StatsRecorder``, a ``StatsSink`` and a ``Clock``. Its work loop runs in a worker thread (``anyio.to_thread.run_sync``) so that the
 event loop stays free for signals and for the stats task, which publishes every
 ``stats_interval_s``:
 
@@ -34,21 +36,22 @@ import anyio
 import anyio.to_thread
 
 from omega.attempts import Attempt, PlacementResult
-from omega.cycle import SchedulingCycle
+from omega.host import CycleOptions, HostedScheduler, assemble
 from omega.modes import CommitMode, ConflictMode
-from omega.occ import OptimisticPlacer
 from cellstate.plan import Claim, JobEntry
-from omega.protocols import CellView, Committer, Decision, PlacementView
-from omega.queue import JobQueue, check_order, make_order
-from omega.retry import RetryPolicy, retry_policy_for
+from omega.cycle import CycleView
+from omega.protocols import CellView, Clock, Committer, Decision
+from omega.queue import check_order
+from omega.retry import RetryPolicy
 from cellstate.scheduler_stats import SchedulerStats
 from omega.stats import StatsRecorder
 
 log = logging.getLogger(__name__)
 
 
-class SchedulerCell(PlacementView, Protocol):
-    """The view a scheduler process works on (``cellstate.replica.view.ReplicaView``)."""
+class SchedulerCell(CycleView, Protocol):
+    """The view a scheduler process works on (``cellstate.replica.view.ReplicaView``): the
+    cycle's view with its change feed, refreshed by commits, pumped from the store's watch."""
 
     def pump(self, timeout: float = 0.0) -> int:
         """Apply ready watch batches, waiting up to ``timeout`` s for the first; how many changed."""
@@ -56,10 +59,6 @@ class SchedulerCell(PlacementView, Protocol):
 
     def peers(self, kind: str) -> list[str]:
         """Live schedulers of ``kind`` (from their leased stats keys)."""
-        ...
-
-    def take_freed(self) -> bool:
-        """True (once) if machines freed resources since the last call."""
         ...
 
     def close(self) -> None: ...
@@ -71,17 +70,6 @@ class StatsSink(Protocol):
     def publish(self, stats: SchedulerStats) -> None: ...
 
     def close(self) -> None: ...
-
-
-class PlacingScheduler(Protocol):
-    """What the process needs of a scheduler (``schedulers.base.Scheduler``). A scheduler may
-    also offer ``share_machines(peers)``: the process calls it with the live peers of its class
-    whenever they change (the batch scheduler then prefers machines apart from theirs)."""
-
-    name: str
-    kind: str
-
-    def decide(self, job: JobEntry, tasks: list[int], view: CellView): ...
 
 
 class SystemClock:
@@ -99,7 +87,8 @@ class RuntimeOptions:
     """Knobs of the work loop. ``duration_s`` 0: run until stopped. ``transient_errors``:
     exceptions of a round (store outages) that are logged and retried after ``error_wait_s``.
     ``order``: the queue order, "fair" or "drf" (``omega.queue.make_order``); ``drf_weights``:
-    owner → weight for "drf" (default 1 each)."""
+    owner → weight for "drf" (default 1 each). ``skip_nothing_fits``: a scheduler whose
+    unplaced tasks mean no room may set its jobs aside while nothing fits (its memo)."""
 
     batch_jobs: int = 16
     steal_after_s: float | None = None
@@ -110,6 +99,7 @@ class RuntimeOptions:
     transient_errors: tuple[type[BaseException], ...] = ()
     order: str = "fair"
     drf_weights: Mapping[str, float] = field(default_factory=dict)
+    skip_nothing_fits: bool = True
 
     def __post_init__(self) -> None:
         check_order(self.order, self.drf_weights)
@@ -125,7 +115,7 @@ class RuntimeOptions:
                 raise ValueError(f"{name} must be > 0 seconds, got {getattr(self, name)!r}")
 
 
-def kv(**fields) -> str:
+def kv(**fields: object) -> str:
     """``key=value`` pairs for a log line; values with spaces are quoted."""
     parts = []
     for key, value in fields.items():
@@ -137,35 +127,28 @@ def kv(**fields) -> str:
 
 
 class SchedulerProcess:
-    """One scheduler serving one cell (see the module docstring)."""
+    """One scheduler serving one cell (see the module docstring). ``retry``: its kind's policy
+    (``schedulers.chains.retry_policy_for``: the core keeps no table of kinds)."""
 
-    def __init__(self, scheduler: PlacingScheduler, view: SchedulerCell, committer: Committer, sink: StatsSink, *,
-                 conflict_mode: ConflictMode = ConflictMode.RESOURCE_FIT,
-                 commit_mode: CommitMode = CommitMode.INCREMENTAL, retry: RetryPolicy | None = None,
-                 clock=None, options: RuntimeOptions = RuntimeOptions(),
+    def __init__(self, scheduler: HostedScheduler, view: SchedulerCell, committer: Committer, sink: StatsSink, *,
+                 retry: RetryPolicy, conflict_mode: ConflictMode = ConflictMode.RESOURCE_FIT,
+                 commit_mode: CommitMode = CommitMode.INCREMENTAL,
+                 clock: Clock | None = None, options: RuntimeOptions = RuntimeOptions(),
                  observers: Iterable[Callable[[Attempt], None]] = ()):
         self.scheduler = scheduler
         self.name = scheduler.name
         self.kind = scheduler.kind
         self.view = view
         self.sink = sink
-        self.clock = clock or SystemClock()
-        if hasattr(scheduler, "use_clock"):  # a scheduler that plans in time: this process's clock
-            scheduler.use_clock(self.clock)
+        self.clock: Clock = clock or SystemClock()
         self.options = options
         self.observers = list(observers)
         self.scheduler_class = self.kind  # the jobs it serves: those whose scheduler_class this is
-        self.placer = OptimisticPlacer(self.name, committer, conflict_mode, commit_mode,
-                                       retry or retry_policy_for(self.kind), self.clock, self._on_attempt,
-                                       refresh=lambda: self.view.pump(0.0))
-        self.queue = JobQueue(self.name, steal_after_s=options.steal_after_s,
-                              order=make_order(options.order, view, options.drf_weights))
-        self.cycle = SchedulingCycle(self.name, (self.scheduler_class,), view, self.placer, self.queue, self,
-                                     self.clock, batch_jobs=options.batch_jobs,
-                                     share_machines=getattr(scheduler, "share_machines", None))
+        assembly = assemble(scheduler, (self.scheduler_class,), view, committer, self, self.clock, CycleOptions(
+            retry, conflict_mode, commit_mode, options.order, options.drf_weights, options.steal_after_s,
+            options.batch_jobs, options.skip_nothing_fits), on_attempt=self._on_attempt, refresh=self.catch_up)
+        self.placer, self.queue, self.cycle = assembly.placer, assembly.queue, assembly.cycle
         self.refused = self.cycle.refused  # refused jobs stay out until they change
-        if hasattr(scheduler, "use_refusals"):  # a scheduler that plans over the whole queue
-            scheduler.use_refusals(self.cycle.refused)
         self.recorder = StatsRecorder(self.name, self.kind, pid=os.getpid(), host=socket.gethostname(),
                                       started_at=self.clock.now(), conflict_mode=conflict_mode.value.label,
                                       commit_mode=commit_mode.value.label)

@@ -4,7 +4,9 @@ plugins, and load the modules that do.
     from schedulers.api import register_kind, register_filter, register_scorer
 
 A *kind* is a factory ``factory(name, seed, config) -> scheduler``; a scheduler has a ``name``,
-a ``kind`` and ``decide(job_entry, task_indices, view) -> Decision``. A *filter* has a
+a ``kind``, ``decide(job_entry, task_indices, view) -> Decision`` and ``attach(host) ->
+Attachment`` (what it asks of the process that runs it and offers back, ``omega.host``;
+``attach = needs_nothing`` when nothing). A *filter* has a
 ``name``, ``reads`` and ``fits(job, machine, free, placed_here) -> Verdict``; a *scorer* a
 ``name``, ``reads`` and ``score(job, machine, free, ctx) -> float`` in [0, 1]; a plugin is
 registered with a factory ``factory(args) -> plugin`` and may declare ``traits``
@@ -23,10 +25,11 @@ from importlib.metadata import entry_points
 from typing import Iterable
 
 from cellstate.plan import Claim, JobEntry, MachineEntry
-from omega.retry import RetryPolicy, retry_policy_for
-from schedulers.base import Decision, Scheduler
+from omega.host import Attachment, SchedulerHost
+from omega.retry import RetryPolicy
+from schedulers.base import Decision, Scheduler, needs_nothing
 from schedulers.chain_spec import ChainConfig, PluginSpec, parse_chain
-from schedulers.chains import KINDS, make_scheduler, register_kind
+from schedulers.chains import KINDS, make_scheduler, register_kind, retry_policy_for
 from schedulers.pipeline import Pipeline
 from schedulers.plugin import (
     JOB, ROOM, Filter, FilterTraits, JobPlacement, PluginConfigError, ScoreContext, Scorer, ScorerTraits, Verdict,
@@ -35,11 +38,12 @@ from schedulers.plugin import (
 from schedulers.registry import FILTERS, SCORERS, make_filter, make_scorer, register_filter, register_scorer
 
 __all__ = [
-    "ENTRY_POINT_GROUP", "JOB", "ROOM", "ChainConfig", "Claim", "Decision", "Filter", "FilterTraits", "JobEntry",
-    "JobPlacement", "MachineEntry", "Pipeline", "PluginConfigError", "PluginLoadError", "PluginSpec", "RetryPolicy",
-    "ScoreContext", "Scheduler", "Scorer", "ScorerTraits", "Verdict", "build_args", "filter_names", "kind_names",
-    "load_plugins", "make_filter", "make_scheduler", "make_scorer", "parse_chain", "register_filter",
-    "register_kind", "register_scorer", "retry_policy_for", "scorer_names",
+    "ENTRY_POINT_GROUP", "JOB", "ROOM", "Attachment", "ChainConfig", "Claim", "Decision", "Filter",
+    "FilterTraits", "JobEntry", "JobPlacement", "MachineEntry", "Pipeline", "PluginConfigError",
+    "PluginLoadError", "PluginSpec", "RetryPolicy", "ScoreContext", "Scheduler", "SchedulerHost", "Scorer",
+    "ScorerTraits", "Verdict", "build_args", "filter_names", "kind_names", "load_plugins", "make_filter",
+    "make_scheduler", "make_scorer", "needs_nothing", "parse_chain", "register_filter", "register_kind",
+    "register_scorer", "retry_policy_for", "scorer_names",
 ]
 
 ENTRY_POINT_GROUP = "omega.plugins"

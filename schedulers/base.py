@@ -1,5 +1,5 @@
-"""What every scheduler returns and promises: ``omega.protocols.Decision`` and the ``Scheduler``
-protocol."""
+"""What every scheduler returns and promises: ``omega.protocols.Decision``, the ``Scheduler``
+protocol and its host contract (``attach``, ``needs_nothing``: docs/HOST.md)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Protocol, Sequence
 
 from cellstate.fastbuild import builder
 from cellstate.plan import Claim, JobEntry
+from omega.host import Attachment, SchedulerHost
 from omega.protocols import CellView, Decision
 
 
@@ -21,19 +22,28 @@ new_claim = builder(Claim)
 class Scheduler(Protocol):
     """Decides where a job's pending tasks go on a read-only view; claims fit cumulatively.
 
-    Optional declarations, read once by whoever runs it: ``unplaced_means_no_room`` (True: it
-    never preempts and leaves a task unplaced only when no machine passes its filters for it,
-    so a replay may skip its jobs while nothing fits; default False), ``pipeline`` (its chain
-    of plugins, whose traits the fast paths ask), ``share_machines(peers)`` (the runtime tells
-    it its live peers), ``use_clock(clock)`` (the host's clock, virtual in a replay, for a
-    scheduler that plans in time), ``use_refusals(refused)`` (the jobs its cycle refused,
-    ``omega.refusals.RefusedJobs``), ``candidate_filter(view)`` (a replay's candidate filter,
-    ``omega.cycle.CandidateFilter``, in place of the nothing-fits memo)."""
+    ``attach(host)`` is its declared contract with the process that runs it (``omega.host``):
+    called once before the first decision, it takes what it needs of the ``SchedulerHost``
+    (its clock, the cycle's refusals, the view and its change feed) and returns what it offers
+    (``Attachment``: ``share_machines``, a candidate filter such as the nothing-fits memo,
+    ``schedulers.fit_memo.nothing_fits_memo``). A scheduler that needs nothing declares
+    ``attach = needs_nothing``."""
 
     name: str
     kind: str
 
     def decide(self, job: JobEntry, tasks: list[int], view: CellView) -> Decision: ...
+
+    def attach(self, host: SchedulerHost) -> Attachment: ...
+
+
+NOTHING = Attachment()
+
+
+def needs_nothing(scheduler: object, host: SchedulerHost) -> Attachment:
+    """The ``attach`` of a scheduler that asks its host for nothing and offers it nothing
+    (declared in a class body as ``attach = needs_nothing``)."""
+    return NOTHING
 
 
 def checked_tasks(job: JobEntry, tasks: Sequence[int]) -> list[int]:

@@ -24,6 +24,7 @@ import random
 from cellstate.model import Job, Machine
 from cellstate.resources import Resources
 from cellstate.plan import JobEntry
+from omega.host import Attachment, SchedulerHost
 from omega.protocols import CellView
 from schedulers.base import (
     Decision,
@@ -32,6 +33,7 @@ from schedulers.base import (
     new_claim,
     new_decision,
 )
+from schedulers.fit_memo import nothing_fits_memo
 from schedulers.free_index import FreeIndex, chain_applies, first_fit
 from schedulers.pipeline import NO_MACHINES, Pipeline, Rejections
 from schedulers.placement_cache import HostMemo, PlacementCache
@@ -45,7 +47,11 @@ class BatchScheduler:
     kind = "batch"
     unplaced_means_no_room = True
     """It never preempts and leaves a task unplaced only when no machine passes its filters for
-    it (on the view plus its own claims): a replay may skip it while nothing fits (fit_memo)."""
+    it (on the view plus its own claims): its cycle may skip it while nothing fits (fit_memo)."""
+
+    def attach(self, host: SchedulerHost) -> Attachment:
+        """Told its live peers (``share_machines``); the nothing-fits memo filters its candidates."""
+        return Attachment(share_machines=self.share_machines, candidate_filter=nothing_fits_memo(self, host))
 
     def __init__(self, name: str, rng: random.Random, k: int = 2, sample_size: int = 16,
                  sample_rounds: int = 3, pipeline: Pipeline | None = None) -> None:

@@ -1,6 +1,8 @@
-"""The scheduler kinds: ``KINDS`` (kind -> factory, filled by ``register_kind``; the built-in
+"""The scheduler kinds: ``KINDS`` (kind -> ``Kind``: its factory and its retry attempts, filled by
+``register_kind``; the built-in
 kinds batch, service, borg, solver and easy are registered here) and ``make_scheduler``, which
-builds a scheduler from a kind, a name, a seed and a config. Each built-in kind's default chain is wired in
+builds a scheduler from a kind, a name, a seed and a config, and ``retry_policy_for``, its
+kind's ``RetryPolicy`` (the hosts hand it to the placer; the core keeps no kind table). Each built-in kind's default chain is wired in
 ``schedulers.chain_spec`` (re-exported here: ``batch_pipeline``, ``service_pipeline``,
 ``borg_pipeline``). Nothing in ``schedulers`` imports this module but ``chain_config`` and
 ``api`` (docs/LAYERS.md).
@@ -17,9 +19,10 @@ not allowed). borg takes the options of ``BorgScheduler`` (``k``, ``equivalence_
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from omega.retry import set_kind_attempts
+from omega.retry import RetryPolicy
 from schedulers.base import Scheduler
 from schedulers.batch import BatchScheduler
 from schedulers.borg.scheduler import BorgScheduler
@@ -29,8 +32,8 @@ from schedulers.pipeline import Pipeline
 from schedulers.plugin import PluginConfigError
 from schedulers.service.scheduler import ServiceScheduler
 
-__all__ = ["KINDS", "KindFactory", "batch_pipeline", "borg_pipeline", "make_scheduler", "register_kind",
-           "service_pipeline"]
+__all__ = ["KINDS", "Kind", "KindFactory", "batch_pipeline", "borg_pipeline", "make_scheduler", "register_kind",
+           "retry_policy_for", "service_pipeline"]
 
 _CHAIN_KEYS = ("plugins", "chain", "filters", "scorers")
 
@@ -112,25 +115,40 @@ class SolverUnavailable(PluginConfigError):
 KindFactory = Callable[[str, int, Mapping[str, Any]], Scheduler]
 """``factory(name, seed, config)``: a scheduler of one kind (``config``: the kind's own keys)."""
 
-KINDS: dict[str, KindFactory] = {}
-"""Scheduler kind -> factory; filled by ``register_kind`` (read it, do not write it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """A registered scheduler kind: its factory and the attempts without progress after which
+    the optimistic loop of its schedulers gives a job up."""
+
+    factory: KindFactory
+    retry_attempts: int
+
+
+KINDS: dict[str, Kind] = {}
+"""Scheduler kind -> ``Kind``; filled by ``register_kind`` (read it, do not write it). The one
+registry of kinds: the public extension API adds to it (plugins register on import), and it
+holds what a kind is, never how one run is configured."""
 
 
 def register_kind(kind: str, factory: KindFactory, *, retry_attempts: int = 5, replace: bool = False) -> None:
     """Make ``kind`` a scheduler kind: ``make_scheduler(kind, name, seed, config)`` calls
     ``factory(name, seed, config)`` (config: a mapping, ``{}`` when none was given), and the
     optimistic loop of its schedulers gives a job up after ``retry_attempts`` attempts in a
-    row without progress (``omega.retry.retry_policy_for``). A kind is a name without "/"
+    row without progress (``retry_policy_for``). A kind is a name without "/"
     (it names stats keys and scheduler classes); registering a known kind again is an error
     unless ``replace``. The public entry point is ``schedulers.api.register_kind``."""
     if not isinstance(kind, str) or not kind or "/" in kind or kind != kind.strip():
         raise PluginConfigError(f'scheduler kind must be a non-empty name without "/" or spaces, got {kind!r}')
     if not callable(factory):
         raise PluginConfigError(f"scheduler kind {kind!r}: factory must be callable, got {factory!r}")
-    if kind in KINDS and not replace and KINDS[kind] is not factory:
+    if type(retry_attempts) is not int or retry_attempts < 1:
+        raise PluginConfigError(f"scheduler kind {kind!r}: retry attempts must be an int >= 1, got {retry_attempts!r}")
+    known = KINDS.get(kind)
+    if known is not None and not replace and known.factory is not factory:
         raise PluginConfigError(f"scheduler kind {kind!r} is already registered (pass replace=True to replace it)")
-    set_kind_attempts(kind, retry_attempts)  # checks the count before anything is registered
-    KINDS[kind] = factory
+    KINDS[kind] = Kind(factory, retry_attempts)
 
 
 # Batch jobs are cheap to re-queue and many: give up sooner. Services are few and matter:
@@ -145,9 +163,30 @@ register_kind("easy", _make_easy, retry_attempts=3)
 def make_scheduler(kind: str, name: str, seed: int, config: Mapping[str, Any] | None = None) -> Scheduler:
     """A scheduler of ``kind`` (one of KINDS: built in or registered) called ``name``;
     randomness seeded by ``seed``."""
-    maker = KINDS.get(str(kind))
-    if maker is None:
-        raise PluginConfigError(f"unknown scheduler kind {kind!r}; known: {sorted(KINDS)}")
+    known = _kind(kind)
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise PluginConfigError(f"{kind}: seed must be an int, got {seed!r}")
-    return maker(name, seed, config or {})
+    scheduler = known.factory(name, seed, config or {})
+    missing = [member for member in _SCHEDULER_MEMBERS if not hasattr(scheduler, member)]
+    if missing:
+        raise PluginConfigError(f"scheduler kind {kind!r}: its factory made {type(scheduler).__name__}, which lacks "
+                                f"{', '.join(missing)} (a scheduler declares name, kind, decide and attach; "
+                                "attach = schedulers.api.needs_nothing when it needs nothing of its host)")
+    return scheduler
+
+
+_SCHEDULER_MEMBERS = ("name", "kind", "decide", "attach")
+"""What ``schedulers.base.Scheduler`` declares: checked once on what a kind's factory makes."""
+
+
+def retry_policy_for(kind: str, seed: int | None = 0) -> RetryPolicy:
+    """The default retry policy of scheduler ``kind``: its registered attempts, waits drawn
+    from a generator seeded by ``seed``. PluginConfigError for an unknown kind."""
+    return RetryPolicy(max_attempts=_kind(kind).retry_attempts, seed=seed)
+
+
+def _kind(kind: str) -> Kind:
+    known = KINDS.get(str(kind))
+    if known is None:
+        raise PluginConfigError(f"unknown scheduler kind {kind!r}; known: {sorted(KINDS)}")
+    return known

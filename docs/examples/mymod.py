@@ -2,13 +2,14 @@
 extension API (docs/EXTENDING.md). ``--plugin mymod`` imports this module."""
 
 from cellstate.model import MachineState
-from schedulers.api import Claim, Decision, ScorerTraits, register_kind, register_scorer
+from schedulers.api import Claim, Decision, ScorerTraits, needs_nothing, register_kind, register_scorer
 
 
 class FirstFit:
     """Each pending task goes to the first up machine (by id) with room left."""
 
     kind = "firstfit"
+    attach = needs_nothing  # it asks its host for nothing (clock, refusals…) and offers nothing
 
     def __init__(self, name: str):
         self.name = name

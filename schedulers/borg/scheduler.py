@@ -37,7 +37,7 @@ import random
 from cellstate.model import JobKind
 from cellstate.plan import JobEntry
 from omega.protocols import CellView
-from schedulers.base import Decision, checked_tasks, gang_outcome
+from schedulers.base import Decision, checked_tasks, gang_outcome, needs_nothing
 from schedulers.borg import decision as borg_decision
 from schedulers.borg.bound import Prover
 from schedulers.borg.cache import ScoreCache, Signer
@@ -95,6 +95,8 @@ class BorgScheduler:
     """See the module docstring. ``serves``: the job kinds the runtime should hand it."""
 
     kind = "borg"
+    unplaced_means_no_room = False  # it preempts: room may appear by eviction (no nothing-fits memo)
+    attach = needs_nothing
 
     def __init__(self, name: str, rng: random.Random, pipeline: Pipeline | None = None, *, k: int = 50,
                  equivalence_classes: bool = True, score_cache: bool = True,

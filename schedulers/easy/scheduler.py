@@ -5,12 +5,12 @@ the holds that keep the jobs it does not start out of a replayed scheduler's can
 it serves (in a replay, those its scheduling cycle serves, handed over by ``EasyHolds``;
 otherwise the pending jobs of the decided job's scheduler class), up to the job: it claims the
 machines the pass gives the job, or leaves every pending task unplaced with the pass's reason
-(a gang: all or nothing, as always). It never preempts. Its clock is the host's (``use_clock``:
-the replay's virtual clock, the live runtime's wall clock), else the wall clock; the jobs its cycle
-refused (``use_refusals``) are out of the queue.
+(a gang: all or nothing, as always). It never preempts. Its clock is the host's (``attach``,
+``use_clock``: the replay's virtual clock, the live runtime's wall clock), else the wall clock;
+the jobs its cycle refused (``use_refusals``) are out of the queue.
 
-``EasyHolds`` is the replayed scheduler's candidate filter (``omega.cycle.CandidateFilter``,
-offered by ``EasyScheduler.candidate_filter``): a job the pass does not start now is held (left
+``EasyHolds`` is its cycle's candidate filter (``omega.cycle.CandidateFilter``, offered to the
+host by ``EasyScheduler.attach``, live and in a replay): a job the pass does not start now is held (left
 out of the queue's candidates) and the pass is run again whenever the cell changes for it (a
 job's record changed: a submission, a placement, a task end, a kill; or a machine freed room):
 the jobs it starts then are woken. So held jobs are neither decided again and again while
@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Hashable, Iterable
 
 from omega.attempts import PlacementResult
+from omega.host import Attachment, SchedulerHost
 from cellstate.plan import JobEntry
 from omega.protocols import CellView, Decision
 from omega.refusals import RefusedJobs
@@ -53,6 +54,12 @@ class EasyScheduler:
         jobs of the decided job's scheduler class."""
         self.refused: RefusedJobs | None = None
 
+    def attach(self, host: SchedulerHost) -> Attachment:
+        """Plan on the host's clock, leave its refusals out; its holds filter the candidates."""
+        self.use_clock(host.clock)
+        self.use_refusals(host.refused)
+        return Attachment(candidate_filter=self.candidate_filter(host.view, host.explains_waits))
+
     def use_clock(self, clock) -> None:
         """Plan at ``clock.now()`` (the host's clock: virtual in a replay)."""
         self.clock = clock
@@ -62,9 +69,9 @@ class EasyScheduler:
         out of the queue: a refused head would hold every job behind it."""
         self.refused = refused
 
-    def candidate_filter(self, view) -> EasyHolds:
-        """The holds a replayed scheduler's cycle uses with this scheduler (module docstring)."""
-        return EasyHolds(self, view)
+    def candidate_filter(self, view, explain_waits: bool = False) -> EasyHolds:
+        """The holds its cycle uses (module docstring)."""
+        return EasyHolds(self, view, explain_waits)
 
     def queue(self, view: CellView, job_class: str | None = None) -> list[JobEntry]:
         """The served pending jobs in first come, first served order."""
@@ -109,11 +116,15 @@ class HoldChanges:
 class EasyHolds:
     """The replayed scheduler's candidate filter for ``EasyScheduler`` (module docstring)."""
 
-    def __init__(self, scheduler: EasyScheduler, view) -> None:
+    def __init__(self, scheduler: EasyScheduler, view, explain_waits: bool = False) -> None:
+        """``explain_waits``: hold a job only once a decision of it was noted, so its record says
+        why it waits (the live host's choice, ``SchedulerHost.explains_waits``)."""
         self.scheduler = scheduler
         self.view = view
         view.track_freed_machines()
         self.held: set[str] = set()
+        self.decided: set[str] | None = set() if explain_waits else None
+        """The served jobs a decision left waiting (None: not explaining waits)."""
         self._noted: set[str] = set()
         self._first = True
 
@@ -131,6 +142,9 @@ class EasyHolds:
         queue = scheduler.queue(self.view)
         plan = easy_pass(self.view, scheduler.clock.now(), queue)
         held = {e.record.job.id for e in queue} - plan.start.keys()
+        if self.decided is not None:
+            self.decided &= held  # (a job started or gone is decided anew when it waits again)
+            held &= self.decided
         touched = (held ^ self.held) | noted
         self.held = held
         return HoldChanges(touched=touched)
@@ -148,3 +162,5 @@ class EasyHolds:
         if result.pending and not result.job_gone:
             self.held.add(job_id)
             self._noted.add(job_id)
+            if self.decided is not None:
+                self.decided.add(job_id)

@@ -18,6 +18,7 @@ from typing import Sequence
 
 from cellstate.model import Job, JobKind, Machine
 from cellstate.plan import Claim, JobEntry
+from omega.host import Attachment, SchedulerHost
 from omega.protocols import CellView
 from schedulers.base import (
     Decision,
@@ -26,6 +27,7 @@ from schedulers.base import (
     new_claim,
     new_decision,
 )
+from schedulers.fit_memo import nothing_fits_memo
 from schedulers.pipeline import Pipeline, Rejections
 from schedulers.placement_cache import HostMemo, PlacementCache
 from schedulers.plugin import ScoreContext, Verdict
@@ -88,6 +90,10 @@ class ServiceScheduler:
 
     kind = "service"
     unplaced_means_no_room = True  # never preempts; unplaced only when no machine passes (fit_memo)
+
+    def attach(self, host: SchedulerHost) -> Attachment:
+        """The nothing-fits memo filters its candidates."""
+        return Attachment(candidate_filter=nothing_fits_memo(self, host))
 
     def __init__(self, name: str, pipeline: Pipeline | None = None, exhaustive: bool = False) -> None:
         """``exhaustive``: always take the full scan (the baseline of the indexed search)."""

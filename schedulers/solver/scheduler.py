@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 from cellstate.plan import Claim, JobEntry
 from omega.protocols import CellView
 from omega.queue import fair_order
-from schedulers.base import Decision, checked_tasks, gang_outcome
+from schedulers.base import Decision, checked_tasks, gang_outcome, needs_nothing
 from schedulers.borg.scheduler import BorgScheduler
 from schedulers.reservation import Reservations
 from schedulers.solver.candidates import CandidatePicker, placement_of
@@ -56,6 +56,7 @@ class SolverScheduler:
     """See the module docstring. ``config``: a ``SolverConfig`` or its keys."""
 
     kind = "solver"
+    attach = needs_nothing
 
     def __init__(self, name: str, seed: int = 0, config: SolverConfig | Mapping[str, Any] | None = None):
         self.name, self.seed = name, seed

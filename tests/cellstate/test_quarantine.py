@@ -26,7 +26,7 @@ from cellstate.resources import Resources
 from cellstate.store import Put
 from cellstate.plan import AllocEntry, Claim, JobEntry, MachineEntry, Plan, PlanRejected
 from omega.runtime import SchedulerProcess
-from schedulers.chains import make_scheduler
+from schedulers.chains import make_scheduler, retry_policy_for
 
 REQ = Resources(1000, 512)
 GARBAGE = b"\xc1 not msgpack"
@@ -176,7 +176,8 @@ def test_scheduler_round_survives_a_bad_machine_met_at_commit(bad):
         seed_machine(store, keys, f"m{i}", cpu=2000)
     seed_job(store, keys, "j", tasks=4)
     process = SchedulerProcess(make_scheduler("batch", "b1", 0), ReplicaView(store, keys),
-                               StoreCommitter(store, keys), _NullSink(), clock=_Clock())
+                               StoreCommitter(store, keys), _NullSink(), retry=retry_policy_for("batch"),
+                               clock=_Clock())
     m1 = store.get(keys.machine("m1"))
     store.put(keys.machine("m0"), GARBAGE if bad == "garbage" else m1.value)  # not pumped yet
     process.view.replica.pump = lambda *a, **k: 0  # the watch is late: the commit meets the bad value first

@@ -31,7 +31,7 @@ from cellstate.stats_sink import LeasedStatsSink
 from cellstate.store import StoreError
 from cellstate.submit import JobsExist, submit_jobs
 from omega.runtime import RuntimeOptions, SchedulerProcess
-from schedulers.chains import make_scheduler
+from schedulers.chains import make_scheduler, retry_policy_for
 from tools.workload import WorkloadMix, generate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -160,7 +160,7 @@ class ThreadScheduler:
 
         self.view = ReplicaView(store, keys, **replica_options)
         self.process = SchedulerProcess(make_scheduler(kind, name, seed), self.view, StoreCommitter(store, keys),
-                                        LeasedStatsSink(store, keys, name),
+                                        LeasedStatsSink(store, keys, name), retry=retry_policy_for(kind),
                                         options=RuntimeOptions(transient_errors=(StoreError,)))
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, args=(anyio,), name=f"scheduler-{name}", daemon=True)

@@ -22,7 +22,7 @@ from cellstate.replica.view import ReplicaView
 from cellstate.stats_sink import LeasedStatsSink
 from cellstate.store import StoreError
 from omega.runtime import RuntimeOptions, SchedulerProcess
-from schedulers.chains import make_scheduler
+from schedulers.chains import make_scheduler, retry_policy_for
 
 
 class PausedGangs:
@@ -54,7 +54,7 @@ def main(endpoints: str, cell: str, name: str, marker: str, pause_at: str) -> No
     committer = StoreCommitter(store, keys)
     committer.gangs = PausedGangs(committer.gangs, Path(marker), int(pause_at))
     process = SchedulerProcess(make_scheduler("batch", name, 0), ReplicaView(store, keys), committer,
-                               LeasedStatsSink(store, keys, name),
+                               LeasedStatsSink(store, keys, name), retry=retry_policy_for("batch"),
                                options=RuntimeOptions(transient_errors=(StoreError,)))
     print(f"scheduler {name} serving", flush=True)
     anyio.run(process.run)

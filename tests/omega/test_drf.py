@@ -25,7 +25,7 @@ from cellstate.plan import JobEntry, MachineEntry
 from omega.queue import FairOrder, JobQueue, make_order
 from omega.runtime import RuntimeOptions, SchedulerProcess
 from runtime_helpers import job_records
-from schedulers.chains import make_scheduler
+from schedulers.chains import make_scheduler, retry_policy_for
 
 # The paper's example (Ghodsi et al. §4): <9 CPU, 18 GB>; A's tasks <1 CPU, 4 GB>, B's <3 CPU, 1 GB>.
 CELL = Resources(9000, 18 * 1024, 100_000)
@@ -207,7 +207,8 @@ def run_cell(order: str, batch_jobs: int, weights=None) -> dict[str, int]:
     view = ReplicaView(store, keys)
     options = RuntimeOptions(batch_jobs=batch_jobs, order=order, drf_weights=weights or {})
     process = SchedulerProcess(make_scheduler("batch", "drf-batch", 1), view, StoreCommitter(store, keys),
-                               LeasedStatsSink(store, keys, "drf-batch"), clock=FakeClock(), options=options)
+                               LeasedStatsSink(store, keys, "drf-batch"), retry=retry_policy_for("batch"),
+                               clock=FakeClock(), options=options)
     for _ in range(100):
         if not process.work_round():
             break

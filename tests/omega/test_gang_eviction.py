@@ -22,7 +22,7 @@ from cellstate.plan import Claim, JobEntry, MachineEntry, Plan
 from omega.protocols import Decision
 from omega.retry import RetryPolicy
 from omega.runtime import SchedulerProcess
-from schedulers.chains import make_scheduler
+from schedulers.chains import make_scheduler, retry_policy_for
 from tools.agents.agent import Agent
 
 CAPACITY = Resources.of(4_000, 8_192, 100_000)
@@ -92,7 +92,8 @@ def test_a_failed_member_machine_evicts_the_whole_gang_in_one_txn_and_it_is_plac
     assert machines_of(store, keys, "g") == []
     assert check_cell(store, keys).ok
     process = SchedulerProcess(make_scheduler("batch", "batch-a", 0), ReplicaView(store, keys),
-                               StoreCommitter(store, keys), NullSink(), clock=FixedClock(10.0))
+                               StoreCommitter(store, keys), NullSink(), retry=retry_policy_for("batch"),
+                               clock=FixedClock(10.0))
     process.work_round()
     assert record(store, keys, "g").tasks == "aaa"
     assert machines_of(store, keys, "g") == ["m2", "m3", "m4"]

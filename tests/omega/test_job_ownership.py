@@ -27,7 +27,7 @@ from omega.queue import JobQueue, rendezvous_owner
 from omega.retry import RetryPolicy
 from omega.runtime import RuntimeOptions, SchedulerProcess
 from omega.stats import StatsRecorder
-from schedulers.chains import make_scheduler
+from schedulers.chains import make_scheduler, retry_policy_for
 
 
 def entry(job_id: str, submitted: float = 0.0) -> JobEntry:
@@ -95,7 +95,8 @@ def test_conflicts_are_counted_by_cause(rival_takes, job_conflicts, machine_conf
 
 def _start(store, keys, kind: str, name: str):
     process = SchedulerProcess(make_scheduler(kind, name, 1), LiveView(store, keys), StoreCommitter(store, keys),
-                               LeasedStatsSink(store, keys, name), options=RuntimeOptions(stats_interval_s=0.2))
+                               LeasedStatsSink(store, keys, name), retry=retry_policy_for(kind),
+                               options=RuntimeOptions(stats_interval_s=0.2))
     thread = threading.Thread(target=lambda: anyio.run(process.run, False), daemon=True)
     thread.start()
     return process, thread

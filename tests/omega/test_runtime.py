@@ -22,13 +22,14 @@ from omega.attempts import AttemptOutcome
 from omega.modes import CommitMode, ConflictMode
 from omega.runtime import RuntimeOptions, SchedulerProcess, kv
 from cellstate.scheduler_stats import SchedulerStats
-from schedulers.chains import make_scheduler
+from schedulers.chains import make_scheduler, retry_policy_for
 
 
 def start_process(store, keys, name="batch-a", **options) -> tuple[SchedulerProcess, threading.Thread, list]:
     view = ReplicaView(store, keys)
     process = SchedulerProcess(make_scheduler("batch", name, 1), view, StoreCommitter(store, keys),
-                               LeasedStatsSink(store, keys, name), conflict_mode=ConflictMode.RESOURCE_FIT,
+                               LeasedStatsSink(store, keys, name), retry=retry_policy_for("batch"),
+                               conflict_mode=ConflictMode.RESOURCE_FIT,
                                commit_mode=CommitMode.INCREMENTAL,
                                options=RuntimeOptions(stats_interval_s=0.2, **options))
     results: list = []
@@ -91,7 +92,7 @@ def test_refused_gang_is_not_tried_again_when_room_frees(etcd_store, cell_keys):
     submit(etcd_store, cell_keys, [gang])
     outcomes: list = []
     process = SchedulerProcess(make_scheduler("batch", "batch-a", 1), ReplicaView(etcd_store, cell_keys), committer,
-                               LeasedStatsSink(etcd_store, cell_keys, "batch-a"),
+                               LeasedStatsSink(etcd_store, cell_keys, "batch-a"), retry=retry_policy_for("batch"),
                                options=RuntimeOptions(stats_interval_s=0.2), observers=[lambda a: outcomes.append(a)])
     thread = threading.Thread(target=lambda: anyio.run(process.run, False), daemon=True)
     thread.start()

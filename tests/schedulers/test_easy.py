@@ -11,7 +11,7 @@ import pytest
 from cellstate.codec.job import decode_job_record
 from cellstate.model import Constraint, ConstraintOp, JobRecord
 from cellstate.plan import JobEntry
-from schedulers.chains import make_scheduler
+from schedulers.chains import make_scheduler, retry_policy_for
 from schedulers.easy.plan import NEVER, easy_pass, estimate_of, queue_order
 from tools.cli import main
 from tools.fauxmaster.replay import ReplayConfig, replay
@@ -220,7 +220,8 @@ def test_a_live_scheduler_process_plans_on_its_own_clock():
         for n, (name, tasks, estimate) in enumerate(specs)]
     store.txn((), ops)
     process = SchedulerProcess(make_scheduler("easy", "easy-1", 0), ReplicaView(store, keys),
-                               StoreCommitter(store, keys), NullSink(), clock=FixedClock(10.0))
+                               StoreCommitter(store, keys), NullSink(), retry=retry_policy_for("easy"),
+                               clock=FixedClock(10.0))
     process.work_round()
     records = {name: decode_job_record(keys.job(name), store.get(keys.job(name)).value) for name, _, _ in specs}
     assert {name for name, r in records.items() if r.placed_at is not None} == {"first", "short"}

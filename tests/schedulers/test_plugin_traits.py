@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 from test_sched_service_fast import random_cell, random_job
 
-import omega.retry
 import schedulers.batch as batch_module
 import schedulers.service.scheduler as service_module
 from schedulers import chains, registry
@@ -24,7 +23,7 @@ from schedulers.service.scheduler import ServiceScheduler
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 from test_fauxmaster_fit_memo import crowded_trace  # noqa: E402
 
-from tools.fauxmaster.fit_memo import memo_applies  # noqa: E402
+from schedulers.fit_memo import memo_applies  # noqa: E402
 from tools.fauxmaster.replay import ReplayConfig, replay  # noqa: E402
 
 
@@ -95,11 +94,11 @@ def test_an_undeclared_fit_takes_the_full_scan():
 
 @pytest.fixture
 def user_fit_registered():
-    saved = dict(chains.KINDS), dict(registry.FILTERS), dict(registry.SCORERS), dict(omega.retry._KIND_ATTEMPTS)
+    saved = dict(chains.KINDS), dict(registry.FILTERS), dict(registry.SCORERS)
     register_filter("user_fit", lambda args=None: UserFit())
     register_filter("undeclared_fit", lambda args=None: UndeclaredFit())
     yield
-    for table, old in zip((chains.KINDS, registry.FILTERS, registry.SCORERS, omega.retry._KIND_ATTEMPTS), saved):
+    for table, old in zip((chains.KINDS, registry.FILTERS, registry.SCORERS), saved):
         table.clear()
         table.update(old)
 

@@ -27,7 +27,7 @@ from omega.occ import OptimisticPlacer
 from omega.protocols import Decision as OmegaDecision
 from omega.retry import RetryPolicy
 from omega.runtime import SchedulerProcess
-from schedulers.chains import make_scheduler
+from schedulers.chains import make_scheduler, retry_policy_for
 from schedulers.pipeline import Pipeline
 from schedulers.registry import make_filter
 from schedulers.solver.scheduler import SolverScheduler
@@ -214,7 +214,8 @@ def test_scheduler_process_round_with_the_solver_kind():
     store, keys = seeded_store([replace(job(f"j{n}", 3, cpu=1000, memory=1024), scheduler="solver") for n in range(4)]
                                + [job("batch-class", 3, cpu=1000, memory=1024)])
     process = SchedulerProcess(make_scheduler("solver", "solver-1", 1, {"lookahead_jobs": 8}),
-                               ReplicaView(store, keys), StoreCommitter(store, keys), NullSink(), clock=FixedClock(1.0))
+                               ReplicaView(store, keys), StoreCommitter(store, keys), NullSink(), retry=retry_policy_for("solver"),
+                               clock=FixedClock(1.0))
     assert process.work_round() == 4
     report = check_cell(store, keys)
     assert report.ok and report.allocs == 12, report.violations

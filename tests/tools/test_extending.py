@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-import omega.retry
 from cellstate.check import check_cell
 from schedulers import chains, registry
 
@@ -49,10 +48,10 @@ def run_omega(argv: list[str], cwd: Path, timeout: float = 120) -> subprocess.Co
 @pytest.fixture
 def registrations(monkeypatch):
     """Registrations made by a test are undone after it (the tables are process-wide)."""
-    saved = dict(chains.KINDS), dict(registry.FILTERS), dict(registry.SCORERS), dict(omega.retry._KIND_ATTEMPTS)
+    saved = dict(chains.KINDS), dict(registry.FILTERS), dict(registry.SCORERS)
     monkeypatch.syspath_prepend(str(EXAMPLES))
     yield
-    for table, old in zip((chains.KINDS, registry.FILTERS, registry.SCORERS, omega.retry._KIND_ATTEMPTS), saved):
+    for table, old in zip((chains.KINDS, registry.FILTERS, registry.SCORERS), saved):
         table.clear()
         table.update(old)
     for name in ("mymod", "ep_plugin"):

@@ -110,7 +110,7 @@ def test_memo_places_the_same_tasks_with_fewer_decisions(tmp_path, skip):
 def test_request_index_finds_the_requests_that_fit_like_fits_in(seed):
     import random
 
-    from tools.fauxmaster.fit_memo import RequestIndex
+    from schedulers.fit_memo import RequestIndex
     rng = random.Random(seed)
 
     def vector(gpu: bool) -> Resources:

@@ -22,7 +22,7 @@ from cellstate.resources import Resources
 from cellstate.codec.stats import decode_stats, encode_stats
 from omega.runtime import SchedulerProcess
 from cellstate.scheduler_stats import SchedulerStats
-from schedulers.chains import make_scheduler
+from schedulers.chains import make_scheduler, retry_policy_for
 from tools.agents.agent import Agent, AgentConfig
 from tools.monitor.model import build_frame
 from tools.monitor.render import render_frame
@@ -104,7 +104,7 @@ def test_scheduler_stats_metrics_and_monitor_count_quarantined_keys():
     store, keys, bad = bad_cell()
     view = ReplicaView(store, keys)
     process = SchedulerProcess(make_scheduler("batch", "b1", 0), view, StoreCommitter(store, keys), _Sink(),
-                               clock=_Clock())
+                               retry=retry_policy_for("batch"), clock=_Clock())
     metrics = SchedulerEndpoint("b1")
     count_quarantine(process, view, metrics)
     process.work_round()

@@ -251,8 +251,8 @@ def run_scheduler(args) -> int:
     from cellstate.committer import StoreCommitter
     from cellstate.stats_sink import LeasedStatsSink
     from cellstate.store import StoreError
-    from omega.retry import retry_policy_for
     from omega.runtime import SchedulerProcess
+    from schedulers.chains import retry_policy_for
     from tools.metrics.scheduler import SchedulerEndpoint, count_quarantine
 
     scheduler, conflict, commit, options = build_parts(args)

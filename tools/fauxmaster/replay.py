@@ -74,7 +74,7 @@ class ReplayConfig:
     default); a replay needs neither, so by default the store keeps only the current state."""
     skip_nothing_fits: bool = True
     """Batch and service schedulers leave out jobs whose last decision found no machine until
-    room may have appeared for them (``tools.fauxmaster.fit_memo``): only decisions that would
+    room may have appeared for them (``schedulers.fit_memo``): only decisions that would
     have found nothing are skipped. False: every such job is decided again whenever the cell
     frees room anywhere."""
     initial_state: str = "recorded"

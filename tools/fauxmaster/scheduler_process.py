@@ -1,7 +1,8 @@
 """One replayed scheduler: the REAL scheduler class (``make_scheduler``), the REAL scheduling
 cycle (``omega.cycle.SchedulingCycle``: the live process's loop, with its ``OptimisticPlacer``,
-``JobQueue`` and refusals) over the REAL ``StoreCommitter`` and its own watch-fed
-``ReplicaView`` — run as a simulated process on virtual time.
+``JobQueue`` and refusals, assembled by ``omega.host.assemble`` as the live process's are) over
+the REAL ``StoreCommitter`` and its own watch-fed ``ReplicaView`` — run as a simulated process
+on virtual time.
 
 The process is the cycle's host: it brings the replica up to date (the view is then as of T),
 names its peers (the replay's schedulers serving the same jobs), and lets a decision's time
@@ -10,10 +11,10 @@ the decision time (modelled ``t_job + t_task × tasks``, or the measured wall ti
 ``time_scale``), so the commit lands at T + decision time, after every commit other
 schedulers made meanwhile. A modelled decision whose claims take several txns sends each as
 the decision reaches it (``DECISION_COMMITS``, the placer's ``pace``). Idle, the process parks
-until the cell changes or a deferred job is due. What the replay adds to the live loop, each an option of the cycle: the nothing-fits
-memo (jobs whose last decision found no machine are left out of the candidates until room may
-have appeared for them, ``tools.fauxmaster.fit_memo``; batch and service kinds,
-``skip_nothing_fits``) and stealing after ``steal_after_s`` (its peers never die).
+until the cell changes or a deferred job is due. The scheduler's candidate filter is the one it
+offers when attached, as live: the nothing-fits memo (``schedulers.fit_memo``; batch and
+service kinds; ``skip_nothing_fits`` False leaves it out) or EASY's holds. Unlike the live
+default, a replayed queue steals after ``STEAL_AFTER_S`` (its peers never die).
 """
 
 from __future__ import annotations
@@ -28,16 +29,13 @@ from cellstate.model import JobKind
 from cellstate.replica.view import ReplicaView
 from cellstate.store import Store
 from omega.attempts import Attempt, PlacementResult
-from omega.cycle import SchedulingCycle
+from omega.host import CycleOptions, assemble
 from omega.modes import CommitMode, ConflictMode
-from omega.occ import OptimisticPlacer
 from cellstate.plan import JobEntry
 from omega.protocols import Decision
-from omega.queue import JobQueue, check_order, make_order
-from omega.retry import retry_policy_for
-from schedulers.chains import KINDS, make_scheduler
+from omega.queue import check_order
+from schedulers.chains import KINDS, make_scheduler, retry_policy_for
 from tools.fauxmaster.clock import EventCore, Process, VirtualClock
-from tools.fauxmaster.fit_memo import NothingFitsMemo, memo_applies
 
 DECISION_TIME_MODES = ("modelled", "measured")
 DECISION_COMMITS = ("as-decided", "at-end")
@@ -51,6 +49,7 @@ UNPLACED_CHARGES = ("every", "once")
 unplaced (Borg's equivalence classes: once one task of a class finds no machine, its identical
 siblings are not examined again; a replayed job has one request shape)."""
 SELECT_BATCH = 16  # jobs taken from one fair ordering of the queue before ordering it again (batch_jobs)
+STEAL_AFTER_S = 2.0  # a peer's jobs pending this long are taken over (the replay's peers never die)
 _DECISION = builder(Decision)  # one per decision of a scheduler answering otherwise: without __init__
 _JOB_KINDS = {"batch": (JobKind.BATCH,), "service": (JobKind.SERVICE,), "all": (JobKind.BATCH, JobKind.SERVICE)}
 
@@ -156,24 +155,16 @@ class SimScheduler:
         self.tally = SchedulerTally()
         self.scheduler = make_scheduler(config.kind, config.name, config.seed, config.scheduler_config())
         self.view = ReplicaView(store, cell.keys, shared_decodes=cell.decodes)
-        self.placer = OptimisticPlacer(config.name, cell.committer(), ConflictMode.parse(config.conflict_mode),
-                                       CommitMode.parse(config.commit_mode),
-                                       retry_policy_for(config.kind, config.seed), clock, self._on_attempt,
-                                       refresh=self.catch_up, pace=self._pace if self.paced else None,
-                                       expect=None if self.measured else self._expected)
-        self.queue = JobQueue(config.name, order=make_order(config.order, self.view, config.drf_weights))
-        if hasattr(self.scheduler, "use_clock"):  # a scheduler that plans in time (easy): the virtual clock
-            self.scheduler.use_clock(clock)
-        own_filter = getattr(self.scheduler, "candidate_filter", None)  # its own holds (easy)
-        self.memo = (own_filter(self.view) if own_filter is not None else
-                     NothingFitsMemo(self.view, CommitMode.parse(config.commit_mode) is CommitMode.ALL_OR_NOTHING)
-                     if skip_nothing_fits and memo_applies(self.scheduler) else None)
-        self.cycle = SchedulingCycle(config.name, served_classes(config), self.view, self.placer, self.queue,
-                                     self, clock, batch_jobs=SELECT_BATCH, memo=self.memo,
-                                     share_machines=getattr(self.scheduler, "share_machines", None))
+        options = CycleOptions(retry_policy_for(config.kind, config.seed), ConflictMode.parse(config.conflict_mode),
+                               CommitMode.parse(config.commit_mode), config.order, config.drf_weights,
+                               STEAL_AFTER_S, SELECT_BATCH, skip_nothing_fits, explains_waits=False)
+        assembly = assemble(self.scheduler, served_classes(config), self.view, cell.committer(), self, clock, options,
+                            on_attempt=self._on_attempt, refresh=self.catch_up,
+                            pace=self._pace if self.paced else None,
+                            expect=None if self.measured else self._expected)
+        self.placer, self.queue, self.cycle = assembly.placer, assembly.queue, assembly.cycle
+        self.memo = self.cycle.memo  # the scheduler's candidate filter: the nothing-fits memo, EASY's holds
         self.refused = self.cycle.refused  # refused jobs stay out until they change
-        if hasattr(self.scheduler, "use_refusals"):  # a scheduler that plans over the whole queue
-            self.scheduler.use_refusals(self.cycle.refused)
         self.process = Process(core, config.name, self._run)
 
     # -- the loop ---------------------------------------------------------------------------

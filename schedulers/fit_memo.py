@@ -1,4 +1,9 @@
-"""``NothingFitsMemo``: a replayed scheduler skips jobs for which nothing can fit yet.
+"""``NothingFitsMemo``: a scheduler's cycle skips jobs for which nothing can fit yet.
+
+A scheduler whose unplaced tasks mean no room (batch, service) offers the memo to its host as
+its candidate filter (``nothing_fits_memo``, from its ``attach``: ``omega.host``), so the live
+process and the replay both use it. It lives with the policies, not in the core: whether it is
+exact is a property of the scheduler's chain (its filters' traits, below).
 
 Pending jobs are grouped by request. A group *sleeps* when no up machine has room for its
 request: every job of it is left out of the candidates the scheduler orders (``remembers``),
@@ -33,7 +38,9 @@ that freed room but lacks room for a task fails ``resources_fit``, and the job's
 leaving a machine change its record. Only for schedulers that declare
 ``unplaced_means_no_room`` (batch, service: they do not preempt and leave a task unplaced only
 when no machine passes their filters for it): a preempting decision may find room by
-eviction as other tasks arrive (``memo_applies``).
+eviction as other tasks arrive (``memo_applies``). The memo reads the view's change feed
+(``omega.protocols.ChangeFeed``: ``take_freed_machines``) and the cycle hands it the changed
+jobs (``take_changed_jobs``).
 
 Incremental (``refresh``): each round looks only at the jobs whose record changed, the jobs
 noted since, the machines that freed room and the shapes added since. The requests of asleep
@@ -46,7 +53,7 @@ O(groups) and are handed to the queue as group changes, not job by job
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Protocol
 
 import numpy as np
 
@@ -57,19 +64,32 @@ from cellstate.plan import JobEntry
 from schedulers.plugin import JOB, ROOM, filter_traits
 from schedulers.row_slots import RowSlots, with_row
 
+if TYPE_CHECKING:
+    from omega.host import SchedulerHost
+    from schedulers.pipeline import Pipeline
+
 _FOUND_NO_MORE = (AttemptOutcome.NOTHING_FITS, AttemptOutcome.COMMITTED)
 _NEVER = np.iinfo(np.int64).max  # a removed request's row: fits in nothing
 
 _LIFTED_BY_KNOWN = frozenset({ROOM, JOB})  # events the memo follows: freed machines, changed records
 
 
-def memo_applies(scheduler) -> bool:
+class MemoDeclarations(Protocol):
+    """What a scheduler declares for the memo: ``unplaced_means_no_room`` (it never preempts
+    and leaves a task unplaced only when no machine passes its filters for it) and its chain
+    (None: it has none the memo can read)."""
+
+    unplaced_means_no_room: bool
+    pipeline: Pipeline | None
+
+
+def memo_applies(scheduler: MemoDeclarations) -> bool:
     """True when the memo is exact for ``scheduler``: it declares ``unplaced_means_no_room``
     and every filter of its chain declares that only ``ROOM`` and ``JOB`` events lift its
-    rejections (read once, when the replayed scheduler is set up)."""
-    if getattr(scheduler, "unplaced_means_no_room", False) is not True:
+    rejections."""
+    if scheduler.unplaced_means_no_room is not True:
         return False
-    pipeline = getattr(scheduler, "pipeline", None)
+    pipeline = scheduler.pipeline
     if pipeline is None:
         return False
     for f in pipeline.filters:
@@ -77,6 +97,15 @@ def memo_applies(scheduler) -> bool:
         if lifted_by is None or not lifted_by <= _LIFTED_BY_KNOWN:
             return False
     return True
+
+
+def nothing_fits_memo(scheduler: MemoDeclarations, host: SchedulerHost) -> NothingFitsMemo | None:
+    """The memo a scheduler offers its host as its candidate filter (``omega.host.Attachment``):
+    one over the host's view when the host allows it (``skip_nothing_fits``) and the memo is
+    exact for the scheduler (``memo_applies``); else None."""
+    if not host.skip_nothing_fits or not memo_applies(scheduler):
+        return None
+    return NothingFitsMemo(host.view, host.all_or_nothing, host.explains_waits)
 
 
 PendingLookup = Callable[[str], JobEntry | None]
@@ -167,11 +196,15 @@ class MemoChanges:
 class NothingFitsMemo:
     """Pending jobs by request, asleep while no machine has room for it (see the module)."""
 
-    def __init__(self, view, all_or_nothing: bool = False):
+    def __init__(self, view, all_or_nothing: bool = False, explain_waits: bool = False):
         """``all_or_nothing``: the scheduler commits every job all-or-nothing (gang jobs are
-        committed so in any case)."""
+        committed so in any case). ``explain_waits``: a job is left out only once a decision
+        of it was noted, so its record says why it waits (a job joining an asleep group is
+        decided once first; the live host's choice, ``SchedulerHost.explains_waits``)."""
         self.view = view
         self.all_or_nothing = all_or_nothing
+        self._unexplained: set[str] | None = set() if explain_waits else None
+        """Filed jobs not decided since they were filed (None: not explaining waits)."""
         view.track_freed_machines()
         self._groups: dict[GroupKey, _Group] = {}
         self._filed: dict[str, _Group] = {}  # job id → its group
@@ -188,7 +221,9 @@ class NothingFitsMemo:
     def remembers(self, job_id: str) -> bool:
         """True while ``job_id`` is left out of the candidates."""
         group = self._filed.get(job_id)
-        return group is not None and (group.asleep or job_id in group.solo)
+        if group is None or (self._unexplained is not None and job_id in self._unexplained):
+            return False
+        return group.asleep or job_id in group.solo
 
     def solo(self, job_id: str) -> bool:
         """True while ``job_id`` is remembered on its own (its group is awake)."""
@@ -196,20 +231,27 @@ class NothingFitsMemo:
         return group is not None and job_id in group.solo
 
     def group_of(self, job_id: str) -> GroupKey | None:
-        """The key of the request group the job is filed in (None: not a pending job of the memo)."""
+        """The key of the request group the job is filed in (None: not a pending job of the
+        memo, or one to be decided before its group can leave it out: ``explain_waits``)."""
         group = self._filed.get(job_id)
-        return None if group is None else group.key
+        if group is None or (self._unexplained is not None and job_id in self._unexplained):
+            return None
+        return group.key
 
     def remembered(self) -> Iterator[str]:
         """The ids of the jobs left out."""
+        unexplained = self._unexplained
         for group in self._groups.values():
-            yield from group.members if group.asleep else group.solo
+            held = group.members if group.asleep else group.solo
+            yield from held if not unexplained else (j for j in held if j not in unexplained)
 
     def note(self, job_id: str, result: PlacementResult) -> None:
         """Remember ``job_id`` on its own if the last decision of ``result`` found nothing
         (and it is still pending in the view), making its request a shape when it can; forget
         it otherwise."""
-        self._noted.add(job_id)
+        self._noted.add(job_id)  # (handed back as touched: the queue files it again, in its group)
+        if self._unexplained is not None:
+            self._unexplained.discard(job_id)
         group = self._filed.get(job_id)
         if group is not None:
             self._unsolo(job_id, group)
@@ -282,9 +324,13 @@ class NothingFitsMemo:
                 self._set_asleep(group, True)
         group.members.add(job_id)
         self._filed[job_id] = group
+        if self._unexplained is not None:
+            self._unexplained.add(job_id)
 
     def _leave(self, job_id: str, group: _Group) -> None:
         del self._filed[job_id]
+        if self._unexplained is not None:
+            self._unexplained.discard(job_id)
         group.members.discard(job_id)
         self._unsolo(job_id, group)
         if not group.members:
