@@ -31,12 +31,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from enum import Enum
-from typing import Mapping
+from typing import Any, Iterable, Mapping, TypeVar, cast
 
 from cellstate.devices import bind_in
 from cellstate.model import MachineState
 from cellstate.plan import AllocEntry, Claim, CommitOutcome, JobEntry, MachineEntry, Plan, PlanTooLarge
 from omega.protocols import Decision
+
+Judged = tuple[list[Claim], list[tuple[Claim, str]]]
+"""Claims on one machine split into those kept and (claim, why) for those rejected."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,11 +117,12 @@ class _ConflictStrategy:
         kept.sort(key=lambda c: order[c.task_index])
         return ConflictSplit(tuple(kept), tuple(rejected), tuple(dropped))
 
-    def _context(self, plan: Plan, outcome: CommitOutcome):
+    def _context(self, plan: Plan, outcome: CommitOutcome) -> Any:
         """What ``_judge`` needs of the whole plan, computed once per split."""
         return None
 
-    def _judge(self, plan, outcome, machine_id, claims, context):
+    def _judge(self, plan: Plan, outcome: CommitOutcome, machine_id: str, claims: list[Claim],
+               context: Any) -> Judged:
         raise NotImplementedError
 
     def stale(self, plan: Plan, outcome: CommitOutcome, split: ConflictSplit) -> bool:
@@ -132,7 +136,8 @@ class SequenceConflicts(_ConflictStrategy):
 
     label = "sequence"
 
-    def _judge(self, plan: Plan, outcome: CommitOutcome, machine_id: str, claims: list[Claim], context):
+    def _judge(self, plan: Plan, outcome: CommitOutcome, machine_id: str, claims: list[Claim],
+               context: Any) -> Judged:
         fresh = outcome.fresh_machines.get(machine_id)
         seen = plan.machines[machine_id].mod_revision
         if fresh is None:
@@ -152,7 +157,7 @@ class ResourceFitConflicts(_ConflictStrategy):
         return _spread_rules_at_risk(plan, outcome)
 
     def _judge(self, plan: Plan, outcome: CommitOutcome, machine_id: str, claims: list[Claim],
-               spread_at_risk: bool):
+               spread_at_risk: bool) -> Judged:
         fresh = outcome.fresh_machines.get(machine_id)
         seen = plan.machines[machine_id].mod_revision
         if fresh is not None and fresh.mod_revision == seen:
@@ -192,7 +197,7 @@ _LIVE = bytes(int(chr(i) in "ar") for i in range(256))
 
 
 def fit_cumulatively(fresh: MachineEntry, claims: list[Claim],
-                     victim_allocs: Mapping[tuple[str, int], AllocEntry] | None = None):
+                     victim_allocs: Mapping[tuple[str, int], AllocEntry] | None = None) -> Judged:
     """Split ``claims`` on one machine into those that fit its ledger one after another and
     (claim, reason) for the rest. An evicting claim is credited with its victims' resources
     (from ``victim_allocs``, those on this machine); a rejected one evicts nothing. On a
@@ -258,7 +263,9 @@ def drop_unfit(plan: Plan) -> tuple[Plan, list[int]]:
             [c.task_index for c in plan.claims if c.task_index in unfit])
 
 
-def victims_of(claims, victims: dict, victim_allocs: dict) -> tuple[dict, dict]:
+def victims_of(claims: Iterable[Claim], victims: dict[str, JobEntry],
+               victim_allocs: dict[tuple[str, int], AllocEntry]
+               ) -> tuple[dict[str, JobEntry], dict[tuple[str, int], AllocEntry]]:
     """The entries of ``victims`` (by job id) and ``victim_allocs`` (by task) that ``claims``
     evict: what a plan left with only those claims compares."""
     evicted = {task for c in claims for task in c.evicts}
@@ -334,7 +341,7 @@ class ConflictMode(Enum):
 
     @property
     def strategy(self) -> _ConflictStrategy:
-        return self._value_  # the member's value, without Enum's ``value`` property
+        return cast(_ConflictStrategy, self._value_)  # the member's value, without Enum's ``value`` property
 
     @classmethod
     def parse(cls, text: str) -> ConflictMode:
@@ -347,14 +354,17 @@ class CommitMode(Enum):
 
     @property
     def strategy(self) -> IncrementalCommits | AllOrNothingCommits:
-        return self._value_  # the member's value, without Enum's ``value`` property
+        return cast("IncrementalCommits | AllOrNothingCommits", self._value_)  # the member's value, without Enum's ``value`` property
 
     @classmethod
     def parse(cls, text: str) -> CommitMode:
         return _parse(cls, text)
 
 
-def _parse(enum, text: str):
+_Mode = TypeVar("_Mode", "ConflictMode", "CommitMode")
+
+
+def _parse(enum: type[_Mode], text: str) -> _Mode:
     """The member whose label (or name) is ``text``; ValueError listing the choices."""
     for member in enum:
         if text in (member.value.label, member.name, member.name.lower()):
