@@ -10,7 +10,7 @@ from fauxmaster_traces import machine
 
 from cellstate.model import Alloc
 from cellstate.resources import Resources
-from tools.fauxmaster.cell import UsageLedger
+from tools.fauxmaster.usage_ledger import UsageLedger
 from tools.fauxmaster.metrics import (
     JobJournal,
     WaitStats,

@@ -220,7 +220,7 @@ def test_a_cell_without_extra_resources_keeps_its_samples_as_they_were(tmp_path)
 def test_the_usage_ledger_sums_extra_resources_exactly():
     from cellstate.model import Alloc, Machine
     from cellstate.resources import Resources
-    from tools.fauxmaster.cell import UsageLedger
+    from tools.fauxmaster.usage_ledger import UsageLedger
 
     ledger = UsageLedger()
     ledger.add_machine(Machine("a", Resources.of(4000, 100, 0, gpu=4, fpga=1)))

@@ -27,7 +27,7 @@ from itertools import repeat
 from operator import sub
 
 from omega.stats import percentile
-from tools.fauxmaster.cell import UsageLedger
+from tools.fauxmaster.usage_ledger import UsageLedger
 
 
 @dataclass(frozen=True, slots=True)
