@@ -15,7 +15,7 @@ from tools.trace.events import TraceEvent
 from tools.trace.header import GZIP_MAGIC, TraceError, TraceHeader, header_from_record, record_error
 from tools.trace.raw_logs import raw_log_error
 from tools.trace.records import FORMAT_VERSION, _decoders, event_from_record
-from tools.trace.truth import truth_from_record
+from tools.trace.truth import GroundTruth, truth_from_record
 
 _CHUNK = 1 << 16
 
