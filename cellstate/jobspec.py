@@ -21,7 +21,9 @@ TOML; ``{"job": [...]}`` or a bare list in JSON). Fields of a job:
     scheduler     the scheduler class that serves it (e.g. "borg"); default: its kind's class
 
 Every problem raises ``JobSpecError`` naming the file, the job (``job[2] 'web'``, index from
-0) and the field. Unknown fields and duplicate ids within a file are rejected.
+0) and the field. Unknown fields and duplicate ids within a file are rejected. Types and
+bounds are declared on ``_JobSpec`` and checked by msgspec, whose errors are put in this
+module's words (``_field_error``); units, finite numbers, names and cross-field rules are checked here.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ import re
 import tomllib
 from fractions import Fraction
 from pathlib import Path
+from typing import Annotated
+
+import msgspec
 
 from cellstate.codec.records import MAX_TASKS, validate_job
 from cellstate.codec.fields import SHORT as _SHORT
@@ -40,11 +45,7 @@ from cellstate.devices import MAX_DEVICES, MILLI, model_constraint
 from cellstate.model import Constraint, ConstraintOp, Job, JobKind
 from cellstate.resources import Resources
 
-KNOWN_FIELDS = frozenset(
-    "id kind tasks cpu memory disk gpu resources priority owner constraints duration_s gang "
-    "package different_machine max_per_machine scheduler estimate_s gpu_milli gpu_models".split())
-REQUIRED_FIELDS = ("id", "kind", "tasks", "cpu", "memory")
-_CONSTRAINT_FIELDS = frozenset(("attribute", "op", "values"))
+_CONSTRAINT_FIELDS = ("attribute", "op", "values")
 _UNITS = {"": Fraction(1), "Ki": Fraction(1, 1024), "Mi": Fraction(1), "Gi": Fraction(1024),
           "Ti": Fraction(1024 ** 2)}
 _QUANTITY = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(Ki|Mi|Gi|Ti)?\s*$")
@@ -53,6 +54,8 @@ _RESERVED_RESOURCES = frozenset(("cpu", "memory", "disk", "gpu"))
 # (millicores, MiB, counts), so cpu is bounded by what its millicores can hold.
 INT64_MIN, INT64_MAX = -2 ** 63, 2 ** 63 - 1
 MAX_CORES = INT64_MAX // 1000
+_Int64 = Annotated[int, msgspec.Meta(ge=INT64_MIN, le=INT64_MAX)]
+_UNSET = msgspec.UNSET  # a field left out (null is a wrong value, not an absent one)
 
 
 class JobSpecError(ValueError):
@@ -192,31 +195,96 @@ def _spec_field(codec_field: str) -> str:
     return codec_field.removeprefix("request.")
 
 
+class _ConstraintSpec(msgspec.Struct, forbid_unknown_fields=True):
+    attribute: str = ""
+    op: ConstraintOp | msgspec.UnsetType = _UNSET
+    values: object = ()  # a string or a list of them (_constraint)
+
+
+class _JobSpec(msgspec.Struct, forbid_unknown_fields=True):
+    """The fields of a job spec, their types and bounds (msgspec checks them); an ``object``
+    field takes more than one form and is checked by hand (units, finite numbers, names)."""
+
+    id: object
+    kind: JobKind
+    tasks: Annotated[int, msgspec.Meta(ge=1, le=MAX_TASKS)]
+    cpu: object
+    memory: object
+    disk: object = 0
+    gpu: Annotated[int, msgspec.Meta(ge=0, le=MAX_DEVICES)] | msgspec.UnsetType = _UNSET
+    gpu_milli: Annotated[int, msgspec.Meta(ge=1, le=MILLI)] | msgspec.UnsetType = _UNSET
+    gpu_models: object = None
+    resources: dict = {}
+    priority: _Int64 = 0
+    owner: str = ""
+    constraints: list[_ConstraintSpec] = []
+    duration_s: object = None
+    estimate_s: object = None
+    gang: bool = False
+    package: str = ""
+    different_machine: bool = False
+    max_per_machine: Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)] = 0
+    scheduler: str = ""
+
+
+KNOWN_FIELDS = frozenset(_JobSpec.__struct_fields__)
+_EXPECTED = {"int": "must be an integer", "str": "must be a string", "bool": "must be true or false",
+             "array": "must be a list", "object": "must be a table/object of fields"}
+_EXPECTED_AT = {"kind": f"must be one of {', '.join(JobKind)}", "resources": "must be a map of name -> amount",
+                "constraints[]": "must be a table {attribute, op, values}",
+                "constraints[].op": f"must be one of {', '.join(ConstraintOp)}"}
+_VALIDATION = re.compile(r"^(?:Expected `(?P<type>[^`]+)`(?:, got `[^`]+`| (?P<bound>[<>]= -?\d+))"
+                         r"|Object contains unknown field `(?P<unknown>[^`]+)`"
+                         r"|Object missing required field `(?P<missing>[^`]+)`"
+                         r"|Invalid enum value (?P<enum>.+?))(?: - at `\$(?P<path>[^`]*)`)?$")
+
+
 def _build_job(d) -> Job:
     if not isinstance(d, dict):
         raise FieldError("", f"must be a table/object of fields, got {_show(d)}")
-    unknown = sorted(str(k) for k in d if k not in KNOWN_FIELDS)
-    if unknown:
-        raise FieldError(unknown[0], f"unknown field (known: {', '.join(sorted(KNOWN_FIELDS))})")
-    for name in REQUIRED_FIELDS:
-        if name not in d:
-            raise FieldError(name, "missing required field")
+    try:
+        spec = msgspec.convert(d, _JobSpec, strict=True)
+    except msgspec.ValidationError as exc:
+        raise _field_error(str(exc), d) from None
     return Job(
-        id=_ident(d["id"]),
-        kind=_kind(d["kind"]),
-        tasks=_integer("tasks", d["tasks"], 1, MAX_TASKS),
-        request=_request(d),
-        priority=_integer("priority", d.get("priority", 0), None),
-        owner=_text("owner", d.get("owner", "")),
-        constraints=_constraints(d.get("constraints", [])) + _gpu_models(d.get("gpu_models")),
-        duration_s=_duration(d.get("duration_s")),
-        gang=_flag("gang", d.get("gang", False)),
-        package=_text("package", d.get("package", "")),
-        different_machine=_flag("different_machine", d.get("different_machine", False)),
-        max_per_machine=_integer("max_per_machine", d.get("max_per_machine", 0), 0),
-        scheduler=_scheduler(d.get("scheduler", "")),
-        estimate_s=_duration(d.get("estimate_s"), "estimate_s"),
+        id=_ident(spec.id), kind=spec.kind, tasks=spec.tasks, request=_request(spec),
+        priority=spec.priority, owner=spec.owner,
+        constraints=tuple(_constraint(f"constraints[{i}]", c) for i, c in enumerate(spec.constraints))
+        + _gpu_models(spec.gpu_models),
+        duration_s=_duration(spec.duration_s), gang=spec.gang, package=spec.package,
+        different_machine=spec.different_machine, max_per_machine=spec.max_per_machine,
+        scheduler=_scheduler(spec.scheduler), estimate_s=_duration(spec.estimate_s, "estimate_s"),
     )
+
+
+def _field_error(message: str, d: dict) -> FieldError:
+    """The FieldError for msgspec's ValidationError ``message`` on the spec mapping ``d``: the
+    field by its path, the message in this module's words (msgspec's own for any other)."""
+    match = _VALIDATION.match(message)
+    if match is None:
+        return FieldError("", message)
+    path = (match["path"] or "").lstrip(".")
+    if match["unknown"]:
+        known = _CONSTRAINT_FIELDS if path else sorted(KNOWN_FIELDS)
+        return FieldError(".".join(filter(None, (path, match["unknown"]))), f"unknown field (known: {', '.join(known)})")
+    if match["missing"]:
+        return FieldError(".".join(filter(None, (path, match["missing"]))), "missing required field")
+    if match["bound"]:
+        limit = {f"<= {INT64_MAX}": f"at most {INT64_MAX}", f">= {INT64_MIN}": f"at least {INT64_MIN}"}.get(match["bound"])
+        expected = f"must be {limit} (a 64-bit integer)" if limit else f"must be {match['bound']}"
+    else:
+        expected = _EXPECTED_AT.get(re.sub(r"\[\d+\]", "[]", path)) or _EXPECTED.get(match["type"], f"must be {match['type']}")
+    return FieldError(path, f"{expected}, got {_show(_at(d, path))}")
+
+
+def _at(d, path: str):
+    """The value at a msgspec path (``constraints[0].op``) of ``d``; None when absent."""
+    for part in re.findall(r"\w+|\[\d+\]", path):
+        try:
+            d = d[int(part[1:-1])] if part.startswith("[") else d.get(part)
+        except (AttributeError, IndexError, TypeError):
+            return None
+    return d
 
 
 def _scheduler(x) -> str:
@@ -226,34 +294,32 @@ def _scheduler(x) -> str:
     return x
 
 
-def _request(d: dict) -> Resources:
-    cpu = _number("cpu", d["cpu"])
+def _request(spec: _JobSpec) -> Resources:
+    cpu = _number("cpu", spec.cpu)
     if cpu <= 0:
-        raise FieldError("cpu", f"must be > 0, got {_show(d['cpu'])}")
+        raise FieldError("cpu", f"must be > 0, got {_show(spec.cpu)}")
     if cpu > MAX_CORES:
         raise FieldError("cpu", f"must be at most {MAX_CORES} cores (its millicores are a 64-bit integer), "
-                                f"got {_show(d['cpu'])}")
+                                f"got {_show(spec.cpu)}")
     millicores = round(cpu * 1000)
     if millicores < 1:
-        raise FieldError("cpu", f"must be at least 0.001 cores, got {_show(d['cpu'])}")
-    memory = mebibytes("memory", d["memory"])
+        raise FieldError("cpu", f"must be at least 0.001 cores, got {_show(spec.cpu)}")
+    memory = mebibytes("memory", spec.memory)
     if memory <= 0:
-        raise FieldError("memory", f"must be > 0, got {_show(d['memory'])}")
-    extra = dict(_extra_resources(d.get("resources", {})))
-    extra["gpu"] = _gpu(d)
-    return Resources.of(millicores, memory, mebibytes("disk", d.get("disk", 0)), **extra)
+        raise FieldError("memory", f"must be > 0, got {_show(spec.memory)}")
+    extra = dict(_extra_resources(spec.resources))
+    extra["gpu"] = _gpu(spec)
+    return Resources.of(millicores, memory, mebibytes("disk", spec.disk), **extra)
 
 
-def _gpu(d: dict) -> int:
+def _gpu(spec: _JobSpec) -> int:
     """The request's ``gpu`` amount in milli (cellstate.devices): ``gpu`` whole GPUs, or a
-    ``gpu_milli`` share of one."""
-    count = _integer("gpu", d.get("gpu", 0), 0, MAX_DEVICES)
-    if "gpu_milli" not in d:
-        return count * MILLI
-    milli = _integer("gpu_milli", d["gpu_milli"], 1, MILLI)
-    if "gpu" in d and count != 1:
-        raise FieldError("gpu_milli", f"a share of a GPU is for gpu = 1 (or gpu absent), got gpu = {count}")
-    return milli
+    ``gpu_milli`` share of one (for gpu = 1 or gpu absent)."""
+    if spec.gpu_milli is _UNSET:
+        return (spec.gpu or 0) * MILLI
+    if spec.gpu not in (_UNSET, 1):
+        raise FieldError("gpu_milli", f"a share of a GPU is for gpu = 1 (or gpu absent), got gpu = {spec.gpu}")
+    return spec.gpu_milli
 
 
 def _gpu_models(x) -> tuple[Constraint, ...]:
@@ -300,31 +366,15 @@ def _extra_resources(m) -> list[tuple[str, int]]:
     return out
 
 
-def _constraints(x) -> tuple[Constraint, ...]:
-    if not isinstance(x, list):
-        raise FieldError("constraints", f"must be a list, got {_show(x)}")
-    return tuple(_constraint(f"constraints[{i}]", c) for i, c in enumerate(x))
-
-
-def _constraint(field: str, c) -> Constraint:
-    if not isinstance(c, dict):
-        raise FieldError(field, f"must be a table {{attribute, op, values}}, got {_show(c)}")
-    unknown = sorted(str(k) for k in c if k not in _CONSTRAINT_FIELDS)
-    if unknown:
-        raise FieldError(f"{field}.{unknown[0]}", "unknown field (known: attribute, op, values)")
-    attribute = _text(f"{field}.attribute", c.get("attribute", ""))
-    if not attribute:
+def _constraint(field: str, c: _ConstraintSpec) -> Constraint:
+    if not c.attribute:
         raise FieldError(f"{field}.attribute", "missing or empty attribute name")
-    ops = {o.value: o for o in ConstraintOp}
-    op = ops.get(c.get("op")) if isinstance(c.get("op"), str) else None
-    if op is None:
-        raise FieldError(f"{field}.op", f"must be one of {', '.join(ops)}, got {_show(c.get('op'))}")
-    values = c.get("values", [])
-    if isinstance(values, str):
-        values = [values]
-    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
-        raise FieldError(f"{field}.values", f"must be a list of strings, got {_show(values)}")
-    return Constraint(attribute, op, tuple(values))
+    if c.op is _UNSET:
+        raise FieldError(f"{field}.op", f"must be one of {', '.join(ConstraintOp)}, got null")
+    values = [c.values] if isinstance(c.values, str) else c.values
+    if not isinstance(values, (list, tuple)) or not all(isinstance(v, str) for v in values):
+        raise FieldError(f"{field}.values", f"must be a list of strings, got {_show(c.values)}")
+    return Constraint(c.attribute, c.op, tuple(values))
 
 
 # ----------------------------------------------------------------------- field checks
@@ -357,25 +407,14 @@ def job_id_problem(x) -> str | None:
     return None
 
 
-def _kind(x) -> JobKind:
-    kinds = {k.value: k for k in JobKind}
-    if not isinstance(x, str) or x not in kinds:
-        raise FieldError("kind", f"must be one of {', '.join(kinds)}, got {_show(x)}")
-    return kinds[x]
-
-
-def _integer(field: str, x, low: int | None, high: int | None = None) -> int:
-    """An int (not a bool) in [low, high], and always a signed 64-bit one (what msgpack holds)."""
+def _integer(field: str, x, low: int) -> int:
+    """An int (not a bool) >= low, and a signed 64-bit one (what msgpack holds)."""
     if type(x) is not int:
         raise FieldError(field, f"must be an integer, got {_show(x)}")
-    if low is not None and x < low:
+    if x < low:
         raise FieldError(field, f"must be >= {low}, got {_show(x)}")
-    if high is not None and x > high:
-        raise FieldError(field, f"must be <= {high}, got {_show(x)}")
     if x > INT64_MAX:
         raise FieldError(field, f"must be at most {INT64_MAX} (a 64-bit integer), got {_show(x)}")
-    if x < INT64_MIN:
-        raise FieldError(field, f"must be at least {INT64_MIN} (a 64-bit integer), got {_show(x)}")
     return x
 
 
@@ -395,18 +434,6 @@ def _duration(x, field: str = "duration_s") -> float | None:
         return float(x)
     except OverflowError:  # an int beyond any float
         raise FieldError(field, f"must be a finite number, got {_show(x)}") from None
-
-
-def _text(field: str, x) -> str:
-    if not isinstance(x, str):
-        raise FieldError(field, f"must be a string, got {_show(x)}")
-    return x
-
-
-def _flag(field: str, x) -> bool:
-    if type(x) is not bool:
-        raise FieldError(field, f"must be true or false, got {_show(x)}")
-    return x
 
 
 def _show(x) -> str:

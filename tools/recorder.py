@@ -37,6 +37,8 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Callable
 
+from tenacity import Retrying, retry_if_exception_type, wait_fixed
+
 from cellstate.codec.records import decode_alloc, decode_job_record, decode_machine
 from cellstate.codec.fields import CodecError
 from cellstate.keys import CellKeys
@@ -167,8 +169,8 @@ class Recorder:
         before = self.writer.events
         try:
             batch = self._stream.next(timeout)
-        except Unavailable as exc:
-            self._resume(exc)
+        except Unavailable:
+            self._resume()
             return 0
         except Compacted:
             self._relist()
@@ -190,24 +192,19 @@ class Recorder:
             self._stream.cancel()
             self._stream = None
 
-    def _resume(self, error: Unavailable) -> None:
+    def _resume(self) -> None:
         """Reopen the watch from the last applied revision + 1, retrying until it works or the
-        outage has lasted ``give_up_after`` seconds (then ``error`` propagates)."""
+        outage has lasted ``give_up_after`` seconds (then the last Unavailable propagates)."""
         since = self.clock()
-        while True:
-            if self._stream is not None:
-                self._stream.cancel()
-            try:
-                self.store.revision()  # a dead server shows here at once, not later in the stream
-                self._stream = self.store.watch(self.keys.prefix, self.stats.revision + 1)
-                self.stats.resumes += 1
-                return
-            except Unavailable as exc:
-                error = exc
-            if self.clock() - since >= self.give_up_after:
-                self._stream = None
-                raise error
-            time.sleep(_RETRY_S)
+        Retrying(retry=retry_if_exception_type(Unavailable), wait=wait_fixed(_RETRY_S), reraise=True,
+                 stop=lambda _: self.clock() - since >= self.give_up_after)(self._reopen)
+        self.stats.resumes += 1
+
+    def _reopen(self) -> None:
+        """Cancel the stream and watch again from revision + 1 (None while the store is down)."""
+        self.close()
+        self.store.revision()  # a dead server shows here at once, not later in the stream
+        self._stream = self.store.watch(self.keys.prefix, self.stats.revision + 1)
 
     def _relist(self) -> None:
         """After compaction: list again, diff it against the held state, watch from there."""

@@ -1,26 +1,31 @@
 """The envelope every stored value shares (``cellstate.codec.records``): a msgpack map with
 ``"v": SCHEMA_VERSION`` and a type tag ``"t"``, and the generic encoder that checks a
-value decodes back equal before packing it."""
+value decodes back equal before packing it.
+
+Bytes are packed and unpacked by msgspec's msgpack encoder and untyped decoder: for the
+codec's plain maps (str keys; str, int, float, bool, None, lists and maps) they give the
+bytes and values ``msgpack.packb``/``unpackb`` give, in about half the time (docs/LIBRARIES.md);
+the codec's own checks stay as they are. Trace files keep msgpack's streaming Unpacker."""
 
 from __future__ import annotations
 
-import threading
 from dataclasses import fields
 
-import msgpack
+import msgspec
 
 from cellstate.codec import fields as fc
 from cellstate.codec.fields import CodecError
 
 SCHEMA_VERSION = 1
-_PACKERS = threading.local()  # one reused msgpack.Packer per thread (``pack_plain``)
+# Reused by every thread (msgspec's encoders and decoders are thread-safe since 0.16).
+_ENCODER, _DECODER = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder()
 
 
 def unpack(key: str, raw: bytes, tag: str) -> dict:
     """The top-level map of a value, after checking its type tag and schema version."""
     try:
-        d = msgpack.unpackb(raw, raw=False)
-    except Exception as exc:  # msgpack raises many types (ValueError, StackError, TypeError…)
+        d = _DECODER.decode(raw)
+    except Exception as exc:  # msgspec.DecodeError (not msgpack, truncated, trailing bytes), TypeError
         raise CodecError(key, "", f"not a msgpack value ({type(exc).__name__}: {exc})") from None
     return envelope(key, d, tag)
 
@@ -56,18 +61,13 @@ def encode(label: str, value, to_map, from_map) -> bytes:
     """Msgpack bytes of ``encode_map(…)``; CodecError if it cannot be packed."""
     d = encode_map(label, value, to_map, from_map)
     try:
-        return msgpack.packb(d)
+        return pack_plain(d)
     except (OverflowError, ValueError, TypeError) as exc:
         raise CodecError(label, "", f"cannot pack: {exc}") from None
 
 
-def pack_plain(d) -> bytes:
-    """``msgpack.packb(d)`` (same bytes, same errors) with this thread's reused packer, for
-    maps of plain values only (exact dicts, lists, str, int, float, bool, None: packing them
-    runs no Python code, so it never re-enters the packer). ``packb`` builds a packer and
-    its buffer per call."""
-    try:
-        packer = _PACKERS.packer
-    except AttributeError:
-        packer = _PACKERS.packer = msgpack.Packer()
-    return packer.pack(d)
+# ``msgpack.packb(d)``'s bytes for maps of plain values (dicts, lists, tuples, str, bytes, int,
+# float, bool, None; OverflowError for an int beyond 64 bits): msgspec's encoder itself, so a
+# call runs no Python frame. (It also packs sets, enums and dataclasses, which msgpack refuses:
+# the codec's maps hold none, their builders check every field's exact type first.)
+pack_plain = _ENCODER.encode

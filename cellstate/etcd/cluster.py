@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import operator
 import os
 import shutil
 import tempfile
@@ -130,15 +131,12 @@ class EtcdCluster:
 
     def wait_healthy(self, timeout: float = 30.0, members: list[EtcdMember] | None = None) -> None:
         """Block until the members answer healthy; EtcdError with the log tail otherwise."""
+        from tenacity import Retrying, retry_if_result, wait_fixed  # (not at import: `omega --help` stays light)
+
         deadline = time.monotonic() + timeout
+        poll = Retrying(retry=retry_if_result(operator.not_), wait=wait_fixed(0.05))
         for member in members or self.members:
-            while not member.healthy():
-                if not member.running:
-                    raise EtcdError(f"etcd member {member.spec.name} exited during start:\n{member.log_tail()}")
-                if time.monotonic() > deadline:
-                    raise EtcdError(
-                        f"etcd member {member.spec.name} not healthy after {timeout:.0f}s:\n{member.log_tail()}")
-                time.sleep(0.05)
+            poll(_healthy_in_time, member, deadline, timeout)
 
     def restart_member(self, index: int, timeout: float = 30.0) -> None:
         """Start a stopped or killed member again on its ports and data dir."""
@@ -262,3 +260,15 @@ def _recorded_layout(path: Path, size: int, scheme: str, placement: Placement, m
 def start_etcd(size: int = 1, **kwargs) -> EtcdCluster:
     """Start an embedded etcd (see EtcdCluster) and return it running."""
     return EtcdCluster(size=size, **kwargs).start()
+
+
+def _healthy_in_time(member: EtcdMember, deadline: float, timeout: float) -> bool:
+    """Whether ``member`` answers healthy; EtcdError with its log tail once it exited or
+    ``deadline`` (``timeout`` seconds after the wait began) has passed."""
+    if member.healthy():
+        return True
+    if not member.running:
+        raise EtcdError(f"etcd member {member.spec.name} exited during start:\n{member.log_tail()}")
+    if time.monotonic() > deadline:
+        raise EtcdError(f"etcd member {member.spec.name} not healthy after {timeout:.0f}s:\n{member.log_tail()}")
+    return False

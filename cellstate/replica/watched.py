@@ -29,6 +29,8 @@ from collections.abc import Mapping
 from contextlib import contextmanager
 from typing import Callable, Iterable, Iterator
 
+from tenacity import Retrying, retry_if_exception_type
+
 from cellstate.keys import CellKeys
 from cellstate.model import Alloc
 from cellstate.replica.state import DecodeErrorHandler, ReplicaState
@@ -205,29 +207,40 @@ class Replica(ReplicaState):
         return applied
 
     def _resume(self, error: Unavailable) -> None:
-        """Reopen the watch from revision + 1, probing the store; re-raise ``error`` once the
-        outage has lasted ``give_up_after`` seconds (a later pump tries again)."""
+        """Reopen the watch from revision + 1, probing the store; re-raise the last Unavailable
+        once the outage has lasted ``give_up_after`` seconds (a later pump tries again). The
+        backoff spans the outage: a watch that reopened and broke again waits before its next try."""
         if self._outage_since is None:
-            self._outage_since = self.clock()
-            self._backoff = 0.0
-        while True:
-            if self.clock() - self._outage_since >= self.give_up_after and self._backoff:
-                self._close_stream()
-                self._outage_since = None  # the next pump starts a new outage window
-                raise error
-            if self._backoff:
-                self._sleep(self._backoff)
-            self._backoff = min(max(_FIRST_BACKOFF, 2 * self._backoff), _MAX_BACKOFF)
-            try:
-                self.reconnect()
-                self.store.revision()  # the watch reports a dead server late; a read reports it now
-            except Unavailable as exc:
-                error = exc
-                continue
-            self.resumes += 1
-            log.info("cell replica resumed cell=%s revision=%d outage_s=%.1f", self.keys.cell, self.revision,
-                     self.clock() - self._outage_since)
-            return
+            self._outage_since, self._backoff = self.clock(), 0.0
+        elif self._outage_over():
+            self._end_outage()
+            raise error
+        else:
+            self._sleep(self._backoff)
+        try:
+            Retrying(retry=retry_if_exception_type(Unavailable), stop=lambda _: self._outage_over(),
+                     before=self._grow_backoff, wait=lambda _: self._backoff, sleep=self._sleep,
+                     reraise=True)(self._reopen)
+        except Unavailable:
+            self._end_outage()
+            raise
+        self.resumes += 1
+        log.info("cell replica resumed cell=%s revision=%d outage_s=%.1f", self.keys.cell, self.revision,
+                 self.clock() - self._outage_since)
+
+    def _outage_over(self) -> bool:
+        return self.clock() - self._outage_since >= self.give_up_after
+
+    def _grow_backoff(self, _state=None) -> None:
+        self._backoff = min(max(_FIRST_BACKOFF, 2 * self._backoff), _MAX_BACKOFF)
+
+    def _end_outage(self) -> None:
+        self._close_stream()
+        self._outage_since = None  # the next pump starts a new outage window
+
+    def _reopen(self) -> None:
+        self.reconnect()
+        self.store.revision()  # the watch reports a dead server late; a read reports it now
 
     def _relist(self) -> None:
         """Sync again after the watch's start revision was compacted away."""

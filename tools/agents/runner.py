@@ -17,6 +17,8 @@ import random
 import time
 from typing import Callable
 
+from tenacity import Retrying, retry_if_result, stop_after_attempt
+
 from cellstate.lifecycle_txn import TxnOps
 from cellstate.replica.watched import Replica
 from cellstate.store import Delete, Put, Store, TxnResult
@@ -47,19 +49,28 @@ class TxnRunner:
 
     def commit(self, build: Callable[[], TxnOps | None], what: str) -> TxnResult | None:
         """Run ``build()``'s txn until it commits; None when ``build`` finds nothing to do."""
-        for attempt in range(self.attempts):
+        def attempt() -> TxnResult | None:
             ops = build()
             if ops is None:
                 return None
             result = self.store.txn(ops.compares, ops.success, ops.failure)
             if result.succeeded:
                 self.apply(result.revision, ops)
-                return result
-            self.metrics.txn_conflicts.inc()
-            log.debug("txn conflict what=%r attempt=%d revision=%d", what, attempt + 1, result.revision)
-            self.catch_up(fresh_revisions(ops, result))
-            self._sleep(backoff(attempt, self.rng))
-        raise TxnGaveUp(f"{what}: lost the race {self.attempts} times in a row")
+            else:
+                self.metrics.txn_conflicts.inc()
+                self.catch_up(fresh_revisions(ops, result))
+            return result
+
+        def lost(state) -> None:
+            log.debug("txn conflict what=%r attempt=%d revision=%d", what, state.attempt_number,
+                      state.outcome.result().revision)
+
+        def gave_up(state) -> None:
+            raise TxnGaveUp(f"{what}: lost the race {self.attempts} times in a row")
+
+        return Retrying(retry=retry_if_result(lambda result: result is not None and not result.succeeded),
+                        stop=stop_after_attempt(self.attempts), wait=lambda state: backoff(state.attempt_number - 1, self.rng),
+                        sleep=self._sleep, after=lost, retry_error_callback=gave_up)(attempt)
 
     def apply(self, revision: int, ops: TxnOps) -> None:
         """Apply a committed txn's writes to the replica at ``revision``."""

@@ -196,8 +196,9 @@ def connect(args, *, existing_cell: bool = True, retry_for: float = 0.0, on_retr
     is retried for that many seconds, ``on_retry(attempt, error, sleep_s, elapsed_s)`` called
     before each wait (jittered exponential, at most 2 s), as ``omega submit`` retries its
     submissions. The caller closes the store (it is a context manager)."""
-    import random
     import time
+
+    from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random_exponential
 
     from cellstate.store import StoreError
     from cellstate.submit import transient
@@ -205,20 +206,20 @@ def connect(args, *, existing_cell: bool = True, retry_for: float = 0.0, on_retr
 
     keys = cell_keys(args)
     what = command_name(args)
-    started, attempt = time.monotonic(), 0
-    while True:
-        try:
-            return _checked_store(args, keys, what, existing_cell)
-        except StoreError as exc:
-            elapsed = time.monotonic() - started
-            if not transient(exc) or elapsed >= retry_for:
-                gave_up = f" (gave up after --retry-for {retry_for:g} s)" if retry_for and transient(exc) else ""
-                raise CommandError(f"{what}: {store_failure(exc, args)}{gave_up}") from None
-            attempt += 1
-            sleep_s = random.uniform(0, min(2.0, 0.1 * 2 ** attempt))
-            if on_retry is not None:
-                on_retry(attempt, exc, sleep_s, elapsed)
-            time.sleep(sleep_s)
+    started = time.monotonic()
+
+    def before_sleep(state) -> None:
+        if on_retry is not None:
+            on_retry(state.attempt_number, state.outcome.exception(), state.upcoming_sleep,
+                     time.monotonic() - started)
+
+    retrying = Retrying(retry=retry_if_exception(transient), stop=stop_after_delay(retry_for),
+                        wait=wait_random_exponential(multiplier=0.2, max=2.0), before_sleep=before_sleep, reraise=True)
+    try:
+        return retrying(_checked_store, args, keys, what, existing_cell)
+    except StoreError as exc:
+        gave_up = f" (gave up after --retry-for {retry_for:g} s)" if retry_for and transient(exc) else ""
+        raise CommandError(f"{what}: {store_failure(exc, args)}{gave_up}") from None
 
 
 def _checked_store(args, keys: CellKeys, what: str, existing_cell: bool):

@@ -216,33 +216,33 @@ def open_view(store, keys, timeout_s: float, describe=str):
     scheduler started beside a busy or restarting etcd waits for it instead of exiting): one
     warning saying what is wrong (``describe(error)``), then a progress line every
     WAIT_PROGRESS_EVERY_S seconds."""
+    from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
+
     from cellstate.replica.view import ReplicaView
     from cellstate.store import Unavailable
     from tools.cli.common import require_cell
 
-    deadline = time.monotonic() + timeout_s
-    waiting_since = next_line = None
-    cell_checked = False
-    while True:
-        try:
-            if not cell_checked:
-                require_cell(store, keys, "scheduler run")
-                cell_checked = True
-            view = ReplicaView(store, keys, give_up_after=REPLICA_GIVE_UP_S)
-            if waiting_since is not None:
-                log.warning("etcd answered after %.1f s", time.monotonic() - waiting_since)
-            return view
-        except Unavailable as exc:
-            now = time.monotonic()
-            if now >= deadline:
-                raise
-            if waiting_since is None:
-                waiting_since, next_line = now, now + WAIT_PROGRESS_EVERY_S
-                log.warning("waiting up to %g s (--startup-timeout) for etcd: %s", timeout_s, describe(exc))
-            elif now >= next_line:
-                next_line += WAIT_PROGRESS_EVERY_S
-                log.warning("still waiting for etcd: %.0f s of %g s", now - waiting_since, timeout_s)
-            time.sleep(0.5)
+    next_line = WAIT_PROGRESS_EVERY_S
+
+    def attempt():
+        require_cell(store, keys, "scheduler run")
+        return ReplicaView(store, keys, give_up_after=REPLICA_GIVE_UP_S)
+
+    def before_sleep(state) -> None:
+        nonlocal next_line
+        if state.attempt_number == 1:
+            log.warning("waiting up to %g s (--startup-timeout) for etcd: %s", timeout_s,
+                        describe(state.outcome.exception()))
+        elif state.seconds_since_start >= next_line:
+            next_line += WAIT_PROGRESS_EVERY_S
+            log.warning("still waiting for etcd: %.0f s of %g s", state.seconds_since_start, timeout_s)
+
+    retrying = Retrying(retry=retry_if_exception_type(Unavailable), stop=stop_after_delay(timeout_s),
+                        wait=wait_fixed(0.5), before_sleep=before_sleep, reraise=True)
+    view = retrying(attempt)
+    if retrying.statistics["attempt_number"] > 1:
+        log.warning("etcd answered after %.1f s", time.monotonic() - retrying.statistics["start_time"])
+    return view
 
 
 def run_scheduler(args) -> int:

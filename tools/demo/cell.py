@@ -20,6 +20,7 @@ check of the cell.
 from __future__ import annotations
 
 import _thread
+import operator
 import shlex
 import signal
 import sys
@@ -29,7 +30,9 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Callable, TextIO
+
+from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from cellstate.cellspec import DEMO_GPU_SHAPES, CellSpec, init_cell
 from cellstate.check import check_cell
@@ -207,21 +210,22 @@ class Demo:
     def collect_metrics_urls(self) -> dict[str, str]:
         """Where each agents and scheduler child serves metrics (from its "metrics on URL" line)."""
         wanted = ["agents"] + [name for name, _ in self.config.scheduler_names()]
-        deadline = time.monotonic() + METRICS_READY_S
-        while True:
+
+        def found() -> bool:
             for child in self.children.children:
                 if child.name in wanted and child.name not in self.metrics_urls:
                     line = next((x for x in child.log_lines() if x.startswith(METRICS_LINE)), None)
                     if line is not None:
                         self.metrics_urls[child.name] = line[len(METRICS_LINE):].strip()
             if len(self.metrics_urls) == len(wanted):
-                return self.metrics_urls
+                return True
             self.raise_if_failed()
-            if time.monotonic() > deadline:
-                missing = ", ".join(sorted(set(wanted) - set(self.metrics_urls)))
-                raise RuntimeError(f"no metrics address from {missing} after {METRICS_READY_S:g} s; "
-                                   f"logs in {self.run_dir}")
-            time.sleep(0.1)
+            return False
+
+        _poll(found, METRICS_READY_S, lambda: f"no metrics address from "
+              f"{', '.join(sorted(set(wanted) - set(self.metrics_urls)))} after {METRICS_READY_S:g} s; "
+              f"logs in {self.run_dir}")
+        return self.metrics_urls
 
     def monitor_command(self) -> list[str]:
         """The ``omega monitor`` argv that attaches to this demo's cell."""
@@ -264,12 +268,15 @@ class Demo:
     def wait_for_schedulers(self) -> None:
         """Until every scheduler's stats key exists; RuntimeError if one fails or it takes too long."""
         wanted = {name for name, _ in self.config.scheduler_names()}
-        deadline = time.monotonic() + SCHEDULERS_READY_S
-        while not wanted <= set(read_leased_stats(self.store, self.keys)):
+
+        def serving() -> bool:
+            if wanted <= set(read_leased_stats(self.store, self.keys)):
+                return True
             self.raise_if_failed()
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"schedulers not serving after {SCHEDULERS_READY_S:g} s; logs in {self.run_dir}")
-            time.sleep(0.1)
+            return False
+
+        _poll(serving, SCHEDULERS_READY_S,
+              lambda: f"schedulers not serving after {SCHEDULERS_READY_S:g} s; logs in {self.run_dir}")
 
     def raise_if_failed(self) -> None:
         failed = self.children.failed()
@@ -492,3 +499,13 @@ def say_command(out: TextIO, label: str, argv: list[str]) -> None:
             lines.append("    " + chunk)
     out.write(" \\\n".join(lines) + "\n")
     out.flush()
+
+
+def _poll(ready: Callable[[], bool], timeout_s: float, timed_out: Callable[[], str]) -> None:
+    """Call ``ready`` every 0.1 s until it is true (its exceptions propagate);
+    RuntimeError(``timed_out()``) once ``timeout_s`` seconds have passed."""
+    def give_up(state) -> None:
+        raise RuntimeError(timed_out())
+
+    Retrying(retry=retry_if_result(operator.not_), stop=stop_after_delay(timeout_s), wait=wait_fixed(0.1),
+             retry_error_callback=give_up)(ready)
