@@ -13,7 +13,7 @@ import pytest
 from cellstate.etcd.cluster import EtcdCluster
 from cellstate.etcd.store import EtcdStore
 from cellstate.security import CREDENTIALS_DIR, AuthAdmin, SecurityError, load_credentials, secure_cells, secure_options
-from cellstate.store import StoreError, Unavailable
+from cellstate.store import Delete, StoreError, Unavailable
 
 CELL = "m"
 
@@ -128,6 +128,9 @@ def test_a_replay_on_the_secure_etcd_presents_its_certificate(mtls_etcd, capsys)
     from tools.cli import main
 
     cluster, creds = mtls_etcd
+    scheduler = load_credentials(creds / "m-scheduler.json").store_kwargs("m-scheduler")
+    with EtcdStore(cluster.urls, **scheduler) as store:  # a replay needs an empty cell: clear m
+        store.txn((), [Delete(f"/omega/cells/{CELL}/", prefix=True)])
     trace = Path(__file__).resolve().parent.parent / "data" / "traces" / "sweep" / "tiny-a.omt.gz"
     argv = ["replay", str(trace), "--store", "etcd", "--endpoints", ",".join(cluster.urls), "--cell", CELL]
     assert main([*argv, "--cacert", cluster.ca_cert]) == 1  # no certificate: refused, one line
