@@ -136,7 +136,7 @@ def test_the_experiment_runs_its_searches_on_the_sweep_engine(tmp_path, capsys):
     (["compaction", TINY, "--at", "1e9"], 2, "outside the trace's span"),
     (["compaction", "/nonexistent/t.omt"], 2, "/nonexistent/t.omt"),
     (["compaction", TINY, "--quick"], 2, "--quick: not for experiment compaction"),
-    (["architectures", "--variants", "pow2"], 2, "--variants: for experiment compaction only"),
+    (["architectures", "--variants", "pow2"], 2, "--variants: for experiment compaction or omega-sweep only"),
 ])
 def test_bad_input_is_one_line_and_its_exit_status(argv, code, message, capsys):
     with pytest.raises(SystemExit) as exc:
