@@ -47,7 +47,7 @@ def register(sub) -> None:
     add_plugin_arg(p)
     add_gpu_frag_args(p)
     p.set_defaults(seeds=None)  # --seeds: gpu-frag's default 42-51, compaction's 0-10
-    g = p.add_argument_group(f"{COMPACTION} (Borg EuroSys'15 §5.1; also --seeds, --jobs, --html)")
+    g = p.add_argument_group(f"{COMPACTION} (Borg EuroSys'15 §5.1; also --seeds, default 0-10 here, --jobs, --html)")
     g.add_argument("--variants", help="comma list of baseline, segregated, pow2 (default: all three)")
     g.add_argument("--at", type=float, metavar="SECONDS", help="the snapshot's instant (default: the trace's middle)")
     g.add_argument("--sample", type=float, default=1.0, metavar="F",
@@ -57,8 +57,8 @@ def register(sub) -> None:
     w = p.add_argument_group(f"{OMEGA_SWEEP} (Omega EuroSys'13 §4-5; also --engine, --out, --jobs, --html, --seed)")
     w.add_argument("--until", type=float, default=300.0, metavar="S",
                    help="replay window: the first S virtual seconds of TRACE (default 300)")
-    w.add_argument("--batch-tjob", default="0.1,0.25,0.5,1,2,4", metavar="LIST", help="batch t_job values (s)")
-    w.add_argument("--service-tjob", default="0.1,10", metavar="LIST", help="service t_job values (s)")
+    w.add_argument("--batch-tjob", default="0.1,0.25,0.5,1,2,4", metavar="LIST", help="batch t_job values, s (default 0.1,0.25,0.5,1,2,4)")
+    w.add_argument("--service-tjob", default="0.1,10", metavar="LIST", help="service t_job values, s (default 0.1,10)")
     w.add_argument("--architectures", default="monolithic,two-level,shared-state", metavar="LIST",
                    help="monolithic, two-level, shared-state (default: all)")
     w.add_argument("--batch-schedulers", default="1,3", metavar="LIST",
