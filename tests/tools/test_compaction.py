@@ -98,6 +98,12 @@ def test_the_binary_search_finds_the_brute_force_smallest_cell():
     assert all(brute[n] == left for n, left in found.probes if n in brute)
     assert len(found.probes) < len(brute)  # it searched, it did not count every size
     assert brute[smallest - 1] > allowed and brute[smallest] <= allowed
+    bound = c.lower_bound(order, snap.jobs, allowed)
+    assert all(brute[n] > allowed for n in range(1, bound + 1))  # the bound only skips cells that do not fit
+    # the whole search from 0 on the same counts (a workload of tiny requests has no bound)
+    tiny = [_job("tiny", snap.tasks, cpu=1, memory=1)]
+    assert c.lower_bound(order, tiny, allowed) == 0
+    assert c.compact(order, tiny, pending=lambda n: brute[n]).machines == smallest
 
 
 def test_the_experiment_runs_its_searches_on_the_sweep_engine(tmp_path, capsys):
@@ -119,6 +125,12 @@ def test_the_experiment_runs_its_searches_on_the_sweep_engine(tmp_path, capsys):
     rows = list(csv.DictReader(open(out / "runs.csv")))
     assert len(rows) == 6 and {r["status"] for r in rows} == {"done"}
     assert (tmp_path / "html" / "index.html").is_file()
+    for path in (out / "runs").glob("*.json"):  # a segregated size is its two sub-cells' sum
+        run = json.loads(path.read_text())
+        groups = run["detail"]["groups"]
+        assert run["summary"]["machines"] == sum(g["machines"] for g in groups.values())
+        if run["summary"]["variant"] == "segregated":
+            assert set(groups) == {"prod", "non-prod"}
     assert main(argv) == 0  # a second run resumes every search from the folder
     again = json.loads(capsys.readouterr().out)
     assert again["sweep"]["resumed"] == 6
