@@ -1,5 +1,5 @@
 """``omega experiment NAME [--trace FILE] [--quick] [--json OUT] [--batch-kind KIND] [--order
-ORDER]``: run one of the Omega paper's scheduler experiments on the fauxmaster and print a rich
+ORDER]`` (and ``omega experiment compaction TRACE``: Borg's cell compaction): run one of the Omega paper's scheduler experiments on the fauxmaster and print a rich
 table of the figures, the paper's finding beside it, and whether its direction was reproduced
 (``all`` runs each). ``--batch-kind`` swaps the batch schedulers for another kind (borg,
 solver…) and ``--order`` sets every scheduler's queue order (fair or drf)."""
@@ -20,12 +20,17 @@ from tools.cli.plugin_args import add_plugin_arg, load_plugin_args
 # no scheduler code; a test checks the two lists agree).
 NAMES = ("architectures", "tjob-sweep", "conflict-modes", "commit-modes", "batch-scaling")
 GPU_FRAG = "gpu-frag"
+COMPACTION = "compaction"
+OMEGA_SWEEP = "omega-sweep"
 
 
 def register(sub) -> None:
     p = sub.add_parser("experiment", help="reproduce an Omega paper experiment on the fauxmaster")
-    p.add_argument("name", choices=[*NAMES, "all", GPU_FRAG],
-                   help=f"experiment to run (all: every Omega one; {GPU_FRAG}: the FGD paper's, on openb lists)")
+    p.add_argument("name", choices=[*NAMES, "all", GPU_FRAG, COMPACTION, OMEGA_SWEEP],
+                   help=f"experiment to run (all: every Omega one; {GPU_FRAG}: the FGD paper's, on openb lists; "
+                        f"{COMPACTION}: Borg's cell compaction of TRACE; {OMEGA_SWEEP}: the Omega paper's "
+                        f"t_job x architecture grid on TRACE)")
+    p.add_argument("target", nargs="?", metavar="TRACE", help=f"{COMPACTION}, {OMEGA_SWEEP}: the omega trace")
     p.add_argument("--trace", metavar="FILE", help="omega trace to replay (default: a seeded synthetic one)")
     p.add_argument("--quick", action="store_true", help="a much smaller synthetic cell and workload (tests)")
     p.add_argument("--json-out", metavar="FILE", dest="json", help="also write the report(s) as JSON to FILE")
@@ -41,6 +46,23 @@ def register(sub) -> None:
                    help="added to every scheduler's and the synthetic workload's seed (default 0)")
     add_plugin_arg(p)
     add_gpu_frag_args(p)
+    p.set_defaults(seeds=None)  # --seeds: gpu-frag's default 42-51, compaction's 0-10
+    g = p.add_argument_group(f"{COMPACTION} (Borg EuroSys'15 §5.1; also --seeds, default 0-10 here, --jobs, --html)")
+    g.add_argument("--variants", help="comma list of baseline, segregated, pow2 (default: all three)")
+    g.add_argument("--at", type=float, metavar="SECONDS", help="the snapshot's instant (default: the trace's middle)")
+    g.add_argument("--sample", type=float, default=1.0, metavar="F",
+                   help="compact a seeded share F of the snapshot's machines and tasks (default 1: all)")
+    g.add_argument("--engine", choices=("local", "ray"), help="sweep engine of the searches (default local)")
+    g.add_argument("--out", metavar="DIR", help="sweep folder, resumable (default: a new temp folder)")
+    w = p.add_argument_group(f"{OMEGA_SWEEP} (Omega EuroSys'13 §4-5; also --engine, --out, --jobs, --html, --seed)")
+    w.add_argument("--until", type=float, default=300.0, metavar="S",
+                   help="replay window: the first S virtual seconds of TRACE (default 300)")
+    w.add_argument("--batch-tjob", default="0.1,0.25,0.5,1,2,4", metavar="LIST", help="batch t_job values, s (default 0.1,0.25,0.5,1,2,4)")
+    w.add_argument("--service-tjob", default="0.1,10", metavar="LIST", help="service t_job values, s (default 0.1,10)")
+    w.add_argument("--architectures", default="monolithic,two-level,shared-state", metavar="LIST",
+                   help="monolithic, two-level, shared-state (default: all)")
+    w.add_argument("--batch-schedulers", default="1,3", metavar="LIST",
+                   help="numbers of batch schedulers (default 1,3; monolithic runs with 1 only)")
     p.set_defaults(func=run_experiment_command)
 
 
@@ -51,7 +73,17 @@ def run_experiment_command(args) -> int:
     from tools.fauxmaster.experiments.catalogue import run_experiment
     from tools.fauxmaster.experiments.runs import Overrides
 
+    if args.name == COMPACTION:
+        return run_compaction_command(args)
+    if args.name == OMEGA_SWEEP:
+        return run_omega_sweep_command(args)
+    given = [flag for flag, value in (("TRACE", args.target), ("--variants", args.variants), ("--at", args.at),
+                                      ("--sample", args.sample != 1.0), ("--engine", args.engine),
+                                      ("--out", args.out)) if value not in (None, False)]
+    if given:
+        raise UsageError(f"{', '.join(given)}: for experiment {COMPACTION} or {OMEGA_SWEEP} only")
     if args.name == GPU_FRAG:
+        args.seeds = args.seeds or "42-51"
         return run_gpu_frag(args)
     if args.nodes or args.pods:
         raise UsageError("--nodes/--pods are for experiment gpu-frag")
@@ -85,6 +117,184 @@ def run_experiment_command(args) -> int:
             index = write_experiment_html(reports, args.html)
         print(f"report: {index}", file=sys.stderr)
     return 0 if all(r.runs_ok for r in reports) else 1
+
+
+def run_compaction_command(args) -> int:
+    """``omega experiment compaction TRACE``: flags checked before any work, the searches on the
+    sweep engine, a table of the variants beside the paper's figures; exit 1 if a search failed."""
+    from tools.cli import InputError, UsageError
+    from tools.cli.common import output_file_errors, replay_errors, require_optional
+    from tools.fauxmaster.experiments.compaction import CompactionError, EmptySnapshot, parse_variants, run_compaction
+    from tools.gpufrag.experiment import ExperimentError, parse_seeds
+    from tools.sweep.engines import make_engine
+
+    if not args.target:
+        raise UsageError(f"experiment {COMPACTION} needs TRACE (an omega trace: omega import google2011)")
+    other = [flag for flag, value in (("--trace", args.trace), ("--quick", args.quick), ("--nodes", args.nodes),
+                                      ("--pods", args.pods)) if value]
+    if other:
+        raise UsageError(f"{', '.join(other)}: not for experiment {COMPACTION}")
+    if args.jobs < 0:
+        raise UsageError(f"--jobs must be >= 0, got {args.jobs}")
+    try:
+        seeds = parse_seeds(args.seeds or "0-10")
+        variants = parse_variants(args.variants or "baseline,segregated,pow2")
+    except (ExperimentError, CompactionError) as exc:
+        raise UsageError(str(exc)) from None
+    if not 0 < args.sample <= 1:
+        raise UsageError(f"--sample must be in (0, 1], got {args.sample:g}")
+    if args.at is not None and not args.at >= 0:
+        raise UsageError(f"--at must be >= 0 seconds, got {args.at:g}")
+    if args.engine == "ray":
+        require_optional("ray", f"experiment {COMPACTION} --engine ray")
+    engine = make_engine(args.engine or "local", None, args.jobs or None)
+    progress = None
+    if not output_json(args):
+        def progress(finished, total, failed):
+            print(f"compaction: {finished}/{total} searches, {failed} failed", file=sys.stderr, flush=True)
+    try:
+        with replay_errors():
+            report = run_compaction(args.target, seeds, variants, args.at, args.sample, engine, args.out,
+                                    progress=progress)
+    except EmptySnapshot as exc:
+        raise InputError(f"{args.target}: {exc}") from None
+    except CompactionError as exc:
+        raise UsageError(str(exc)) from None
+    data = report.to_dict()
+    text = json.dumps(data, indent=2, default=str) + "\n"
+    if output_json(args):
+        print(text, end="")
+    else:
+        print_compaction(data)
+    if args.json:
+        with output_file_errors("experiment", "--json-out", args.json):
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.json).write_text(text)
+    if args.html:
+        from tools.fauxmaster.experiments.compaction import write_compaction_html
+        with output_file_errors("experiment", "--html", args.html):
+            index = write_compaction_html(data, args.html)
+        print(f"report: {index}", file=sys.stderr)
+    return 1 if data["failed"] else 0
+
+
+def run_omega_sweep_command(args) -> int:
+    """``omega experiment omega-sweep TRACE``: the grid's points on the sweep engine, the saturation
+    points and their shift beside the paper's; exit 1 if a point failed."""
+    from tools.cli import UsageError
+    from tools.cli.common import output_file_errors, replay_errors, require_optional
+    from tools.fauxmaster.experiments.omega_sweep import (
+        SweepInputError, parse_floats, parse_setups, run_omega_sweep, write_sweep_html,
+    )
+    from tools.sweep.engines import make_engine
+
+    if not args.target:
+        raise UsageError(f"experiment {OMEGA_SWEEP} needs TRACE (an omega trace: omega import google2011)")
+    other = [flag for flag, value in (("--trace", args.trace), ("--quick", args.quick), ("--nodes", args.nodes),
+                                      ("--pods", args.pods), ("--variants", args.variants), ("--at", args.at),
+                                      ("--sample", args.sample != 1.0), ("--seeds", args.seeds)) if value]
+    if other:
+        raise UsageError(f"{', '.join(other)}: not for experiment {OMEGA_SWEEP}")
+    if args.jobs < 0:
+        raise UsageError(f"--jobs must be >= 0, got {args.jobs}")
+    try:
+        batch = parse_floats("--batch-tjob", args.batch_tjob)
+        service = parse_floats("--service-tjob", args.service_tjob)
+        setups = parse_setups(args.architectures, args.batch_schedulers)
+    except SweepInputError as exc:
+        raise UsageError(str(exc)) from None
+    if not args.until > 0:
+        raise UsageError(f"--until must be > 0 seconds, got {args.until:g}")
+    if args.engine == "ray":
+        require_optional("ray", f"experiment {OMEGA_SWEEP} --engine ray")
+    engine = make_engine(args.engine or "local", None, args.jobs or None)
+    progress = None
+    if not output_json(args):
+        def progress(finished, total, failed):
+            print(f"omega-sweep: {finished}/{total} points, {failed} failed", file=sys.stderr, flush=True)
+    with replay_errors():
+        data = run_omega_sweep(args.target, batch, service, setups, args.until, args.seed, engine, args.out,
+                               progress)
+    text = json.dumps(data, indent=2, default=str) + "\n"
+    if output_json(args):
+        print(text, end="")
+    else:
+        print_omega_sweep(data)
+    if args.json:
+        with output_file_errors("experiment", "--json-out", args.json):
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.json).write_text(text)
+    if args.html:
+        with output_file_errors("experiment", "--html", args.html):
+            index = write_sweep_html(data, args.html)
+        print(f"report: {index}", file=sys.stderr)
+    return 1 if data["failed"] else 0
+
+
+def print_omega_sweep(data: dict, console=None) -> None:
+    """Per set-up and service t_job: batch busyness along the batch t_job axis, the saturation point."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    table = Table(title=f"omega-sweep of {data['trace']}, first {data['until_s']:g} s: batch busyness",
+                  title_justify="left")
+    table.add_column("set-up")
+    table.add_column("service t_job", justify="right")
+    for b in data["batch_t_job"]:
+        table.add_column(f"{b:g}", justify="right")
+    table.add_column("saturates at", justify="right")
+    for name, grid in data["grids"].items():
+        for service in data["service_t_job"]:
+            cells = grid.get(str(service), {})
+            values = [cells.get(str(b)) for b in data["batch_t_job"]]
+            point = data["saturation"][name][str(service)]
+            table.add_row(name, f"{service:g}", *(
+                "" if v is None else f"{v['batch_busyness']:.2f}{'*' if v['saturated'] in (True, 'True') else ''}"
+                for v in values), "—" if point is None else f"{point:g}")
+    console.print(table)
+    console.print(f"{data['rule']} (*)", highlight=False)
+    for arch, shift in data["shift"].items():
+        median = shift["median"]
+        console.print(f"{arch}: 3 batch schedulers saturate at "
+                      f"{'—' if median is None else f'{median:.2f}x'} the batch t_job of 1 (median over service "
+                      f"t_job; paper ≈{data['paper']['saturation_shift']:g}x)", highlight=False)
+    for failure in data["failed"]:
+        console.print(f"[bold red]FAILED[/bold red] {failure['id']}: {failure['error']}", highlight=False)
+
+
+def print_compaction(data: dict, console=None) -> None:
+    """The compaction report as a rich table: each variant's compacted size and overhead, the paper's."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    snap = data["snapshot"]
+    table = Table(title=f"compaction of {data['trace']} at {snap['at_s']:g} s", title_justify="left")
+    for header in ("variant", "p90 % of cell", "median %", "seeds", "overhead p90 %", "overhead median %", "paper %"):
+        table.add_column(header, justify="left" if header == "variant" else "right")
+    for name, figures in data["variants"].items():
+        over = data["overheads"].get(name, {})
+        paper = over.get("paper_pct")
+        table.add_row(name, format_cell(figures["p90_machines_pct"], ".1f"),
+                      format_cell(figures["median_machines_pct"], ".1f"),
+                      str(sum(1 for s in figures["seeds"] if s["machines"] not in ("", None))),
+                      format_cell(over.get("p90_machines_pct"), "+.1f"),
+                      format_cell(over.get("median_machines_pct"), "+.1f"),
+                      f"+{paper[0]}..{paper[1]}" if paper else "")
+    console.print(table)
+    console.print(f"snapshot: {snap['machines']:,} machines, {snap['tasks']:,} tasks in {snap['jobs']:,} jobs "
+                  f"(of {snap['machines_up']:,} machines up and {snap['tasks_present']:,} tasks present)",
+                  highlight=False)
+    unfit = {name: sum(s["unfittable_tasks"] or 0 for s in v["seeds"]) for name, v in data["variants"].items()}
+    if any(unfit.values()):
+        console.print(f"tasks no machine could hold, left out of the searches (summed over seeds): {unfit}",
+                      highlight=False)
+    for failure in data["failed"]:
+        console.print(f"[bold red]FAILED[/bold red] {failure['variant']} seed {failure['seed']}: {failure['error']}",
+                      highlight=False)
+    console.print(f"sweep: {data['sweep']['out']} ({data['sweep']['ran']} ran, {data['sweep']['resumed']} resumed, "
+                  f"{data['sweep']['wall_s']:.1f} s)", highlight=False)
 
 
 def print_report(report, console=None) -> None:

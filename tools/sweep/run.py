@@ -2,7 +2,9 @@
 (``tools.fauxmaster.replay.replay``, memory store, modelled decision time on the virtual clock)
 with the run's settings, then its files in ``OUT/runs/``: ``ID.csv``, one row per job the trace
 submitted, and ``ID.json``, the result, the run and the digest, written last and by rename, so
-a JSON that is there is complete (``is_complete``).
+a JSON that is there is complete (``is_complete``). A run naming a ``task`` (``SweepRun.task``:
+another experiment's unit of work, e.g. one compaction search) calls that instead and writes only
+``ID.json``: the row and detail it returns, the digest the sha256 of both.
 
 The digest is the sha256 of the deterministic parts of the run: the replay's figures without
 wall-clock ones (``ReplayResult.to_dict(include_wall=False)``, the trace's path left out) and
@@ -47,13 +49,16 @@ def is_complete(out: str | Path, run: SweepRun) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     if (not isinstance(data, dict) or data.get("format") != FORMAT or not data.get("digest")
-            or data.get("run", {}).get("id") != run.id or not csv_path.is_file()):
+            or data.get("run", {}).get("id") != run.id or not (run.task or csv_path.is_file())):
         return None
     return data.get("summary")
 
 
 def execute(run: SweepRun, out: str) -> dict[str, Any]:
-    """Replay ``run``, write its files under ``out``; its summary (a row of the merged table)."""
+    """Replay ``run`` (or call its ``task``), write its files under ``out``; its summary (a row of
+    the merged table)."""
+    if run.task:
+        return _execute_task(run, out)
     from tools.fauxmaster.replay import replay
 
     placements: list[tuple[str, int, str, float]] = []
@@ -83,6 +88,20 @@ def execute(run: SweepRun, out: str) -> dict[str, Any]:
     json_path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(csv_path, _csv(rows))
     write_atomic(json_path, json.dumps(data, indent=1, sort_keys=True))
+    return summary
+
+
+def _execute_task(run: SweepRun, out: str) -> dict[str, Any]:
+    import importlib
+
+    module, _, name = run.task.partition(":")
+    summary, detail = getattr(importlib.import_module(module), name)(run)
+    text = json.dumps({"summary": summary, "detail": detail}, sort_keys=True, separators=(",", ":"), default=str)
+    data = {"format": FORMAT, "run": run.describe(), "digest": hashlib.sha256(text.encode()).hexdigest(),
+            "summary": summary, "detail": detail}
+    json_path, _ = run_paths(out, run.id)
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(json_path, json.dumps(data, indent=1, sort_keys=True, default=str))
     return summary
 
 

@@ -73,6 +73,9 @@ class SweepRun:
     trace: Trace
     settings: dict[str, Any]
     seed: int
+    task: str = ""
+    """"" (a spec's runs): the replay. Else ``"module:function"``, called by the worker instead
+    (``tools.sweep.run.execute``): ``function(run)`` → (its row of the merged table, its detail)."""
 
     def replay_config(self) -> dict[str, Any]:
         """The ``ReplayConfig`` fields of this run (memory store, modelled decision time)."""
@@ -80,7 +83,8 @@ class SweepRun:
 
     def describe(self) -> dict[str, Any]:
         """Plain data naming the run (its JSON's ``run`` and a row of the merged table)."""
-        return {"id": self.id, "trace": self.trace.name, "seed": self.seed, "settings": self.settings}
+        out = {"id": self.id, "trace": self.trace.name, "seed": self.seed, "settings": self.settings}
+        return {**out, "task": self.task} if self.task else out
 
 
 @dataclass

@@ -1,0 +1,67 @@
+"""``omega experiment omega-sweep``: a tiny grid on a vendored trace through the sweep engine, its
+heatmap report, the saturation rule and bad input."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from tools.cli import main
+from tools.fauxmaster.experiments import omega_sweep as w
+from tools.fauxmaster.experiments.scaling import SATURATED_BUSYNESS, SATURATED_UNSCHEDULED
+
+TINY = str(Path(__file__).resolve().parents[2] / "tests" / "data" / "traces" / "sweep" / "tiny-a.omt.gz")
+
+
+def test_the_saturation_point_is_the_smallest_saturated_batch_t_job():
+    rows = [{"batch_t_job": 4.0, "saturated": True}, {"batch_t_job": 1.0, "saturated": False},
+            {"batch_t_job": 2.0, "saturated": True}]
+    assert w.saturation(rows) == 2.0
+    assert w.saturation(rows[1:2]) is None
+    assert w.parse_setups("shared-state,monolithic", "3,1") == [("shared-state", 1), ("shared-state", 3),
+                                                                ("monolithic", 1)]
+    assert w.parse_floats("--batch-tjob", "2,0.5,2") == [0.5, 2.0]
+
+
+def test_a_tiny_grid_runs_on_the_engine_and_draws_its_heatmaps(tmp_path, capsys):
+    out = tmp_path / "sweep"
+    argv = ["experiment", "omega-sweep", TINY, "--until", "60", "--batch-tjob", "0.05,3",
+            "--service-tjob", "0.1", "--architectures", "shared-state,monolithic", "--batch-schedulers", "1,3",
+            "--jobs", "2", "--out", str(out), "-o", "json", "--html", str(tmp_path / "html")]
+    assert main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["setups"] == ["shared-state x1", "shared-state x3", "monolithic x1"]
+    rows = list(csv.DictReader(open(out / "runs.csv")))
+    assert len(rows) == 6 and {r["status"] for r in rows} == {"done"}
+    for row in rows:  # every point's verdict follows the stated rule from its own figures
+        saturated = (float(row["batch_busyness"]) >= SATURATED_BUSYNESS
+                     or float(row["batch_unscheduled_fraction"]) >= SATURATED_UNSCHEDULED)
+        assert row["saturated"] == str(saturated)
+    for name, grid in data["grids"].items():
+        cells = grid["0.1"]
+        assert set(cells) == {"0.05", "3.0"}
+        assert cells["3.0"]["batch_busyness"] > cells["0.05"]["batch_busyness"]  # slower decisions: busier
+        saturated = [float(b) for b, c in cells.items() if c["saturated"]]
+        assert data["saturation"][name]["0.1"] == (min(saturated) if saturated else None)
+    assert "shared-state" in data["shift"] and data["paper"]["saturation_shift"] == 3.0
+    page = (tmp_path / "html" / "index.html").read_text()
+    assert page.count("<table>") == 2 * len(data["grids"]) and "background:rgb(255," in page
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["omega-sweep"], "needs TRACE"),
+    (["omega-sweep", TINY, "--batch-tjob", "0,1"], "--batch-tjob: expected positive numbers"),
+    (["omega-sweep", TINY, "--architectures", "mesos"], "--architectures: unknown mesos"),
+    (["omega-sweep", TINY, "--batch-schedulers", "x"], "--batch-schedulers"),
+    (["omega-sweep", TINY, "--until", "-1"], "--until must be > 0"),
+    (["omega-sweep", TINY, "--variants", "pow2"], "--variants: not for experiment omega-sweep"),
+])
+def test_bad_input_is_a_one_line_usage_error(argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["experiment", *argv])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
