@@ -124,7 +124,8 @@ def run_compaction_command(args) -> int:
     sweep engine, a table of the variants beside the paper's figures; exit 1 if a search failed."""
     from tools.cli import InputError, UsageError
     from tools.cli.common import output_file_errors, replay_errors, require_optional
-    from tools.fauxmaster.experiments.compaction import CompactionError, EmptySnapshot, parse_variants, run_compaction
+    from tools.fauxmaster.experiments.compaction import CompactionError, parse_variants, run_compaction
+    from tools.fauxmaster.experiments.snapshot import EmptySnapshot
     from tools.gpufrag.experiment import ExperimentError, parse_seeds
     from tools.sweep.engines import make_engine
 
@@ -267,6 +268,8 @@ def print_compaction(data: dict, console=None) -> None:
     """The compaction report as a rich table: each variant's compacted size and overhead, the paper's."""
     from rich.console import Console
     from rich.table import Table
+
+    from tools.fauxmaster.experiments.verdicts import format_cell
 
     console = console or Console()
     snap = data["snapshot"]
