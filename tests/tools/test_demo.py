@@ -86,6 +86,9 @@ def test_the_gpu_demo_places_gpu_tasks_on_devices_and_leaves_a_clean_cell(tmp_pa
     assert summary["ok"] and summary["check"]["ok"], summary["check"]
     used = {u["name"]: u["allocated"] for u in summary["utilization"]}
     assert used["gpu"] > 0 and used["gpu.0"] > 0  # tasks hold named devices
+    gpu = summary["gpu"]  # the monitor's sums, in the summary too
+    assert gpu["devices"] > 0 and 0 < gpu["allocated"] <= gpu["capacity"] == 1000 * gpu["devices"]
+    assert "gpu devices" in done.stdout and "gpu.0 " not in done.stdout  # the text sums the devices
     assert (tmp_path / "run" / "gpu-batch-chain.toml").read_text().count('name = "fgd"') == 1
 
 

@@ -13,6 +13,7 @@ from typing import TextIO
 
 from cellstate.check import Report
 from cellstate.codec.fields import CodecError
+from cellstate.devices import device_index
 from cellstate.keys import CellKeys
 from cellstate.replica.watched import Replica
 from cellstate.codec.stats import decode_stats
@@ -61,6 +62,8 @@ class DemoSummary:
     tasks: dict[str, int] = field(default_factory=dict)
     utilization: list[dict] = field(default_factory=list)
     pending: list[dict] = field(default_factory=list)
+    gpu: dict | None = None
+    """The GPU devices as the monitor sums them (``tools.monitor.model.GpuUse``); None: no device."""
     check: dict = field(default_factory=dict)
     children: dict[str, dict] = field(default_factory=dict)  # name -> {"pid", "exit_code"}
     failed_children: list[str] = field(default_factory=list)
@@ -150,6 +153,7 @@ def describe_cell(summary: DemoSummary, store: Store, keys: CellKeys, now: float
         replica.close()
     summary.machines_up, summary.machines_total = frame["machines_up"], frame["machines_total"]
     summary.utilization, summary.pending = frame["utilization"], frame["pending"]
+    summary.gpu = frame.get("gpu")
     summary.jobs = jobs
     summary.tasks = {name: states.get(char, 0) for char, name in TASK_STATES.items()}
 
@@ -189,8 +193,15 @@ def print_summary(summary: DemoSummary, out: TextIO) -> None:
     w(f"machines up {summary.machines_up}/{summary.machines_total}; {summary.jobs} jobs")
     w("tasks " + ", ".join(f"{name} {n}" for name, n in summary.tasks.items()))
     for u in summary.utilization:
+        if summary.gpu is not None and device_index(u["name"]) is not None:
+            continue  # the GPU line below sums the devices (--summary-json keeps each)
         w(f"  {u['name']:<8} {u['fraction']:6.1%}  {amount(u['name'], u['allocated'])} / "
           f"{amount(u['name'], u['capacity'])}")
+    g = summary.gpu
+    if g is not None:
+        w(f"  gpu devices {g['fraction']:6.1%}  {g['allocated'] / 1000:,.1f}/{g['devices']:,} GPUs on "
+          f"{g['machines']:,} machines; {g['idle_devices']:,} devices idle, {g['partial_devices']:,} part-used "
+          f"({g['partial_fraction']:.1%} of the idle GPU, usable by shares only)")
     for q in summary.pending:
         w(f"  pending {q['kind']:<8} {q['jobs']} jobs, {q['tasks']} tasks, oldest {q['oldest_wait_s']:.1f} s")
     for name in summary.failed_children:
