@@ -123,11 +123,10 @@ def run_compaction_command(args) -> int:
     """``omega experiment compaction TRACE``: flags checked before any work, the searches on the
     sweep engine, a table of the variants beside the paper's figures; exit 1 if a search failed."""
     from tools.cli import InputError, UsageError
-    from tools.cli.common import output_file_errors, replay_errors, require_optional
+    from tools.cli.common import replay_errors
     from tools.fauxmaster.experiments.compaction import CompactionError, parse_variants, run_compaction
     from tools.fauxmaster.experiments.snapshot import EmptySnapshot
     from tools.gpufrag.experiment import ExperimentError, parse_seeds
-    from tools.sweep.engines import make_engine
 
     if not args.target:
         raise UsageError(f"experiment {COMPACTION} needs TRACE (an omega trace: omega import google2011)")
@@ -146,13 +145,7 @@ def run_compaction_command(args) -> int:
         raise UsageError(f"--sample must be in (0, 1], got {args.sample:g}")
     if args.at is not None and not args.at >= 0:
         raise UsageError(f"--at must be >= 0 seconds, got {args.at:g}")
-    if args.engine == "ray":
-        require_optional("ray", f"experiment {COMPACTION} --engine ray")
-    engine = make_engine(args.engine or "local", None, args.jobs or None)
-    progress = None
-    if not output_json(args):
-        def progress(finished, total, failed):
-            print(f"compaction: {finished}/{total} searches, {failed} failed", file=sys.stderr, flush=True)
+    engine, progress = _sweep_engine(args, COMPACTION, "searches")
     try:
         with replay_errors():
             report = run_compaction(args.target, seeds, variants, args.at, args.sample, engine, args.out,
@@ -161,20 +154,46 @@ def run_compaction_command(args) -> int:
         raise InputError(f"{args.target}: {exc}") from None
     except CompactionError as exc:
         raise UsageError(str(exc)) from None
-    data = report.to_dict()
+    from tools.fauxmaster.experiments.compaction import write_compaction_html
+
+    return _emit_sweep_report(args, report.to_dict(), print_compaction, write_compaction_html)
+
+
+def _sweep_engine(args, experiment: str, unit: str):
+    """(engine, progress) of an experiment whose runs go through the sweep engine: ``--engine``
+    (Ray checked for first), ``--jobs`` workers, and a progress line per finished run on stderr
+    unless the output is JSON (progress None)."""
+    from tools.cli.common import require_optional
+    from tools.sweep.engines import make_engine
+
+    if args.engine == "ray":
+        require_optional("ray", f"experiment {experiment} --engine ray")
+    engine = make_engine(args.engine or "local", None, args.jobs or None)
+    if output_json(args):
+        return engine, None
+
+    def progress(finished, total, failed):
+        print(f"{experiment}: {finished}/{total} {unit}, {failed} failed", file=sys.stderr, flush=True)
+    return engine, progress
+
+
+def _emit_sweep_report(args, data: dict, print_table, write_html) -> int:
+    """Print ``data`` (JSON with ``-o json``, else ``print_table``), write ``--json-out`` and
+    ``--html`` (``write_html(data, directory)`` -> its index); exit 1 if a run failed."""
+    from tools.cli.common import output_file_errors
+
     text = json.dumps(data, indent=2, default=str) + "\n"
     if output_json(args):
         print(text, end="")
     else:
-        print_compaction(data)
+        print_table(data)
     if args.json:
         with output_file_errors("experiment", "--json-out", args.json):
             Path(args.json).parent.mkdir(parents=True, exist_ok=True)
             Path(args.json).write_text(text)
     if args.html:
-        from tools.fauxmaster.experiments.compaction import write_compaction_html
         with output_file_errors("experiment", "--html", args.html):
-            index = write_compaction_html(data, args.html)
+            index = write_html(data, args.html)
         print(f"report: {index}", file=sys.stderr)
     return 1 if data["failed"] else 0
 
@@ -183,11 +202,10 @@ def run_omega_sweep_command(args) -> int:
     """``omega experiment omega-sweep TRACE``: the grid's points on the sweep engine, the saturation
     points and their shift beside the paper's; exit 1 if a point failed."""
     from tools.cli import UsageError
-    from tools.cli.common import output_file_errors, replay_errors, require_optional
+    from tools.cli.common import replay_errors
     from tools.fauxmaster.experiments.omega_sweep import (
         SweepInputError, parse_floats, parse_setups, run_omega_sweep, write_sweep_html,
     )
-    from tools.sweep.engines import make_engine
 
     if not args.target:
         raise UsageError(f"experiment {OMEGA_SWEEP} needs TRACE (an omega trace: omega import google2011)")
@@ -206,30 +224,11 @@ def run_omega_sweep_command(args) -> int:
         raise UsageError(str(exc)) from None
     if not args.until > 0:
         raise UsageError(f"--until must be > 0 seconds, got {args.until:g}")
-    if args.engine == "ray":
-        require_optional("ray", f"experiment {OMEGA_SWEEP} --engine ray")
-    engine = make_engine(args.engine or "local", None, args.jobs or None)
-    progress = None
-    if not output_json(args):
-        def progress(finished, total, failed):
-            print(f"omega-sweep: {finished}/{total} points, {failed} failed", file=sys.stderr, flush=True)
+    engine, progress = _sweep_engine(args, OMEGA_SWEEP, "points")
     with replay_errors():
         data = run_omega_sweep(args.target, batch, service, setups, args.until, args.seed, engine, args.out,
                                progress)
-    text = json.dumps(data, indent=2, default=str) + "\n"
-    if output_json(args):
-        print(text, end="")
-    else:
-        print_omega_sweep(data)
-    if args.json:
-        with output_file_errors("experiment", "--json-out", args.json):
-            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.json).write_text(text)
-    if args.html:
-        with output_file_errors("experiment", "--html", args.html):
-            index = write_sweep_html(data, args.html)
-        print(f"report: {index}", file=sys.stderr)
-    return 1 if data["failed"] else 0
+    return _emit_sweep_report(args, data, print_omega_sweep, write_sweep_html)
 
 
 def print_omega_sweep(data: dict, console=None) -> None:
