@@ -5,7 +5,9 @@ placed; a gang lease covers a decision longer than its minimum."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 from cellstate.check import check_cell
 from cellstate.codec.records import decode_alloc, decode_job_record, decode_machine, encode_job_record, encode_machine
@@ -25,27 +27,11 @@ from omega.runtime import SchedulerProcess
 from schedulers.chains import make_scheduler, retry_policy_for
 from tools.agents.agent import Agent
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "schedulers"))
+from viewlib import FixedClock, NullSink  # noqa: E402
+
 CAPACITY = Resources.of(4_000, 8_192, 100_000)
 MEMBER = Resources.of(3_000, 1_024, 10)  # one gang member per machine
-
-
-class FixedClock:
-    def __init__(self, t: float):
-        self.t = t
-
-    def now(self) -> float:
-        return self.t
-
-    def sleep(self, seconds: float) -> None:
-        pass
-
-
-class NullSink:
-    def publish(self, stats) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 def cell(store, keys, machines: int) -> None:

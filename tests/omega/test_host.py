@@ -6,6 +6,7 @@ view's declared change feed, and no probing of schedulers, committers or orders 
 from __future__ import annotations
 
 import ast
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -32,28 +33,12 @@ from schedulers.plugin import PluginConfigError
 from tools.fauxmaster.replay import ReplayConfig
 from tools.fauxmaster.scheduler_process import SchedulerConfig, SimScheduler
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "schedulers"))
+from viewlib import FixedClock, NullSink  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = Resources.of(1_000, 1_024, 0)
 BIG = Resources.of(4_000, 1_024, 0)  # more than a machine has
-
-
-class FixedClock:
-    def __init__(self, t: float):
-        self.t = t
-
-    def now(self) -> float:
-        return self.t
-
-    def sleep(self, seconds: float) -> None:
-        pass
-
-
-class NullSink:
-    def publish(self, stats) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 def cell(machines: int = 1) -> tuple[MemoryStore, CellKeys]:
