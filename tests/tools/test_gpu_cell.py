@@ -42,6 +42,21 @@ def allocs(store, keys) -> list[Alloc]:
     return [decode_alloc(kv.key, kv.value) for kv in store.range(keys.kind_prefix("allocs")).kvs]
 
 
+def place_whole_then_shares(store, keys) -> None:
+    """Submit JOBS' whole-GPU jobs, wait for their 7 tasks, then the shares, and wait for all 25
+    tasks placed (the job records in the message if not)."""
+    # whole GPUs first: the batch scheduler spreads shares over machines (it knows nothing of
+    # fragmentation), which could leave no machine with two free V100s
+    submit(store, keys, [j for j in JOBS if j.id.startswith("whole")])
+    wait_for(lambda: sum(r.tasks.count("a") for r in job_records(store, keys)) == 7, 30, "7 placed")
+    submit(store, keys, [j for j in JOBS if j.id.startswith("share")])
+    # 12 x 0.3 + 6 x 0.7 + 5 + 2 x 2 = 16.8 GPUs asked of 24: everything fits
+    try:
+        wait_for(lambda: sum(r.tasks.count("a") for r in job_records(store, keys)) == 25, 30, "25 tasks placed")
+    except AssertionError:
+        raise AssertionError([(r.id, r.tasks, r.reason) for r in job_records(store, keys)]) from None
+
+
 def test_two_schedulers_place_gpu_tasks_on_named_devices(etcd_server, etcd_store, cell_keys):
     machines = {m.id: m for m in gpu_machines(etcd_store, cell_keys, 6)}  # 24 devices, 12 of them V100
     runs = [SchedulerRun(etcd_server.endpoints, cell_keys.cell, f"s{i}", "--conflict-mode", "resource-fit")
@@ -49,17 +64,7 @@ def test_two_schedulers_place_gpu_tasks_on_named_devices(etcd_server, etcd_store
     try:
         for run in runs:
             wait_for(run.serving, 20, f"{run.name} serving")
-        # whole GPUs first: the batch scheduler spreads shares over machines (it knows nothing of
-        # fragmentation), which could leave no machine with two free V100s
-        submit(etcd_store, cell_keys, [j for j in JOBS if j.id.startswith("whole")])
-        wait_for(lambda: sum(r.tasks.count("a") for r in job_records(etcd_store, cell_keys)) == 7, 30, "7 placed")
-        submit(etcd_store, cell_keys, [j for j in JOBS if j.id.startswith("share")])
-        # 12 x 0.3 + 6 x 0.7 + 5 + 2 x 2 = 16.8 GPUs asked of 24: everything fits
-        try:
-            wait_for(lambda: sum(r.tasks.count("a") for r in job_records(etcd_store, cell_keys)) == 25, 30,
-                     "25 tasks placed")
-        except AssertionError:
-            raise AssertionError([(r.id, r.tasks, r.reason) for r in job_records(etcd_store, cell_keys)]) from None
+        place_whole_then_shares(etcd_store, cell_keys)
     finally:
         for run in runs:
             run.stop()
@@ -138,14 +143,7 @@ def test_three_fgd_scheduler_processes_share_gpu_machines_without_device_overcom
     try:
         for run in runs:
             wait_for(run.serving, 20, f"{run.name} serving")
-        submit(etcd_store, cell_keys, [j for j in JOBS if j.id.startswith("whole")])
-        wait_for(lambda: sum(r.tasks.count("a") for r in job_records(etcd_store, cell_keys)) == 7, 30, "7 placed")
-        submit(etcd_store, cell_keys, [j for j in JOBS if j.id.startswith("share")])
-        try:
-            wait_for(lambda: sum(r.tasks.count("a") for r in job_records(etcd_store, cell_keys)) == 25, 30,
-                     "25 tasks placed")
-        except AssertionError:
-            raise AssertionError([(r.id, r.tasks, r.reason) for r in job_records(etcd_store, cell_keys)]) from None
+        place_whole_then_shares(etcd_store, cell_keys)
     finally:
         finals = [run.stop() for run in runs]
     assert sum(f["commits"] for f in finals) >= 4  # the jobs' placements were committed
