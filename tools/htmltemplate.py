@@ -46,3 +46,8 @@ class Template:
 
 
 EMPTY = Html("")
+
+# the cells of an HTML table: a row of already rendered cells, a header cell, a data cell
+TABLE_ROW = Template("<tr>$cells</tr>")
+TH = Template("<th>$text</th>")
+TD = Template("<td>$text</td>")

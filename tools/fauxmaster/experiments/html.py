@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from tools.fauxmaster.experiments.verdicts import format_cell
-from tools.htmltemplate import EMPTY, Html, Template, join
+from tools.htmltemplate import EMPTY, TABLE_ROW, TD, TH, Html, Template, join
 
 
 # The page's templates (tools.htmltemplate: every value is escaped, only rendered fragments are not).
@@ -23,9 +23,6 @@ $sections
 SECTION = Template("<h2>$name: $title</h2><table><tr>$head</tr>$rows</table>"
                    "<p><b>setup:</b> $setup</p><p><b>paper:</b> $paper</p>"
                    '<p class="$verdict_class"><b>$verdict</b></p>$warnings$broken<p>($wall s wall)</p>')
-ROW = Template("<tr>$cells</tr>")
-TH = Template("<th>$text</th>")
-TD = Template("<td>$text</td>")
 WARNING = Template('<p class="maybe">warning: $text</p>')
 BROKEN = Template('<p class="no">cell invariants were violated in at least one run</p>').render()
 
@@ -46,7 +43,8 @@ def _section(report) -> Html:
     return SECTION.render(
         name=report.name, title=report.title,
         head=join(TH.render(text=c.header) for c in report.columns),
-        rows=join(ROW.render(cells=join(TD.render(text=format_cell(row.get(c.key), c.fmt)) for c in report.columns))
+        rows=join(TABLE_ROW.render(cells=join(TD.render(text=format_cell(row.get(c.key), c.fmt))
+                                              for c in report.columns))
                   for row in report.rows),
         setup=report.setup, paper=report.paper,
         verdict_class="ok" if verdict.reproduced else "maybe" if verdict.inconclusive else "no",

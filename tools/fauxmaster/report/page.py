@@ -12,7 +12,7 @@ from tools.fauxmaster.report.plots import (
 )
 from tools.fauxmaster.report.result import NUMBER, Run, fidelity_of, run_of, write_json
 from tools.fauxmaster.report.summary import slowdown_text, summary_rows
-from tools.htmltemplate import EMPTY, Html, Template, join
+from tools.htmltemplate import EMPTY, TABLE_ROW, TD, TH, Html, Template, join
 
 MATPLOTLIB_MISSING = "the HTML report needs matplotlib: pip install 'omega-scheduler[report]'"
 
@@ -100,9 +100,6 @@ NEVER = Template("<br>Of the $jobs jobs the schedulers had to place: $never_atte
                  "$never_placed never fully placed ($pending still pending at the end, "
                  "$ended ended or killed before)$recorded.")
 TABLE = Template("<table><tr>$heads</tr>$rows</table>")
-ROW = Template("<tr>$cells</tr>")
-TH = Template("<th>$text</th>")
-TD = Template("<td>$text</td>")
 TD_LEFT = Template('<td style="text-align:left">$text</td>')
 PARAGRAPH = Template("<p>$text</p>")
 SMALL = Template("<p><small>$text</small></p>")
@@ -116,7 +113,7 @@ FIDELITY_RUN = Template("$title<p>$lines</p><p><small>$notes</small></p>")
 
 
 def _row(*cells: Html) -> Html:
-    return ROW.render(cells=join(cells))
+    return TABLE_ROW.render(cells=join(cells))
 
 
 def _never_text(d: dict) -> Html:
