@@ -27,6 +27,15 @@ def run_cli(argv: list[str]) -> tuple[int, str, str]:
     return status, out.getvalue(), err.getvalue()
 
 
+def exit_status(argv: list[str]) -> int:
+    """``omega ARGV`` in this process, its output left to the test's capture: the exit status
+    (a usage error's ``SystemExit`` becomes its status)."""
+    try:
+        return main(argv)
+    except SystemExit as exit_:
+        return exit_.code
+
+
 class CommandLines:
     """``omega ARGV`` as a subprocess (from the repository root) whose stdout and stderr lines
     are collected by threads into ``out`` and ``err``."""

@@ -10,7 +10,7 @@ import pytest
 
 from cellstate.codec.records import decode_job_record, decode_machine
 from cellstate.jobspec import load_jobs
-from tools.cli import main
+from cli_helpers import exit_status
 
 JOB_TOML = """
 [[job]]
@@ -30,13 +30,6 @@ duration_s = 60
 """
 
 
-def run_cli(argv: list[str]) -> int:
-    try:
-        return main(argv)
-    except SystemExit as exc:
-        return exc.code
-
-
 @pytest.fixture
 def cell_args(etcd_server, cell_keys):
     return ["--endpoints", ",".join(etcd_server.endpoints), "--cell", cell_keys.cell]
@@ -52,7 +45,7 @@ def jobs(store, keys):
 
 
 def test_cell_init_counts_and_zones(cell_args, etcd_store, cell_keys):
-    assert run_cli(["cell", "init", "--machines", "60", "--zones", "3", "--racks-per-zone", "2",
+    assert exit_status(["cell", "init", "--machines", "60", "--zones", "3", "--racks-per-zone", "2",
                     "--max-txn-ops", "16", *cell_args]) == 0
     cell = machines(etcd_store, cell_keys)
     assert len(cell) == 60
@@ -64,10 +57,10 @@ def test_cell_init_counts_and_zones(cell_args, etcd_store, cell_keys):
 
 
 def test_cell_init_refuses_existing_unless_replace(cell_args, etcd_store, cell_keys, capsys):
-    assert run_cli(["cell", "init", "--machines", "5", *cell_args]) == 0
-    assert run_cli(["cell", "init", "--machines", "7", *cell_args]) == 1
+    assert exit_status(["cell", "init", "--machines", "5", *cell_args]) == 0
+    assert exit_status(["cell", "init", "--machines", "7", *cell_args]) == 1
     assert "already has 5 machines; pass --replace" in capsys.readouterr().err
-    assert run_cli(["cell", "init", "--machines", "7", "--replace", *cell_args]) == 0
+    assert exit_status(["cell", "init", "--machines", "7", "--replace", *cell_args]) == 0
     assert len(machines(etcd_store, cell_keys)) == 7
 
 
@@ -76,7 +69,7 @@ def test_cell_init_from_spec_file(tmp_path, cell_args, etcd_store, cell_keys):
     spec.write_text('machines = 4\nzones = 2\nracks_per_zone = 1\npackages = ["a", "b"]\n'
                     'packages_per_machine = 1\nplatforms = { "risc-v" = 1 }\n'
                     'shapes = [{ cpu = 4, memory = "8Gi", gpu = 2, weight = 1 }]\n')
-    assert run_cli(["cell", "init", "--spec", str(spec), *cell_args]) == 0
+    assert exit_status(["cell", "init", "--spec", str(spec), *cell_args]) == 0
     cell = machines(etcd_store, cell_keys)
     assert {m.capacity.to_dict()["gpu"] for m in cell} == {2000}  # milli: two devices
     assert {m.capacity.to_dict()["gpu.1"] for m in cell} == {1000}
@@ -89,7 +82,7 @@ def test_cell_init_from_the_gpu_example(cell_args, etcd_store, cell_keys):
     from cellstate.devices import MODEL_LABEL, device_count
 
     example = Path(__file__).resolve().parents[2] / "docs" / "examples" / "gpu-cell.toml"
-    assert run_cli(["cell", "init", "--spec", str(example), "--machines", "30", *cell_args]) == 0
+    assert exit_status(["cell", "init", "--spec", str(example), "--machines", "30", *cell_args]) == 0
     cell = machines(etcd_store, cell_keys)
     models = {dict(m.labels).get(MODEL_LABEL, ""): device_count(m.capacity) for m in cell}
     assert models.get("V100M32") == 8 and models.get("P100") == 2 and models.get("") == 0
@@ -100,30 +93,30 @@ def test_cell_init_from_the_gpu_example(cell_args, etcd_store, cell_keys):
                                    ["--zones", "27"], ["--shape", "4,8GB"]],
                          ids=["shape-too-short", "shape-cores", "no-machines", "too-many-zones", "shape-unit"])
 def test_cell_init_bad_flags(cell_args, etcd_store, cell_keys, flags):
-    assert run_cli(["cell", "init", *flags, *cell_args]) == 2
+    assert exit_status(["cell", "init", *flags, *cell_args]) == 2
     assert machines(etcd_store, cell_keys) == []
 
 
 def test_submit_kill_check(tmp_path, cell_args, etcd_store, cell_keys, capsys):
     path = tmp_path / "jobs.toml"
     path.write_text(JOB_TOML)
-    assert run_cli(["cell", "init", "--machines", "3", *cell_args]) == 0
-    assert run_cli(["submit", str(path), *cell_args]) == 0
+    assert exit_status(["cell", "init", "--machines", "3", *cell_args]) == 0
+    assert exit_status(["submit", str(path), *cell_args]) == 0
     assert sorted(jobs(etcd_store, cell_keys)) == ["etl", "web"]
-    assert run_cli(["submit", str(path), *cell_args]) == 1
+    assert exit_status(["submit", str(path), *cell_args]) == 1
     assert "already exist: etl, web" in capsys.readouterr().err
-    assert run_cli(["kill", "web", *cell_args]) == 0
+    assert exit_status(["kill", "web", *cell_args]) == 0
     assert jobs(etcd_store, cell_keys)["web"].tasks == "kk"
-    assert run_cli(["kill", "nope", *cell_args]) == 1
-    assert run_cli(["check", *cell_args]) == 0
+    assert exit_status(["kill", "nope", *cell_args]) == 1
+    assert exit_status(["check", *cell_args]) == 0
 
 
 def test_check_exit_codes_and_json(cell_args, etcd_store, cell_keys, capsys):
-    assert run_cli(["cell", "init", "--machines", "3", *cell_args]) == 0
-    assert run_cli(["check", *cell_args]) == 0
+    assert exit_status(["cell", "init", "--machines", "3", *cell_args]) == 0
+    assert exit_status(["check", *cell_args]) == 0
     assert "OK" in capsys.readouterr().out
     etcd_store.put(cell_keys.machine("m00001"), b"not msgpack \xc1")
-    assert run_cli(["check", "--json", *cell_args]) == 1
+    assert exit_status(["check", "--json", *cell_args]) == 1
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] is False and report["machines"] == 2
     assert [(v["kind"], v["key"]) for v in report["violations"]] == [("undecodable", cell_keys.machine("m00001"))]
@@ -132,7 +125,7 @@ def test_check_exit_codes_and_json(cell_args, etcd_store, cell_keys, capsys):
 def test_generate_out_is_seeded(tmp_path):
     outs = []
     for name, seed in (("a.json", 7), ("b.json", 7), ("c.json", 8)):
-        assert run_cli(["generate", "--seed", str(seed), "--duration", "30", "--rate", "2",
+        assert exit_status(["generate", "--seed", str(seed), "--duration", "30", "--rate", "2",
                         "--out", str(tmp_path / name)]) == 0
         outs.append((tmp_path / name).read_text())
     assert outs[0] == outs[1] and outs[0] != outs[2]
@@ -141,8 +134,8 @@ def test_generate_out_is_seeded(tmp_path):
 
 
 def test_generate_submit_live(cell_args, etcd_store, cell_keys):
-    assert run_cli(["cell", "init", "--machines", "3", *cell_args]) == 0
-    assert run_cli(["generate", "--submit", "--seed", "3", "--duration", "1", "--rate", "20",
+    assert exit_status(["cell", "init", "--machines", "3", *cell_args]) == 0
+    assert exit_status(["generate", "--submit", "--seed", "3", "--duration", "1", "--rate", "20",
                     "--service-fraction", "0.5", *cell_args]) == 0
     submitted = jobs(etcd_store, cell_keys)
     assert len(submitted) >= 5 and {r.job.kind.value for r in submitted.values()} == {"batch", "service"}
@@ -161,4 +154,4 @@ def _free_port() -> int:
 ], ids=["endpoint-without-port", "cell-with-slash", "unreachable"])
 def test_store_flag_errors(argv, code):
     argv = [a.replace("{free}", str(_free_port())) for a in argv]
-    assert run_cli(argv) == code
+    assert exit_status(argv) == code
