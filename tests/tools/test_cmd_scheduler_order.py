@@ -73,3 +73,14 @@ def test_process_serves_the_papers_cell_in_drf_order(etcd_server, etcd_store, ce
         placed[record.job.owner] += record.tasks.count("a")
     assert placed == expected and final["tasks_placed"] == 5
     assert check_cell(etcd_store, cell_keys).ok
+
+
+def test_default_seed_is_the_names_and_an_explicit_one_wins():
+    """Schedulers started side by side without --seed must not sample alike; one name, one seed."""
+    def seed(*argv: str) -> int:
+        args = build_parser().parse_args(["scheduler", "run", "--kind", "batch", *argv])
+        build_parts(args)
+        return args.seed
+
+    assert seed("--name", "b0") == seed("--name", "b0") != seed("--name", "b1")
+    assert seed("--name", "b0", "--seed", "5") == 5

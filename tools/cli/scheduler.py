@@ -18,6 +18,7 @@ import os
 import sys
 import time
 import tomllib
+import zlib
 
 from tools.cli.common import add_store_args, cell_keys, exit_once_stopped, open_store, store_failure
 from tools.cli.plugin_args import add_plugin_arg, load_plugin_args
@@ -44,7 +45,9 @@ def register(sub) -> None:
     run.add_argument("--name", help="scheduler name (default: KIND-PID)")
     run.add_argument("--conflict-mode", default="resource-fit", help="sequence | resource-fit (default)")
     run.add_argument("--commit-mode", default="incremental", help="incremental (default) | all-or-nothing")
-    run.add_argument("--seed", type=int, default=0, help="seed of the scheduler's randomness (default 0)")
+    run.add_argument("--seed", type=int,
+                     help="seed of the scheduler's randomness (default: derived from --name, so schedulers "
+                          "started side by side without one sample differently)")
     run.add_argument("--config", metavar="FILE.toml",
                      help="scheduler config: this kind's keys (plugins and their args, knobs), or a chain file "
                           "like schedulers/default_chains.toml (the --table named like --kind)")
@@ -171,6 +174,8 @@ def build_parts(args):
     name = args.name or f"{args.kind}-{os.getpid()}"
     if "/" in name:
         raise UsageError(f'--name may not contain "/", got {name!r}')
+    if args.seed is None:
+        args.seed = seed_of_name(name)
     from tools.cli.metrics_args import metrics_from_args
 
     try:
@@ -190,6 +195,11 @@ def build_parts(args):
     except (PluginConfigError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     return scheduler, conflict, commit, options
+
+
+def seed_of_name(name: str) -> int:
+    """The default seed of a scheduler named ``name``: stable across runs, distinct between names."""
+    return zlib.crc32(name.encode())
 
 
 # Collector thresholds of a scheduler process (gen0 allocations, gen1 and gen2 collections).
@@ -283,7 +293,7 @@ def run_scheduler(args) -> int:
                     return 1
                 print(f"metrics on {metrics.url}", flush=True)
             print(f"scheduler {scheduler.name!r} ({scheduler.kind}, {conflict.value.label}, {commit.value.label}, "
-                  f"{options.order} order) "
+                  f"{options.order} order, seed {args.seed}) "
                   f"serving cell {keys.cell!r} at revision {view.revision}", flush=True)
             with Progress(f"scheduler {scheduler.name}", every, lambda: progress_line(process)) as progress:
                 stats = anyio.run(process.run)
