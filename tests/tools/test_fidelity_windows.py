@@ -126,7 +126,7 @@ def test_submit_latency_delays_what_the_schedulers_see(tmp_path):
     p0, p1, je = _parts(tmp_path)
     out = tmp_path / "both.omt"
     import_google2011([p0, p1], je, out, CapacityModel("uniform"))
-    plain = replay(str(out)).fidelity
+    plain = replay(str(out), ReplayConfig(submit_latency_s=0.0)).fidelity  # (not the header's 0.62)
     late = replay(str(out), ReplayConfig(submit_latency_s=0.5))
     f = late.fidelity
     assert f.initial_pending_fraction == plain.initial_pending_fraction == 0.0
@@ -136,6 +136,31 @@ def test_submit_latency_delays_what_the_schedulers_see(tmp_path):
         "tools.fauxmaster.replay", fromlist=["decision_model"]).decision_model(late.to_dict()["config"])
     with pytest.raises(ValueError, match="submit_latency_s must be a finite number >= 0"):
         ReplayConfig(submit_latency_s=-1.0)
+
+
+def test_a_google_import_states_its_latency_and_a_replay_applies_it_unless_told(tmp_path):
+    """The importer writes the calibrated latency into the header; a replay given none takes it
+    (and its config says so), one given 0 replays without; an older header without one reads as 0."""
+    from tools.fauxmaster.replay import ReplayConfig
+    from tools.trace.google2011.schema import SUBMIT_LATENCY_S
+    p0, p1, je = _parts(tmp_path)
+    out = tmp_path / "both.omt"
+    import_google2011([p0, p1], je, out, CapacityModel("uniform"))
+    header, reader = read_trace(out)
+    reader.close()
+    assert header.submit_latency_s == SUBMIT_LATENCY_S == 0.62
+    default = replay(str(out))
+    assert default.to_dict()["config"]["submit_latency_s"] == 0.62
+    assert default.fidelity.windows[0]["replay_delay_min_s"] == pytest.approx(0.105 + 0.62)
+    none = replay(str(out), ReplayConfig(submit_latency_s=0.0))
+    assert none.fidelity.windows[0]["replay_delay_min_s"] == pytest.approx(0.105)
+    from cellstate.codec.fields import CodecError
+    from tools.trace.header import header_from_record
+    old = {"format": "omega-trace", "version": 3, "source": "s", "created_at": "c", "capacity_model": "m",
+           "cell": "", "time_unit": "s", "notes": "", "ground_truth": ""}
+    assert header_from_record("r0", old).submit_latency_s == 0.0
+    with pytest.raises(CodecError, match="submit_latency_s"):
+        header_from_record("r0", {**old, "submit_latency_s": -1})
 
 
 def test_a_kill_before_the_latency_passes_is_counted(tmp_path):

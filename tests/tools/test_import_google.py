@@ -149,7 +149,7 @@ def test_a_task_running_through_the_window_is_still_running_when_the_replay_ends
     ])
     import_google2011(tasks, write_gz(tmp_path / "j.csv.gz", []), tmp_path / "x.omt", CapacityModel("uniform"))
     header, events = read_all(tmp_path / "x.omt")
-    assert "importer revision 5" in header.notes
+    assert "importer revision 6" in header.notes
     assert [e.job.duration_s for e in events if isinstance(e, JobSubmit)] == [None, None]
     result = replay(tmp_path / "x.omt", ReplayConfig(schedulers=[dict(name="b", kind="batch")]))
     assert result.sim_time_s == 50.0 and result.cell["initial_placed"] == 1
@@ -246,7 +246,7 @@ def test_submissions_pending_together_form_one_batch(tmp_path):
     assert grouping["SUBMIT rows in batches of 2+ rows"] == 9
     assert grouping["batches split: priority, request or different-machine flag differs"] == 2
     assert grouping["batch span max ms"] == 500
-    assert "importer revision 5" in header.notes and "batches (replayed jobs) 9" in header.notes
+    assert "importer revision 6" in header.notes and "batches (replayed jobs) 9" in header.notes
     # the ground truth: each task's own SUBMIT -> first SCHEDULE (job 2 task 0: 10 -> 12 s)
     truth = read_trace(out)[1].truth
     assert truth.submitted["g2"] == 10.5

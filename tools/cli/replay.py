@@ -48,9 +48,10 @@ def register(sub) -> None:
     p.add_argument("--time-scale", type=float, default=1.0, help="measured decision time multiplier")
     p.add_argument("--t-job", type=float, default=None, help="modelled seconds per job (default 0.1)")
     p.add_argument("--t-task", type=float, default=None, help="modelled seconds per task (default 0.005)")
-    p.add_argument("--submit-latency", type=float, default=0.0, metavar="S",
+    p.add_argument("--submit-latency", type=float, default=None, metavar="S",
                    help="seconds from a job's submission (after t = 0) to the schedulers seeing it; its "
-                        "wait counts from the submission (default 0; docs/EXPERIMENTS.md: calibrated on part 0)")
+                        "wait counts from the submission (default: the trace's, 0 unless its importer states "
+                        "one: Google-2011 0.62, calibrated on part 0, docs/EXPERIMENTS.md)")
     p.add_argument("--seed", type=int, default=0, help="base seed: scheduler i gets seed + i (default 0)")
     p.add_argument("--order", default=None, metavar="ORDER",
                    help="queue order of schedulers whose config names none: fair (default) | drf")

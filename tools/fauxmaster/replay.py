@@ -16,7 +16,7 @@ from __future__ import annotations
 import gc
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Mapping
 
 from cellstate.check import check_cell
@@ -60,10 +60,12 @@ class ReplayConfig:
     sample_every_s: float = 60.0
     check: bool = True
     max_txn_ops: int = 128
-    submit_latency_s: float = 0.0
+    submit_latency_s: float | None = None
     """Seconds from a job's submission after t = 0 to the schedulers seeing it (its record
     reaching the store; ``SimCell.submit_latency``); waits and delays count from the
-    submission. A model constant: calibrated on Google-2011 part 0 (docs/EXPERIMENTS.md)."""
+    submission. None: the trace header's (``TraceHeader.submit_latency_s``: a model constant
+    of the source cell, Google-2011's calibrated on part 0, docs/EXPERIMENTS.md; else 0); the
+    result's config holds the value used."""
     store_auth: dict[str, Any] = field(default_factory=dict, repr=False)
     """``store="etcd"``: the ``EtcdStore`` TLS and login keywords (ca_cert, cert, key, user,
     password); never written to a result (``asdict`` below leaves it out)."""
@@ -106,7 +108,7 @@ class ReplayConfig:
             raise ValueError(f"until must be > 0 virtual seconds, got {self.until!r}")
         if type(self.max_txn_ops) is not int or self.max_txn_ops < 4:
             raise ValueError(f"max_txn_ops must be an int >= 4 (one claim per txn), got {self.max_txn_ops!r}")
-        if not 0 <= self.submit_latency_s < float("inf"):
+        if self.submit_latency_s is not None and not 0 <= self.submit_latency_s < float("inf"):
             raise ValueError(f"submit_latency_s must be a finite number >= 0, got {self.submit_latency_s!r}")
         if self.sample_every_s <= 0 or self.time_scale <= 0:
             raise ValueError(f"sample_every_s and time_scale must be > 0, got {self.sample_every_s!r}, "
@@ -293,12 +295,14 @@ def _run(trace_path, config: ReplayConfig, core: EventCore, store, keys: CellKey
             s.process.wake()
 
     cell = SimCell(store, keys, core, wake=wake)
-    cell.submit_latency = config.submit_latency_s
     journal = JobJournal(submitted=cell.submitted_at, runs=cell.run_s)
     if config.job_records:
         cell.job_log, journal.taken_by = JobLog(), {}
     with TraceFeed(trace_path, cell, core, config.until, config.initial_state) as feed:
         truth, capacity_model = feed._reader.truth, feed.header.capacity_model
+        if config.submit_latency_s is None:
+            config = replace(config, submit_latency_s=feed.header.submit_latency_s)
+        cell.submit_latency = config.submit_latency_s
         if truth is not None and truth.unit == "task":
             cell.placed_log = {}
         feed.write_initial_machines()

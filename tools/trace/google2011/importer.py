@@ -15,7 +15,8 @@ from tools.trace.google2011.cell import (
     ADD, CapacityModel, CellModel, MachineEvents, Overcommit, overcommit_cell, read_machine_events,
 )
 from tools.trace.google2011.schema import (
-    CPU_SCALE, DISK_SCALE, IMPORTER_REVISION, MEMORY_SCALE, PRODUCTION_PRIORITY, WINDOW_START_US, trace_time,
+    CPU_SCALE, DISK_SCALE, IMPORTER_REVISION, MEMORY_SCALE, PRODUCTION_PRIORITY, SUBMIT_LATENCY_S, WINDOW_START_US,
+    trace_time,
 )
 from tools.trace.google2011.survey import Survey, ground_truth, survey
 
@@ -59,8 +60,9 @@ def import_google2011(task_events, job_events, out, capacity: CapacityModel | No
                + (f" machine_events={machine_events}" if machine_events else "")
                + (f" limit={limit} rows" if limit is not None else ""),
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
-        capacity_model=text, cell=cell,
-        notes=f"importer revision {IMPORTER_REVISION}; t = max(0, (timestamp_us - {s.window_us})/1e6) (the window "
+        capacity_model=text, cell=cell, submit_latency_s=SUBMIT_LATENCY_S,
+        notes=f"importer revision {IMPORTER_REVISION}; submissions reach the scheduler {SUBMIT_LATENCY_S:g} s late "
+              "(calibrated on part 0, docs/EXPERIMENTS.md); t = max(0, (timestamp_us - {s.window_us})/1e6) (the window "
               f"opens at {s.window_us} us" + ("" if not s.carried else "; the opening state inferred from the part's "
                                               "rows: " + ", ".join(f"{n} tasks {what}" for what, n in s.carried.items()))
               + ("" if keep_unscheduled_at_open else

@@ -13,12 +13,16 @@ CPU_SCALE = 64_000  # millicores per normalized 1.0 (the largest machine)
 MEMORY_SCALE = 262_144  # MiB per normalized 1.0
 DISK_SCALE = 1_048_576  # MiB per normalized 1.0; every machine gets 1.0 (the trace has no disk capacities)
 PRODUCTION_PRIORITY = 9
-IMPORTER_REVISION = 5
+IMPORTER_REVISION = 6
 """Bumped when the same rows import differently (2: a job with no run time known in the window
 gets no modelled end; it was given the rest of the window; 3: the same events, and the ground
 truth: ``tools.trace.truth``, format version 3; 4: a batch is the rows of a job pending together,
-not the rows of one timestamp, and rows with different requests are never one batch). In each
-trace's header notes."""
+not the rows of one timestamp, and rows with different requests are never one batch; 6: the
+header states the cell's submission latency, ``SUBMIT_LATENCY_S``). In each trace's header notes."""
+SUBMIT_LATENCY_S = 0.62
+"""Seconds from a job's submission to Borg's scheduler seeing it: calibrated on part 0 alone by
+``bench/calibrate_submit_latency.py`` and validated on parts 1-4 (docs/EXPERIMENTS.md); the
+header states it, and a replay applies it unless given ``--submit-latency``."""
 KILL_COALESCE_US = 1_000_000
 SUBMIT, SCHEDULE, EVICT, FAIL, FINISH, KILL, LOST = range(7)
 ENDS = {EVICT, FAIL, FINISH, KILL, LOST}
