@@ -2,6 +2,7 @@
 node list and pod list, through ``omega experiment gpu-frag`` (one process per core).
 
     python bench/bench_gpu_frag.py [--nodes FILE] [--pods FILE] [--seeds 42-51] [--jobs N]
+        [--tie-break shuffled|name|random]
 
 Prints the wall time of the whole experiment, the median single-run time per policy, and per
 policy the median unallocated GPU % at 100 % arrived beside the artifact's published median
@@ -30,7 +31,7 @@ def main() -> int:
     ap.add_argument("--pods", default=str(TRACES / "openb_pod_list_default.csv.gz"))
     ap.add_argument("--seeds", default="42-51")
     ap.add_argument("--jobs", type=int, default=0)
-    ap.add_argument("--tie-break", default="name")
+    ap.add_argument("--tie-break", default="shuffled", choices=("shuffled", "name", "random"))
     args = ap.parse_args()
     started = time.perf_counter()
     out = subprocess.run([sys.executable, "-m", "tools.cli", "experiment", "gpu-frag", "--nodes", args.nodes,

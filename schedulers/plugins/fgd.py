@@ -121,7 +121,8 @@ class Fgd:
             return 0.0
         after = choice[1]
         # ties (equal growth, e.g. identical idle machines) go to the machine whose GPUs are the
-        # most allocated: the packing a "first machine by name" tie-break gives the artifact
+        # most allocated: the packing the artifact's fixed tie-break order (one node order per run)
+        # gives it
         packed = 1.0 - free.get("gpu") / machine.capacity.get("gpu") if machine.capacity.get("gpu") > 0 else 0.0
         return (1.0 - TIE_WEIGHT) / (1.0 + math.exp(-(before - after) / 1000.0)) + TIE_WEIGHT * packed
 

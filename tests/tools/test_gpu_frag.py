@@ -15,7 +15,7 @@ from schedulers.gpu.policies import NAMES, ShapeScoreCache, make_policy
 from schedulers.gpu.workload import PodShape, target_workload
 from tests.tools.cli_helpers import run_cli
 from tools.gpufrag.experiment import load_inputs, parse_seeds
-from tools.gpufrag.run import arrival_sequence, run_one
+from tools.gpufrag.run import arrival_sequence, run_one, tie_rank
 from tools.trace.openb.lists import OpenbError, read_nodes, read_pods
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "openb"
@@ -121,6 +121,28 @@ def test_arrivals_reach_tune_times_capacity_without_passing_it():
     assert seq == arrival_sequence(shapes, 10_000, 1.3, seed=3)
 
 
+def test_shuffled_ties_follow_one_seeded_node_order_per_run_whatever_the_list_order():
+    names = [f"openb-node-{i:04d}" for i in range(50)]
+    ranks = {seed: tie_rank(names, seed, "shuffled") for seed in range(10)}
+    for seed, rank in ranks.items():
+        assert sorted(rank) == list(range(50))
+        assert (rank == tie_rank(names, seed, "shuffled")).all()
+        # the order is drawn over the nodes sorted by name, as the artifact renames them
+        backwards = tie_rank(names[::-1], seed, "shuffled")
+        assert (backwards[::-1] == rank).all()
+    firsts = {names[int(rank.argmin())] for rank in ranks.values()}
+    assert len(firsts) > 1 and firsts != {names[0]}
+    assert list(tie_rank(names[::-1], 3, "name")) == list(range(49, -1, -1))
+
+
+def test_the_tie_break_decides_where_packing_puts_pods():
+    inputs = load_inputs(NODES, PODS)
+    runs = {tb: run_one(inputs.nodes, inputs.shapes, inputs.workload, "gpupacking", seed=5, tune=1.3, tie_break=tb)
+            for tb in ("shuffled", "name")}
+    assert runs["shuffled"].pods == runs["name"].pods
+    assert runs["shuffled"].allocated_pct != runs["name"].allocated_pct
+
+
 @pytest.mark.parametrize("policy", NAMES)
 def test_every_policy_keeps_allocation_within_arrivals_and_capacity(policy):
     inputs = load_inputs(NODES, PODS)
@@ -144,7 +166,7 @@ def test_the_experiment_json_has_medians_per_arrived_percent_and_is_deterministi
     assert list(fgd["unallocated_gpu_pct_at"])[:3] == ["0", "1", "2"]
     assert "100" in fgd["unallocated_gpu_pct_at"] and "131" not in fgd["unallocated_gpu_pct_at"]
     assert set(fgd["unallocated_gpu_pct_at_100_by_seed"]) == {"1", "2", "3"}
-    assert doc["inputs"]["pods"] == 600 and doc["modelling"]
+    assert doc["inputs"]["pods"] == 600 and doc["modelling"] and doc["settings"]["tie_break"] == "shuffled"
     status2, out2, _ = run_cli(argv + ["--jobs", "2"])
 
     def results(d):  # without the wall times

@@ -1,5 +1,5 @@
 """``omega experiment gpu-frag --nodes FILE --pods FILE [--policies LIST] [--seeds 42-51]
-[--tune 1.3] [--tie-break name|random] [--jobs N] [-o json] [--json-out FILE] [--html DIR]``:
+[--tune 1.3] [--tie-break shuffled|name|random] [--jobs N] [-o json] [--json-out FILE] [--html DIR]``:
 the FGD paper's experiment on an openb node list and pod list (tools.gpufrag.experiment)."""
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ def add_gpu_frag_args(p) -> None:
     g.add_argument("--seeds", default="42-51", help="A-B or a comma list (default: 42-51)")
     g.add_argument("--tune", type=float, default=1.3,
                    help="arrived GPU demand as a multiple of the cell's GPU capacity (default 1.3)")
-    g.add_argument("--tie-break", default="name", choices=("name", "random"),
-                   help="among equal scores: the first node by name (default, the artifact) or a random one")
+    g.add_argument("--tie-break", default="shuffled", choices=("shuffled", "name", "random"),
+                   help="among equal scores: the first node in a random node order drawn once per run "
+                        "(default, the artifact), the first by name, or a random one at each placement")
     g.add_argument("--jobs", type=int, default=0, help="worker processes (default: one per core)")
     g.add_argument("--html", metavar="DIR", help="also write an HTML report (plots) to DIR")
 

@@ -45,8 +45,11 @@ MODELLING = (
     "a pod fits a node when CPU, memory, the GPU model (gpu_spec) and its GPU ask (a share of one "
     "device, or whole free devices) fit; nodes without GPUs take only CPU pods",
     "each policy scores feasible nodes 0-100 (integers, as a Kubernetes score plugin); ties go to "
-    "the node whose name sorts first (--tie-break name, the artifact's simulator) or to a uniformly "
-    "random one (--tie-break random, upstream Kubernetes); Random picks uniformly among feasible nodes",
+    "the node first in a random order of all nodes drawn once per run from the seed (--tie-break "
+    "shuffled, the artifact's simulator: it prefixes every node name with a seeded random permutation "
+    "and takes the tied node whose name sorts first), to the node whose given name sorts first "
+    "(--tie-break name) or to a uniformly random one at each placement (--tie-break random, upstream "
+    "Kubernetes); Random picks uniformly among feasible nodes",
     "devices inside the node: FGD and DotProd choose the device their score prefers; the other "
     "policies put a share on the fullest device it fits (best fit), Random on a random fitting "
     "device; whole GPUs take the lowest-indexed free devices",
@@ -153,7 +156,7 @@ def _one(args) -> RunResult:
 
 
 def run_experiment(inputs: Inputs, policies: list[str], seeds: list[int], tune: float = 1.3,
-                   tie_break: str = "name", jobs: int | None = None, progress=None) -> dict:
+                   tie_break: str = "shuffled", jobs: int | None = None, progress=None) -> dict:
     """Every (policy, seed) run, reduced to the JSON document (see ``to_json``)."""
     if not 0 < tune <= 5:
         raise ExperimentError(f"--tune must be in (0, 5], got {tune}")

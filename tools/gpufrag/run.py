@@ -60,17 +60,32 @@ def arrival_sequence(shapes: list[PodShape], capacity_milli: int, tune: float, s
     return order
 
 
-TIE_BREAKS = ("name", "random")
+TIE_BREAKS = ("shuffled", "name", "random")
+
+
+def tie_rank(names: list[str], seed: int, tie_break: str) -> np.ndarray:
+    """Per node, its place in the order that breaks ties (lowest first): for ``shuffled`` a
+    permutation drawn from ``seed`` over the nodes sorted by name, for ``name`` (and ``random``,
+    which does not use it) the name order."""
+    by_name = np.argsort(np.array(names), kind="stable")
+    rank = np.empty(len(names), dtype=np.int64)
+    if tie_break == "shuffled":
+        rank[by_name] = np.random.default_rng([seed, 2]).permutation(len(names))
+    else:
+        rank[by_name] = np.arange(len(names))
+    return rank
 
 
 def run_one(nodes: list[NodeSpec], shapes: list[PodShape], workload: TargetWorkload, policy_name: str,
-            seed: int, tune: float, max_pct: int | None = None, tie_break: str = "name") -> RunResult:
+            seed: int, tune: float, max_pct: int | None = None, tie_break: str = "shuffled") -> RunResult:
     """Place the arrival sequence of ``seed`` with one policy; see the module docstring.
 
-    ``tie_break`` chooses among the nodes of the highest score: ``name``, the node whose name
-    sorts first (the artifact's simulator, for reproducibility), or ``random``, uniformly (the
-    upstream Kubernetes scheduler). The Random policy always picks uniformly among all feasible
-    nodes."""
+    ``tie_break`` chooses among the nodes of the highest score: ``shuffled``, the node first in
+    a random order of all nodes drawn once per run from ``seed`` (the artifact's simulator: it
+    renames every node with a prefix from a seeded random permutation, then takes the tied node
+    whose name sorts first); ``name``, the node whose given name sorts first; or ``random``,
+    uniformly at each placement (the upstream Kubernetes scheduler). The Random policy always
+    picks uniformly among all feasible nodes."""
     if tie_break not in TIE_BREAKS:
         raise ValueError(f"tie_break must be one of {', '.join(TIE_BREAKS)}, got {tie_break!r}")
     started = time.perf_counter()
@@ -82,8 +97,7 @@ def run_one(nodes: list[NodeSpec], shapes: list[PodShape], workload: TargetWorkl
     sequence = arrival_sequence(shapes, capacity, tune, seed)
     rng = np.random.default_rng([seed, 1])  # tie-breaks and random devices
     uniform = tie_break == "random" or policy.random_device
-    rank = np.empty(fleet.size, dtype=np.int64)
-    rank[np.argsort(np.array(fleet.names), kind="stable")] = np.arange(fleet.size)
+    rank = tie_rank(fleet.names, seed, tie_break)
     frag = measure.amount(fleet.cpu_left, fleet.left, fleet.model)
     result = RunResult(policy_name, seed, len(sequence), 0, 0, 0)
     top = int(tune * 100) if max_pct is None else max_pct
