@@ -69,7 +69,8 @@ BAD = [
      "line 4: field run_s: invalid value -5 (req_time_s for an unknown run_s)"),
     ("fractional-procs", GOOD.replace("  2  200", "  2.5  200"), "line 4: field req_procs: invalid value 2.5"),
     ("negative-submit", GOOD.replace("  10  ", "  -3  ", 1), "line 4: field submit_s: invalid value -3"),
-    ("submit-goes-back", GOOD + GOOD.replace("  10  ", "  9  ", 1), "line 5: field submit_s: 9 is before"),
+    ("repeated-job-number", GOOD + GOOD.replace("  10  ", "  11  ", 1), "line 5: field job: job number 1 repeats "
+     "line 4's"),
     ("infinite", GOOD.replace("100", "inf", 1), "line 4: field run_s: not finite"),
     ("negative-req-time", GOOD.replace("200", "-7"), "line 4: field req_time_s: invalid value -7"),
 ]
@@ -89,6 +90,11 @@ UNUSABLE = [
     ("no-processors", GOOD.replace("  2  -1  -1  2", "  -1  -1  -1  -1"), "field req_procs: unknown (-1)"),
     ("no-run-time", GOOD.replace("100", "-1", 1).replace("200", "-1"), "field run_s: unknown (-1)"),
     ("no-submit-time", GOOD.replace("  10  ", "  -1  ", 1), "field submit_s: unknown (-1)"),
+    # a job cancelled before it started: no processor requested nor allocated
+    ("zero-processors", GOOD.replace("  2  -1  -1  2", "  0  -1  -1  -1"), "field req_procs: -1, alloc_procs 0: "
+     "no processor"),
+    ("zero-requested-and-allocated", GOOD.replace("  2  -1  -1  2", "  0  -1  -1  0"), "field req_procs: 0, "
+     "alloc_procs 0"),
 ]
 
 
@@ -117,7 +123,8 @@ def test_unknown_fields_are_assumed_and_counted(tmp_path):
 def test_good_line_becomes_a_gang_job(tmp_path):
     stats = import_swf(swf(tmp_path, GOOD), tmp_path / "x.omt", node_memory_mib=4096)
     events = read_all(tmp_path / "x.omt")[1]
-    assert stats.machines == 4 and events[0].machine.capacity == Resources(1000, 4096)
+    # MaxNodes 4, MaxProcs 8: 4 machines of 2 processors; --node-memory-mib is a machine's
+    assert stats.machines == 4 and stats.processors == 8 and events[0].machine.capacity == Resources(2000, 4096)
     job = events[-1].job
     assert (events[-1].t, job.id, job.tasks, job.request, job.duration_s, job.gang, job.owner) == (
         10.0, "j1", 2, Resources(1000, 2), 100.0, True, "u3")
@@ -129,14 +136,54 @@ def test_unknown_requested_time_falls_back_to_the_run_time_and_is_counted(tmp_pa
     header, events = read_all(tmp_path / "x.omt")
     assert events[-1].job.estimate_s == events[-1].job.duration_s == 100.0
     assert stats.assumed["req_time_s"] == 1 and "req_time_s 1," in header.notes
-    assert "importer revision 4" in header.notes and "estimate_s = req_time_s" in header.notes
+    assert "importer revision 5" in header.notes and "estimate_s = req_time_s" in header.notes
 
 
-@pytest.mark.parametrize("header, nodes, expected", [
-    ("; MaxProcs: 8\n", None, 8), ("; MaxNodes: 4\n", 16, 16), ("; Note: x\n", 3, 3)],
-    ids=["maxprocs-fallback", "override", "override-without-header"])
-def test_machine_count(tmp_path, header, nodes, expected):
-    assert import_swf(swf(tmp_path, GOOD, header), tmp_path / "x.omt", nodes=nodes).machines == expected
+@pytest.mark.parametrize("header, nodes, expected, processors", [
+    ("; MaxProcs: 8\n", None, 8, 8), ("; MaxNodes: 4\n", 16, 16, 16), ("; Note: x\n", 3, 3, 3),
+    # SMP nodes (HPC2N: MaxNodes 120, MaxProcs 240): a machine per node, MaxProcs / MaxNodes processors each
+    ("; MaxNodes: 120\n; MaxProcs: 240\n", None, 120, 240), ("; MaxNodes: 4\n; MaxProcs: 8\n", 16, 16, 32),
+    # nodes of different sizes: a machine per processor (jobs count processors)
+    ("; MaxNodes: 3\n; MaxProcs: 8\n", None, 8, 8), ("; MaxNodes: 8\n; MaxProcs: 4\n", None, 4, 4)],
+    ids=["maxprocs-fallback", "override", "override-without-header", "smp-nodes", "override-keeps-smp",
+         "uneven-nodes", "fewer-procs-than-nodes"])
+def test_machine_count(tmp_path, header, nodes, expected, processors):
+    stats = import_swf(swf(tmp_path, GOOD, header), tmp_path / "x.omt", nodes=nodes)
+    assert (stats.machines, stats.processors) == (expected, processors)
+    machines = [e.machine for e in read_all(tmp_path / "x.omt")[1] if isinstance(e, MachineAdd)]
+    assert sum(m.capacity.cpu for m in machines) == 1000 * processors
+    assert {m.capacity.memory for m in machines} == {1024 * processors // expected}  # 1024 MiB a processor
+
+
+def test_header_max_procs_is_bounded(tmp_path):
+    with pytest.raises(SWFError, match="MaxProcs must be between 1 and"):
+        import_swf(swf(tmp_path, GOOD, "; MaxNodes: 1\n; MaxProcs: 99999999999\n"), tmp_path / "x.omt")
+
+
+# The first lines of oar-team/evalys tests/easy_mediumWL_smallPF.swf (a simulator's output): no
+# header, submit times out of order, fractional times, job number 0, a wait of -0.0.
+EVALYS = """0 0.0 0.0 88.51 1 -1 -1 1 149.0 -1 1 -1 -1 -1 -1 -1 -1 -1
+2050 2739.599152 0.0 6.609 2 -1 -1 2 67.0 -1 1 -1 -1 -1 -1 -1 -1 -1
+4100 5683.069696 0.0 151.94 4 -1 -1 4 228.0 -1 1 -1 -1 -1 -1 -1 -1 -1
+10 4.709164 0.0 265.8 2 -1 -1 2 399.0 -1 1 -1 -1 -1 -1 -1 -1 -1
+2060 2754.556511 -0.0 140.95 2 -1 -1 2 212.0 -1 1 -1 -1 -1 -1 -1 -1 -1
+20 16.003927 0.0 279.99 1 -1 -1 1 420.0 -1 1 -1 -1 -1 -1 -1 -1 -1
+"""
+
+
+def test_lines_out_of_submit_order_are_submitted_in_time_order_and_counted(tmp_path, capsys):
+    stats = import_swf(swf(tmp_path, EVALYS, ""), tmp_path / "x.omt", nodes=16)
+    header, events = read_all(tmp_path / "x.omt")
+    submits = [e for e in events if isinstance(e, JobSubmit)]
+    assert [e.job.id for e in submits] == ["j0", "j10", "j20", "j2050", "j2060", "j4100"]
+    assert [e.t for e in submits] == sorted(e.t for e in submits) and stats.jobs == 6
+    assert stats.unsorted == 3 and stats.first_unsorted == (4, 4.709164, 5683.069696)
+    assert "rows out of submit order, sorted: 3 (first: line 4, submit 4.70916 after 5683.07)" in header.notes
+    assert all(isinstance(e, MachineAdd) for e in events[:16])
+    assert main(["import", "swf", swf(tmp_path, EVALYS, ""), "--nodes", "16", "--out", str(tmp_path / "y.omt")]) == 0
+    err = capsys.readouterr().err
+    assert "x.swf: 3 job line(s) out of submit order (first: line 4, submit 4.70916 after 5683.07): imported, " \
+           "submitted in time order" in err
 
 
 def test_header_without_node_count_is_an_error(tmp_path):
@@ -150,7 +197,7 @@ def test_cli_import_and_info(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "4 machines, 2 jobs" in captured.out and "warning" not in captured.err
     assert ("unknown (-1) fields assumed: run_s 0, req_time_s 0, req_procs 0, req_mem_KB 0, wait_s 0, user 0; "
-            "unusable rows skipped: 0; bad rows skipped: 0") in captured.out
+            "unusable rows skipped: 0; bad rows skipped: 0; rows out of submit order, sorted: 0") in captured.out
     assert main(["trace", "info", out]) == 0
     lines = capsys.readouterr().out.splitlines()
     counts = Counter(dict(line.split(": ") for line in lines if line.split(":")[0] in ("JobSubmit", "MachineAdd")))
@@ -183,14 +230,15 @@ def test_cli_warns_of_jobs_wider_than_the_cell(tmp_path, capsys):
     shown, not imported silently: no scheduler can place it here."""
     wide = GOOD.replace("  1  10  5  100  2  -1  -1  2", "  2  20  5  100  3  -1  -1  3")
     out = tmp_path / "x.omt"
-    assert main(["import", "swf", swf(tmp_path, GOOD + wide + wide.replace("  2  20", "  3  30")), "--out", str(out),
+    body = GOOD + wide + wide.replace("  2  20", "  3  30")
+    assert main(["import", "swf", swf(tmp_path, body, "; MaxNodes: 4\n"), "--out", str(out),
                  "--nodes", "2", "--node-memory-mib", "1"]) == 0
     captured = capsys.readouterr()
     assert "2 machines, 3 jobs" in captured.out
     warnings = [line for line in captured.err.splitlines() if line.startswith("warning: ")]
-    assert any("2 job(s) wider than the cell (more tasks than its 2 machines; first: line 5, job j2, 3 tasks)"
+    assert any("2 job(s) wider than the cell (more tasks than its 2 processors; first: line 3, job j2, 3 tasks)"
                in line for line in warnings), warnings
-    assert any("3 job(s) whose tasks ask for more memory than a machine has (first: line 4, job j1, 2 MiB"
+    assert any("3 job(s) whose tasks ask for more memory than a machine has (first: line 2, job j1, 2 MiB"
                in line for line in warnings), warnings
     assert main(["import", "swf", swf(tmp_path, GOOD), "--out", str(out)]) == 0
     assert "warning" not in capsys.readouterr().err

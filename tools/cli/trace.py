@@ -41,7 +41,7 @@ def register(sub) -> None:
     swf.add_argument("--out", required=True, help="output trace (.omt, or .omt.gz to compress)")
     swf.add_argument("--skip-bad", action="store_true", help="skip and count bad job lines")
     swf.add_argument("--nodes", type=int, default=None, help="machines (default: header MaxNodes/MaxProcs)")
-    swf.add_argument("--node-memory-mib", type=int, default=None, help="memory per machine (default 1024)")
+    swf.add_argument("--node-memory-mib", type=int, default=None, help="memory per machine (default 1024 a processor)")
     swf.set_defaults(func=run_import_swf)
 
     openb = imp_sub.add_parser("openb", help="Alibaba cluster-trace-gpu-v2023 (openb) node list + pod list")
@@ -94,12 +94,12 @@ def run_import_google(args) -> int:
 def run_import_swf(args) -> int:
     from tools.cli import InputError, UsageError
     from tools.trace.format import TraceError
-    from tools.trace.swf import DEFAULT_NODE_MEMORY_MIB, SWFError, import_swf
+    from tools.trace.swf import SWFError, import_swf
 
-    memory = args.node_memory_mib if args.node_memory_mib is not None else DEFAULT_NODE_MEMORY_MIB
     started = time.perf_counter()
     try:
-        stats = import_swf(args.file, args.out, skip_bad=args.skip_bad, nodes=args.nodes, node_memory_mib=memory)
+        stats = import_swf(args.file, args.out, skip_bad=args.skip_bad, nodes=args.nodes,
+                           node_memory_mib=args.node_memory_mib)
     except SWFError as exc:
         hint = "" if args.skip_bad or " line " not in str(exc) else " (--skip-bad skips and counts such lines)"
         raise InputError(f"{exc}{hint}; nothing written to {args.out}") from None

@@ -1,19 +1,24 @@
 """Import a Standard Workload Format (SWF v2.2) log into an omega trace.
 
 Each job line becomes one rigid gang job (all tasks or none) submitted at ``submit_s``
-(trace time = SWF time): ``req_procs`` tasks (``alloc_procs`` when req_procs is -1) of one
+(trace time = SWF time): ``req_procs`` tasks (``alloc_procs`` when req_procs is -1 or 0) of one
 processor each (1000 millicores; memory = ``req_mem_KB`` per processor rounded up to MiB,
 0 when unknown), running ``run_s`` seconds, with ``estimate_s`` = ``req_time_s`` (the user's
-requested time, field 9: what a backfilling scheduler plans with; ``run_s`` when -1). The cell has one machine per node (header
-``MaxNodes``, else ``MaxProcs``): 1000 millicores and ``node_memory_mib`` (default 1024 MiB:
-SWF headers carry no node memory). Status, queue and the other fields are not used.
+requested time, field 9: what a backfilling scheduler plans with; ``run_s`` when -1). The cell has
+one machine per node (``node_shape``: header ``MaxNodes`` machines of ``MaxProcs / MaxNodes``
+processors each when that is whole, else one machine per processor, ``MaxProcs``): 1000 millicores
+a processor and ``node_memory_mib`` (default 1024 MiB a processor: SWF headers carry no node
+memory). Lines need not be in submit order (logs written by simulators are not): the jobs are
+submitted in time order, and the lines out of order are counted (``SWFStats.unsorted``). Status,
+queue and the other fields are not used.
 
 ``-1`` is the format's "unknown" in any field. Where the importer can assume something it does, and
 counts each assumption per field (``SWFStats.assumed``, ``ASSUMPTIONS`` says what is assumed): the
-row is kept. A row that cannot become a job even so (unknown submit time, no processor count, no
-run time nor requested time) is valid SWF, so it is skipped and counted (``SWFStats.unusable``)
-without ``--skip-bad``; a malformed row (field count, not a number, a negative value other than -1,
-a submit before the previous row's) stays an error unless ``skip_bad``.
+row is kept. A row that cannot become a job even so (unknown submit time, no processor count (-1 or
+0: a job cancelled before it got any), no run time nor requested time) is valid SWF, so it is
+skipped and counted (``SWFStats.unusable``) without ``--skip-bad``; a malformed row (field count, not
+a number, a negative value other than -1, a job number an earlier row has) stays an error unless
+``skip_bad``.
 """
 
 from __future__ import annotations
@@ -35,11 +40,13 @@ from tools.trace.format import TraceHeader, TraceWriter
 from tools.trace.progress import progress
 from tools.trace.truth import GroundTruth
 
-IMPORTER_REVISION = 4
+IMPORTER_REVISION = 5
 """Bumped when the same lines import differently (2: the same events, and the ground truth: each
 job's logged wait, ``tools.trace.truth``, format version 3; 3: ``-1`` (unknown) accepted where
 something can be assumed, rows that cannot be used skipped and counted, the counts in the header's
-notes; 4: each job's requested time as its ``estimate_s``). In each trace's header notes."""
+notes; 4: each job's requested time as its ``estimate_s``; 5: MaxProcs / MaxNodes processors a
+machine, lines out of submit order sorted, a processor count of 0 unusable). In each trace's header
+notes."""
 
 NODE_CPU = 1000
 DEFAULT_NODE_MEMORY_MIB = 1024
@@ -52,7 +59,7 @@ UNKNOWN = -1.0
 ASSUMPTIONS = {
     "run_s": "unknown run time: the requested time req_time_s (the user's upper bound)",
     "req_time_s": "unknown requested time: the run time run_s as the job's estimate (a perfect one)",
-    "req_procs": "unknown requested processors: the allocated alloc_procs",
+    "req_procs": "unknown (or 0) requested processors: the allocated alloc_procs",
     "req_mem_KB": "unknown requested memory: 0 MiB per task (only cpu counts)",
     "wait_s": "unknown wait: the job is left out of the ground truth",
     "user": "unknown user: no owner",
@@ -82,6 +89,10 @@ class SWFStats:
     a gang that can never be placed (the log's machine ran it; this cell, with --nodes, cannot)."""
     bigger: list[tuple[int, str, int]] = field(default_factory=list)
     """(line number, job id, MiB) of the jobs imported whose task asks for more memory than a machine has."""
+    processors: int = 0  # the cell's processors: machines x processors a machine
+    unsorted: int = 0
+    """Job lines submitted before an earlier line (kept, and submitted in time order)."""
+    first_unsorted: tuple[int, float, float] | None = None  # (line number, its submit, the latest before it)
 
     def warnings(self, path: str) -> list[str]:
         """One line per kind of imported job that can never be placed, counted, with the first."""
@@ -89,8 +100,12 @@ class SWFStats:
         if self.wider:
             number, job, tasks = self.wider[0]
             lines.append(f"{path}: {len(self.wider):,} job(s) wider than the cell (more tasks than its "
-                         f"{self.machines:,} machines; first: line {number}, job {job}, {tasks:,} tasks): "
+                         f"{self.processors:,} processors; first: line {number}, job {job}, {tasks:,} tasks): "
                          "imported, but no scheduler can place them")
+        if self.first_unsorted is not None:
+            number, t, latest = self.first_unsorted
+            lines.append(f"{path}: {self.unsorted:,} job line(s) out of submit order (first: line {number}, submit "
+                         f"{t:g} after {latest:g}): imported, submitted in time order")
         if self.bigger:
             number, job, mib = self.bigger[0]
             lines.append(f"{path}: {len(self.bigger):,} job(s) whose tasks ask for more memory than a machine "
@@ -101,8 +116,13 @@ class SWFStats:
     def summary(self) -> str:
         """One line: each field's assumption count (every field, zero or not) and the rows left out."""
         assumed = ", ".join(f"{name} {n:,}" for name, n in self.assumed.items())
+        unsorted = ""
+        if self.first_unsorted is not None:
+            number, t, latest = self.first_unsorted
+            unsorted = f" (first: line {number}, submit {t:g} after {latest:g})"
         return (f"unknown (-1) fields assumed: {assumed}; unusable rows skipped: {len(self.unusable):,}; "
-                f"bad rows skipped: {len(self.bad_lines):,}")
+                f"bad rows skipped: {len(self.bad_lines):,}; rows out of submit order, sorted: "
+                f"{self.unsorted:,}{unsorted}")
 
 
 @contextmanager
@@ -137,19 +157,37 @@ def read_header(path: str) -> dict[str, str]:
     return header
 
 
-def node_count(path: str, header: dict[str, str]) -> int:
-    """Machines in the cell: MaxNodes, else MaxProcs; SWFError when neither is a positive int."""
-    for name in ("MaxNodes", "MaxProcs"):
-        value = header.get(name, "")
-        if value.isdecimal() and int(value) > 0:
-            return checked_nodes(path, int(value), name)
+def node_shape(path: str, header: dict[str, str], nodes: int | None = None) -> tuple[int, int]:
+    """(machines, processors a machine): ``MaxNodes`` machines of ``MaxProcs / MaxNodes`` processors
+    when both are given and that is whole (SMP nodes: 2 a node on HPC2N), else ``MaxProcs`` machines of
+    one (the processors, which jobs count, when the nodes differ), else ``MaxNodes`` of one. ``nodes``
+    (``--nodes``) overrides the machine count, keeping the header's processors a machine. SWFError
+    when the header gives neither and ``nodes`` is None."""
+    sizes = {name: int(header[name]) for name in ("MaxNodes", "MaxProcs")
+             if header.get(name, "").isdecimal() and int(header[name]) > 0}
+    node, procs = sizes.get("MaxNodes"), sizes.get("MaxProcs")
+    if procs:
+        checked_nodes(path, procs, "MaxProcs")  # (bounds the processors a machine too)
+    per_node = procs // node if node and procs and procs % node == 0 else 1
+    if nodes is not None:
+        return checked_nodes(path, nodes), per_node
+    if node and procs:
+        return (checked_nodes(path, node, "MaxNodes"), per_node) if procs % node == 0 else \
+            (checked_nodes(path, procs, "MaxProcs"), 1)
+    if node or procs:
+        return checked_nodes(path, node or procs, "MaxNodes" if node else "MaxProcs"), 1
     raise SWFError(f"{path}: header has no positive MaxNodes or MaxProcs (give --nodes)")
+
+
+def node_count(path: str, header: dict[str, str]) -> int:
+    """Machines in the cell from the header alone (``node_shape``)."""
+    return node_shape(path, header)[0]
 
 
 def checked_nodes(path: str, nodes: int, source: str = "--nodes") -> int:
     """``nodes`` if it is 1..MAX_NODES; SWFError naming where it came from otherwise."""
     if not 1 <= nodes <= MAX_NODES:
-        raise SWFError(f"{path}: {source} must be between 1 and {MAX_NODES} machines, got {nodes}")
+        raise SWFError(f"{path}: {source} must be between 1 and {MAX_NODES:,}, got {nodes}")
     return nodes
 
 
@@ -170,19 +208,23 @@ def parse_job(line: str, number: int, path: str, waits: dict | None = None,
             raise SWFError(f"{path}: line {number}: field {name}: not a number: {text!r}") from None
         if not math.isfinite(values[name]):
             raise SWFError(f"{path}: line {number}: field {name}: not finite: {text!r}")
-    unknown = [name for name in ASSUMPTIONS if values[name] == UNKNOWN]
+    unknown = [name for name in ASSUMPTIONS
+               if values[name] == UNKNOWN or (name == "req_procs" and values[name] == 0)]
     if values["submit_s"] == UNKNOWN:
         raise SWFUnusable(f"{path}: line {number}: field submit_s: unknown (-1): no submit time")
     if values["req_procs"] == UNKNOWN and values["alloc_procs"] == UNKNOWN:
         raise SWFUnusable(f"{path}: line {number}: field req_procs: unknown (-1), and alloc_procs too: "
                           "no processor count")
+    if values["req_procs"] in (UNKNOWN, 0) and values["alloc_procs"] in (UNKNOWN, 0):
+        raise SWFUnusable(f"{path}: line {number}: field req_procs: {values['req_procs']:g}, alloc_procs "
+                          f"{values['alloc_procs']:g}: no processor (a job that never got one)")
     run = values["run_s"]
     if run == UNKNOWN:
         if values["req_time_s"] == UNKNOWN:
             raise SWFUnusable(f"{path}: line {number}: field run_s: unknown (-1), and req_time_s too: "
                               "no run time")
         run = values["req_time_s"]
-    procs = values["req_procs"] if values["req_procs"] != UNKNOWN else values["alloc_procs"]
+    procs = values["req_procs"] if values["req_procs"] not in (UNKNOWN, 0) else values["alloc_procs"]
     estimate = values["req_time_s"] if values["req_time_s"] != UNKNOWN else run
     checks = (("job", values["job"] >= 0), ("submit_s", values["submit_s"] >= 0),
               ("run_s", run >= 0), ("req_time_s", estimate >= 0),
@@ -208,24 +250,26 @@ def parse_job(line: str, number: int, path: str, waits: dict | None = None,
 
 
 def swf_events(path: str, nodes: int, node_memory_mib: int, stats: SWFStats, skip_bad: bool = False,
-               waits: dict | None = None):
-    """machine_add for each node at t = 0, then a job_submit per valid job line (with ``waits``:
-    each job's logged wait, ``parse_job``)."""
+               waits: dict | None = None, per_node: int = 1):
+    """machine_add for each node (``per_node`` processors) at t = 0, then a job_submit per valid job
+    line in file order (with ``waits``: each job's logged wait, ``parse_job``); the lines submitted
+    before an earlier one are counted in ``stats.unsorted`` (``sorted_events`` puts them in order)."""
     for i in range(nodes):
-        yield MachineAdd(0.0, Machine(id=f"n{i}", capacity=Resources(NODE_CPU, node_memory_mib)))
-    stats.machines = nodes
+        yield MachineAdd(0.0, Machine(id=f"n{i}", capacity=Resources(NODE_CPU * per_node, node_memory_mib)))
+    stats.machines, stats.processors = nodes, nodes * per_node
     last = 0.0
     wait = {} if waits is not None else None  # the line's wait, kept once the line is
     assumed = dict.fromkeys(ASSUMPTIONS, 0)  # the line's assumptions, counted once the line is kept
+    seen: dict[str, int] = {}  # job id -> its line
     with _open(path) as f, progress("import swf") as advance:
         for number, line in enumerate(f, 1):
             if line.startswith(";") or not line.strip():
                 continue
             try:
                 event = parse_job(line, number, path, wait, assumed)
-                if event.t < last:
-                    raise SWFError(f"{path}: line {number}: field submit_s: {event.t:g} is before the "
-                                   f"previous job's {last:g}")
+                if event.job.id in seen:
+                    raise SWFError(f"{path}: line {number}: field job: job number {event.job.id[1:]} repeats "
+                                   f"line {seen[event.job.id]}'s")
             except SWFError as exc:
                 if isinstance(exc, SWFUnusable):
                     stats.unusable.append((number, str(exc)))
@@ -244,15 +288,26 @@ def swf_events(path: str, nodes: int, node_memory_mib: int, stats: SWFStats, ski
                 for name, n in assumed.items():
                     stats.assumed[name] += n
                 assumed = dict.fromkeys(ASSUMPTIONS, 0)
-            last = event.t
+            seen[event.job.id] = number
+            if event.t < last:
+                stats.unsorted += 1
+                if stats.first_unsorted is None:
+                    stats.first_unsorted = (number, event.t, last)
+            last = max(last, event.t)
             stats.jobs += 1
             job = event.job
-            if job.tasks > nodes:
+            if job.tasks > stats.processors:
                 stats.wider.append((number, job.id, job.tasks))
             if job.request.memory > node_memory_mib:
                 stats.bigger.append((number, job.id, job.request.memory))
             advance()
             yield event
+
+
+def sorted_events(events, unsorted: bool):
+    """``events`` in time order: as they come when ``unsorted`` is false, else all read and sorted
+    (stably: lines submitted at one instant keep their order, the machines stay first)."""
+    return sorted(events, key=lambda event: event.t) if unsorted else events
 
 
 def ground_truth(path: str, nodes: int, skip_bad: bool, stats: SWFStats | None = None) -> GroundTruth:
@@ -274,24 +329,29 @@ def ground_truth(path: str, nodes: int, skip_bad: bool, stats: SWFStats | None =
 
 
 def import_swf(path: str, out, skip_bad: bool = False, nodes: int | None = None,
-               node_memory_mib: int = DEFAULT_NODE_MEMORY_MIB) -> SWFStats:
-    """Write the omega trace of an SWF log to ``out``; the counts (and skipped lines). On an
-    error nothing is written at ``out``."""
+               node_memory_mib: int | None = None) -> SWFStats:
+    """Write the omega trace of an SWF log to ``out``; the counts (and skipped lines). Machines:
+    ``node_shape``; ``node_memory_mib`` a machine (default 1024 MiB a processor). On an error
+    nothing is written at ``out``."""
     header = read_header(path)
-    nodes = checked_nodes(path, nodes) if nodes is not None else node_count(path, header)
+    nodes, per_node = node_shape(path, header, nodes)
+    if node_memory_mib is None:
+        node_memory_mib = DEFAULT_NODE_MEMORY_MIB * per_node
     survey = SWFStats()
     truth = ground_truth(path, nodes, skip_bad, survey)
     trace_header = TraceHeader(
         source=f"swf {path} ({header.get('Computer', '?')}, {header.get('Installation', '?')})",
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
-        capacity_model=f"swf: {nodes} machines, one per node, each {NODE_CPU} millicores and "
-                       f"{node_memory_mib} MiB; a job = req_procs tasks of {NODE_CPU} millicores as a gang",
+        capacity_model=f"swf: {nodes} machines, one per node, each {per_node} processor(s): {NODE_CPU * per_node} "
+                       f"millicores and {node_memory_mib} MiB; a job = req_procs tasks of {NODE_CPU} millicores "
+                       "as a gang",
         cell=os.path.basename(path).removesuffix(".gz").removesuffix(".swf"),
         notes=f"importer revision {IMPORTER_REVISION}; t = submit_s; duration_s = run_s; estimate_s = req_time_s; "
               f"skip_bad={skip_bad}; "
               f"{survey.summary()}")
     stats = SWFStats()
     with TraceWriter(out, trace_header, atomic=True, truth=truth) as writer:
-        for event in swf_events(path, nodes, node_memory_mib, stats, skip_bad):
+        for event in sorted_events(swf_events(path, nodes, node_memory_mib, stats, skip_bad, per_node=per_node),
+                                   survey.unsorted > 0):
             writer.write(event)
     return stats
