@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 from collections import Counter
 
 import pytest
@@ -242,3 +243,23 @@ def test_cli_warns_of_jobs_wider_than_the_cell(tmp_path, capsys):
                in line for line in warnings), warnings
     assert main(["import", "swf", swf(tmp_path, GOOD), "--out", str(out)]) == 0
     assert "warning" not in capsys.readouterr().err
+
+
+def test_gzip_is_known_by_its_bytes_and_a_byte_order_mark_or_latin1_comment_is_read(tmp_path):
+    text = HEADER + "; Installation: Universit\u00e4t\n" + GOOD
+    (tmp_path / "zipped.swf").write_bytes(gzip.compress(text.encode("latin-1")))  # gzip, not named .gz
+    (tmp_path / "plain.swf.gz").write_bytes(text.encode("latin-1"))  # plain, named .gz
+    (tmp_path / "bom.swf").write_bytes(b"\xef\xbb\xbf" + text.encode())  # a byte-order mark before the header
+    for name in ("zipped.swf", "plain.swf.gz", "bom.swf"):
+        stats = import_swf(str(tmp_path / name), tmp_path / "x.omt")
+        assert (stats.machines, stats.jobs) == (4, 1), name
+
+
+def test_a_job_line_that_is_not_text_names_the_line_and_is_not_a_line_to_skip(tmp_path, capsys):
+    path = tmp_path / "x.swf"
+    path.write_bytes((HEADER + GOOD).encode() + b"2 20 5 100 2 -1 -1 2 200 2048 1 \xff 3 -1 -1 -1 -1 -1\n")
+    with pytest.raises(SystemExit) as info:
+        main(["import", "swf", str(path), "--out", str(tmp_path / "x.omt")])
+    err = capsys.readouterr().err
+    assert info.value.code == 65 and "x.swf: line 5: not UTF-8 text" in err and "--skip-bad" not in err
+    assert not (tmp_path / "x.omt").exists()

@@ -94,14 +94,15 @@ def run_import_google(args) -> int:
 def run_import_swf(args) -> int:
     from tools.cli import InputError, UsageError
     from tools.trace.format import TraceError
-    from tools.trace.swf import SWFError, import_swf
+    from tools.trace.swf import SWFError, SWFNotText, import_swf
 
     started = time.perf_counter()
     try:
         stats = import_swf(args.file, args.out, skip_bad=args.skip_bad, nodes=args.nodes,
                            node_memory_mib=args.node_memory_mib)
     except SWFError as exc:
-        hint = "" if args.skip_bad or " line " not in str(exc) else " (--skip-bad skips and counts such lines)"
+        skippable = " line " in str(exc) and not isinstance(exc, SWFNotText)
+        hint = " (--skip-bad skips and counts such lines)" if skippable and not args.skip_bad else ""
         raise InputError(f"{exc}{hint}; nothing written to {args.out}") from None
     except OSError as exc:
         raise UsageError(_os_error(exc)) from None

@@ -37,6 +37,7 @@ from cellstate.model import Job, JobKind, Machine
 from cellstate.resources import Resources
 from tools.trace.events import JobSubmit, MachineAdd
 from tools.trace.format import TraceHeader, TraceWriter
+from tools.trace.header import GZIP_MAGIC
 from tools.trace.progress import progress
 from tools.trace.truth import GroundTruth
 
@@ -71,6 +72,10 @@ _HEADER_LINE = re.compile(r";\s*(\w+):\s*(.*?)\s*$")
 
 class SWFError(ValueError):
     """A bad SWF line or header; names the file and line number."""
+
+
+class SWFNotText(SWFError):
+    """A job line that is not UTF-8 text (not a bad line ``skip_bad`` skips: the file is not an SWF log)."""
 
 
 class SWFUnusable(SWFError):
@@ -127,18 +132,29 @@ class SWFStats:
 
 @contextmanager
 def _open(path: str):
-    """The lines of an SWF log (gzip when named .gz); SWFError naming the file for a cut or corrupt
-    gzip stream or bytes that are not text (not a traceback)."""
-    with gzip.open(path, "rt") if path.endswith(".gz") else open(path) as f:
+    """The lines of an SWF log, gzip or plain whatever its name says (by its first bytes); SWFError
+    naming the file for a cut or corrupt gzip stream, SWFNotText naming the line for a job line that
+    is not UTF-8 (a comment's bytes are read as Latin-1: only shown); a leading byte-order mark is
+    dropped."""
+    with open(path, "rb") as raw:
+        gz = raw.read(2) == GZIP_MAGIC
+    with gzip.open(path, "rb") if gz else open(path, "rb") as f:
         yield _lines(path, f)
 
 
 def _lines(path: str, f):
     number = 0
     try:
-        for number, line in enumerate(f, 1):  # noqa: B007 (read by the except clause)
-            yield line
-    except (EOFError, gzip.BadGzipFile, zlib.error, UnicodeDecodeError) as exc:
+        for number, raw in enumerate(f, 1):  # noqa: B007 (read by the except clause)
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                if not raw.lstrip().startswith(b";"):
+                    raise SWFNotText(f"{path}: line {number}: not UTF-8 text ({exc.reason} at byte {exc.start}): "
+                                     "is this an SWF log?") from None
+                line = raw.decode("latin-1")
+            yield line.removeprefix("\ufeff") if number == 1 else line
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise SWFError(f"{path}: cut or corrupt after {number:,} lines ({exc})") from None
 
 
