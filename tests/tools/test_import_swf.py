@@ -263,3 +263,22 @@ def test_a_job_line_that_is_not_text_names_the_line_and_is_not_a_line_to_skip(tm
     err = capsys.readouterr().err
     assert info.value.code == 65 and "x.swf: line 5: not UTF-8 text" in err and "--skip-bad" not in err
     assert not (tmp_path / "x.omt").exists()
+
+
+def test_a_job_asking_for_more_processors_than_the_cell_has_but_allocated_fewer_runs_on_those(tmp_path, capsys):
+    """req_procs 16 on an 8-processor cell, alloc_procs 4: the log's machine ran it on 4, so does the
+    import (counted and shown); req_procs 16 with alloc_procs 16 stays wider than the cell (warned)."""
+    asked_more = GOOD.replace("  1  10  5  100  2  -1  -1  2", "  2  20  5  100  4  -1  -1  16")
+    wide = GOOD.replace("  1  10  5  100  2  -1  -1  2", "  3  30  5  100  16  -1  -1  16")
+    path = swf(tmp_path, GOOD + asked_more + wide)
+    stats = import_swf(path, tmp_path / "x.omt")
+    header, events = read_all(tmp_path / "x.omt")
+    tasks = {e.job.id: e.job.tasks for e in events if isinstance(e, JobSubmit)}
+    assert tasks == {"j1": 2, "j2": 4, "j3": 16}
+    assert stats.narrowed == [(5, "j2", 16, 4)] and [w[1] for w in stats.wider] == ["j3"]
+    assert "wider than the cell, alloc_procs taken: 1" in header.notes
+    assert main(["import", "swf", path, "--out", str(tmp_path / "y.omt")]) == 0
+    err = capsys.readouterr().err
+    assert ("1 job(s) asked for more processors than the cell's 8 but ran on fewer: imported with their "
+            "alloc_procs (first: line 5, job j2, req_procs 16, alloc_procs 4)") in err
+    assert "1 job(s) wider than the cell (more tasks than its 8 processors; first: line 6, job j3" in err

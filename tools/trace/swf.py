@@ -29,7 +29,7 @@ import os
 import re
 import zlib
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from cellstate.codec.records import MAX_TASKS
@@ -46,8 +46,9 @@ IMPORTER_REVISION = 5
 job's logged wait, ``tools.trace.truth``, format version 3; 3: ``-1`` (unknown) accepted where
 something can be assumed, rows that cannot be used skipped and counted, the counts in the header's
 notes; 4: each job's requested time as its ``estimate_s``; 5: MaxProcs / MaxNodes processors a
-machine, lines out of submit order sorted, a processor count of 0 unusable). In each trace's header
-notes."""
+machine, lines out of submit order sorted, a processor count of 0 unusable, a job asking for more
+processors than the cell has but allocated fewer imported with its ``alloc_procs``). In each
+trace's header notes."""
 
 NODE_CPU = 1000
 DEFAULT_NODE_MEMORY_MIB = 1024
@@ -94,6 +95,9 @@ class SWFStats:
     a gang that can never be placed (the log's machine ran it; this cell, with --nodes, cannot)."""
     bigger: list[tuple[int, str, int]] = field(default_factory=list)
     """(line number, job id, MiB) of the jobs imported whose task asks for more memory than a machine has."""
+    narrowed: list[tuple[int, str, int, int]] = field(default_factory=list)
+    """(line number, job id, req_procs, alloc_procs) of the jobs that asked for more processors than the
+    cell has but ran on fewer: imported with their ``alloc_procs``."""
     processors: int = 0  # the cell's processors: machines x processors a machine
     unsorted: int = 0
     """Job lines submitted before an earlier line (kept, and submitted in time order)."""
@@ -107,6 +111,11 @@ class SWFStats:
             lines.append(f"{path}: {len(self.wider):,} job(s) wider than the cell (more tasks than its "
                          f"{self.processors:,} processors; first: line {number}, job {job}, {tasks:,} tasks): "
                          "imported, but no scheduler can place them")
+        if self.narrowed:
+            number, job, asked, ran = self.narrowed[0]
+            lines.append(f"{path}: {len(self.narrowed):,} job(s) asked for more processors than the cell's "
+                         f"{self.processors:,} but ran on fewer: imported with their alloc_procs (first: line "
+                         f"{number}, job {job}, req_procs {asked:,}, alloc_procs {ran:,})")
         if self.first_unsorted is not None:
             number, t, latest = self.first_unsorted
             lines.append(f"{path}: {self.unsorted:,} job line(s) out of submit order (first: line {number}, submit "
@@ -127,7 +136,7 @@ class SWFStats:
             unsorted = f" (first: line {number}, submit {t:g} after {latest:g})"
         return (f"unknown (-1) fields assumed: {assumed}; unusable rows skipped: {len(self.unusable):,}; "
                 f"bad rows skipped: {len(self.bad_lines):,}; rows out of submit order, sorted: "
-                f"{self.unsorted:,}{unsorted}")
+                f"{self.unsorted:,}{unsorted}; wider than the cell, alloc_procs taken: {len(self.narrowed):,}")
 
 
 @contextmanager
@@ -208,11 +217,12 @@ def checked_nodes(path: str, nodes: int, source: str = "--nodes") -> int:
 
 
 def parse_job(line: str, number: int, path: str, waits: dict | None = None,
-              assumed: dict | None = None) -> JobSubmit:
+              assumed: dict | None = None, allocated: dict | None = None) -> JobSubmit:
     """The job_submit of one SWF job line; SWFError naming the line and the field (SWFUnusable when
     the line is valid but a field it needs is unknown). With ``waits``, the job's logged wait (field
     3, None when -1: unknown) is stored under its id; with ``assumed``, each field whose -1 was
-    replaced by an assumption (``ASSUMPTIONS``) is counted there."""
+    replaced by an assumption (``ASSUMPTIONS``) is counted there; with ``allocated``, the job's
+    ``alloc_procs`` (-1: unknown) is stored under its id."""
     parts = line.split()
     if len(parts) != len(FIELDS):
         raise SWFError(f"{path}: line {number}: expected {len(FIELDS)} fields, got {len(parts)}")
@@ -262,6 +272,8 @@ def parse_job(line: str, number: int, path: str, waits: dict | None = None,
             assumed[name] += 1
     if waits is not None:
         waits[job.id] = values["wait_s"] if values["wait_s"] >= 0 else None
+    if allocated is not None:
+        allocated[job.id] = values["alloc_procs"]
     return JobSubmit(values["submit_s"], job)
 
 
@@ -277,12 +289,13 @@ def swf_events(path: str, nodes: int, node_memory_mib: int, stats: SWFStats, ski
     wait = {} if waits is not None else None  # the line's wait, kept once the line is
     assumed = dict.fromkeys(ASSUMPTIONS, 0)  # the line's assumptions, counted once the line is kept
     seen: dict[str, int] = {}  # job id -> its line
+    allocated: dict[str, float] = {}  # the line's alloc_procs
     with _open(path) as f, progress("import swf") as advance:
         for number, line in enumerate(f, 1):
             if line.startswith(";") or not line.strip():
                 continue
             try:
-                event = parse_job(line, number, path, wait, assumed)
+                event = parse_job(line, number, path, wait, assumed, allocated)
                 if event.job.id in seen:
                     raise SWFError(f"{path}: line {number}: field job: job number {event.job.id[1:]} repeats "
                                    f"line {seen[event.job.id]}'s")
@@ -295,6 +308,7 @@ def swf_events(path: str, nodes: int, node_memory_mib: int, stats: SWFStats, ski
                     stats.bad_lines.append((number, str(exc)))
                 if wait:
                     wait.clear()
+                allocated.clear()
                 assumed = dict.fromkeys(ASSUMPTIONS, 0)
                 continue
             if waits is not None:
@@ -311,7 +325,11 @@ def swf_events(path: str, nodes: int, node_memory_mib: int, stats: SWFStats, ski
                     stats.first_unsorted = (number, event.t, last)
             last = max(last, event.t)
             stats.jobs += 1
-            job = event.job
+            job, ran = event.job, allocated.pop(event.job.id)
+            if job.tasks > stats.processors and 1 <= ran <= stats.processors:
+                stats.narrowed.append((number, job.id, job.tasks, int(ran)))
+                job = replace(job, tasks=int(ran))
+                event = JobSubmit(event.t, job)
             if job.tasks > stats.processors:
                 stats.wider.append((number, job.id, job.tasks))
             if job.request.memory > node_memory_mib:
@@ -326,13 +344,14 @@ def sorted_events(events, unsorted: bool):
     return sorted(events, key=lambda event: event.t) if unsorted else events
 
 
-def ground_truth(path: str, nodes: int, skip_bad: bool, stats: SWFStats | None = None) -> GroundTruth:
+def ground_truth(path: str, nodes: int, skip_bad: bool, stats: SWFStats | None = None,
+                 per_node: int = 1) -> GroundTruth:
     """Each valid job line's logged wait (field 3) as its submit → start delay (``unit="job"``:
     a gang starts whole); jobs whose wait is -1 (unknown) are left out; horizon: the last start.
     ``stats``: the pass's counts (the same as the import's)."""
     waits: dict[str, float | None] = {}
     submitted: dict[str, float] = {}
-    for event in swf_events(path, nodes, 1, stats if stats is not None else SWFStats(), skip_bad, waits):
+    for event in swf_events(path, nodes, 1, stats if stats is not None else SWFStats(), skip_bad, waits, per_node):
         if isinstance(event, JobSubmit):
             submitted[event.job.id] = event.t
     delays = {job: [wait] for job, wait in waits.items() if wait is not None and job in submitted}
@@ -354,7 +373,7 @@ def import_swf(path: str, out, skip_bad: bool = False, nodes: int | None = None,
     if node_memory_mib is None:
         node_memory_mib = DEFAULT_NODE_MEMORY_MIB * per_node
     survey = SWFStats()
-    truth = ground_truth(path, nodes, skip_bad, survey)
+    truth = ground_truth(path, nodes, skip_bad, survey, per_node)
     trace_header = TraceHeader(
         source=f"swf {path} ({header.get('Computer', '?')}, {header.get('Installation', '?')})",
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
