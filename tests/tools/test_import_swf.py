@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 from collections import Counter
 
 import pytest
@@ -282,3 +283,33 @@ def test_a_job_asking_for_more_processors_than_the_cell_has_but_allocated_fewer_
     assert ("1 job(s) asked for more processors than the cell's 8 but ran on fewer: imported with their "
             "alloc_procs (first: line 5, job j2, req_procs 16, alloc_procs 4)") in err
     assert "1 job(s) wider than the cell (more tasks than its 8 processors; first: line 6, job j3" in err
+
+
+# The first lines of DIR-LAB/deep-batch-scheduler data/lublin_256.swf (a generated log: Lublin's model).
+LUBLIN = """; Version: 2
+; Acknowledge: Uri Lublin, Hebrew University
+; Information: http://www.cs.huji.ac.il/labs/parallel/workload
+; MaxJobs: 10000
+; MaxRecords: 10000
+; MaxNodes: 256
+; MaxRuntime: 162754
+1    5094 -1   12072  16 -1 -1 -1 -1 -1 1 -1 -1 -1 0 -1 -1 -1
+2    5170 -1       2   1 -1 -1 -1 -1 -1 1 -1 -1 -1 0 -1 -1 -1
+4    7287 -1    9053 128 -1 -1 -1 -1 -1 1 -1 -1 -1 0 -1 -1 -1
+"""
+
+
+def test_a_log_without_any_logged_wait_has_no_ground_truth_and_says_so(tmp_path, capsys):
+    path = tmp_path / "lublin.swf"
+    path.write_text(LUBLIN)
+    out = tmp_path / "x.omt"
+    assert main(["import", "swf", str(path), "--out", str(out)]) == 0
+    assert "no ground truth: no job has a logged wait (wait_s -1 on every line)" in capsys.readouterr().out
+    header, events = read_trace(out)
+    with events:
+        assert [e.job.tasks for e in events if isinstance(e, JobSubmit)] == [16, 1, 128]
+        assert events.truth is None
+    assert "no ground truth: no job has a logged wait_s" in header.notes
+    status = main(["replay", str(out), "--schedulers", "easy:easy", "--until", "100000", "-o", "json"])
+    result = json.loads(capsys.readouterr().out)
+    assert status == 0 and result.get("fidelity") is None and result["slowdown"]["jobs"] == 3

@@ -114,6 +114,9 @@ def run_import_swf(args) -> int:
         print(f"  skipped {len(stats.bad_lines)} bad line(s), first: {stats.bad_lines[0][1]}")
     if stats.unusable:
         print(f"  skipped {len(stats.unusable)} unusable line(s), first: {stats.unusable[0][1]}")
+    if stats.jobs and not stats.logged_waits:
+        print("  no ground truth: no job has a logged wait (wait_s -1 on every line), so a replay has no fidelity "
+              "to report")
     for line in stats.warnings(args.file):
         print(f"warning: {line}", file=sys.stderr)
     assumed = {name: n for name, n in stats.assumed.items() if n}

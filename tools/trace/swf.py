@@ -99,6 +99,7 @@ class SWFStats:
     """(line number, job id, req_procs, alloc_procs) of the jobs that asked for more processors than the
     cell has but ran on fewer: imported with their ``alloc_procs``."""
     processors: int = 0  # the cell's processors: machines x processors a machine
+    logged_waits: int = 0  # jobs in the ground truth (a known wait_s); none: the trace has no ground truth
     unsorted: int = 0
     """Job lines submitted before an earlier line (kept, and submitted in time order)."""
     first_unsorted: tuple[int, float, float] | None = None  # (line number, its submit, the latest before it)
@@ -366,7 +367,8 @@ def ground_truth(path: str, nodes: int, skip_bad: bool, stats: SWFStats | None =
 def import_swf(path: str, out, skip_bad: bool = False, nodes: int | None = None,
                node_memory_mib: int | None = None) -> SWFStats:
     """Write the omega trace of an SWF log to ``out``; the counts (and skipped lines). Machines:
-    ``node_shape``; ``node_memory_mib`` a machine (default 1024 MiB a processor). On an error
+    ``node_shape``; ``node_memory_mib`` a machine (default 1024 MiB a processor). The trace has no
+    ground truth when no job has a logged wait (a generated log: every wait_s -1). On an error
     nothing is written at ``out``."""
     header = read_header(path)
     nodes, per_node = node_shape(path, header, nodes)
@@ -374,6 +376,7 @@ def import_swf(path: str, out, skip_bad: bool = False, nodes: int | None = None,
         node_memory_mib = DEFAULT_NODE_MEMORY_MIB * per_node
     survey = SWFStats()
     truth = ground_truth(path, nodes, skip_bad, survey, per_node)
+    no_truth = "; no ground truth: no job has a logged wait_s" if not truth.delays else ""
     trace_header = TraceHeader(
         source=f"swf {path} ({header.get('Computer', '?')}, {header.get('Installation', '?')})",
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
@@ -383,9 +386,9 @@ def import_swf(path: str, out, skip_bad: bool = False, nodes: int | None = None,
         cell=os.path.basename(path).removesuffix(".gz").removesuffix(".swf"),
         notes=f"importer revision {IMPORTER_REVISION}; t = submit_s; duration_s = run_s; estimate_s = req_time_s; "
               f"skip_bad={skip_bad}; "
-              f"{survey.summary()}")
-    stats = SWFStats()
-    with TraceWriter(out, trace_header, atomic=True, truth=truth) as writer:
+              f"{survey.summary()}{no_truth}")
+    stats = SWFStats(logged_waits=len(truth.delays))
+    with TraceWriter(out, trace_header, atomic=True, truth=truth if truth.delays else None) as writer:
         for event in sorted_events(swf_events(path, nodes, node_memory_mib, stats, skip_bad, per_node=per_node),
                                    survey.unsorted > 0):
             writer.write(event)
