@@ -40,7 +40,9 @@ def register(sub) -> None:
     swf.add_argument("file")
     swf.add_argument("--out", required=True, help="output trace (.omt, or .omt.gz to compress)")
     swf.add_argument("--skip-bad", action="store_true", help="skip and count bad job lines")
-    swf.add_argument("--nodes", type=int, default=None, help="machines (default: header MaxNodes/MaxProcs)")
+    swf.add_argument("--nodes", type=int, default=None,
+                     help="machines (default: header MaxNodes, else MaxProcs; processors a machine: "
+                          "MaxProcs / MaxNodes when whole)")
     swf.add_argument("--node-memory-mib", type=int, default=None, help="memory per machine (default 1024 a processor)")
     swf.set_defaults(func=run_import_swf)
 
