@@ -97,6 +97,8 @@ UNUSABLE = [
      "no processor"),
     ("zero-requested-and-allocated", GOOD.replace("  2  -1  -1  2", "  0  -1  -1  0"), "field req_procs: 0, "
      "alloc_procs 0"),
+    ("cancelled-before-start", GOOD.replace("  100  2  -1", "  -1  0  -1").replace("  1  3  3", "  5  3  3"),
+     "field status: 5 (cancelled) with run_s -1 and alloc_procs 0: cancelled before it started"),
 ]
 
 
@@ -313,3 +315,18 @@ def test_a_log_without_any_logged_wait_has_no_ground_truth_and_says_so(tmp_path,
     status = main(["replay", str(out), "--schedulers", "easy:easy", "--until", "100000", "-o", "json"])
     result = json.loads(capsys.readouterr().out)
     assert status == 0 and result.get("fidelity") is None and result["slowdown"]["jobs"] == 3
+
+
+def test_partial_executions_of_a_job_are_left_out_for_its_summary_line(tmp_path):
+    """SWF 2.2: a checkpointed or swapped job's parts are lines of status 2, 3 or 4 with its job number;
+    its summary line (status 0, 1 or 5) is the job. A job cancelled while running (status 5, a run
+    time) ran: it is kept."""
+    summary = GOOD
+    part = GOOD.replace("  100  ", "  60  ", 1).replace("  1  3  3", "  2  3  3")
+    last = GOOD.replace("  100  ", "  40  ", 1).replace("  1  3  3", "  3  3  3")
+    cancelled_running = GOOD.replace("  1  10", "  2  20").replace("  1  3  3", "  5  3  3")
+    stats = import_swf(swf(tmp_path, summary + part + last + cancelled_running), tmp_path / "x.omt")
+    jobs = [e.job for e in read_all(tmp_path / "x.omt")[1] if isinstance(e, JobSubmit)]
+    assert [(j.id, j.duration_s) for j in jobs] == [("j1", 100.0), ("j2", 100.0)]
+    assert [n for n, _ in stats.unusable] == [5, 6] and stats.bad_lines == []
+    assert "field status: 2: a partial execution of job 1 (its summary line" in stats.unusable[0][1]

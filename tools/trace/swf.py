@@ -9,14 +9,17 @@ one machine per node (``node_shape``: header ``MaxNodes`` machines of ``MaxProcs
 processors each when that is whole, else one machine per processor, ``MaxProcs``): 1000 millicores
 a processor and ``node_memory_mib`` (default 1024 MiB a processor: SWF headers carry no node
 memory). Lines need not be in submit order (logs written by simulators are not): the jobs are
-submitted in time order, and the lines out of order are counted (``SWFStats.unsorted``). Status,
-queue and the other fields are not used.
+submitted in time order, and the lines out of order are counted (``SWFStats.unsorted``). Status serves
+only to leave out what never ran or is a part of a job (below); queue and the other fields are not
+used.
 
 ``-1`` is the format's "unknown" in any field. Where the importer can assume something it does, and
 counts each assumption per field (``SWFStats.assumed``, ``ASSUMPTIONS`` says what is assumed): the
 row is kept. A row that cannot become a job even so (unknown submit time, no processor count (-1 or
-0: a job cancelled before it got any), no run time nor requested time) is valid SWF, so it is
-skipped and counted (``SWFStats.unusable``) without ``--skip-bad``; a malformed row (field count, not
+0: a job cancelled before it got any), no run time nor requested time, a job cancelled (status 5)
+before it started (run_s and alloc_procs -1 or 0), a partial execution of a checkpointed job (status
+2, 3, 4: its summary line is the job)) is valid SWF, so it is skipped and counted
+(``SWFStats.unusable``) without ``--skip-bad``; a malformed row (field count, not
 a number, a negative value other than -1, a job number an earlier row has) stays an error unless
 ``skip_bad``.
 """
@@ -47,8 +50,8 @@ job's logged wait, ``tools.trace.truth``, format version 3; 3: ``-1`` (unknown) 
 something can be assumed, rows that cannot be used skipped and counted, the counts in the header's
 notes; 4: each job's requested time as its ``estimate_s``; 5: MaxProcs / MaxNodes processors a
 machine, lines out of submit order sorted, a processor count of 0 unusable, a job asking for more
-processors than the cell has but allocated fewer imported with its ``alloc_procs``). In each
-trace's header notes."""
+processors than the cell has but allocated fewer imported with its ``alloc_procs``, jobs cancelled
+before they started and partial executions (status 2-4) unusable). In each trace's header notes."""
 
 NODE_CPU = 1000
 DEFAULT_NODE_MEMORY_MIB = 1024
@@ -68,6 +71,10 @@ ASSUMPTIONS = {
 }
 """What the importer assumes for a field logged as -1, per field (the only fields it uses that may be
 unknown; ``job`` must be known; the others are not used, so their -1 needs no assumption)."""
+PARTIAL_STATUSES = (2.0, 3.0, 4.0)
+"""Status of a line recording one part of a checkpointed or swapped job (SWF 2.2): the job's summary line
+has its number too."""
+CANCELLED = 5.0
 _HEADER_LINE = re.compile(r";\s*(\w+):\s*(.*?)\s*$")
 
 
@@ -239,6 +246,12 @@ def parse_job(line: str, number: int, path: str, waits: dict | None = None,
                if values[name] == UNKNOWN or (name == "req_procs" and values[name] == 0)]
     if values["submit_s"] == UNKNOWN:
         raise SWFUnusable(f"{path}: line {number}: field submit_s: unknown (-1): no submit time")
+    if values["status"] in PARTIAL_STATUSES:
+        raise SWFUnusable(f"{path}: line {number}: field status: {values['status']:g}: a partial execution of job "
+                          f"{values['job']:g} (its summary line, status 0, 1 or 5, is the job)")
+    if values["status"] == CANCELLED and values["run_s"] in (UNKNOWN, 0) and values["alloc_procs"] in (UNKNOWN, 0):
+        raise SWFUnusable(f"{path}: line {number}: field status: 5 (cancelled) with run_s {values['run_s']:g} and "
+                          f"alloc_procs {values['alloc_procs']:g}: cancelled before it started")
     if values["req_procs"] == UNKNOWN and values["alloc_procs"] == UNKNOWN:
         raise SWFUnusable(f"{path}: line {number}: field req_procs: unknown (-1), and alloc_procs too: "
                           "no processor count")
