@@ -330,3 +330,5 @@ def test_partial_executions_of_a_job_are_left_out_for_its_summary_line(tmp_path)
     assert [(j.id, j.duration_s) for j in jobs] == [("j1", 100.0), ("j2", 100.0)]
     assert [n for n, _ in stats.unusable] == [5, 6] and stats.bad_lines == []
     assert "field status: 2: a partial execution of job 1 (its summary line" in stats.unusable[0][1]
+    assert stats.unusable_kinds == {"partial execution": 2}
+    assert "unusable rows skipped: 2 (partial execution 2)" in read_all(tmp_path / "x.omt")[0].notes

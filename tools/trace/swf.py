@@ -87,7 +87,12 @@ class SWFNotText(SWFError):
 
 
 class SWFUnusable(SWFError):
-    """A valid SWF line that cannot become a job (a field it needs is -1 with nothing to assume)."""
+    """A valid SWF line that cannot become a job (a field it needs is -1 with nothing to assume, or
+    what it records never ran as a job); ``kind`` says which, in a few words."""
+
+    def __init__(self, message: str, kind: str):
+        super().__init__(message)
+        self.kind = kind
 
 
 @dataclass
@@ -96,6 +101,7 @@ class SWFStats:
     machines: int = 0
     bad_lines: list[tuple[int, str]] = field(default_factory=list)  # (line number, why), with skip_bad
     unusable: list[tuple[int, str]] = field(default_factory=list)  # (line number, why): valid, unusable
+    unusable_kinds: dict[str, int] = field(default_factory=dict)  # SWFUnusable.kind -> rows
     assumed: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ASSUMPTIONS, 0))  # per field
     wider: list[tuple[int, str, int]] = field(default_factory=list)
     """(line number, job id, tasks) of the jobs imported with more tasks than the cell has machines:
@@ -142,7 +148,9 @@ class SWFStats:
         if self.first_unsorted is not None:
             number, t, latest = self.first_unsorted
             unsorted = f" (first: line {number}, submit {t:g} after {latest:g})"
-        return (f"unknown (-1) fields assumed: {assumed}; unusable rows skipped: {len(self.unusable):,}; "
+        kinds = ", ".join(f"{kind} {n:,}" for kind, n in self.unusable_kinds.items())
+        return (f"unknown (-1) fields assumed: {assumed}; unusable rows skipped: {len(self.unusable):,}"
+                f"{f' ({kinds})' if kinds else ''}; "
                 f"bad rows skipped: {len(self.bad_lines):,}; rows out of submit order, sorted: "
                 f"{self.unsorted:,}{unsorted}; wider than the cell, alloc_procs taken: {len(self.narrowed):,}")
 
@@ -245,24 +253,25 @@ def parse_job(line: str, number: int, path: str, waits: dict | None = None,
     unknown = [name for name in ASSUMPTIONS
                if values[name] == UNKNOWN or (name == "req_procs" and values[name] == 0)]
     if values["submit_s"] == UNKNOWN:
-        raise SWFUnusable(f"{path}: line {number}: field submit_s: unknown (-1): no submit time")
+        raise SWFUnusable(f"{path}: line {number}: field submit_s: unknown (-1): no submit time", "no submit time")
     if values["status"] in PARTIAL_STATUSES:
         raise SWFUnusable(f"{path}: line {number}: field status: {values['status']:g}: a partial execution of job "
-                          f"{values['job']:g} (its summary line, status 0, 1 or 5, is the job)")
+                          f"{values['job']:g} (its summary line, status 0, 1 or 5, is the job)", "partial execution")
     if values["status"] == CANCELLED and values["run_s"] in (UNKNOWN, 0) and values["alloc_procs"] in (UNKNOWN, 0):
         raise SWFUnusable(f"{path}: line {number}: field status: 5 (cancelled) with run_s {values['run_s']:g} and "
-                          f"alloc_procs {values['alloc_procs']:g}: cancelled before it started")
+                          f"alloc_procs {values['alloc_procs']:g}: cancelled before it started",
+                          "cancelled before it started")
     if values["req_procs"] == UNKNOWN and values["alloc_procs"] == UNKNOWN:
         raise SWFUnusable(f"{path}: line {number}: field req_procs: unknown (-1), and alloc_procs too: "
-                          "no processor count")
+                          "no processor count", "no processor")
     if values["req_procs"] in (UNKNOWN, 0) and values["alloc_procs"] in (UNKNOWN, 0):
         raise SWFUnusable(f"{path}: line {number}: field req_procs: {values['req_procs']:g}, alloc_procs "
-                          f"{values['alloc_procs']:g}: no processor (a job that never got one)")
+                          f"{values['alloc_procs']:g}: no processor (a job that never got one)", "no processor")
     run = values["run_s"]
     if run == UNKNOWN:
         if values["req_time_s"] == UNKNOWN:
             raise SWFUnusable(f"{path}: line {number}: field run_s: unknown (-1), and req_time_s too: "
-                              "no run time")
+                              "no run time", "no run time")
         run = values["req_time_s"]
     procs = values["req_procs"] if values["req_procs"] not in (UNKNOWN, 0) else values["alloc_procs"]
     estimate = values["req_time_s"] if values["req_time_s"] != UNKNOWN else run
@@ -316,6 +325,7 @@ def swf_events(path: str, nodes: int, node_memory_mib: int, stats: SWFStats, ski
             except SWFError as exc:
                 if isinstance(exc, SWFUnusable):
                     stats.unusable.append((number, str(exc)))
+                    stats.unusable_kinds[exc.kind] = stats.unusable_kinds.get(exc.kind, 0) + 1
                 elif not skip_bad:
                     raise
                 else:
