@@ -332,3 +332,15 @@ def test_partial_executions_of_a_job_are_left_out_for_its_summary_line(tmp_path)
     assert "field status: 2: a partial execution of job 1 (its summary line" in stats.unusable[0][1]
     assert stats.unusable_kinds == {"partial execution": 2}
     assert "unusable rows skipped: 2 (partial execution 2)" in read_all(tmp_path / "x.omt")[0].notes
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--nodes", "0"], "--nodes must be between 1 and 1,000,000 machines, got 0"),
+    (["--node-memory-mib", "-5"], "--node-memory-mib must be between 0 and 2**53, got -5"),
+    (["--node-memory-mib", str(2**70)], "--node-memory-mib must be between 0 and 2**53"),
+])
+def test_bad_flag_values_are_usage_errors(tmp_path, capsys, flags, message):
+    with pytest.raises(SystemExit) as info:
+        main(["import", "swf", swf(tmp_path, GOOD), "--out", str(tmp_path / "x.omt"), *flags])
+    assert info.value.code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "x.omt").exists()

@@ -96,8 +96,12 @@ def run_import_google(args) -> int:
 def run_import_swf(args) -> int:
     from tools.cli import InputError, UsageError
     from tools.trace.format import TraceError
-    from tools.trace.swf import SWFError, SWFNotText, import_swf
+    from tools.trace.swf import MAX_NODES, SWFError, SWFNotText, import_swf
 
+    if args.nodes is not None and not 1 <= args.nodes <= MAX_NODES:
+        raise UsageError(f"--nodes must be between 1 and {MAX_NODES:,} machines, got {args.nodes}")
+    if args.node_memory_mib is not None and not 0 <= args.node_memory_mib <= 2**53:
+        raise UsageError(f"--node-memory-mib must be between 0 and 2**53, got {args.node_memory_mib}")
     started = time.perf_counter()
     try:
         stats = import_swf(args.file, args.out, skip_bad=args.skip_bad, nodes=args.nodes,
