@@ -88,3 +88,9 @@ def test_a_list_without_memory_asks_no_memory_and_says_so(tmp_path):
     assert "absent optional columns: memory_mib" in header.notes
     assert jobs["openb-pod-0015"].request.cpu == 88_000 and jobs["openb-pod-0015"].request.get("gpu") > 0
     assert {j.request.memory for j in jobs.values()} == {0}
+
+
+def test_a_missing_list_is_a_usage_error(tmp_path):
+    status, _, err = run_cli(["import", "openb", "--nodes", str(tmp_path / "none.csv"), "--pods", str(PODS),
+                              "--out", str(tmp_path / "x.omt")])
+    assert status == 2 and "none.csv: no such file" in err and not (tmp_path / "x.omt").exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 
 def register(sub) -> None:
@@ -141,6 +142,9 @@ def run_import_openb(args) -> int:
     from tools.trace.openb.importer import import_openb
     from tools.trace.openb.lists import OpenbError
 
+    for path in (args.nodes, args.pods):  # a missing list is a usage error, as in `experiment gpu-frag`
+        if not Path(path).is_file():
+            raise UsageError(f"{path}: no such file")
     started = time.perf_counter()
     try:
         stats = import_openb(args.nodes, args.pods, args.out)
