@@ -260,3 +260,17 @@ def test_a_pod_list_no_gpu_pod_of_which_can_run_is_invalid_input(tmp_path, rows,
     pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n" + rows)
     status, out, err = run_cli(["experiment", "gpu-frag", "--nodes", str(NODES), "--pods", str(pods), "--seeds", "1"])
     assert status == 65 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_pod_list_without_memory_runs_the_experiment_and_lists_the_absent_column(tmp_path):
+    """The nomem variants (hkust-adsl/kubernetes-scheduler-simulator data/csv) leave out memory_mib."""
+    pods = tmp_path / "nomem.csv"
+    pods.write_text("name,cpu_milli,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,"
+                    "scheduled_time\nopenb-pod-0000,12000,1,1000,,LS,Running,0,12537496,0\n"
+                    "openb-pod-0001,6000,1,460,,LS,Running,427061,12902960,427061\n")
+    listed, stats = read_pods(pods)
+    assert [p.memory for p in listed] == [0, 0] and "memory_mib" in stats.absent_columns
+    status, out, err = run_cli(["experiment", "gpu-frag", "--nodes", str(NODES), "--pods", str(pods), "--seeds", "1",
+                                "--policies", "fgd", "-o", "json"])
+    assert status == 0, err
+    assert "memory_mib" in json.loads(out)["inputs"]["absent_optional_columns"]
