@@ -350,7 +350,7 @@ def swf_events(path: str, nodes: int, node_memory_mib: int, stats: SWFStats, ski
             last = max(last, event.t)
             stats.jobs += 1
             job, ran = event.job, allocated.pop(event.job.id)
-            if job.tasks > stats.processors and 1 <= ran <= stats.processors:
+            if job.tasks > stats.processors and 1 <= ran <= stats.processors and ran == int(ran):
                 stats.narrowed.append((number, job.id, job.tasks, int(ran)))
                 job = replace(job, tasks=int(ran))
                 event = JobSubmit(event.t, job)
