@@ -268,3 +268,31 @@ def test_schedulers_scoring_by_fgd_replay_a_gpu_burst_with_every_task_on_named_d
     placed = sum(s["tasks_placed"] for s in doc["schedulers"])
     assert placed > info["pods"] * 0.8
     assert max(u["extra"]["gpu"] for u in doc["utilization"]) > 0.1
+
+
+@pytest.mark.parametrize("rows, message", [
+    ("p1,1000,100,0,0,\n", "no pod asks for a GPU"),
+    # a list from another cluster: its GPU models named as no node here names them
+    ("p1,1000,100,1,1000,H100\np2,1000,100,1,500,H100|A800\np3,1000,100,0,0,\n",
+     "no GPU pod can run on " + str(NODES) + "'s nodes: every one names only GPU models no node has "
+     "(gpu_spec: A800, H100; the nodes have "),
+])
+def test_a_pod_list_no_gpu_pod_of_which_can_run_is_invalid_input(tmp_path, rows, message):
+    pods = tmp_path / "pods.csv"
+    pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n" + rows)
+    status, out, err = run_cli(["experiment", "gpu-frag", "--nodes", str(NODES), "--pods", str(pods), "--seeds", "1"])
+    assert status == 65 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_pod_list_without_memory_runs_the_experiment_and_lists_the_absent_column(tmp_path):
+    """The nomem variants (hkust-adsl/kubernetes-scheduler-simulator data/csv) leave out memory_mib."""
+    pods = tmp_path / "nomem.csv"
+    pods.write_text("name,cpu_milli,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,"
+                    "scheduled_time\nopenb-pod-0000,12000,1,1000,,LS,Running,0,12537496,0\n"
+                    "openb-pod-0001,6000,1,460,,LS,Running,427061,12902960,427061\n")
+    listed, stats = read_pods(pods)
+    assert [p.memory for p in listed] == [0, 0] and "memory_mib" in stats.absent_columns
+    status, out, err = run_cli(["experiment", "gpu-frag", "--nodes", str(NODES), "--pods", str(pods), "--seeds", "1",
+                                "--policies", "fgd", "-o", "json"])
+    assert status == 0, err
+    assert "memory_mib" in json.loads(out)["inputs"]["absent_optional_columns"]

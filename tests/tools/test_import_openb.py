@@ -64,3 +64,33 @@ def test_a_list_without_times_is_refused_and_nothing_is_written(tmp_path):
                               "--out", str(out)])
     assert status == 65 and "no creation_time column" in err and "gpu-frag" in err
     assert not out.exists()
+
+
+# The first rows of the upstream openb_pod_list_nomem_cpu0.csv (hkust-adsl/kubernetes-scheduler-simulator
+# data/csv): the nomem variants leave out the memory_mib column.
+NOMEM = """name,cpu_milli,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time
+openb-pod-0000,12000,1,1000,,LS,Running,0,12537496,0
+openb-pod-0001,6000,1,460,,LS,Running,427061,12902960,427061
+openb-pod-0015,88000,8,1000,,Burstable,Succeeded,9437497,10769854,9437497
+openb-pod-0055,11908,1,1000,,BE,Pending,10001278,10001403,
+"""
+
+
+def test_a_list_without_memory_asks_no_memory_and_says_so(tmp_path):
+    pods, out = tmp_path / "nomem.csv", tmp_path / "nomem.omt"
+    pods.write_text(NOMEM)
+    status, text, err = run_cli(["import", "openb", "--nodes", str(NODES), "--pods", str(pods), "--out", str(out)])
+    assert status == 0, err
+    assert "4 of 4 pods as jobs" in text and "absent optional columns: memory_mib (no memory asked" in text
+    header, events = read_trace(out)
+    with events:
+        jobs = {e.job.id: e.job for e in events if isinstance(e, JobSubmit)}
+    assert "absent optional columns: memory_mib" in header.notes
+    assert jobs["openb-pod-0015"].request.cpu == 88_000 and jobs["openb-pod-0015"].request.get("gpu") > 0
+    assert {j.request.memory for j in jobs.values()} == {0}
+
+
+def test_a_missing_list_is_a_usage_error(tmp_path):
+    status, _, err = run_cli(["import", "openb", "--nodes", str(tmp_path / "none.csv"), "--pods", str(PODS),
+                              "--out", str(tmp_path / "x.omt")])
+    assert status == 2 and "none.csv: no such file" in err and not (tmp_path / "x.omt").exists()

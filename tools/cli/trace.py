@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 
 def register(sub) -> None:
@@ -40,8 +41,10 @@ def register(sub) -> None:
     swf.add_argument("file")
     swf.add_argument("--out", required=True, help="output trace (.omt, or .omt.gz to compress)")
     swf.add_argument("--skip-bad", action="store_true", help="skip and count bad job lines")
-    swf.add_argument("--nodes", type=int, default=None, help="machines (default: header MaxNodes/MaxProcs)")
-    swf.add_argument("--node-memory-mib", type=int, default=None, help="memory per machine (default 1024)")
+    swf.add_argument("--nodes", type=int, default=None,
+                     help="machines (default: header MaxNodes, else MaxProcs; processors a machine: "
+                          "MaxProcs / MaxNodes when whole)")
+    swf.add_argument("--node-memory-mib", type=int, default=None, help="memory per machine (default 1024 a processor)")
     swf.set_defaults(func=run_import_swf)
 
     openb = imp_sub.add_parser("openb", help="Alibaba cluster-trace-gpu-v2023 (openb) node list + pod list")
@@ -94,14 +97,19 @@ def run_import_google(args) -> int:
 def run_import_swf(args) -> int:
     from tools.cli import InputError, UsageError
     from tools.trace.format import TraceError
-    from tools.trace.swf import DEFAULT_NODE_MEMORY_MIB, SWFError, import_swf
+    from tools.trace.swf import MAX_NODES, SWFError, SWFNotText, import_swf
 
-    memory = args.node_memory_mib if args.node_memory_mib is not None else DEFAULT_NODE_MEMORY_MIB
+    if args.nodes is not None and not 1 <= args.nodes <= MAX_NODES:
+        raise UsageError(f"--nodes must be between 1 and {MAX_NODES:,} machines, got {args.nodes}")
+    if args.node_memory_mib is not None and not 0 <= args.node_memory_mib <= 2**53:
+        raise UsageError(f"--node-memory-mib must be between 0 and 2**53, got {args.node_memory_mib}")
     started = time.perf_counter()
     try:
-        stats = import_swf(args.file, args.out, skip_bad=args.skip_bad, nodes=args.nodes, node_memory_mib=memory)
+        stats = import_swf(args.file, args.out, skip_bad=args.skip_bad, nodes=args.nodes,
+                           node_memory_mib=args.node_memory_mib)
     except SWFError as exc:
-        hint = "" if args.skip_bad or " line " not in str(exc) else " (--skip-bad skips and counts such lines)"
+        skippable = " line " in str(exc) and not isinstance(exc, SWFNotText)
+        hint = " (--skip-bad skips and counts such lines)" if skippable and not args.skip_bad else ""
         raise InputError(f"{exc}{hint}; nothing written to {args.out}") from None
     except OSError as exc:
         raise UsageError(_os_error(exc)) from None
@@ -113,6 +121,9 @@ def run_import_swf(args) -> int:
         print(f"  skipped {len(stats.bad_lines)} bad line(s), first: {stats.bad_lines[0][1]}")
     if stats.unusable:
         print(f"  skipped {len(stats.unusable)} unusable line(s), first: {stats.unusable[0][1]}")
+    if stats.jobs and not stats.logged_waits:
+        print("  no ground truth: no job has a logged wait (wait_s -1 on every line), so a replay has no fidelity "
+              "to report")
     for line in stats.warnings(args.file):
         print(f"warning: {line}", file=sys.stderr)
     assumed = {name: n for name, n in stats.assumed.items() if n}
@@ -131,6 +142,9 @@ def run_import_openb(args) -> int:
     from tools.trace.openb.importer import import_openb
     from tools.trace.openb.lists import OpenbError
 
+    for path in (args.nodes, args.pods):  # a missing list is a usage error, as in `experiment gpu-frag`
+        if not Path(path).is_file():
+            raise UsageError(f"{path}: no such file")
     started = time.perf_counter()
     try:
         stats = import_openb(args.nodes, args.pods, args.out)

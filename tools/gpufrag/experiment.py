@@ -102,6 +102,11 @@ def load_inputs(nodes_path: str | Path, pods_path: str | Path) -> Inputs:
         raise ExperimentError(f"{nodes_path}: no node has a GPU")
     if not any(s.count for s in shapes):
         raise ExperimentError(f"{pods_path}: no pod asks for a GPU")
+    if not any(s.count and (not s.models or set(s.models) & models) for s in shapes):
+        asked = sorted({m for s in shapes if s.count for m in s.models})
+        raise ExperimentError(f"{pods_path}: no GPU pod can run on {nodes_path}'s nodes: every one names only GPU "
+                              f"models no node has (gpu_spec: {', '.join(asked[:8])}{', …' if len(asked) > 8 else ''}; "
+                              f"the nodes have {', '.join(sorted(models))})")
     return Inputs(specs, shapes, workload, source)
 
 

@@ -46,6 +46,7 @@ class OpenbStats:
     gpu_spec_no_node_has: int = 0
     unknown_qos: dict[str, int] = field(default_factory=dict)
     ignored_columns: tuple[str, ...] = ()
+    absent_columns: tuple[str, ...] = ()  # optional pod-list columns the list leaves out (``POD_OPTIONAL``)
 
     def summary(self) -> str:
         parts = [f"{self.machines} machines ({self.gpus} GPUs)", f"{self.jobs} of {self.pods} pods as jobs",
@@ -56,6 +57,9 @@ class OpenbStats:
             parts.append("unknown qos as batch priority 0: " + ", ".join(f"{k} {n}" for k, n in self.unknown_qos.items()))
         if self.ignored_columns:
             parts.append("ignored columns: " + ", ".join(self.ignored_columns))
+        if self.absent_columns:
+            parts.append("absent optional columns: " + ", ".join(self.absent_columns)
+                         + (" (no memory asked: 0 MiB per pod)" if "memory_mib" in self.absent_columns else ""))
         return "; ".join(parts)
 
 
@@ -68,7 +72,8 @@ def import_openb(nodes_path: str, pods_path: str, out) -> OpenbStats:
         raise OpenbError(f"{pods_path}: no creation_time column: a timed replay needs the pods' times "
                          "(the untimed experiment is `omega experiment gpu-frag`)")
     stats = OpenbStats(machines=len(nodes), gpus=sum(n.gpus for n in nodes), pods=len(pods),
-                       ignored_columns=tuple(sorted(set(node_stats.ignored_columns) | set(pod_stats.ignored_columns))))
+                       ignored_columns=tuple(sorted(set(node_stats.ignored_columns) | set(pod_stats.ignored_columns))),
+                       absent_columns=pod_stats.absent_columns)
     models = {n.model for n in nodes if n.gpus}
     timed = [p for p in pods if p.created is not None]
     stats.no_creation_time = len(pods) - len(timed)

@@ -2,8 +2,8 @@
 
 Node list columns: ``sn, cpu_milli, memory_mib, gpu, model`` (model empty or ``nan`` for a
 node without GPUs). Pod list columns: ``name, cpu_milli, memory_mib, num_gpu, gpu_milli,
-gpu_spec, qos, pod_phase, creation_time, deletion_time, scheduled_time`` (the last six may be
-absent: ``POD_OPTIONAL``); ``gpu_spec`` is
+gpu_spec, qos, pod_phase, creation_time, deletion_time, scheduled_time`` (``memory_mib`` and the
+last six may be absent: ``POD_OPTIONAL``), in any order; ``gpu_spec`` is
 empty or a ``|``-separated set of allowed GPU models. Times are seconds; an empty or ``nan``
 time is unknown (None). Extra columns are ignored and named in ``ListStats.ignored_columns``.
 
@@ -29,10 +29,11 @@ from cellstate.model import Constraint, Machine
 from cellstate.resources import Resources
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
-POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
-POD_OPTIONAL = ("gpu_spec", "qos", "pod_phase", "creation_time", "deletion_time", "scheduled_time")
-"""Columns some lists leave out (the multigpu variants have only the first five): absent means
-no model constraint, empty QoS and phase, unknown times (``ListStats.absent_columns``)."""
+POD_COLUMNS = ("name", "cpu_milli", "num_gpu", "gpu_milli")
+POD_OPTIONAL = ("memory_mib", "gpu_spec", "qos", "pod_phase", "creation_time", "deletion_time", "scheduled_time")
+"""Columns some lists leave out (the multigpu variants have only the first five, the ``nomem``
+variants no ``memory_mib``): absent means no memory asked (0 MiB), no model constraint, empty QoS
+and phase, unknown times (``ListStats.absent_columns``, shown by the importer and the experiment)."""
 _MISSING = ("", "nan", "NaN", "None")
 
 
@@ -202,8 +203,8 @@ def read_pods(path: str | Path) -> tuple[list[OpenbPod], ListStats]:
         scheduled = _time(path, number, "scheduled_time", row["scheduled_time"])
         if created is not None and deleted is not None and deleted < created:
             raise OpenbError(f"{path}: line {number}: deletion_time {deleted:g} is before creation_time {created:g}")
-        pods.append(OpenbPod(name, _int(path, number, "cpu_milli", row["cpu_milli"]),
-                             _int(path, number, "memory_mib", row["memory_mib"]), num_gpu, gpu_milli, models,
+        memory = 0 if "memory_mib" in stats.absent_columns else _int(path, number, "memory_mib", row["memory_mib"])
+        pods.append(OpenbPod(name, _int(path, number, "cpu_milli", row["cpu_milli"]), memory, num_gpu, gpu_milli, models,
                              row["qos"], row["pod_phase"], created, deleted, scheduled))
     if not pods:
         raise OpenbError(f"{path}: no pods")
