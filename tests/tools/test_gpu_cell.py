@@ -117,6 +117,37 @@ def test_explain_names_the_devices_a_gpu_task_would_hold(etcd_store, cell_keys):
     assert "GPU devices 0" in render(ex)
 
 
+def test_job_status_shows_the_gpu_ask_models_and_the_devices_held(etcd_server, etcd_store, cell_keys, tmp_path):
+    import json
+
+    from cli_helpers import run_cli
+
+    (machine,) = gpu_machines(etcd_store, cell_keys, 1)
+    args = ["--endpoints", etcd_server.endpoints[0], "--cell", cell_keys.cell]
+    # the example job file's commented GPU lines, uncommented, are a valid GPU job
+    assert run_cli(["job", "init", str(tmp_path / "jobs.toml")])[0] == 0
+    text = (tmp_path / "jobs.toml").read_text()
+    for field in ("gpu_milli", "gpu_models"):
+        assert f"\n# {field} = " in text
+        text = text.replace(f"\n# {field} = ", f"\n{field} = ")
+    (tmp_path / "jobs.toml").write_text(text)
+    assert run_cli(["submit", str(tmp_path / "jobs.toml"), *args])[0] == 0
+    held = Alloc("hello-batch", 1, machine.id, Resources.of(500, 512, 0, **{"gpu": 300, "gpu.2": 300}))
+    etcd_store.txn((), [Put(cell_keys.alloc(held.job_id, held.task_index), encode_alloc(held))])
+
+    status, out, _ = run_cli(["job", "status", "hello-batch", *args])
+    assert status == 0, out
+    assert "request per task: 0.5 cores, 512 MiB, 300 milli of one GPU;" in out
+    assert "constraints: gpu_model in [V100M32, A100]" in out
+    assert f"task 1: {machine.id}, GPU devices 2" in out
+    status, out, _ = run_cli(["job", "status", "hello-batch", "-o", "json", *args])
+    job = json.loads(out)
+    assert job["gpu"] == {"count": 1, "milli": 300} and job["devices"] == {"1": "2"}
+    assert job["constraints"] == ["gpu_model in [V100M32, A100]"]
+    status, out, _ = run_cli(["job", "status", "hello-web", "-o", "json", *args])
+    assert json.loads(out)["gpu"] is None and "GPU" not in run_cli(["job", "status", "hello-web", *args])[1]
+
+
 FGD_CHAIN = """k = 4
 sample_size = 6
 [[filters]]

@@ -335,6 +335,7 @@ def run_job_status(args) -> int:
     """One job: spec, task states, and each placed task's machine (``-o json``: as JSON)."""
     from cellstate.codec.records import decode_alloc, decode_job_record
     from cellstate.codec.fields import CodecError
+    from cellstate.devices import visible_devices
     from cellstate.store import StoreError
     from tools.cli import InputError
 
@@ -358,25 +359,62 @@ def run_job_status(args) -> int:
         raise InputError(f"job status {args.job}: cannot read {exc}") from None
     row = _job_row(record, time.time())
     job = record.job
+    ask = _gpu_ask(job)
     row.update({"cpu_cores": job.request.cpu / 1000, "memory_mib": job.request.memory, "gang": job.gang,
+                "gpu": {"count": ask.count, "milli": ask.milli} if ask else None,
+                "constraints": [_describe(c) for c in job.constraints],
                 "submitted_at": record.submitted_at, "first_attempt_at": record.first_attempt_at,
                 "placed_at": record.placed_at,
                 "task_states": record.tasks,
-                "machines": {str(a.task_index): a.machine_id for a in placed}})
+                "machines": {str(a.task_index): a.machine_id for a in placed},
+                "devices": {str(a.task_index): visible_devices(a.resources) for a in placed if ask}})
     if output_json(args):
         print(json.dumps(row, indent=1))
         return 0
     states = ", ".join(f"{n} {name}" for name, n in row["states"].items())
     print(f"job {job.id!r} ({job.kind.value}, class {job.scheduler_class}) in cell {keys.cell!r}: "
           f"{job.tasks} task(s): {states}{' (killed)' if record.killed else ''}")
-    print(f"  request per task: {job.request.cpu / 1000:g} cores, {job.request.memory} MiB; priority "
+    print(f"  request per task: {_request_text(job.request, ask)}; priority "
           f"{job.priority}{', owner ' + job.owner if job.owner else ''}{', gang' if job.gang else ''}")
+    if row["constraints"]:
+        print(f"  constraints: {', '.join(row['constraints'])}")
     print(f"  submitted {_age(row['age_s'])} ago" + (f"; waiting: {record.reason}" if record.reason else ""))
     for alloc in placed[:20]:
-        print(f"  task {alloc.task_index}: {alloc.machine_id}{' (running)' if alloc.running else ''}")
+        devices = f", GPU devices {row['devices'][str(alloc.task_index)] or '-'}" if ask else ""
+        print(f"  task {alloc.task_index}: {alloc.machine_id}{' (running)' if alloc.running else ''}{devices}")
     if len(placed) > 20:
         print(f"  ... and {len(placed) - 20} more placed task(s) (-o json lists all)")
     return 0
+
+
+def _gpu_ask(job):
+    """The job's GPU ask per task (``cellstate.devices.GpuAsk``), None when it asks none or the
+    stored amount is no valid ask (the request line then shows the raw amount)."""
+    from cellstate.devices import DeviceError, gpu_ask
+    try:
+        return gpu_ask(job.request)
+    except DeviceError:
+        return None
+
+
+def _describe(constraint) -> str:
+    from schedulers.plugins.constraints import describe
+    return describe(constraint)
+
+
+def _request_text(request, ask) -> str:
+    """``4 cores, 8192 MiB, 300 milli of one GPU``: every resource a task asks, GPUs as the ask
+    they stand for (a share of one device or whole devices), other extras by name."""
+    from cellstate.devices import GPU
+    parts = [f"{request.cpu / 1000:g} cores", f"{request.memory} MiB"]
+    if request.disk:
+        parts.append(f"{request.disk} MiB disk")
+    for name, amount in request.extra:
+        if name == GPU and ask is not None:
+            parts.append(f"{ask.milli} milli of one GPU" if ask.shared else f"{ask.count} whole GPU(s)")
+        else:
+            parts.append(f"{amount:,} {name}")
+    return ", ".join(parts)
 
 
 EXAMPLE_JOBS = """\
@@ -392,6 +430,10 @@ memory = "512Mi"          # MiB as a number, or with a unit: Ki, Mi, Gi, Ti
 duration_s = 60           # batch tasks end after this long (absent: run until killed)
 priority = 0              # higher first; higher may preempt under the Borg-style scheduler
 owner = "alice"           # fair and drf queue orders share between owners
+# GPUs (a cell with GPU machines, docs/GPU.md): whole GPUs, or a share of one, on some models
+# gpu = 2                 # whole GPUs per task
+# gpu_milli = 300         # or a share of one GPU, 1..1000 milli (with gpu absent or 1)
+# gpu_models = ["V100M32", "A100"]  # GPU models the task may run on
 
 [[job]]
 id = "hello-web"
