@@ -21,7 +21,7 @@ from typing import Callable
 from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.text import Text
 
-from cellstate.devices import device_index
+from cellstate.devices import GPU, MILLI, device_index
 from tools.monitor.model import MonitorFrame, SchedulerRow, WindowRate
 from tools.printable import printable
 
@@ -159,9 +159,12 @@ def bar(fraction: float, cells: int) -> Text:
 
 
 def amount(resource: str, value: int) -> str:
-    """A resource amount in readable units: cpu millicores as cores, memory/disk MiB as GiB."""
+    """A resource amount in readable units: cpu millicores as cores, memory/disk MiB as GiB,
+    ``gpu`` milli as GPUs; other resources as stored."""
     if resource == "cpu":
         return f"{value / 1000:,.1f} cores"
+    if resource == GPU:
+        return f"{value / MILLI:,.1f} GPUs"
     if resource in ("memory", "disk"):
         return f"{value / 1024:,.1f} GiB"
     return f"{value:,}"
