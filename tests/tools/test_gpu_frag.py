@@ -276,6 +276,10 @@ def test_schedulers_scoring_by_fgd_replay_a_gpu_burst_with_every_task_on_named_d
     ("p1,1000,100,1,1000,H100\np2,1000,100,1,500,H100|A800\np3,1000,100,0,0,\n",
      "no GPU pod can run on " + str(NODES) + "'s nodes: every one names only GPU models no node has "
      "(gpu_spec: A800, H100; the nodes have "),
+    # more GPUs (or CPU) than any node has, or a model no node has: nothing can run
+    ("p1,1000,100,9,1000,\np2,999000,100,1,500,\np3,1000,100,1,1000,H100\np4,1000,100,0,0,\n",
+     "no GPU pod can run on " + str(NODES) + "'s nodes: each asks more CPU, memory or GPUs than any node (of its "
+     "models) has (at most 8 GPUs on a node) or names only GPU models no node has"),
 ])
 def test_a_pod_list_no_gpu_pod_of_which_can_run_is_invalid_input(tmp_path, rows, message):
     pods = tmp_path / "pods.csv"
@@ -296,3 +300,17 @@ def test_a_pod_list_without_memory_runs_the_experiment_and_lists_the_absent_colu
                                 "--policies", "fgd", "-o", "json"])
     assert status == 0, err
     assert "memory_mib" in json.loads(out)["inputs"]["absent_optional_columns"]
+
+
+def test_pods_larger_than_any_node_are_counted_in_the_inputs(tmp_path):
+    pods = tmp_path / "pods.csv"
+    pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\np1,1000,100,1,500,\n"
+                    "p2,1000,100,9,1000,\np3,1000,100,9,1000,\n")
+    status, out, err = run_cli(["experiment", "gpu-frag", "--nodes", str(NODES), "--pods", str(pods), "--seeds", "1",
+                                "--policies", "fgd", "-o", "json"])
+    assert status == 0, err
+    inputs = json.loads(out)["inputs"]
+    assert inputs["pods_no_node_fits"] == 2 and inputs["pods_whose_gpu_spec_no_node_has"] == 0
+    status, out, err = run_cli(["experiment", "gpu-frag", "--nodes", str(NODES), "--pods", str(pods), "--seeds", "1",
+                                "--policies", "fgd"])
+    assert status == 0 and "2 larger than any node" in " ".join(out.split()), out

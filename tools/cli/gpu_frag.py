@@ -100,7 +100,7 @@ def print_gpu_frag(doc: dict) -> None:
     console.print(f"inputs: {src['nodes']} nodes ({src['gpu_nodes']} with {src['gpus']} GPUs), {src['pods']} pods "
                   f"({src['cpu_pods']} CPU-only, {src['share_pods']} sharing a GPU, {src['whole_gpu_pods']} whole GPUs; "
                   f"{src['pods_with_gpu_spec']} name GPU models, {src['pods_whose_gpu_spec_no_node_has']} of them "
-                  f"models no node has); target workload {src['target_shapes']} of {src['distinct_shapes']} shapes "
+                  f"models no node has; {src.get('pods_no_node_fits', 0)} larger than any node); target workload {src['target_shapes']} of {src['distinct_shapes']} shapes "
                   f"covering {100 * src['target_coverage']:.1f} %", highlight=False)
     if src["ignored_columns"]:
         console.print(f"ignored columns: {', '.join(src['ignored_columns'])}", highlight=False)

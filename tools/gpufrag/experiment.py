@@ -21,7 +21,7 @@ from schedulers.gpu.policies import NAMES
 from schedulers.gpu.workload import PodShape, TargetWorkload, target_workload
 from tools.gpufrag.run import TIE_BREAKS, RunResult, run_one
 from tools.htmltemplate import Template, join
-from tools.trace.openb.lists import OpenbPod, read_nodes, read_pods
+from tools.trace.openb.lists import OpenbPod, fits_no_node, read_nodes, read_pods
 
 # The artifact's published medians of unallocated GPU % at 100 % arrived, on its pod lists with
 # the GPU node list, tune 1.3, seeds 42-51 (medians of the per-seed values in
@@ -86,6 +86,7 @@ def load_inputs(nodes_path: str | Path, pods_path: str | Path) -> Inputs:
     shapes = [shape_of_pod(p) for p in pods]
     models = {n.model for n in nodes if n.gpus}
     unrunnable = sum(1 for s in shapes if s.models and not set(s.models) & models)
+    too_big = fits_no_node(((s.cpu, s.memory, s.count, s.models) for s in shapes), nodes)
     workload = target_workload(shapes)
     source = {
         "nodes_file": str(nodes_path), "pods_file": str(pods_path),
@@ -93,6 +94,7 @@ def load_inputs(nodes_path: str | Path, pods_path: str | Path) -> Inputs:
         "pods": len(shapes), "cpu_pods": sum(1 for s in shapes if s.count == 0),
         "share_pods": sum(1 for s in shapes if s.shared), "whole_gpu_pods": sum(1 for s in shapes if s.count and not s.shared),
         "pods_with_gpu_spec": sum(1 for s in shapes if s.models), "pods_whose_gpu_spec_no_node_has": unrunnable,
+        "pods_no_node_fits": too_big,
         "ignored_columns": sorted(set(node_stats.ignored_columns) | set(pod_stats.ignored_columns)),
         "absent_optional_columns": sorted(pod_stats.absent_columns),
         "target_shapes": len(workload.shapes), "distinct_shapes": workload.distinct,
@@ -107,6 +109,13 @@ def load_inputs(nodes_path: str | Path, pods_path: str | Path) -> Inputs:
         raise ExperimentError(f"{pods_path}: no GPU pod can run on {nodes_path}'s nodes: every one names only GPU "
                               f"models no node has (gpu_spec: {', '.join(asked[:8])}{', …' if len(asked) > 8 else ''}; "
                               f"the nodes have {', '.join(sorted(models))})")
+    gpu_pods = [s for s in shapes if s.count]
+    named_out = sum(1 for s in gpu_pods if s.models and not set(s.models) & models)
+    if named_out + fits_no_node(((s.cpu, s.memory, s.count, s.models) for s in gpu_pods), nodes) == len(gpu_pods):
+        raise ExperimentError(f"{pods_path}: no GPU pod can run on {nodes_path}'s nodes: each asks more CPU, "
+                              f"memory or GPUs than any node (of its models) has (at most "
+                              f"{max(n.gpus for n in nodes)} GPUs on a node)"
+                              + (" or names only GPU models no node has" if named_out else ""))
     return Inputs(specs, shapes, workload, source)
 
 
