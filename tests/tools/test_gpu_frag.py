@@ -205,7 +205,27 @@ def test_html_report_has_plots_and_modelling_choices(tmp_path):
     assert status == 0, err
     page = (tmp_path / "r" / "index.html").read_text()
     assert page.count("data:image/png;base64,") == 2 and "modelling choices" in page
-    assert json.loads((tmp_path / "r" / "result.json").read_text())["policies"]["bestfit"]
+    doc = json.loads((tmp_path / "r" / "result.json").read_text())
+    bestfit = doc["policies"]["bestfit"]
+    # every column and plot is said what it is: the seed range, failed of arrived, the empty
+    # artifact column (no published number for this list), the plotted medians
+    assert "<th>range over the seeds</th>" in page and "<th>arrived pods (median)</th>" in page
+    assert f"<td>{bestfit['failed_pods_median']:g}</td><td>{bestfit['pods_median']:g}</td>" in page
+    assert "artifact: no published median for this pod list" in page
+    assert "median over the seeds at each whole percent of arrived GPU demand" in page
+    assert "failed: median arrived pods that fit on no node (of" in " ".join(out.split())
+
+
+def test_the_artifact_column_says_where_it_comes_from_and_when_it_is_not_like_for_like():
+    from tools.gpufrag.experiment import published_note
+
+    doc = {"policies": {"fgd": {"published_unallocated_gpu_pct_at_100": 4.77}},
+           "settings": {"seeds": list(range(42, 52)), "tune": 1.3, "tie_break": "shuffled"}}
+    note = published_note(doc)
+    assert "expected_results" in note and "seeds 42-51" in note and "not like for like" not in note
+    doc["settings"].update(seeds=[42, 43], tie_break="name")
+    assert published_note(doc).endswith("; this run differs in seeds 42-43 (artifact 42-51), tie_break name "
+                                        "(artifact shuffled): not like for like")
 
 
 def test_one_node_frag_agrees_with_the_vectorized_measure():

@@ -77,8 +77,12 @@ def run_gpu_frag(args) -> int:
 
 
 def print_gpu_frag(doc: dict) -> None:
+    import statistics
+
     from rich.console import Console
     from rich.table import Table
+
+    from tools.gpufrag.experiment import published_note
 
     console = Console()
     src, settings = doc["inputs"], doc["settings"]
@@ -95,8 +99,12 @@ def print_gpu_frag(doc: dict) -> None:
                       f"{rng[0]:.2f}-{rng[1]:.2f}" if rng else "", "" if pub is None else f"{pub:.2f}",
                       f"{p['frag_pct_of_idle_at'].get('100', float('nan')):.1f}", f"{p['failed_pods_median']:g}")
     console.print(table)
+    arrived = statistics.median(p["pods_median"] for p in doc["policies"].values())
     console.print("unalloc %: median unallocated GPU (% of capacity) when the arrived GPU demand reaches 100 % "
-                  "of capacity; frag % idle: idle GPU the target workload cannot use", highlight=False)
+                  "of capacity; seed range: its lowest and highest over the seeds; frag % idle: idle GPU the "
+                  f"target workload cannot use; failed: median arrived pods that fit on no node (of {arrived:g} "
+                  "arrived, the median)", highlight=False)
+    console.print(published_note(doc), highlight=False)
     console.print(f"inputs: {src['nodes']} nodes ({src['gpu_nodes']} with {src['gpus']} GPUs), {src['pods']} pods "
                   f"({src['cpu_pods']} CPU-only, {src['share_pods']} sharing a GPU, {src['whole_gpu_pods']} whole GPUs; "
                   f"{src['pods_with_gpu_spec']} name GPU models, {src['pods_whose_gpu_spec_no_node_has']} of them "

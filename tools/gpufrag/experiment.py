@@ -221,16 +221,50 @@ def to_json(inputs: Inputs, by_policy: dict[str, PolicySummary], seeds, tune, ti
             "wall_s": round(wall_s, 2)}
 
 
+PUBLISHED_SETTINGS = {"seeds": list(range(42, 52)), "tune": 1.3, "tie_break": "shuffled"}
+"""The settings the artifact's published medians were run with (on the GPU node list)."""
+
+
+def published_note(doc: dict) -> str:
+    """One line on the artifact column: where its numbers come from, or why it is empty, and
+    which of this run's settings differ from the artifact's (then the comparison is not like for
+    like)."""
+    if all(p["published_unallocated_gpu_pct_at_100"] is None for p in doc["policies"].values()):
+        return ("artifact: no published median for this pod list and node list (the artifact published "
+                "the four openb_pod_list_{default,gpushare40,multigpu20,gpuspec10} on openb_node_list_gpu_node)")
+    settings = doc["settings"]
+    differ = [f"{k} {_setting(settings[k])} (artifact {_setting(v)})" for k, v in PUBLISHED_SETTINGS.items()
+              if settings[k] != v]
+    return ("artifact: the artifact's published median unallocated GPU % at 100 % arrived (hkust-adsl/"
+            "kubernetes-scheduler-simulator expected_results; seeds 42-51, tune 1.3, the same lists)"
+            + ("; this run differs in " + ", ".join(differ) + ": not like for like" if differ else ""))
+
+
+def _setting(value) -> str:
+    if isinstance(value, list) and value == list(range(value[0], value[-1] + 1)) and len(value) > 1:
+        return f"{value[0]}-{value[-1]}"
+    return ",".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
 # The page of ``write_html`` (tools.htmltemplate: every value is escaped).
 PAGE = Template("<!doctype html><html><head><meta charset='utf-8'><title>gpu-frag</title></head><body>"
                 "<h1>gpu-frag</h1><p>settings: <code>$settings</code></p>"
                 "<table border=1 cellpadding=4><tr><th>policy</th><th>unallocated GPU % at 100 % arrived (median)</th>"
-                "<th>artifact's published median</th><th>fragmentation % of idle at 100 %</th>"
-                "<th>failed pods (median)</th></tr>$rows</table>"
-                "$plots<h2>inputs</h2><ul>$inputs</ul><h2>modelling choices</h2><ul>$modelling</ul></body></html>")
-ROW = Template("<tr><td>$policy</td><td>$unallocated</td><td>$published</td><td>$frag</td><td>$failed</td></tr>")
+                "<th>range over the seeds</th><th>artifact's published median</th>"
+                "<th>fragmentation % of idle at 100 %</th><th>failed pods (median)</th><th>arrived pods (median)</th>"
+                "</tr>$rows</table><p>$published</p><p>failed: arrived pods that fit on no node (not retried); "
+                "arrived: the pods of the arrival sequence, up to tune x the GPU capacity in demand</p>"
+                "<p>The plots show, per policy, the median over the seeds at each whole percent of arrived GPU "
+                "demand (unallocated GPU as % of the cell's GPU capacity; fragmentation as % of the idle GPU)."
+                "</p>$plots<h2>inputs</h2><ul>$inputs</ul><h2>modelling choices</h2><ul>$modelling</ul></body></html>")
+ROW = Template("<tr><td>$policy</td><td>$unallocated</td><td>$range</td><td>$published</td><td>$frag</td>"
+               "<td>$failed</td><td>$arrived</td></tr>")
 PLOT = Template("<h2>$label</h2><img src='data:image/png;base64,$data'>")
 ITEM = Template("<li>$text</li>")
+
+
+def _range(rng) -> str:
+    return f"{rng[0]:.2f}-{rng[1]:.2f}" if rng else ""
 
 
 def write_html(doc: dict, directory: str | Path) -> Path:
@@ -267,10 +301,13 @@ def write_html(doc: dict, directory: str | Path) -> Path:
     page = PAGE.render(
         settings=json.dumps(doc["settings"]),
         rows=join(ROW.render(policy=n, unallocated=f"{p['unallocated_gpu_pct_at'].get('100', float('nan')):.2f}",
+                             range=_range(p["unallocated_gpu_pct_at_100_range"]),
                              published="" if p["published_unallocated_gpu_pct_at_100"] is None
                              else p["published_unallocated_gpu_pct_at_100"],
                              frag=f"{p['frag_pct_of_idle_at'].get('100', float('nan')):.1f}",
-                             failed=p["failed_pods_median"]) for n, p in doc["policies"].items()),
+                             failed=f"{p['failed_pods_median']:g}", arrived=f"{p['pods_median']:g}")
+                  for n, p in doc["policies"].items()),
+        published=published_note(doc),
         plots=join(PLOT.render(label=label, data=data) for label, data in images),
         inputs=join(ITEM.render(text=f"{k}: {v}") for k, v in doc["inputs"].items()),
         modelling=join(ITEM.render(text=m) for m in doc["modelling"]))
