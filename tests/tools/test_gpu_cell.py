@@ -115,6 +115,7 @@ def test_explain_names_the_devices_a_gpu_task_would_hold(etcd_store, cell_keys):
         replica.close()
     assert ex.feasible == 2 and all(m.devices == "0" for m in ex.top)
     assert "GPU devices 0" in render(ex)
+    assert "\nasks: 1 cores, 64 MiB, 250 milli of one GPU\n" in render(ex) and ex.to_dict()["asks"]
 
 
 def test_job_status_shows_the_gpu_ask_models_and_the_devices_held(etcd_server, etcd_store, cell_keys, tmp_path):

@@ -337,6 +337,7 @@ def run_job_status(args) -> int:
     from cellstate.codec.fields import CodecError
     from cellstate.devices import visible_devices
     from cellstate.store import StoreError
+    from tools.explain import request_text
     from tools.cli import InputError
 
     job_arg(args.job)
@@ -374,7 +375,7 @@ def run_job_status(args) -> int:
     states = ", ".join(f"{n} {name}" for name, n in row["states"].items())
     print(f"job {job.id!r} ({job.kind.value}, class {job.scheduler_class}) in cell {keys.cell!r}: "
           f"{job.tasks} task(s): {states}{' (killed)' if record.killed else ''}")
-    print(f"  request per task: {_request_text(job.request, ask)}; priority "
+    print(f"  request per task: {request_text(job.request)}; priority "
           f"{job.priority}{', owner ' + job.owner if job.owner else ''}{', gang' if job.gang else ''}")
     if row["constraints"]:
         print(f"  constraints: {', '.join(row['constraints'])}")
@@ -400,21 +401,6 @@ def _gpu_ask(job):
 def _describe(constraint) -> str:
     from schedulers.plugins.constraints import describe
     return describe(constraint)
-
-
-def _request_text(request, ask) -> str:
-    """``4 cores, 8192 MiB, 300 milli of one GPU``: every resource a task asks, GPUs as the ask
-    they stand for (a share of one device or whole devices), other extras by name."""
-    from cellstate.devices import GPU
-    parts = [f"{request.cpu / 1000:g} cores", f"{request.memory} MiB"]
-    if request.disk:
-        parts.append(f"{request.disk} MiB disk")
-    for name, amount in request.extra:
-        if name == GPU and ask is not None:
-            parts.append(f"{ask.milli} milli of one GPU" if ask.shared else f"{ask.count} whole GPU(s)")
-        else:
-            parts.append(f"{amount:,} {name}")
-    return ", ".join(parts)
 
 
 EXAMPLE_JOBS = """\
