@@ -89,6 +89,8 @@ def test_the_gpu_demo_places_gpu_tasks_on_devices_and_leaves_a_clean_cell(tmp_pa
     gpu = summary["gpu"]  # the monitor's sums, in the summary too
     assert gpu["devices"] > 0 and 0 < gpu["allocated"] <= gpu["capacity"] == 1000 * gpu["devices"]
     assert "gpu devices" in done.stdout and "gpu.0 " not in done.stdout  # the text sums the devices
+    cell_line = next(line for line in done.stdout.splitlines() if line.startswith("cell 'demo'"))
+    assert " GPUs on " in cell_line and "V100M32" in done.stdout  # the GPU mix it wrote
     gpu_line = next(line for line in done.stdout.splitlines() if line.startswith("  gpu "))
     assert gpu_line.endswith(f"/ {gpu['devices']:,}.0 GPUs"), gpu_line  # GPUs, not milli
     assert (tmp_path / "run" / "gpu-batch-chain.toml").read_text().count('name = "fgd"') == 1

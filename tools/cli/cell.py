@@ -82,23 +82,6 @@ def _shape_flag(text: str):
     return parse_shape(fields, "shape")
 
 
-def gpu_mix(machines) -> str:
-    """``38 GPUs on 7 machines (32 V100M32, 6 P100)``; empty for a cell without GPUs."""
-    from collections import Counter
-
-    from cellstate.devices import MODEL_LABEL, device_count
-    by_model: Counter[str] = Counter()
-    holders = 0
-    for m in machines:
-        if n := device_count(m.capacity):
-            holders += 1
-            by_model[dict(m.labels).get(MODEL_LABEL, "no model")] += n
-    if not holders:
-        return ""
-    return (f"{sum(by_model.values())} GPUs on {holders} machines ("
-            + ", ".join(f"{n} {model}" for model, n in by_model.most_common()) + ")")
-
-
 def _weighted(item: str) -> tuple[str, float]:
     from cellstate.cellspec import CellSpecError
     name, _, weight = item.partition(":")
@@ -109,7 +92,7 @@ def _weighted(item: str) -> tuple[str, float]:
 
 
 def run_init(args) -> int:
-    from cellstate.cellspec import CellExists, CellSpecError, build_machines, init_cell, load_cell_spec
+    from cellstate.cellspec import CellExists, CellSpecError, build_machines, gpu_mix, init_cell, load_cell_spec
     from cellstate.store import StoreError
     from tools.cli import InputError, UsageError
 
