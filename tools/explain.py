@@ -17,7 +17,7 @@ from typing import Any
 from cellstate.devices import GPU, DeviceError, bind_in, gpu_ask, visible_devices
 from omega.protocols import CellView
 from schedulers.pipeline import Pipeline, Rejections
-from schedulers.plugins.constraints import describe
+from schedulers.plugins.constraints import describe, satisfied
 from schedulers.plugin import ScoreContext
 from schedulers.reservation import Reservations
 
@@ -91,6 +91,36 @@ def asks_text(job) -> str:
     """What each task of ``job`` asks: its request and its constraints."""
     constraints = "; " + ", ".join(describe(c) for c in job.constraints) if job.constraints else ""
     return request_text(job.request) + constraints
+
+
+def fits_no_machine(job, machines) -> str | None:
+    """Why no machine of ``machines`` could hold one task of ``job`` even when empty (its
+    constraints met by none, or the resources it asks more than any machine meeting them has);
+    None when one could, or when there are no machines at all."""
+    machines = list(machines)
+    if not machines:
+        return None
+    held = [m for m in machines if all(satisfied(c, m) for c in job.constraints)]
+    if not held:
+        return f"no machine meets its constraints ({', '.join(describe(c) for c in job.constraints)})"
+    request = job.request
+    if any(request.fits_in(m.capacity) for m in held):
+        return None
+    where = " meeting its constraints" if job.constraints else ""
+    short = []
+    for name in request.names():
+        most = max(m.capacity.get(name) for m in held)
+        if request.get(name) > most:
+            short.append(f"{name} {_amount(name, request.get(name))} (at most {_amount(name, most)} on a machine{where})")
+    return "asks " + "; ".join(short) if short else f"no machine{where} has all it asks at once"
+
+
+def _amount(name: str, value: int) -> str:
+    if name == "cpu":
+        return f"{value / 1000:g} cores"
+    if name == GPU:
+        return f"{value / 1000:g} GPUs"
+    return f"{value:,} MiB" if name in ("memory", "disk") else f"{value:,}"
 
 
 def pick_task(view: CellView, job_id: str, task: int | None) -> int:

@@ -149,6 +149,29 @@ def test_job_status_shows_the_gpu_ask_models_and_the_devices_held(etcd_server, e
     assert json.loads(out)["gpu"] is None and "GPU" not in run_cli(["job", "status", "hello-web", *args])[1]
 
 
+def test_submit_warns_of_a_gpu_job_no_machine_could_ever_hold_and_keeps_it(etcd_server, etcd_store, cell_keys,
+                                                                            tmp_path):
+    from cli_helpers import run_cli
+
+    gpu_machines(etcd_store, cell_keys, 2)  # 4 GPUs each, one T4 and one V100
+    args = ["--endpoints", etcd_server.endpoints[0], "--cell", cell_keys.cell]
+    path = tmp_path / "jobs.toml"
+    path.write_text("\n".join(f'[[job]]\nid = "{name}"\nkind = "batch"\ntasks = 1\ncpu = 1\nmemory = 64\n{extra}\n'
+                              for name, extra in (("nine", "gpu = 9"), ("h100", 'gpu = 1\ngpu_models = ["H100"]'),
+                                                  ("t4x4", 'gpu = 4\ngpu_models = ["T4"]'),
+                                                  ("t4x5", 'gpu = 5\ngpu_models = ["T4"]'),
+                                                  ("share", "gpu_milli = 500"))))
+    status, out, err = run_cli(["submit", str(path), *args])
+    assert status == 0 and "submitted 5 job(s)" in out, err
+    warned = {line.split("'")[1]: line for line in err.splitlines()}
+    assert set(warned) == {"nine", "h100", "t4x5"}, err
+    assert "asks gpu 9 GPUs (at most 4 GPUs on a machine)" in warned["nine"]
+    assert "no machine meets its constraints (gpu_model in [H100])" in warned["h100"]
+    assert "asks gpu 5 GPUs (at most 4 GPUs on a machine meeting its constraints)" in warned["t4x5"]
+    assert all("it stays pending until one can" in line for line in warned.values())
+    assert {r.id for r in job_records(etcd_store, cell_keys)} == {"nine", "h100", "t4x4", "t4x5", "share"}
+
+
 FGD_CHAIN = """k = 4
 sample_size = 6
 [[filters]]

@@ -135,7 +135,28 @@ def run_submit(args) -> int:
                 print(f"omega: {path}: {store_failure(exc, args)}{gave_up}", file=sys.stderr)
                 return 1
             print(f"{path}: submitted {len(jobs)} job(s) to cell {keys.cell!r} at revision {revision}")
+        _warn_unplaceable(store, keys, [job for _, jobs in batches for job in jobs], args)
     return 0
+
+
+def _warn_unplaceable(store, keys, jobs, args) -> None:
+    """One warning line per submitted job no machine of the cell could hold even empty (a GPU
+    ask larger than any machine's, a model no machine has…): it is kept, pending, as the cell
+    may gain such machines, but said at once rather than found waiting later."""
+    from cellstate.codec.fields import CodecError
+    from cellstate.codec.records import decode_machine
+    from cellstate.store import StoreError
+    from tools.explain import fits_no_machine
+
+    try:
+        machines = [decode_machine(kv.key, kv.value) for kv in store.range(keys.kind_prefix("machines")).kvs]
+    except (StoreError, CodecError) as exc:
+        print(f"warning: could not read the cell's machines to check the jobs fit one: {exc}", file=sys.stderr)
+        return
+    for job in jobs:
+        if why := fits_no_machine(job, machines):
+            print(f"warning: job {printable(job.id)!r}: no machine of cell {keys.cell!r} can hold a task: {why}; "
+                  f"it stays pending until one can (omega explain {printable(job.id)})", file=sys.stderr)
 
 
 def run_kill(args) -> int:
