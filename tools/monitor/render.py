@@ -172,9 +172,10 @@ def amount(resource: str, value: int) -> str:
 
 def utilization_lines(frame: MonitorFrame, width: int, wide: bool) -> list[Text]:
     """Per resource: a bar and the used share (wide: one line each, with allocated / capacity;
-    narrow: as many resources to a line as fit). GPU devices (``gpu.<i>``) are left to the GPU
-    line (``gpu_lines``)."""
-    shown = [u for u in frame.utilization if device_index(u.name) is None]
+    narrow: as many resources to a line as fit). When the cell has GPU devices, the ``gpu`` sum
+    and the devices (``gpu.<i>``) are left to the GPU line (``gpu_lines``), which shows the same
+    share and more."""
+    shown = [u for u in frame.utilization if device_index(u.name) is None and (frame.gpu is None or u.name != GPU)]
     if wide:
         name_w = max((len(u.name) for u in shown), default=0)
         return [Text.assemble(f"{u.name:<{name_w}} ", bar(u.fraction, 40), f" {u.fraction:6.1%}  ",
