@@ -213,6 +213,8 @@ def test_html_report_has_plots_and_modelling_choices(tmp_path):
     assert f"<td>{bestfit['failed_pods_median']:g}</td><td>{bestfit['pods_median']:g}</td>" in page
     assert "artifact: no published median for this pod list" in page
     assert "median over the seeds at each whole percent of arrived GPU demand" in page
+    assert any(m.startswith("measurement: the cell is sampled after the pod whose arrival first brings")
+               for m in doc["modelling"])
     assert "failed: median arrived pods that fit on no node (of" in " ".join(out.split())
 
 

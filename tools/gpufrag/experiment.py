@@ -58,6 +58,10 @@ MODELLING = (
     "fragmentation of a node: for each target shape, all its idle GPU milli when the shape cannot "
     "run there (or asks no GPU), else the idle milli of devices too small for it; weighted by "
     "frequency; reported as % of the cell's idle GPU",
+    "measurement: the cell is sampled after the pod whose arrival first brings the arrived GPU demand to "
+    "each whole percent of the GPU capacity (unallocated GPU = 100 - allocated %, with failed pods' demand "
+    "counted as arrived; fragmentation 0 when no GPU is idle); each figure and curve is the median over the "
+    "seeds at that percent",
 )
 
 
