@@ -336,3 +336,9 @@ def test_pods_larger_than_any_node_are_counted_in_the_inputs(tmp_path):
     status, out, err = run_cli(["experiment", "gpu-frag", "--nodes", str(NODES), "--pods", str(pods), "--seeds", "1",
                                 "--policies", "fgd"])
     assert status == 0 and "2 larger than any node" in " ".join(out.split()), out
+
+
+def test_progress_off_a_terminal_is_a_line_per_run():
+    status, _, err = run_cli(["experiment", "gpu-frag", "--nodes", str(NODES), "--pods", str(PODS), "--seeds", "1-2",
+                              "--policies", "fgd", "--jobs", "1"])
+    assert status == 0 and err == "gpu-frag: 1/2 runs\ngpu-frag: 2/2 runs\n", err

@@ -52,9 +52,13 @@ def run_gpu_frag(args) -> int:
     except (OpenbError, ExperimentError) as exc:
         raise InputError(str(exc)) from None
 
+    redraw = sys.stderr.isatty()  # one line redrawn on a terminal; a line per run in a log
+
     def progress(done: int, total: int) -> None:
         if not output_json(args):
-            print(f"\rgpu-frag: {done}/{total} runs", end="" if done < total else "\n", file=sys.stderr, flush=True)
+            start = "\r" if redraw else ""
+            print(f"{start}gpu-frag: {done}/{total} runs", end="" if redraw and done < total else "\n",
+                  file=sys.stderr, flush=True)
 
     try:
         doc = run_experiment(inputs, policies, seeds, args.tune, args.tie_break, args.jobs or None, progress)
