@@ -153,8 +153,12 @@ def _warn_unplaceable(store, keys, jobs, args) -> None:
     except (StoreError, CodecError) as exc:
         print(f"warning: could not read the cell's machines to check the jobs fit one: {exc}", file=sys.stderr)
         return
+    verdicts: dict = {}  # per distinct ask: a file of many like jobs checks the machines once
     for job in jobs:
-        if why := fits_no_machine(job, machines):
+        ask = (job.request, job.constraints)
+        if ask not in verdicts:
+            verdicts[ask] = fits_no_machine(job, machines)
+        if why := verdicts[ask]:
             print(f"warning: job {printable(job.id)!r}: no machine of cell {keys.cell!r} can hold a task: {why}; "
                   f"it stays pending until one can (omega explain {printable(job.id)})", file=sys.stderr)
 
