@@ -1,9 +1,10 @@
 """``omega job submit|kill`` (also spelt ``omega submit``, ``omega kill``) and ``omega
 generate``: put work into a cell; ``omega job list|status|init``: see it, and start a job file.
 
-Exit status: 0 done; 1 refused by the cell (id exists, no such job or cell, store unreachable
-for longer than --retry-for); 2 bad flags; 65 an invalid job file or a stored record this
-version cannot read.
+``submit`` warns (stderr, one line per job) of a job no machine of the cell could hold even
+empty, and keeps it. Exit status: 0 done; 1 refused by the cell (id exists, no such job or
+cell, store unreachable for longer than --retry-for); 2 bad flags; 65 an invalid job file or a
+stored record this version cannot read.
 
 ``submit`` and ``generate --submit`` retry through store outages (an etcd restart, a lost
 leader) for up to ``--retry-for`` seconds per submission, one line on stderr per retry; a
@@ -135,11 +136,11 @@ def run_submit(args) -> int:
                 print(f"omega: {path}: {store_failure(exc, args)}{gave_up}", file=sys.stderr)
                 return 1
             print(f"{path}: submitted {len(jobs)} job(s) to cell {keys.cell!r} at revision {revision}")
-        _warn_unplaceable(store, keys, [job for _, jobs in batches for job in jobs], args)
+        _warn_unplaceable(store, keys, [job for _, jobs in batches for job in jobs])
     return 0
 
 
-def _warn_unplaceable(store, keys, jobs, args) -> None:
+def _warn_unplaceable(store, keys, jobs) -> None:
     """One warning line per submitted job no machine of the cell could hold even empty (a GPU
     ask larger than any machine's, a model no machine has…): it is kept, pending, as the cell
     may gain such machines, but said at once rather than found waiting later."""
@@ -362,8 +363,9 @@ def run_job_status(args) -> int:
     from cellstate.codec.fields import CodecError
     from cellstate.devices import visible_devices
     from cellstate.store import StoreError
-    from tools.explain import request_text
+    from schedulers.plugins.constraints import describe
     from tools.cli import InputError
+    from tools.explain import request_text
 
     job_arg(args.job)
     keys = cell_keys(args)
@@ -388,7 +390,7 @@ def run_job_status(args) -> int:
     ask = _gpu_ask(job)
     row.update({"cpu_cores": job.request.cpu / 1000, "memory_mib": job.request.memory, "gang": job.gang,
                 "gpu": {"count": ask.count, "milli": ask.milli} if ask else None,
-                "constraints": [_describe(c) for c in job.constraints],
+                "constraints": [describe(c) for c in job.constraints],
                 "submitted_at": record.submitted_at, "first_attempt_at": record.first_attempt_at,
                 "placed_at": record.placed_at,
                 "task_states": record.tasks,
@@ -421,11 +423,6 @@ def _gpu_ask(job):
         return gpu_ask(job.request)
     except DeviceError:
         return None
-
-
-def _describe(constraint) -> str:
-    from schedulers.plugins.constraints import describe
-    return describe(constraint)
 
 
 EXAMPLE_JOBS = """\
