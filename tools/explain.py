@@ -5,7 +5,9 @@ machine by machine, with every number kept (no sampling, no cache).
 order) how many machines it removed and its top reasons; the top machines with each
 scorer's weighted contribution to their stage; and, when nothing fits, the reason the job
 record would carry and (with a Borg scheduler that preempts) the eviction it would make.
-``to_dict`` gives plain data for ``--json`` and the monitor.
+``to_dict`` gives plain data for ``--json`` and the monitor. ``asks_text`` / ``request_text``
+say what a task asks (GPUs as a share or whole devices), also for ``omega job status``;
+``fits_no_machine`` why no machine could hold a task even empty (``omega submit`` warns of it).
 """
 
 from __future__ import annotations
