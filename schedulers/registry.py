@@ -15,6 +15,7 @@ from schedulers.plugins import (
     different_machine,
     domain_spread,
     fgd,
+    gpu_policies,
     least_loaded,
     machine_state,
     max_per_machine,
@@ -43,6 +44,7 @@ SCORERS: dict[str, Callable[..., Scorer]] = {
     package_locality.NAME: package_locality.factory,
     priority_aware.NAME: priority_aware.factory,
     fgd.NAME: fgd.factory,
+    **gpu_policies.FACTORIES,
 }
 
 

@@ -34,6 +34,41 @@ def best_fit_device(left: np.ndarray, shape: PodShape) -> np.ndarray:
     return np.where(keyed.min(axis=1) == np.iinfo(np.int64).max, -1, dev)
 
 
+# The per-node formulas, over rows of node state (``cpu_left`` (n,) millicores, ``left`` (n, D)
+# free milli per device, absent devices 0): the experiment's policies call them on the fleet's
+# rows, the live scorers (``schedulers.plugins.gpu_policies``) on one machine's row.
+
+def dotprod_score(cpu_left: np.ndarray, left: np.ndarray, shape: PodShape, max_cpu: int, max_gpu: int) -> np.ndarray:
+    """DotProd's 0-100 score of each row (see ``DotProdPolicy``); ``max_cpu`` millicores and
+    ``max_gpu`` milli normalise."""
+    cpu = cpu_left / max_cpu * (shape.cpu / max_cpu)
+    gpu = left.sum(axis=1) / max_gpu * (shape.gpu / max_gpu)
+    return np.floor(100 * (1 - (cpu + gpu) / 2)).astype(np.int64)
+
+
+def gpupacking_score(left: np.ndarray, gpu_count: np.ndarray, shape: PodShape) -> np.ndarray:
+    """GpuPacking's 0-100 score of each row for a pod asking GPUs (see ``GpuPackingPolicy``);
+    ``gpu_count`` the rows' device counts."""
+    full_free = (left == MILLI).sum(axis=1)
+    idle = full_free == gpu_count
+    # the devices taken by best fit: ascending free, lowest index first among equals
+    order = np.argsort(np.where(left >= shape.milli, left, MILLI + 1), axis=1, kind="stable")
+    taken = np.take_along_axis(left, order[:, :shape.count], axis=1)
+    free_taken = (taken == MILLI).sum(axis=1)
+    tenths = (taken * 100 // MILLI).sum(axis=1)
+    partly = np.maximum(100 - tenths // 10, 50)
+    some_free = np.maximum(50 - free_taken, 33)
+    score = np.where(idle, np.maximum(33 - full_free, full_free), np.where(free_taken > 0, some_free, partly))
+    return score.astype(np.int64)
+
+
+def bestfit_score(cpu_left: np.ndarray, left: np.ndarray, shape: PodShape, max_cpu: int, max_gpu: int) -> np.ndarray:
+    """BestFit's 0-100 score of each row (see ``BestFitPolicy``)."""
+    cpu = (cpu_left - shape.cpu) / max_cpu
+    gpu = (left.sum(axis=1) - shape.gpu) / max_gpu
+    return np.floor(100 * (1 - (cpu + gpu) / 2)).astype(np.int64)
+
+
 class Policy:
     name = ""
     random_device = False
@@ -63,10 +98,8 @@ class DotProdPolicy(Policy):
     name = "dotprod"
 
     def scores(self, fleet, idx, shape):
-        cpu = fleet.cpu_left[idx] / fleet.max_cpu * (shape.cpu / fleet.max_cpu)
-        gpu = fleet.left[idx].sum(axis=1) / fleet.max_gpu * (shape.gpu / fleet.max_gpu)
-        score = np.floor(100 * (1 - (cpu + gpu) / 2)).astype(np.int64)
-        return score, best_fit_device(fleet.left[idx], shape)
+        left = fleet.left[idx]
+        return dotprod_score(fleet.cpu_left[idx], left, shape, fleet.max_cpu, fleet.max_gpu), best_fit_device(left, shape)
 
 
 class GpuClusteringPolicy(Policy):
@@ -102,17 +135,7 @@ class GpuPackingPolicy(Policy):
         if shape.count == 0:
             return np.zeros(n, dtype=np.int64), np.full(n, -1, dtype=np.int64)
         left = fleet.left[idx]
-        full_free = (left == MILLI).sum(axis=1)
-        idle = full_free == fleet.gpu_count[idx]
-        # the devices taken by best fit: ascending free, lowest index first among equals
-        order = np.argsort(np.where(left >= shape.milli, left, MILLI + 1), axis=1, kind="stable")
-        taken = np.take_along_axis(left, order[:, :shape.count], axis=1)
-        free_taken = (taken == MILLI).sum(axis=1)
-        tenths = (taken * 100 // MILLI).sum(axis=1)
-        partly = np.maximum(100 - tenths // 10, 50)
-        some_free = np.maximum(50 - free_taken, 33)
-        score = np.where(idle, np.maximum(33 - full_free, full_free), np.where(free_taken > 0, some_free, partly))
-        return score.astype(np.int64), best_fit_device(left, shape)
+        return gpupacking_score(left, fleet.gpu_count[idx], shape), best_fit_device(left, shape)
 
 
 class BestFitPolicy(Policy):
@@ -122,10 +145,8 @@ class BestFitPolicy(Policy):
     name = "bestfit"
 
     def scores(self, fleet, idx, shape):
-        cpu = (fleet.cpu_left[idx] - shape.cpu) / fleet.max_cpu
-        gpu = (fleet.left[idx].sum(axis=1) - shape.gpu) / fleet.max_gpu
-        score = np.floor(100 * (1 - (cpu + gpu) / 2)).astype(np.int64)
-        return score, best_fit_device(fleet.left[idx], shape)
+        left = fleet.left[idx]
+        return bestfit_score(fleet.cpu_left[idx], left, shape, fleet.max_cpu, fleet.max_gpu), best_fit_device(left, shape)
 
 
 class FgdPolicy(Policy):
