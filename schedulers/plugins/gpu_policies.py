@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -94,32 +95,18 @@ class _BestFitDevices:
         return bind_in(job.request, free)
 
 
-class GpuDotProd(_BestFitDevices):
-    """See the module docstring."""
+class GpuScaled(_BestFitDevices):
+    """DotProd or BestFit (``formula``: ``dotprod_score`` or ``bestfit_score``) under ``name``,
+    normalised by the args' largest machine. See the module docstring."""
 
-    name = DOTPROD
     reads = frozenset({"request"})
 
-    def __init__(self, args: GpuScaleArgs) -> None:
-        self.args = args
+    def __init__(self, name: str, formula: Callable[..., np.ndarray], args: GpuScaleArgs) -> None:
+        self.name, self.formula, self.args = name, formula, args
 
     def score(self, job: Job, machine: Machine, free: Resources, ctx: ScoreContext) -> float:
         cpu, left, _ = machine_row(machine, free)
-        return _unit(dotprod_score(cpu, left, shape_of(job), self.args.max_cpu, self.args.max_gpus * MILLI))
-
-
-class GpuBestFit(_BestFitDevices):
-    """See the module docstring."""
-
-    name = BEST_FIT
-    reads = frozenset({"request"})
-
-    def __init__(self, args: GpuScaleArgs) -> None:
-        self.args = args
-
-    def score(self, job: Job, machine: Machine, free: Resources, ctx: ScoreContext) -> float:
-        cpu, left, _ = machine_row(machine, free)
-        return _unit(bestfit_score(cpu, left, shape_of(job), self.args.max_cpu, self.args.max_gpus * MILLI))
+        return _unit(self.formula(cpu, left, shape_of(job), self.args.max_cpu, self.args.max_gpus * MILLI))
 
 
 class GpuPacking(_BestFitDevices):
@@ -165,12 +152,12 @@ class GpuRandom:
         return (self._rng.choice(fit),) if fit else None
 
 
-def dotprod_factory(args: GpuScaleArgs | dict | None = None) -> GpuDotProd:
-    return GpuDotProd(build_args(GpuScaleArgs, args, DOTPROD))
+def dotprod_factory(args: GpuScaleArgs | dict | None = None) -> GpuScaled:
+    return GpuScaled(DOTPROD, dotprod_score, build_args(GpuScaleArgs, args, DOTPROD))
 
 
-def best_fit_factory(args: GpuScaleArgs | dict | None = None) -> GpuBestFit:
-    return GpuBestFit(build_args(GpuScaleArgs, args, BEST_FIT))
+def best_fit_factory(args: GpuScaleArgs | dict | None = None) -> GpuScaled:
+    return GpuScaled(BEST_FIT, bestfit_score, build_args(GpuScaleArgs, args, BEST_FIT))
 
 
 def packing_factory(args: GpuPackingArgs | dict | None = None) -> GpuPacking:

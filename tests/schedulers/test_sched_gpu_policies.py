@@ -24,11 +24,11 @@ FILTERS = [{"name": "machine_state"}, {"name": "resources_fit"}, {"name": "const
 NAMES = ("gpu_dotprod", "gpu_packing", "gpu_best_fit", "gpu_random")
 
 
-def machine(name: str, gpus: int, used: dict[int, int] = {}, cpu: int = 32_000, cpu_used: int = 0) -> Machine:
+def machine(name: str, gpus: int, used: dict[int, int] | None = None, cpu: int = 32_000, cpu_used: int = 0) -> Machine:
     """``gpus`` T4s, device i holding ``used[i]`` milli of one task each, ``cpu_used`` millicores
     taken (charged on the first task)."""
     allocated, tasks = Resources.of(0, 0), 0
-    for i, milli in used.items():
+    for i, milli in (used or {}).items():
         allocated = allocated + bind(Resources.of(cpu_used if not tasks else 0, 10, 0, gpu=milli), GpuAsk(1, milli), (i,))
         tasks += 1
     if not tasks and cpu_used:
