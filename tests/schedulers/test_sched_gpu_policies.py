@@ -173,3 +173,14 @@ scorers = [{ name = "gpu_packing" }, { name = "gpu_best_fit", stage = 1, args = 
     bad.write_text('[batch]\nfilters = [{ name = "machine_state" }]\nscorers = [{ name = "gpu_dotprod", args = { max_cpu = -1 } }]\n')
     with pytest.raises(PluginConfigError, match="gpu_dotprod: bad args"):
         load_chain_config(bad)
+
+
+def test_a_borg_chain_ranks_by_gpu_packing_and_leaves_the_devices_to_the_plan():
+    holed, idle = machine("holed", 2, {0: 600}), machine("idle", 8)
+    view = DictView([holed, idle])
+    entry = view.add_job(job(400, tasks=2))
+    sched = make_scheduler("borg", "b", 1, {"filters": FILTERS, "scorers": [{"name": "gpu_packing"}]})
+    decision = sched.decide(entry, [0, 1], view)
+    # 96 on holed's hole vs 25 on idle, then 49 on holed's idle device vs 25: both on holed
+    assert [c.machine_id for c in decision.claims] == ["holed", "holed"] and not decision.unplaced
+    assert all(not claimed_devices(c.request) for c in decision.claims)  # Borg does not bind: the plan does
