@@ -56,7 +56,7 @@ def test_a_tiny_grid_runs_on_the_engine_and_draws_its_heatmaps(tmp_path, capsys)
     (["omega-sweep", TINY, "--batch-tjob", "0,1"], "--batch-tjob: expected positive numbers"),
     (["omega-sweep", TINY, "--architectures", "mesos"], "--architectures: unknown mesos"),
     (["omega-sweep", TINY, "--batch-schedulers", "x"], "--batch-schedulers"),
-    (["omega-sweep", TINY, "--until", "-1"], "--until must be > 0"),
+    (["omega-sweep", TINY, "--until", "-1"], "--until must be a finite number > 0"),
     (["omega-sweep", TINY, "--variants", "pow2"], "--variants: not for experiment omega-sweep"),
 ])
 def test_bad_input_is_a_one_line_usage_error(argv, message, capsys):

@@ -156,3 +156,19 @@ def test_a_sweep_can_vary_the_submit_latency(tmp_path):
     spec.write_text(f'[sweep]\nname = "lat"\ntraces = ["{traces / "tiny-a.omt.gz"}"]\nseeds = [0]\n'
                     '[grid]\nsubmit_latency_s = [0.0, 0.62]\n')
     assert [run.replay_config()["submit_latency_s"] for run in load_spec(spec).runs] == [0.0, 0.62]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["tjob-sweep", "--quick", "--batch-tjob", "0.1,1"], "--batch-tjob: for experiment omega-sweep only"),
+    (["all", "--quick", "--until", "30"], "--until: for experiment omega-sweep only"),
+    (["conflict-modes", "--quick", "--seeds", "3"], "--seeds: for experiment gpu-frag or compaction only"),
+    (["compaction", "t.omt", "--service-tjob", "1"], "--service-tjob: not for experiment compaction"),
+    (["omega-sweep", "t.omt", "--until", "inf"], "--until must be a finite number > 0"),
+], ids=["tjob-points", "until", "seeds", "compaction", "until-inf"])
+def test_experiment_refuses_a_flag_it_would_ignore(argv, message, capsys):
+    """A sweep-point flag of another experiment is a usage error, not silently dropped."""
+    with pytest.raises(SystemExit) as exc:
+        cli_main(["experiment", *argv])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err

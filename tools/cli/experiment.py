@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -55,15 +56,25 @@ def register(sub) -> None:
     g.add_argument("--engine", choices=("local", "ray"), help="sweep engine of the searches (default local)")
     g.add_argument("--out", metavar="DIR", help="sweep folder, resumable (default: a new temp folder)")
     w = p.add_argument_group(f"{OMEGA_SWEEP} (Omega EuroSys'13 §4-5; also --engine, --out, --jobs, --html, --seed)")
-    w.add_argument("--until", type=float, default=300.0, metavar="S",
+    w.add_argument("--until", type=float, metavar="S",
                    help="replay window: the first S virtual seconds of TRACE (default 300)")
-    w.add_argument("--batch-tjob", default="0.1,0.25,0.5,1,2,4", metavar="LIST", help="batch t_job values, s (default 0.1,0.25,0.5,1,2,4)")
-    w.add_argument("--service-tjob", default="0.1,10", metavar="LIST", help="service t_job values, s (default 0.1,10)")
-    w.add_argument("--architectures", default="monolithic,two-level,shared-state", metavar="LIST",
+    w.add_argument("--batch-tjob", metavar="LIST", help="batch t_job values, s (default 0.1,0.25,0.5,1,2,4)")
+    w.add_argument("--service-tjob", metavar="LIST", help="service t_job values, s (default 0.1,10)")
+    w.add_argument("--architectures", metavar="LIST",
                    help="monolithic, two-level, shared-state (default: all)")
-    w.add_argument("--batch-schedulers", default="1,3", metavar="LIST",
+    w.add_argument("--batch-schedulers", metavar="LIST",
                    help="numbers of batch schedulers (default 1,3; monolithic runs with 1 only)")
     p.set_defaults(func=run_experiment_command)
+
+
+OMEGA_SWEEP_DEFAULTS = {"until": 300.0, "batch_tjob": "0.1,0.25,0.5,1,2,4", "service_tjob": "0.1,10",
+                        "architectures": "monolithic,two-level,shared-state", "batch_schedulers": "1,3"}
+"""The omega-sweep flags' defaults: the parser's are None, so that a flag given to another experiment
+is refused rather than ignored."""
+
+
+def _omega_sweep_flags_given(args) -> list[str]:
+    return ["--" + name.replace("_", "-") for name in OMEGA_SWEEP_DEFAULTS if getattr(args, name) is not None]
 
 
 def run_experiment_command(args) -> int:
@@ -82,11 +93,15 @@ def run_experiment_command(args) -> int:
                                       ("--out", args.out)) if value not in (None, False)]
     if given:
         raise UsageError(f"{', '.join(given)}: for experiment {COMPACTION} or {OMEGA_SWEEP} only")
+    if given := _omega_sweep_flags_given(args):
+        raise UsageError(f"{', '.join(given)}: for experiment {OMEGA_SWEEP} only")
     if args.name == GPU_FRAG:
         args.seeds = args.seeds or "42-51"
         return run_gpu_frag(args)
     if args.nodes or args.pods:
         raise UsageError("--nodes/--pods are for experiment gpu-frag")
+    if args.seeds is not None:  # the Omega experiments take one --seed
+        raise UsageError(f"--seeds: for experiment {GPU_FRAG} or {COMPACTION} only (these take --seed)")
     load_plugin_args(args)
     try:
         overrides = Overrides(args.batch_kind, args.order, parse_weight_flags(args.drf_weight), args.seed)
@@ -131,7 +146,7 @@ def run_compaction_command(args) -> int:
     if not args.target:
         raise UsageError(f"experiment {COMPACTION} needs TRACE (an omega trace: omega import google2011)")
     other = [flag for flag, value in (("--trace", args.trace), ("--quick", args.quick), ("--nodes", args.nodes),
-                                      ("--pods", args.pods)) if value]
+                                      ("--pods", args.pods)) if value] + _omega_sweep_flags_given(args)
     if other:
         raise UsageError(f"{', '.join(other)}: not for experiment {COMPACTION}")
     if args.jobs < 0:
@@ -209,6 +224,9 @@ def run_omega_sweep_command(args) -> int:
 
     if not args.target:
         raise UsageError(f"experiment {OMEGA_SWEEP} needs TRACE (an omega trace: omega import google2011)")
+    for name, default in OMEGA_SWEEP_DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
     other = [flag for flag, value in (("--trace", args.trace), ("--quick", args.quick), ("--nodes", args.nodes),
                                       ("--pods", args.pods), ("--variants", args.variants), ("--at", args.at),
                                       ("--sample", args.sample != 1.0), ("--seeds", args.seeds)) if value]
@@ -222,8 +240,8 @@ def run_omega_sweep_command(args) -> int:
         setups = parse_setups(args.architectures, args.batch_schedulers)
     except SweepInputError as exc:
         raise UsageError(str(exc)) from None
-    if not args.until > 0:
-        raise UsageError(f"--until must be > 0 seconds, got {args.until:g}")
+    if not 0 < args.until < math.inf:
+        raise UsageError(f"--until must be a finite number > 0 of seconds, got {args.until:g}")
     engine, progress = _sweep_engine(args, OMEGA_SWEEP, "points")
     with replay_errors():
         data = run_omega_sweep(args.target, batch, service, setups, args.until, args.seed, engine, args.out,

@@ -209,7 +209,7 @@ def _run_seeds(args, config) -> int:
 
 def _check_before_replay(args) -> None:
     """UsageError (one line naming the file) for a trace that is missing, unreadable or truncated
-    (``tools.trace.format.check_complete``), or a ``--json`` / ``--html`` path that cannot be
+    (``tools.trace.format.check_complete``), or a ``--json-out`` / ``--html`` / ``--jobs-out`` path that cannot be
     written: checked before the replay, whose result would otherwise be lost."""
     from tools.cli import InputError, UsageError
     from tools.trace.format import TraceError, check_complete
@@ -220,7 +220,7 @@ def _check_before_replay(args) -> None:
         raise UsageError(f"trace {args.file}: {exc.strerror or exc}") from None
     except TraceError as exc:
         raise InputError(str(exc)) from None
-    for flag, path, directory in (("--json", args.json, False), ("--html", args.html, True),
+    for flag, path, directory in (("--json-out", args.json, False), ("--html", args.html, True),
                                   ("--jobs-out", args.jobs_out, False)):
         if path:
             why = unwritable(path, directory)
