@@ -172,3 +172,14 @@ def test_experiment_refuses_a_flag_it_would_ignore(argv, message, capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_slowdown_leaves_out_the_jobs_the_recorded_state_placed(tmp_path, capsys):
+    """g1 runs from t = 0 on its recorded machine: no scheduler placed it, so it is neither a
+    bounded-slowdown value nor "never" fully placed, but counted apart (as the wait CDF does)."""
+    out = tmp_path / "r.json"
+    assert cli_main(["replay", _trace(tmp_path), "--json-out", str(out)]) == 0
+    text = capsys.readouterr().out
+    sd = json.loads(out.read_text())["slowdown"]
+    assert sd["never"] == 0 and sd["recorded_at_t0"] == 1, sd
+    assert "(0 never; 1 placed whole by the recorded t = 0 state left out)" in text

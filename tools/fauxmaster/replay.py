@@ -458,7 +458,7 @@ def _result(trace_path, config, store, keys, schedulers, cell, journal, samples,
         jobs_unscheduled=len(pending), cell=asdict(cell.counters), utilization=samples, check=report,
         config=plain_config, waits_first=waits_first, waits_placed=waits_placed, store=store, keys=keys,
         losses=replay_losses(schedulers, cell.counters, gangs), wait_cdf=wait_cdf(journal, pending, cell.initial_jobs),
-        slowdown=slowdown(journal, sim_time))
+        slowdown=slowdown(journal, sim_time, cell.initial_jobs))
 
 
 def _scheduler_metrics(s: SimScheduler, sim_time: float) -> SchedulerMetrics:

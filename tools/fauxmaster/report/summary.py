@@ -26,8 +26,10 @@ def slowdown_text(sd: dict) -> str:
     def num(value, spec):
         return "n/a" if value is None else format(value, spec)
 
+    recorded = (f"; {sd['recorded_at_t0']:,} placed whole by the recorded t = 0 state left out"
+                if sd.get("recorded_at_t0") else "")
     return (f"bounded slowdown (threshold {sd['threshold_s']:g} s) over {sd['jobs']:,} jobs with a run time fully "
-            f"placed ({sd['never']:,} never): mean {num(sd['mean'], ',.2f')}, median {num(sd['median'], ',.2f')}, "
+            f"placed ({sd['never']:,} never{recorded}): mean {num(sd['mean'], ',.2f')}, median {num(sd['median'], ',.2f')}, "
             f"p90 {num(sd['p90'], ',.2f')}; makespan {num(sd['makespan_s'], ',.0f')} s over {sd['jobs_ended']:,} "
             f"jobs ended ({sd['jobs_not_ended']:,} submitted jobs had not ended by the stop)")
 
