@@ -281,7 +281,7 @@ def _print_summary(result) -> None:
         state = "ok" if result.check["ok"] else f"{len(result.check['violations'])} VIOLATIONS"
         print(f"  invariants: {state}")
     if result.fidelity is not None:
-        print("\n".join(result.fidelity.lines()))
+        print("\n".join(result.fidelity.lines(cell=not result.capacity_model)))  # else printed above
 
 
 @contextmanager

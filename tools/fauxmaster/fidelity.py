@@ -93,8 +93,9 @@ class Fidelity:
         del d["real_delays"], d["replay_delays"]
         return d
 
-    def lines(self) -> list[str]:
-        """The section as printed by ``omega replay`` and the bench."""
+    def lines(self, cell: bool = True) -> list[str]:
+        """The section as printed by ``omega replay`` and the bench; ``cell``: end with the replayed
+        cell's paragraph (False where the page or summary already shows it)."""
         def num(x, fmt="{:.3f}"):
             return "n/a" if x is None else fmt.format(x)
 
@@ -137,7 +138,7 @@ class Fidelity:
                        f"({num(w['replay_delay_p90_s'], '{:.2f}')} / {num(w['real_delay_p90_s'], '{:.2f}')} s)")
         for warning in self.warnings:
             out.append(f"  WARNING: {warning}")
-        if self.capacity_model:
+        if cell and self.capacity_model:
             out.append(f"  the replayed cell (trace header): {self.capacity_model}")
         return out
 

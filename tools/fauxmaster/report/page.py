@@ -194,6 +194,7 @@ def _losses_html(runs: list[Run]) -> Html:
 
 
 def _fidelity_html(runs: list[Run]) -> Html:
+    """Each run's fidelity lines (without the cell paragraph: the figures above show it) and the plots."""
     parts = []
     for run in runs:
         f = run.data.get("fidelity")
@@ -201,7 +202,7 @@ def _fidelity_html(runs: list[Run]) -> Html:
             continue
         parts.append(FIDELITY_RUN.render(
             title=H3.render(text=run.label) if len(runs) > 1 else EMPTY,
-            lines=join((line.strip() for line in fidelity_of(f).lines()), "<br>"), notes=f["notes"]))
+            lines=join((line.strip() for line in fidelity_of(f).lines(cell=False)), "<br>"), notes=f["notes"]))
     if not parts:
         return EMPTY
     return join([H2.render(text="Fidelity"), *parts, *(IMAGE.render(name=name) for name in FIDELITY_PLOTS)])
