@@ -45,6 +45,9 @@ def test_jobs_out_csv_has_one_row_per_job(tmp_path, capsys):
     assert g2["scheduler"] == "service" and g2["machines"] in ("1", "2") and g2["initial"] == "False"
     assert rows["g1"]["initial"] == "True" and rows["g1"]["scheduler"] == "" and rows["g1"]["end"] == "50.0"
     assert rows["g3"]["scheduler"] == "batch" and rows["g3"]["first_attempt"] != ""
+    for row in rows.values():  # times to the microsecond: no float noise such as 1.2249999999999999
+        for key in ("submit", "first_attempt", "placed", "end", "wait"):
+            assert row[key] == "" or len(row[key].partition(".")[2]) <= 6, (key, row[key])
 
 
 def test_jobs_out_refuses_an_unknown_suffix_before_replaying(tmp_path, capsys):
