@@ -128,7 +128,11 @@ class Fidelity:
             def wmark(name, w=w):
                 met = w["goals"].get(name)
                 return "" if met is None else ("" if met else " MISSED")
-            out.append(f"  part {w['part']} ({w['start_s']:,.0f}..{w['end_s']:,.0f} s, {w['tasks']:,} {self.unit}s): "
+            cut = ("" if w["end_s"] <= self.horizon_s else f", after the horizon {self.horizon_s:,.0f} s"
+                   if w["start_s"] >= self.horizon_s and w["part"] != self.windows[0]["part"]
+                   else f", cut at the horizon {self.horizon_s:,.0f} s")
+            out.append(f"  part {w['part']} ({w['start_s']:,.0f}..{w['end_s']:,.0f} s{cut}, {w['tasks']:,} "
+                       f"{self.unit}s): "
                        f"t=0 pending {num(w['initial_pending_fraction'], '{:.4f}')}{wmark('initial_pending_fraction')}, "
                        f"scheduled {num(w['scheduled_ratio'])}{wmark('scheduled_ratio')}, "
                        f"delay p50 {num(w['delay_p50_ratio'])}{wmark('delay_p50_ratio')} "
