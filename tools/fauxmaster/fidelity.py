@@ -280,6 +280,8 @@ def _windows(truth: GroundTruth, horizon: float, at: list[float], real: list[flo
         replay_n = sum(1 for k in rows if replay[k] != INF)
         if i == 0:
             pending = initial_pending
+        elif start >= horizon:  # the replay stopped before this part opened: nothing to compare
+            pending = None
         else:
             before = [k for k, t in enumerate(at) if t <= start and t + real[k] <= start]
             pending = (sum(1 for k in before if at[k] + replay[k] > start) / len(before)) if before else None
