@@ -84,8 +84,13 @@ def _print_json(runs) -> None:
 
 
 def _print_table(runs) -> None:
-    """The figures side by side, then each run's schedulers."""
-    from tools.fauxmaster.report.summary import summary_rows
+    """The settings that differ between the runs, the figures side by side, then each run's schedulers."""
+    from tools.fauxmaster.report.summary import settings_compared, summary_rows
+
+    differ, _ = settings_compared(runs)
+    print("settings that differ:" + ("" if differ else " none"))
+    for name, values in differ:
+        print(f"  {name}: " + "; ".join(f"{run.label} {value}" for run, value in zip(runs, values)))
 
     rows = [("", [r.label for r in runs])] + summary_rows(runs)
     first = max(len(what) for what, _ in rows)

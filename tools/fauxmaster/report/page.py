@@ -11,7 +11,7 @@ from tools.fauxmaster.report.plots import (
     draw_utilization, draw_wait_cdf,
 )
 from tools.fauxmaster.report.result import NUMBER, Run, fidelity_of, run_of, write_json
-from tools.fauxmaster.report.summary import slowdown_text, summary_rows
+from tools.fauxmaster.report.summary import settings_compared, slowdown_text, summary_rows
 from tools.htmltemplate import EMPTY, TABLE_ROW, TD, TH, Html, Template, join
 
 MATPLOTLIB_MISSING = "the HTML report needs matplotlib: pip install 'omega-scheduler[report]'"
@@ -103,8 +103,6 @@ TABLE = Template("<table><tr>$heads</tr>$rows</table>")
 TD_LEFT = Template('<td style="text-align:left">$text</td>')
 PARAGRAPH = Template("<p>$text</p>")
 SMALL = Template("<p><small>$text</small></p>")
-ITEMS = Template("<ul>$items</ul>")
-ITEM = Template("<li>$text</li>")
 H2 = Template("<h2>$text</h2>")
 H3 = Template("<h3>$text</h3>")
 IMAGE = Template('<p><img src="$name" alt="$name"></p>')
@@ -152,14 +150,23 @@ def _run_html(run: Run) -> Html:
 
 
 def _summary_html(runs: list[Run]) -> Html:
-    heads = [TH.render(text=""), *(TH.render(text=r.label) for r in runs)]
+    """Several runs: the settings that differ first, the figures side by side, then what every run
+    shares, stated once (the cell paragraph is not repeated per run)."""
+    differ, shared = settings_compared(runs)
+    labels = [TH.render(text=""), *(TH.render(text=r.label) for r in runs)]
+    if differ:
+        opening = TABLE.render(heads=join(labels), rows=join(
+            _row(TD_LEFT.render(text=name), *(TD_LEFT.render(text=v) for v in values)) for name, values in differ))
+    else:
+        opening = PARAGRAPH.render(text="None: every run has the same settings (listed below the figures).")
     rows = [_row(TD_LEFT.render(text=what), *(TD.render(text=v) for v in values))
             for what, values in summary_rows(runs)]
-    cells = [ITEM.render(text=f"{r.label}: {r.data['trace']}"
-                         + (f"; the cell (trace header): {c}" if (c := _capacity(r)) else "")
-                         + (f"; decision time: {decision_model(r.data['config'])}" if r.data.get("config") else ""))
-             for r in runs]
-    return join([TABLE.render(heads=join(heads), rows=join(rows)), ITEMS.render(items=join(cells))], "\n")
+    models = {decision_model(r.data["config"]) for r in runs if r.data.get("config")}
+    common = [f"{name}: {value}" for name, value in shared]
+    if len(models) == 1 and all(r.data.get("config") for r in runs):
+        common.insert(min(2, len(common)), f"decision time: {models.pop()}")
+    return join([H2.render(text="Settings that differ"), opening, TABLE.render(heads=join(labels), rows=join(rows)),
+                 SMALL.render(text="Shared by every run: " + "; ".join(common)) if common else EMPTY], "\n")
 
 
 def _capacity(run: Run) -> str:
