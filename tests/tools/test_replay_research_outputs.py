@@ -132,6 +132,9 @@ def test_seeds_html_puts_the_runs_side_by_side(tmp_path):
     assert cli_main(["replay", _trace(tmp_path), "--seeds", "2", "--html", str(out)]) == 0
     page = (out / "index.html").read_text()
     assert "seed 0" in page and "seed 2" in page
+    # the mean and 95 % interval open the page, as printed
+    assert page.index("over 2 seeds (0, 2): mean [95 % t-interval]") < page.index("Settings that differ")
+    assert "wait_to_placed_mean_s: " in page
     assert json.loads((out / "result-seed2.json").read_text())["config"]["schedulers"][0]["seed"] == 2
 
 
@@ -186,3 +189,10 @@ def test_slowdown_leaves_out_the_jobs_the_recorded_state_placed(tmp_path, capsys
     sd = json.loads(out.read_text())["slowdown"]
     assert sd["never"] == 0 and sd["recorded_at_t0"] == 1, sd
     assert "(0 never; 1 placed whole by the recorded t = 0 state left out)" in text
+
+
+def test_a_figure_the_same_in_every_run_says_so():
+    from tools.fauxmaster.seeds import lines, summarize
+    text = "\n".join(lines([0, 2], summarize([{"a": 1.0, "b": 1.0}, {"a": 1.0, "b": 3.0}])))
+    assert "a: 1 [1, 1] (n=2; the same in every run: the seed does not change it)" in text
+    assert "b: 2 [" in text and "b: 2 [-10.71, 14.71] (n=2)" in text

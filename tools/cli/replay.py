@@ -201,7 +201,8 @@ def _run_seeds(args, config) -> int:
             for base, r in zip(bases, results):
                 write_json(r, out / f"result-seed{base}.json")
             index = write_report([run_of(r, f"seed {base}") for base, r in zip(bases, results)], out,
-                                 links={f"seed {b}": f"result-seed{b}.json" for b in bases})
+                                 links={f"seed {b}": f"result-seed{b}.json" for b in bases},
+                                 preface=seeding.lines(bases, summary))
         print(f"report: {index}", file=sys.stderr if output_json(args) else sys.stdout)
     ok = all(r.check is None or r.check["ok"] for r in results)
     return 0 if ok else 1

@@ -79,5 +79,6 @@ def lines(seeds: list[int], summary: dict[str, dict[str, Any]]) -> list[str]:
         elif s["low"] is None:
             out.append(f"  {name}: {s['mean']:.4g} (one run: no interval)")
         else:
-            out.append(f"  {name}: {s['mean']:.4g} [{s['low']:.4g}, {s['high']:.4g}] (n={s['n']})")
+            same = "; the same in every run: the seed does not change it" if s["low"] == s["high"] else ""
+            out.append(f"  {name}: {s['mean']:.4g} [{s['low']:.4g}, {s['high']:.4g}] (n={s['n']}{same})")
     return out

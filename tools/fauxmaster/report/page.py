@@ -34,9 +34,11 @@ def write_html(result: ReplayResult, directory) -> Path:
     return write_report([run_of(result)], out, links={"result.json": "result.json"})
 
 
-def write_report(runs: list[Run], directory, links: dict[str, str] | None = None) -> Path:
+def write_report(runs: list[Run], directory, links: dict[str, str] | None = None,
+                 preface: list[str] = ()) -> Path:
     """``index.html`` and the PNG plots of ``runs`` (one, or several side by side) in ``directory``;
-    the index path. The plots are drawn before anything is written."""
+    the index path. ``preface``: lines shown first, under the title (``--seeds``: the mean and 95 %
+    interval of each headline figure). The plots are drawn before anything is written."""
     if not runs:
         raise ValueError("a report needs at least one replay result")
     require_matplotlib()
@@ -57,7 +59,7 @@ def write_report(runs: list[Run], directory, links: dict[str, str] | None = None
             images[name] = _png(fig)
         finally:
             plt.close(fig)
-    page = _page(runs, [name for name, _, _ in plots], links or {})
+    page = _page(runs, [name for name, _, _ in plots], links or {}, preface)
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     for name, data in images.items():
@@ -79,6 +81,7 @@ def _png(fig) -> bytes:
 PAGE = Template("""<!doctype html><html><head><meta charset="utf-8"><title>omega $kind</title>
 <style>body{font-family:sans-serif;margin:2em}td,th{padding:2px 8px;text-align:right}</style></head><body>
 <h1>$title</h1>
+$preface
 $figures
 $schedulers
 $losses
@@ -215,13 +218,14 @@ def _fidelity_html(runs: list[Run]) -> Html:
     return join([H2.render(text="Fidelity"), *parts, *(IMAGE.render(name=name) for name in FIDELITY_PLOTS)])
 
 
-def _page(runs: list[Run], plots: list[str], links: dict[str, str]) -> Html:
+def _page(runs: list[Run], plots: list[str], links: dict[str, str], preface: list[str] = ()) -> Html:
     several = len(runs) > 1
     title = ("Replays compared: " + ", ".join(r.label for r in runs)) if several else \
         f"Replay of {runs[0].data['trace']}"
     anchors = join((LINK.render(href=href, text=text) for text, href in links.items()), " ")
     return PAGE.render(
         kind="report" if several else "replay", title=title,
+        preface=PARAGRAPH.render(text=join((line.strip() for line in preface), "<br>")) if preface else EMPTY,
         figures=_summary_html(runs) if several else _run_html(runs[0]),
         schedulers=_schedulers_html(runs), losses=_losses_html(runs),
         images=join(IMAGE.render(name=name) for name in plots if name in PLOTS),
