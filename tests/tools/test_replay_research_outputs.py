@@ -196,3 +196,26 @@ def test_a_figure_the_same_in_every_run_says_so():
     text = "\n".join(lines([0, 2], summarize([{"a": 1.0, "b": 1.0}, {"a": 1.0, "b": 3.0}])))
     assert "a: 1 [1, 1] (n=2; the same in every run: the seed does not change it)" in text
     assert "b: 2 [" in text and "b: 2 [-10.71, 14.71] (n=2)" in text
+
+
+def test_json_out_is_written_whole_or_not_at_all(tmp_path, monkeypatch, capsys):
+    """A write that fails midway (a full disk) leaves the previous file as it was, no temporary
+    file beside it; a device such as /dev/null is written in place, never replaced."""
+    from pathlib import Path
+
+    from tools.fauxmaster.report import result as result_module
+
+    out = tmp_path / "r.json"
+    out.write_text("previous\n")
+    real = Path.write_text
+
+    def half(self, text, *args, **kwargs):
+        real(self, text[:10], *args, **kwargs)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", half)
+    assert cli_main(["replay", _trace(tmp_path), "--seeds", "2", "--json-out", str(out)]) == 1
+    assert "--json-out" in capsys.readouterr().err
+    assert out.read_text() == "previous\n" and [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    monkeypatch.setattr(Path, "write_text", real)
+    assert result_module.write_whole("/dev/null", "x").is_char_device()

@@ -10,7 +10,6 @@ import argparse
 import json
 import math
 import sys
-from pathlib import Path
 
 from tools.cli.common import add_output_arg, output_json
 from tools.cli.gpu_frag import add_gpu_frag_args, run_gpu_frag
@@ -122,10 +121,9 @@ def run_experiment_command(args) -> int:
     if output_json(args):
         print(text, end="")
     if args.json:
-        out = Path(args.json)
+        from tools.fauxmaster.report.result import write_whole
         with output_file_errors("experiment", "--json-out", args.json):
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(text)
+            write_whole(args.json, text)
     if args.html:
         from tools.fauxmaster.experiments.html import write_experiment_html
         with output_file_errors("experiment", "--html", args.html):
@@ -203,9 +201,9 @@ def _emit_sweep_report(args, data: dict, print_table, write_html) -> int:
     else:
         print_table(data)
     if args.json:
+        from tools.fauxmaster.report.result import write_whole
         with output_file_errors("experiment", "--json-out", args.json):
-            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.json).write_text(text)
+            write_whole(args.json, text)
     if args.html:
         with output_file_errors("experiment", "--html", args.html):
             index = write_html(data, args.html)

@@ -183,8 +183,9 @@ def _run_seeds(args, config) -> int:
                   f"mean {result.wait_to_placed.mean:.2f} s")
         print("\n".join(seeding.lines(bases, summary)))
     if args.json:
-        with output_file_errors("replay", "--json-out", args.json), open(args.json, "w") as f:
-            json.dump(data, f, indent=2, default=str)
+        from tools.fauxmaster.report.result import write_whole
+        with output_file_errors("replay", "--json-out", args.json):
+            write_whole(args.json, json.dumps(data, indent=2, default=str))
     if args.jobs_out:
         from tools.fauxmaster.job_records import write_job_rows
         rows = [{"seed": base, **row} for base, r in zip(bases, results) for row in r.jobs]

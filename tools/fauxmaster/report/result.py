@@ -5,6 +5,7 @@ names the file and what is wrong."""
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,10 +29,26 @@ class Run:
 
 
 def write_json(result: ReplayResult, path) -> Path:
-    """The result as JSON at ``path`` (parent directories created)."""
+    """The result as JSON at ``path`` (parent directories created; ``write_whole``)."""
+    return write_whole(path, result.to_json() + "\n")
+
+
+def write_whole(path, text: str) -> Path:
+    """``text`` at ``path``, parent directories created: a regular file is written beside it and renamed
+    over it, so a failure (a full disk) leaves no half-written file; anything else that exists
+    (``/dev/stdout``, a pipe) is written in place, never replaced."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(result.to_json() + "\n")
+    if path.exists() and not path.is_file():
+        path.write_text(text)
+        return path
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
     return path
 
 
