@@ -219,3 +219,20 @@ def test_json_out_is_written_whole_or_not_at_all(tmp_path, monkeypatch, capsys):
     assert out.read_text() == "previous\n" and [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
     monkeypatch.setattr(Path, "write_text", real)
     assert result_module.write_whole("/dev/null", "x").is_char_device()
+
+
+def test_a_replay_stopped_before_the_first_submission_says_where_it_is(tmp_path, capsys):
+    """A cleaned log may open with days of nothing (KTH SP2: 599,850 s): an empty replay says why."""
+    from cellstate.model import Job, JobKind
+    from cellstate.resources import Resources
+    from fauxmaster_traces import machine, write
+
+    from tools.trace.events import JobSubmit, MachineAdd
+
+    path = write(tmp_path / "late.omt", [MachineAdd(0.0, machine(0)),
+                                         JobSubmit(500.0, Job("j", JobKind.BATCH, 1, Resources(100, 64)))])
+    assert cli_main(["replay", str(path), "--until", "100"]) == 0
+    assert ("NOTE: no job submitted by the stop at 100 virtual s: the trace's first submission is at 500 s"
+            in capsys.readouterr().out)
+    assert cli_main(["replay", str(path), "--until", "600"]) == 0
+    assert "NOTE" not in capsys.readouterr().out

@@ -154,6 +154,23 @@ def _run_command(argv: list[str] | None) -> int:
         raise
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # stdout's reader went away (``omega replay … | head``): stop quietly, no traceback; stdout
+        # is pointed at /dev/null so that the interpreter's last flush does not fail again
+        _stdout_to_devnull()
+        return EXIT_FAILURE
+
+
+def _stdout_to_devnull() -> None:
+    import os
+
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, OSError):  # a captured or closed stdout: nothing to redirect
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 def _install_sigterm():
@@ -172,6 +189,11 @@ def run() -> None:
 
     own_process()
     code = main()
+    try:
+        sys.stdout.flush()  # here, not in the interpreter's teardown, where a closed pipe is a traceback
+    except BrokenPipeError:
+        _stdout_to_devnull()
+        code = code or EXIT_FAILURE
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     exit_once_stopped(code)  # the interpreter's teardown (gRPC, atexit) must not hang the process
     sys.exit(code)

@@ -244,6 +244,17 @@ def unwritable(path: str, directory: bool) -> str | None:
     return None if os.access(parent, os.W_OK | os.X_OK) else f"cannot create it in {parent} (permission denied)"
 
 
+def first_submission(path) -> float | None:
+    """The time of the first job submission in the trace at ``path`` (None: it has none). A log
+    cleaned of its first days (SWF's KTH SP2 starts at 599,850 s) leaves a short replay empty."""
+    from tools.trace.events import JobSubmit
+    from tools.trace.reader import read_trace
+
+    _, events = read_trace(path)
+    with events:
+        return next((e.t for e in events if isinstance(e, JobSubmit)), None)
+
+
 def _print_summary(result) -> None:
     from tools.fauxmaster.replay import decision_model
     from tools.fauxmaster.report.summary import utilization_means
@@ -251,6 +262,11 @@ def _print_summary(result) -> None:
     print(f"{result.trace}: {result.sim_time_s:,.1f} virtual s in {result.wall_time_s:,.2f} s "
           f"({result.speedup:,.0f}x), {result.events:,} events, {result.jobs_submitted:,} jobs, "
           f"{result.jobs_unscheduled:,} unscheduled at the end")
+    if not result.jobs_submitted:
+        first = first_submission(result.trace)
+        print(f"  NOTE: no job submitted by the stop at {result.sim_time_s:,.0f} virtual s: "
+              + (f"the trace's first submission is at {first:,.0f} s (--until beyond it replays some)"
+                 if first is not None else "the trace submits none"))
     if result.capacity_model:
         print(f"  cell (trace header): {result.capacity_model}")
     print(f"  decision time: {decision_model(result.config)}")
