@@ -145,8 +145,8 @@ def _run_html(run: Run) -> Html:
         submitted=f"{d['jobs_submitted']:,}", unscheduled=f"{d['jobs_unscheduled']:,}",
         capacity=SMALL.render(text=f"The cell (trace header): {capacity}") if capacity else EMPTY,
         decision=SMALL.render(text=f"Decision time: {decision_model(d['config'])}") if d.get("config") else EMPTY,
-        w1_mean=f"{w1['mean']:.2f}", w1_p90=f"{w1['p90']:.2f}", w1_p99=f"{w1['p99']:.2f}", w1_jobs=w1["jobs"],
-        w2_mean=f"{w2['mean']:.2f}", w2_p90=f"{w2['p90']:.2f}", w2_p99=f"{w2['p99']:.2f}", w2_jobs=w2["jobs"],
+        w1_mean=f"{w1['mean']:.2f}", w1_p90=f"{w1['p90']:.2f}", w1_p99=f"{w1['p99']:.2f}", w1_jobs=f"{w1['jobs']:,}",
+        w2_mean=f"{w2['mean']:.2f}", w2_p90=f"{w2['p90']:.2f}", w2_p99=f"{w2['p99']:.2f}", w2_jobs=f"{w2['jobs']:,}",
         never=_never_text(d),
         slowdown=PARAGRAPH.render(text=slowdown[:1].upper() + slowdown[1:] + ".") if slowdown else EMPTY,
         samples=f"{len(d['utilization']):,}", every=every)
@@ -182,7 +182,7 @@ def _schedulers_html(runs: list[Run]) -> Html:
                                            "conflict fraction", "attempts", "tasks placed"]
     rows = [_row(*(TD.render(text=v) for v in ([run.label] if several else []) + [
                 s["name"], s["kind"], s["conflict_mode"], s["commit_mode"], f"{s['busyness']:.3f}",
-                f"{s['conflict_fraction']:.4f}", s["attempts"], s["tasks_placed"]]))
+                f"{s['conflict_fraction']:.4f}", f"{s['attempts']:,}", f"{s['tasks_placed']:,}"]))
             for run in runs for s in run.data["schedulers"]]
     return TABLE.render(heads=join(TH.render(text=h) for h in heads), rows=join(rows))
 
