@@ -278,8 +278,8 @@ def _print_summary(result) -> None:
         print(f"  {s.name} ({s.kind}): busyness {s.busyness:.3f}, conflict fraction {s.conflict_fraction:.4f}, "
               f"{s.attempts:,} attempts, {s.tasks_placed:,} tasks placed")
     w1, w2 = result.wait_to_first_attempt, result.wait_to_placed
-    print(f"  wait to first attempt mean {w1.mean:.2f} s (p90 {w1.p90:.2f}, p99 {w1.p99:.2f}); "
-          f"to placed mean {w2.mean:.2f} s (p90 {w2.p90:.2f}, p99 {w2.p99:.2f})")
+    print(f"  wait to first attempt mean {w1.mean:,.2f} s (p90 {w1.p90:,.2f} s, p99 {w1.p99:,.2f} s); "
+          f"to placed mean {w2.mean:,.2f} s (p90 {w2.p90:,.2f} s, p99 {w2.p99:,.2f} s)")
     if result.wait_cdf:
         cdf = result.wait_cdf
         print(f"  of {cdf['jobs']:,} jobs to place: {cdf['to_first_attempt']['never']:,} never attempted, "
