@@ -35,7 +35,7 @@ def test_report_prints_the_runs_side_by_side(results, capsys):
     assert main(["report", str(one), str(two)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "settings that differ:"  # first, each once: the schedulers, not the shared trace
-    assert "  scheduler b2 conflict_mode: one sequence; two n/a" in out
+    assert "  scheduler b2 conflict_mode: one: sequence; two: n/a" in out
     assert not any(line.startswith("  trace:") for line in out)
     out = out[next(i for i, line in enumerate(out) if line.startswith("trace ")) - 1:]  # the labels' row
     assert out[0].split() == ["one", "two"]  # a file's stem, a directory's name
@@ -206,3 +206,27 @@ def test_report_prints_the_same_figures_as_json_with_o_json(results, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert [run["label"] for run in doc["runs"]] == ["one", "two"]
     assert all(run["figures"] and run["schedulers"] for run in doc["runs"])
+
+
+def test_a_seeds_output_is_reported_one_column_per_seed(tmp_path, capsys):
+    """``omega replay --seeds`` writes {seeds, summary, runs} (--json-out) and result-seedN.json files
+    (--html): both are reported, each seed a column; a run that is not a result names its seed."""
+    trace = mixed_trace(tmp_path / "mixed.omt")
+    out = tmp_path / "s.json"
+    assert main(["replay", trace, "--until", "20", "--seeds", "2", "--json-out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 0
+    text = capsys.readouterr().out.splitlines()
+    assert text[0] == "settings that differ:" and "  scheduler batch seed: s seed 0: 0; s seed 2: 2" in text
+    html = tmp_path / "html"
+    html.mkdir()
+    data = json.loads(out.read_text())
+    for seed, run in zip(data["seeds"], data["runs"]):
+        (html / f"result-seed{seed}.json").write_text(json.dumps(run))
+    assert main(["report", str(html)]) == 0
+    assert "html seed 0" in capsys.readouterr().out
+    data["runs"][1] = {"trace": "x"}
+    out.write_text(json.dumps(data))
+    with pytest.raises(SystemExit) as exc:
+        main(["report", str(out)])
+    assert exc.value.code == 65 and "the run of seed 2 is not a replay result" in capsys.readouterr().err

@@ -68,6 +68,40 @@ _WAIT = {"jobs": int, "mean": NUMBER, "p90": NUMBER, "p99": NUMBER}
 _SAMPLE = {"t": NUMBER, "cpu": NUMBER, "memory": NUMBER, "load_cv": NUMBER}
 
 
+def load_results(path) -> list[tuple[str, dict[str, Any]]]:
+    """The replay results in ``path`` as (label suffix, result): one ("", result) for a result file or
+    a ``--html`` directory's ``result.json``; ("seed N", result) per run of an ``omega replay --seeds``
+    output (its ``--json-out`` document ``{seeds, summary, runs}``, or its ``--html`` directory's
+    ``result-seedN.json`` files). ``ResultError`` naming the file for anything else."""
+    path = Path(path)
+    if path.is_dir() and not (path / "result.json").exists():
+        seeded = sorted(path.glob("result-seed*.json"), key=lambda p: _seed_of(p.name))
+        if seeded:
+            return [(f"seed {_seed_of(p.name)}", load_result(p)) for p in seeded]
+    elif path.is_file():
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            data = None  # load_result says what is wrong
+        if isinstance(data, dict) and isinstance(data.get("runs"), list) and isinstance(data.get("seeds"), list):
+            if len(data["runs"]) != len(data["seeds"]):
+                raise ResultError(f"{path}: not a replay --seeds result (not one run per seed)")
+            out = []
+            for seed, run in zip(data["seeds"], data["runs"]):
+                try:
+                    _check_result(run)
+                except ValueError as exc:
+                    raise ResultError(f"{path}: the run of seed {seed} is not a replay result ({exc})") from None
+                out.append((f"seed {seed}", run))
+            return out
+    return [("", load_result(path))]
+
+
+def _seed_of(name: str) -> int:
+    digits = name[len("result-seed"):-len(".json")]
+    return int(digits) if digits.isdigit() else -1
+
+
 def load_result(path) -> dict[str, Any]:
     """The replay result in ``path`` (``omega replay --json`` output, or a ``--html`` directory's
     ``result.json``), checked enough to draw every plot; ``ResultError`` naming the file otherwise."""
