@@ -253,21 +253,21 @@ def print_omega_sweep(data: dict, console=None) -> None:
     from rich.table import Table
 
     console = console or Console()
-    table = Table(title=f"omega-sweep of {data['trace']}, first {data['until_s']:g} s: batch busyness",
-                  title_justify="left")
+    table = Table(title=f"omega-sweep of {data['trace']}, first {data['until_s']:g} s: batch busyness "
+                        "by batch t_job", title_justify="left")
     table.add_column("set-up")
     table.add_column("service t_job", justify="right")
     for b in data["batch_t_job"]:
-        table.add_column(f"{b:g}", justify="right")
-    table.add_column("saturates at", justify="right")
+        table.add_column(f"{b:g} s", justify="right")
+    table.add_column("saturates at batch t_job", justify="right")
     for name, grid in data["grids"].items():
         for service in data["service_t_job"]:
             cells = grid.get(str(service), {})
             values = [cells.get(str(b)) for b in data["batch_t_job"]]
             point = data["saturation"][name][str(service)]
-            table.add_row(name, f"{service:g}", *(
+            table.add_row(name, f"{service:g} s", *(
                 "" if v is None else f"{v['batch_busyness']:.2f}{'*' if v['saturated'] in (True, 'True') else ''}"
-                for v in values), "—" if point is None else f"{point:g}")
+                for v in values), "—" if point is None else f"{point:g} s")
     console.print(table)
     console.print(f"{data['rule']} (*)", highlight=False)
     for arch, shift in data["shift"].items():
