@@ -48,7 +48,10 @@ def test_a_tiny_grid_runs_on_the_engine_and_draws_its_heatmaps(tmp_path, capsys)
         assert data["saturation"][name]["0.1"] == (min(saturated) if saturated else None)
     assert "shared-state" in data["shift"] and data["paper"]["saturation_shift"] == 3.0
     page = (tmp_path / "html" / "index.html").read_text()
-    assert page.count("<table>") == 2 * len(data["grids"]) and "background:rgb(255," in page
+    assert page.count("<table>") == 2 * len(data["grids"]) + 1 and "background:rgb(255," in page
+    # the saturation points and shifts read as a table and sentences with units, not a JSON dump
+    assert "<th>saturates at batch t_job</th>" in page and '{"' not in page and "<th>0.05 s</th>" in page
+    assert "<li>shared-state: median " in page and "by service t_job: 0.1 s " in page
 
 
 @pytest.mark.parametrize("argv, message", [
