@@ -170,14 +170,18 @@ def test_a_sweep_can_vary_the_submit_latency(tmp_path):
     (["conflict-modes", "--quick", "--seeds", "3"], "--seeds: for experiment gpu-frag or compaction only"),
     (["compaction", "t.omt", "--service-tjob", "1"], "--service-tjob: not for experiment compaction"),
     (["omega-sweep", "t.omt", "--until", "inf"], "--until must be a finite number > 0"),
-], ids=["tjob-points", "until", "seeds", "compaction", "until-inf"])
+    (["conflict-modes", "--quick", "--json-out", "/"], "--json-out /: is a directory"),
+    (["all", "--quick", "--html", __file__], f"--html {__file__}: exists and is not a directory"),
+], ids=["tjob-points", "until", "seeds", "compaction", "until-inf", "json-dir", "html-file"])
 def test_experiment_refuses_a_flag_it_would_ignore(argv, message, capsys):
-    """A sweep-point flag of another experiment is a usage error, not silently dropped."""
+    """A sweep-point flag of another experiment is a usage error, not silently dropped; so is an
+    output path that cannot be written, before any run (nothing printed)."""
     with pytest.raises(SystemExit) as exc:
         cli_main(["experiment", *argv])
     assert exc.value.code == 2
-    err = capsys.readouterr().err
-    assert message in err and len(err.strip().splitlines()) == 1, err
+    captured = capsys.readouterr()
+    assert message in captured.err and len(captured.err.strip().splitlines()) == 1, captured.err
+    assert captured.out == ""
 
 
 def test_slowdown_leaves_out_the_jobs_the_recorded_state_placed(tmp_path, capsys):

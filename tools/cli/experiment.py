@@ -76,6 +76,17 @@ def _omega_sweep_flags_given(args) -> list[str]:
     return ["--" + name.replace("_", "-") for name in OMEGA_SWEEP_DEFAULTS if getattr(args, name) is not None]
 
 
+def _check_outputs(args) -> None:
+    """UsageError for a ``--json-out`` or ``--html`` path that cannot be written (a directory as the
+    file, a file as the directory, no permission): before the runs, whose work would be lost."""
+    from tools.cli import UsageError
+    from tools.cli.replay import unwritable
+
+    for flag, path, directory in (("--json-out", args.json, False), ("--html", args.html, True)):
+        if path and (why := unwritable(path, directory)):
+            raise UsageError(f"{flag} {path}: {why}")
+
+
 def run_experiment_command(args) -> int:
     from omega.drf import parse_weight_flags
     from tools.cli import UsageError
@@ -83,6 +94,7 @@ def run_experiment_command(args) -> int:
     from tools.fauxmaster.experiments.catalogue import run_experiment
     from tools.fauxmaster.experiments.runs import Overrides
 
+    _check_outputs(args)
     if args.name == COMPACTION:
         return run_compaction_command(args)
     if args.name == OMEGA_SWEEP:
