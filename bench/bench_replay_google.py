@@ -129,6 +129,8 @@ def main() -> int:
                         help="when a modelled decision's txns go out (omega replay --decision-commits)")
     parser.add_argument("--unplaced-charge", choices=("every", "once"), default="every",
                         help="modelled t_task for a decision's unplaced tasks (omega replay --unplaced-charge)")
+    parser.add_argument("--submit-latency", type=float, default=None, metavar="S",
+                        help="submission latency (default: the trace header's, 0.62 s for a Google import)")
     parser.add_argument("--digest", action="store_true", help="also print digests of the figures (wall times "
                         "left out) and of every key and value of the final cell, to check that a change of "
                         "the replay's code left what it simulates unchanged")
@@ -159,7 +161,8 @@ def main() -> int:
     for mode in modes:
         print(f"== initial state {mode}")
         config = ReplayConfig(schedulers=schedulers, until=until, check=False, initial_state=mode,
-                              decision_commits=args.decision_commits, unplaced_charge=args.unplaced_charge)
+                              decision_commits=args.decision_commits, unplaced_charge=args.unplaced_charge,
+                              submit_latency_s=args.submit_latency)
         profile = args.profile if len(modes) == 1 else _suffixed(args.profile, mode)
         run_once(trace, config, profile, args.digest)
     if args.kth:

@@ -12,11 +12,12 @@ import json
 import random
 import string
 import tomllib
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 from cellstate.codec.records import encode_machine
-from cellstate.devices import MAX_DEVICES, MODEL_LABEL, gpu_capacity
+from cellstate.devices import MAX_DEVICES, MODEL_LABEL, device_count, gpu_capacity
 from cellstate.jobspec import FieldError, mebibytes
 from cellstate.keys import CellKeys
 from cellstate.model import Machine
@@ -130,6 +131,20 @@ def build_machines(spec: CellSpec) -> list[Machine]:
             labels=tuple((name, rng.choice(values)) for name, values in spec.labels if values) + shape.labels,
         ))
     return machines
+
+
+def gpu_mix(machines) -> str:
+    """``38 GPUs on 7 machines (32 V100M32, 6 P100)``; empty for a cell without GPUs."""
+    by_model: Counter[str] = Counter()
+    holders = 0
+    for m in machines:
+        if n := device_count(m.capacity):
+            holders += 1
+            by_model[dict(m.labels).get(MODEL_LABEL, "no model")] += n
+    if not holders:
+        return ""
+    return (f"{sum(by_model.values())} GPUs on {holders} machines ("
+            + ", ".join(f"{n} {model}" for model, n in by_model.most_common()) + ")")
 
 
 def init_cell(store: Store, keys: CellKeys, spec: CellSpec, replace: bool = False) -> int:

@@ -11,7 +11,8 @@ TOML; ``{"job": [...]}`` or a bare list in JSON). Fields of a job:
     disk          MiB like memory (>= 0), default 0
     gpu           whole GPUs, integer >= 0, default 0 (with gpu_milli: 1, or absent)
     gpu_milli     a share of one GPU, 1..1000 milli (the task gets that much of one device)
-    gpu_models    list of GPU model names the task may run on (a gpu_model "in" constraint)
+    gpu_models    list of GPU model names the task may run on (a gpu_model "in" constraint);
+                  only with a GPU ask (gpu or gpu_milli)
     resources     map of further scalar resources, name -> integer >= 0
     priority      integer, default 0;   owner, package: strings
     constraints   list of {attribute, op (eq|in|not-in|exists), values}
@@ -246,8 +247,13 @@ def _build_job(d) -> Job:
         spec = msgspec.convert(d, _JobSpec, strict=True)
     except msgspec.ValidationError as exc:
         raise _field_error(str(exc), d) from None
+    request = _request(spec)
+    if spec.gpu_models is not None and not request.get("gpu"):
+        raise FieldError("gpu_models", "are the GPU models of a task that asks for a GPU (gpu or gpu_milli), and "
+                                       "this one asks none; to keep a CPU task on machines of those models use "
+                                       'constraints = [{ attribute = "gpu_model", op = "in", values = [...] }]')
     return Job(
-        id=_ident(spec.id), kind=spec.kind, tasks=spec.tasks, request=_request(spec),
+        id=_ident(spec.id), kind=spec.kind, tasks=spec.tasks, request=request,
         priority=spec.priority, owner=spec.owner,
         constraints=tuple(_constraint(f"constraints[{i}]", c) for i, c in enumerate(spec.constraints))
         + _gpu_models(spec.gpu_models),

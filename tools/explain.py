@@ -5,7 +5,9 @@ machine by machine, with every number kept (no sampling, no cache).
 order) how many machines it removed and its top reasons; the top machines with each
 scorer's weighted contribution to their stage; and, when nothing fits, the reason the job
 record would carry and (with a Borg scheduler that preempts) the eviction it would make.
-``to_dict`` gives plain data for ``--json`` and the monitor.
+``to_dict`` gives plain data for ``--json`` and the monitor. ``asks_text`` / ``request_text``
+say what a task asks (GPUs as a share or whole devices), also for ``omega job status``;
+``fits_no_machine`` why no machine could hold a task even empty (``omega submit`` warns of it).
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from cellstate.devices import bind_in, visible_devices
+from cellstate.devices import GPU, DeviceError, bind_in, gpu_ask, visible_devices
 from omega.protocols import CellView
 from schedulers.pipeline import Pipeline, Rejections
+from schedulers.plugins.constraints import describe, satisfied
 from schedulers.plugin import ScoreContext
 from schedulers.reservation import Reservations
 
@@ -61,9 +64,65 @@ class Explanation:
     """The class of scheduler that serves the job (``Job.scheduler_class``)."""
     served_by: tuple[str, ...] | None = None
     """The live schedulers of that class (None: not looked up)."""
+    asks: str = ""
+    """What the task asks (``asks_text``): resources, GPUs as shares or whole devices, constraints."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def request_text(request) -> str:
+    """``4 cores, 8192 MiB, 300 milli of one GPU``: every resource a task asks, the GPU amount
+    as the ask it stands for (a share of one device or whole devices), other extras by name."""
+    parts = [f"{request.cpu / 1000:g} cores", f"{request.memory} MiB"]
+    if request.disk:
+        parts.append(f"{request.disk} MiB disk")
+    try:
+        ask = gpu_ask(request)
+    except DeviceError:
+        ask = None
+    for name, amount in request.extra:
+        if name == GPU and ask is not None:
+            parts.append(f"{ask.milli} milli of one GPU" if ask.shared else f"{ask.count} whole GPU(s)")
+        else:
+            parts.append(f"{amount:,} {name}")
+    return ", ".join(parts)
+
+
+def asks_text(job) -> str:
+    """What each task of ``job`` asks: its request and its constraints."""
+    constraints = "; " + ", ".join(describe(c) for c in job.constraints) if job.constraints else ""
+    return request_text(job.request) + constraints
+
+
+def fits_no_machine(job, machines) -> str | None:
+    """Why no machine of ``machines`` could hold one task of ``job`` even when empty (its
+    constraints met by none, or the resources it asks more than any machine meeting them has);
+    None when one could, or when there are no machines at all."""
+    machines = list(machines)
+    if not machines:
+        return None
+    held = [m for m in machines if all(satisfied(c, m) for c in job.constraints)]
+    if not held:
+        return f"no machine meets its constraints ({', '.join(describe(c) for c in job.constraints)})"
+    request = job.request
+    if any(request.fits_in(m.capacity) for m in held):
+        return None
+    where = " meeting its constraints" if job.constraints else ""
+    short = []
+    for name in request.names():
+        most = max(m.capacity.get(name) for m in held)
+        if request.get(name) > most:
+            short.append(f"{name} {_amount(name, request.get(name))} (at most {_amount(name, most)} on a machine{where})")
+    return "asks " + "; ".join(short) if short else f"no machine{where} has all it asks at once"
+
+
+def _amount(name: str, value: int) -> str:
+    if name == "cpu":
+        return f"{value / 1000:g} cores"
+    if name == GPU:
+        return f"{value / 1000:g} GPUs"
+    return f"{value:,} MiB" if name in ("memory", "disk") else f"{value:,}"
 
 
 def pick_task(view: CellView, job_id: str, task: int | None) -> int:
@@ -109,7 +168,7 @@ def explain(view: CellView, job_id: str, task: int | None, pipeline: Pipeline, t
     unschedulable = None if scored else rejections.reason()
     preemption = _preemption(scheduler, view, job_id, task) if unschedulable else None
     return Explanation(job_id, task, count, len(scored), steps, tuple(scored[:top]), unschedulable, preemption,
-                       pipeline.names(), spec.scheduler_class)
+                       pipeline.names(), spec.scheduler_class, asks=asks_text(spec))
 
 
 def _score(pipeline: Pipeline, spec, machine, free, ctx) -> MachineScore:
@@ -142,6 +201,8 @@ def _preemption(scheduler, view: CellView, job_id: str, task: int) -> dict[str, 
 def render(ex: Explanation) -> str:
     """A human-readable report of ``ex``."""
     lines = [f"job {ex.job_id} task {ex.task}: {ex.feasible} of {ex.machines} machines feasible"]
+    if ex.asks:
+        lines.append(f"asks: {ex.asks}")
     if ex.served_by is not None:
         lines.append(f"scheduler class {ex.scheduler_class}: served by {', '.join(ex.served_by)}" if ex.served_by
                      else f"scheduler class {ex.scheduler_class}: no live scheduler serves it; the job waits "

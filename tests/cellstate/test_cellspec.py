@@ -57,3 +57,18 @@ def test_init_cell_splits_and_refuses(etcd_server, cell_keys):
             init_cell(store, cell_keys, CellSpec(machines=3))
         init_cell(store, cell_keys, CellSpec(machines=3), replace=True)
         assert len(store.range(cell_keys.kind_prefix("machines")).kvs) == 3
+
+
+def test_gpu_mix_counts_the_devices_per_model():
+    from cellstate.cellspec import gpu_mix
+    from cellstate.devices import MODEL_LABEL, gpu_capacity
+    from cellstate.model import Machine
+    from cellstate.resources import Resources
+
+    def machine(i, gpus, model):
+        return Machine(f"m{i}", Resources.of(1000, 1024, 0, **gpu_capacity(gpus)),
+                       labels=((MODEL_LABEL, model),) if model else ())
+
+    cell = [machine(0, 8, "V100"), machine(1, 2, "P100"), machine(2, 8, "V100"), machine(3, 0, "")]
+    assert gpu_mix(cell) == "18 GPUs on 3 machines (16 V100, 2 P100)"
+    assert gpu_mix(cell[3:]) == ""

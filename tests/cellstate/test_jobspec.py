@@ -101,6 +101,8 @@ BAD = [
     ("memory-zero", {"memory": 0}, "memory", "> 0"),
     ("disk-negative", {"disk": -5}, "disk", ">= 0"),
     ("gpu-float", {"gpu": 1.5}, "gpu", "integer"),
+    ("gpu-models-without-a-gpu", {"gpu_models": ["V100"]}, "gpu_models", "asks for a GPU (gpu or gpu_milli)"),
+    ("gpu-models-with-gpu-0", {"gpu": 0, "gpu_models": ["V100"]}, "gpu_models", 'attribute = "gpu_model"'),
     ("tasks-zero", {"tasks": 0}, "tasks", ">= 1"),
     ("tasks-bool", {"tasks": True}, "tasks", "integer"),
     ("tasks-huge", {"tasks": 10 ** 7}, "tasks", "<="),

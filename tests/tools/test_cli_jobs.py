@@ -89,9 +89,27 @@ def test_cell_init_from_the_gpu_example(cell_args, etcd_store, cell_keys):
     assert all(m.capacity.get("gpu") == 1000 * device_count(m.capacity) for m in cell)
 
 
+def test_cell_init_gpu_shapes_from_flags_and_the_gpu_mix_in_its_line(cell_args, etcd_store, cell_keys, capsys):
+    from cellstate.devices import MODEL_LABEL, device_count
+
+    assert exit_status(["cell", "init", "--machines", "12", "--shape", "96,512Gi,0,8,V100M32", "--shape",
+                        "64,256Gi,0,2,P100:2", "--shape", "32,128Gi", *cell_args]) == 0
+    cell = machines(etcd_store, cell_keys)
+    by_model = collections.Counter()
+    for m in cell:
+        by_model[dict(m.labels).get(MODEL_LABEL, "")] += device_count(m.capacity)
+    assert by_model["V100M32"] % 8 == 0 and by_model["P100"] % 2 == 0 and by_model[""] == 0
+    holders = sum(1 for m in cell if device_count(m.capacity))
+    mix = ", ".join(f"{n} {model}" for model, n in by_model.most_common() if model)
+    assert f"; {sum(by_model.values())} GPUs on {holders} machines ({mix}) at revision" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("flags", [["--shape", "16"], ["--shape", "x,64Gi"], ["--machines", "0"],
-                                   ["--zones", "27"], ["--shape", "4,8GB"]],
-                         ids=["shape-too-short", "shape-cores", "no-machines", "too-many-zones", "shape-unit"])
+                                   ["--zones", "27"], ["--shape", "4,8GB"], ["--shape", "96,512Gi,0,8"],
+                                   ["--shape", "96,512Gi,0,x,V100"], ["--shape", "96,512Gi,0,99,V100"],
+                                   ["--shape", "96,512Gi,0,0,V100"]],
+                         ids=["shape-too-short", "shape-cores", "no-machines", "too-many-zones", "shape-unit",
+                              "gpus-without-model", "gpus-not-a-number", "too-many-gpus", "model-without-gpus"])
 def test_cell_init_bad_flags(cell_args, etcd_store, cell_keys, flags):
     assert exit_status(["cell", "init", *flags, *cell_args]) == 2
     assert machines(etcd_store, cell_keys) == []

@@ -36,3 +36,17 @@ def test_in_process_it_does_nothing():
     assert _PROCESS["entry"] is False  # pytest is not the command line's own process
     exit_once_stopped(3, 0.01)
     time.sleep(0.2)  # still here
+
+
+def test_a_reader_that_closed_stdout_gets_a_quiet_stop_not_a_traceback():
+    """``omega completion bash | head -1``: the pipe's reader is gone before the command writes."""
+    import os
+
+    read, write = os.pipe()
+    os.close(read)  # the reader left: every write to the pipe fails (EPIPE)
+    try:
+        done = subprocess.run([sys.executable, "-m", "tools.cli", "completion", "bash"], cwd=ROOT, stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write)
+    assert done.returncode == 141 and done.stderr == "", done.stderr

@@ -89,6 +89,9 @@ def test_the_gpu_demo_places_gpu_tasks_on_devices_and_leaves_a_clean_cell(tmp_pa
     gpu = summary["gpu"]  # the monitor's sums, in the summary too
     assert gpu["devices"] > 0 and 0 < gpu["allocated"] <= gpu["capacity"] == 1000 * gpu["devices"]
     assert "gpu devices" in done.stdout and "gpu.0 " not in done.stdout  # the text sums the devices
+    cell_line = next(line for line in done.stdout.splitlines() if line.startswith("cell 'demo'"))
+    assert " GPUs on " in cell_line and "V100M32" in done.stdout  # the GPU mix it wrote
+    assert not any(line.startswith("  gpu  ") for line in done.stdout.splitlines())  # the sum is on the GPU line
     assert (tmp_path / "run" / "gpu-batch-chain.toml").read_text().count('name = "fgd"') == 1
 
 

@@ -115,6 +115,61 @@ def test_explain_names_the_devices_a_gpu_task_would_hold(etcd_store, cell_keys):
         replica.close()
     assert ex.feasible == 2 and all(m.devices == "0" for m in ex.top)
     assert "GPU devices 0" in render(ex)
+    assert "\nasks: 1 cores, 64 MiB, 250 milli of one GPU\n" in render(ex) and ex.to_dict()["asks"]
+
+
+def test_job_status_shows_the_gpu_ask_models_and_the_devices_held(etcd_server, etcd_store, cell_keys, tmp_path):
+    import json
+
+    from cli_helpers import run_cli
+
+    (machine,) = gpu_machines(etcd_store, cell_keys, 1)
+    args = ["--endpoints", etcd_server.endpoints[0], "--cell", cell_keys.cell]
+    # the example job file's commented GPU lines, uncommented, are a valid GPU job
+    assert run_cli(["job", "init", str(tmp_path / "jobs.toml")])[0] == 0
+    text = (tmp_path / "jobs.toml").read_text()
+    for field in ("gpu_milli", "gpu_models"):
+        assert f"\n# {field} = " in text
+        text = text.replace(f"\n# {field} = ", f"\n{field} = ")
+    (tmp_path / "jobs.toml").write_text(text)
+    assert run_cli(["submit", str(tmp_path / "jobs.toml"), *args])[0] == 0
+    held = Alloc("hello-batch", 1, machine.id, Resources.of(500, 512, 0, **{"gpu": 300, "gpu.2": 300}))
+    etcd_store.txn((), [Put(cell_keys.alloc(held.job_id, held.task_index), encode_alloc(held))])
+
+    status, out, _ = run_cli(["job", "status", "hello-batch", *args])
+    assert status == 0, out
+    assert "request per task: 0.5 cores, 512 MiB, 300 milli of one GPU;" in out
+    assert "constraints: gpu_model in [V100M32, A100]" in out
+    assert f"task 1: {machine.id}, GPU devices 2" in out
+    status, out, _ = run_cli(["job", "status", "hello-batch", "-o", "json", *args])
+    job = json.loads(out)
+    assert job["gpu"] == {"count": 1, "milli": 300} and job["devices"] == {"1": "2"}
+    assert job["constraints"] == ["gpu_model in [V100M32, A100]"]
+    status, out, _ = run_cli(["job", "status", "hello-web", "-o", "json", *args])
+    assert json.loads(out)["gpu"] is None and "GPU" not in run_cli(["job", "status", "hello-web", *args])[1]
+
+
+def test_submit_warns_of_a_gpu_job_no_machine_could_ever_hold_and_keeps_it(etcd_server, etcd_store, cell_keys,
+                                                                            tmp_path):
+    from cli_helpers import run_cli
+
+    gpu_machines(etcd_store, cell_keys, 2)  # 4 GPUs each, one T4 and one V100
+    args = ["--endpoints", etcd_server.endpoints[0], "--cell", cell_keys.cell]
+    path = tmp_path / "jobs.toml"
+    path.write_text("\n".join(f'[[job]]\nid = "{name}"\nkind = "batch"\ntasks = 1\ncpu = 1\nmemory = 64\n{extra}\n'
+                              for name, extra in (("nine", "gpu = 9"), ("h100", 'gpu = 1\ngpu_models = ["H100"]'),
+                                                  ("t4x4", 'gpu = 4\ngpu_models = ["T4"]'),
+                                                  ("t4x5", 'gpu = 5\ngpu_models = ["T4"]'),
+                                                  ("share", "gpu_milli = 500"))))
+    status, out, err = run_cli(["submit", str(path), *args])
+    assert status == 0 and "submitted 5 job(s)" in out, err
+    warned = {line.split("'")[1]: line for line in err.splitlines()}
+    assert set(warned) == {"nine", "h100", "t4x5"}, err
+    assert "asks gpu 9 GPUs (at most 4 GPUs on a machine)" in warned["nine"]
+    assert "no machine meets its constraints (gpu_model in [H100])" in warned["h100"]
+    assert "asks gpu 5 GPUs (at most 4 GPUs on a machine meeting its constraints)" in warned["t4x5"]
+    assert all("it stays pending until one can" in line for line in warned.values())
+    assert {r.id for r in job_records(etcd_store, cell_keys)} == {"nine", "h100", "t4x4", "t4x5", "share"}
 
 
 FGD_CHAIN = """k = 4

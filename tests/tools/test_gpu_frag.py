@@ -205,7 +205,29 @@ def test_html_report_has_plots_and_modelling_choices(tmp_path):
     assert status == 0, err
     page = (tmp_path / "r" / "index.html").read_text()
     assert page.count("data:image/png;base64,") == 2 and "modelling choices" in page
-    assert json.loads((tmp_path / "r" / "result.json").read_text())["policies"]["bestfit"]
+    doc = json.loads((tmp_path / "r" / "result.json").read_text())
+    bestfit = doc["policies"]["bestfit"]
+    # every column and plot is said what it is: the seed range, failed of arrived, the empty
+    # artifact column (no published number for this list), the plotted medians
+    assert "<th>range over the seeds</th>" in page and "<th>arrived pods (median)</th>" in page
+    assert f"<td>{bestfit['failed_pods_median']:g}</td><td>{bestfit['pods_median']:g}</td>" in page
+    assert "artifact: no published median for this pod list" in page
+    assert "median over the seeds at each whole percent of arrived GPU demand" in page
+    assert any(m.startswith("measurement: the cell is sampled after the pod whose arrival first brings")
+               for m in doc["modelling"])
+    assert "failed: median arrived pods that fit on no node (of" in " ".join(out.split())
+
+
+def test_the_artifact_column_says_where_it_comes_from_and_when_it_is_not_like_for_like():
+    from tools.gpufrag.experiment import published_note
+
+    doc = {"policies": {"fgd": {"published_unallocated_gpu_pct_at_100": 4.77}},
+           "settings": {"seeds": list(range(42, 52)), "tune": 1.3, "tie_break": "shuffled"}}
+    note = published_note(doc)
+    assert "expected_results" in note and "seeds 42-51" in note and "not like for like" not in note
+    doc["settings"].update(seeds=[42, 43], tie_break="name")
+    assert published_note(doc).endswith("; this run differs in seeds 42-43 (artifact 42-51), tie_break name "
+                                        "(artifact shuffled): not like for like")
 
 
 def test_one_node_frag_agrees_with_the_vectorized_measure():
@@ -276,6 +298,10 @@ def test_schedulers_scoring_by_fgd_replay_a_gpu_burst_with_every_task_on_named_d
     ("p1,1000,100,1,1000,H100\np2,1000,100,1,500,H100|A800\np3,1000,100,0,0,\n",
      "no GPU pod can run on " + str(NODES) + "'s nodes: every one names only GPU models no node has "
      "(gpu_spec: A800, H100; the nodes have "),
+    # more GPUs (or CPU) than any node has, or a model no node has: nothing can run
+    ("p1,1000,100,9,1000,\np2,999000,100,1,500,\np3,1000,100,1,1000,H100\np4,1000,100,0,0,\n",
+     "no GPU pod can run on " + str(NODES) + "'s nodes: each asks more CPU, memory or GPUs than any node (of its "
+     "models) has (at most 8 GPUs on a node) or names only GPU models no node has"),
 ])
 def test_a_pod_list_no_gpu_pod_of_which_can_run_is_invalid_input(tmp_path, rows, message):
     pods = tmp_path / "pods.csv"
@@ -296,3 +322,23 @@ def test_a_pod_list_without_memory_runs_the_experiment_and_lists_the_absent_colu
                                 "--policies", "fgd", "-o", "json"])
     assert status == 0, err
     assert "memory_mib" in json.loads(out)["inputs"]["absent_optional_columns"]
+
+
+def test_pods_larger_than_any_node_are_counted_in_the_inputs(tmp_path):
+    pods = tmp_path / "pods.csv"
+    pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\np1,1000,100,1,500,\n"
+                    "p2,1000,100,9,1000,\np3,1000,100,9,1000,\n")
+    status, out, err = run_cli(["experiment", "gpu-frag", "--nodes", str(NODES), "--pods", str(pods), "--seeds", "1",
+                                "--policies", "fgd", "-o", "json"])
+    assert status == 0, err
+    inputs = json.loads(out)["inputs"]
+    assert inputs["pods_no_node_fits"] == 2 and inputs["pods_whose_gpu_spec_no_node_has"] == 0
+    status, out, err = run_cli(["experiment", "gpu-frag", "--nodes", str(NODES), "--pods", str(pods), "--seeds", "1",
+                                "--policies", "fgd"])
+    assert status == 0 and "2 larger than any node" in " ".join(out.split()), out
+
+
+def test_progress_off_a_terminal_is_a_line_per_run():
+    status, _, err = run_cli(["experiment", "gpu-frag", "--nodes", str(NODES), "--pods", str(PODS), "--seeds", "1-2",
+                              "--policies", "fgd", "--jobs", "1"])
+    assert status == 0 and err == "gpu-frag: 1/2 runs\ngpu-frag: 2/2 runs\n", err

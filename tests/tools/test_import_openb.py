@@ -90,6 +90,23 @@ def test_a_list_without_memory_asks_no_memory_and_says_so(tmp_path):
     assert {j.request.memory for j in jobs.values()} == {0}
 
 
+def test_pods_no_node_could_ever_hold_are_counted_in_the_summary_and_the_notes(tmp_path):
+    """A pod asking 9 GPUs of nodes with at most 8 (or more CPU than any node) stays in the trace,
+    as the real cell's pod did, but the import says it can never be placed."""
+    pods, out = tmp_path / "pods.csv", tmp_path / "p.omt"
+    pods.write_text(NOMEM + "big9,1000,9,1000,,LS,Running,5,100,5\nhuge,999000,0,0,,LS,Running,6,100,6\n"
+                    "h100,1000,1,1000,H100,LS,Running,7,100,7\n")
+    status, text, err = run_cli(["import", "openb", "--nodes", str(NODES), "--pods", str(pods), "--out", str(out)])
+    assert status == 0, err
+    assert "7 of 7 pods as jobs" in text and "1 asking a GPU model no node has" in text
+    assert "2 asking more CPU, memory or GPUs than any node (of their models) has" in text
+    assert "and 2 more than any node (of their models) holds (they can never be placed)" in err
+    header, events = read_trace(out)
+    with events:
+        assert sum(isinstance(e, JobSubmit) for e in events) == 7
+    assert "2 asking more CPU, memory or GPUs than any node" in header.notes
+
+
 def test_a_missing_list_is_a_usage_error(tmp_path):
     status, _, err = run_cli(["import", "openb", "--nodes", str(tmp_path / "none.csv"), "--pods", str(PODS),
                               "--out", str(tmp_path / "x.omt")])

@@ -556,4 +556,10 @@ def test_a_gpu_cell_frame_shows_its_devices_at_80x24_and_200x50_and_in_json(etcd
     line = next(line for line in wide if line.startswith("gpu devices"))
     assert "65.1%" in line and "5,210.3/8,000 GPUs on 1,000 machines" in line and "1,900 devices idle" in line
     assert "610 part-used (10.8% of the idle GPU, usable by shares only)" in line
+    for shown in (lines, wide):  # the gpu sum is on the GPU line only, not a bar of its own too
+        assert not any(line.startswith("gpu ") and not line.startswith("gpu devices") for line in shown), shown
+    # a cell whose machines count GPUs without devices (no GPU line): the sum's bar, in GPUs
+    no_devices = MonitorFrame(**{**{f: getattr(busy, f) for f in busy.__dataclass_fields__}, "gpu": None})
+    gpu_bar = next(line for line in screen_text(no_devices, 200, 50) if line.startswith("gpu "))
+    assert "5,210.3 GPUs / 8,000.0 GPUs" in gpu_bar and "5,210,300" not in gpu_bar, gpu_bar
     assert not any(line.startswith("gpus ") for line in screen_text(crowded, 80, 24))  # no devices: no GPU line

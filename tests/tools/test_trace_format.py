@@ -333,3 +333,22 @@ def test_read_placements_across_read_chunks_and_cut_inside_one(tmp_path, compres
         with reader, pytest.raises(TraceError, match=re.escape(message)):
             next(reader)
             reader.read_placements([])
+
+
+def test_an_atomic_writer_into_a_missing_directory_names_the_path_asked_for(tmp_path):
+    out = tmp_path / "no-such-dir" / "x.omt"
+    with pytest.raises(FileNotFoundError) as caught:
+        TraceWriter(out, HEADER, atomic=True)
+    assert caught.value.filename == str(out)
+
+
+def test_import_openb_into_a_missing_directory_is_a_usage_error_naming_it(tmp_path):
+    from tests.tools.cli_helpers import run_cli
+
+    from pathlib import Path
+
+    data = Path(__file__).resolve().parents[1] / "data" / "openb"
+    out = tmp_path / "no-such-dir" / "x.omt"
+    status, _, err = run_cli(["import", "openb", "--nodes", str(data / "nodes40.csv"), "--pods",
+                              str(data / "pods_default_600.csv"), "--out", str(out)])
+    assert status == 2 and err == f"omega: error: {out}: No such file or directory\n", err

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import signal
 import sys
 import threading
@@ -47,6 +48,7 @@ EXIT_FAILURE = 1      # a runtime error: the store unreachable or refusing, a ch
 EXIT_USAGE = 2        # bad flags or arguments
 EXIT_DATA = 65        # an input file that does not parse or validate (sysexits EX_DATAERR)
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141  # stdout's reader closed it (`| head`): 128 + SIGPIPE, as a shell tool
 
 
 class UsageError(Exception):
@@ -92,7 +94,7 @@ class _VersionAction(argparse.Action):
 
 EPILOG = """exit status: 0 ok, 1 runtime error (etcd unreachable or refusing, no such cell or job, a check
 that found violations), 2 usage error, 65 invalid input file (job file, cell spec, config,
-trace), 130 interrupted. Environment: OMEGA_ENDPOINTS, OMEGA_CELL, OMEGA_CA_CERT,
+trace), 130 interrupted, 141 stdout closed by its reader (| head). Environment: OMEGA_ENDPOINTS, OMEGA_CELL, OMEGA_CA_CERT,
 OMEGA_CREDENTIALS, OMEGA_AS. Shell completion: source <(omega completion bash). docs/CLI.md"""
 
 
@@ -154,23 +156,6 @@ def _run_command(argv: list[str] | None) -> int:
         raise
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
-    except BrokenPipeError:
-        # stdout's reader went away (``omega replay … | head``): stop quietly, no traceback; stdout
-        # is pointed at /dev/null so that the interpreter's last flush does not fail again
-        _stdout_to_devnull()
-        return EXIT_FAILURE
-
-
-def _stdout_to_devnull() -> None:
-    import os
-
-    try:
-        fd = sys.stdout.fileno()
-    except (AttributeError, ValueError, OSError):  # a captured or closed stdout: nothing to redirect
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, fd)
-    os.close(devnull)
 
 
 def _install_sigterm():
@@ -188,12 +173,15 @@ def run() -> None:
     from tools.cli.common import exit_once_stopped, own_process
 
     own_process()
-    code = main()
     try:
+        code = main()
         sys.stdout.flush()  # here, not in the interpreter's teardown, where a closed pipe is a traceback
     except BrokenPipeError:
-        _stdout_to_devnull()
-        code = code or EXIT_FAILURE
+        # the reader of stdout went away (`omega job list | head -1`): stop quietly, with the
+        # status of a shell tool killed by SIGPIPE, and keep the interpreter's final flush of
+        # stdout from raising again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = EXIT_BROKEN_PIPE
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     exit_once_stopped(code)  # the interpreter's teardown (gRPC, atexit) must not hang the process
     sys.exit(code)

@@ -23,8 +23,9 @@ def register(sub) -> None:
     init.add_argument("--machines", type=int)
     init.add_argument("--zones", type=int)
     init.add_argument("--racks-per-zone", type=int)
-    init.add_argument("--shape", action="append", metavar="CORES,MEMORY[,DISK][:WEIGHT]",
-                      help='a machine shape, e.g. "16,64Gi,1Ti:2" (repeat for several)')
+    init.add_argument("--shape", action="append", metavar="CORES,MEMORY[,DISK[,GPUS,MODEL]][:WEIGHT]",
+                      help='a machine shape, e.g. "16,64Gi,1Ti:2", or with 8 V100 GPUs "96,512Gi,0,8,V100:3" '
+                           '(repeat for several)')
     init.add_argument("--platforms", metavar="NAME[:WEIGHT],...")
     init.add_argument("--packages", type=int, metavar="N", help="N cached-package names pkg-00…")
     init.add_argument("--packages-per-machine", type=int)
@@ -62,16 +63,22 @@ def _shape_flag(text: str):
     from cellstate.cellspec import CellSpecError, parse_shape
     body, _, weight = text.partition(":")
     parts = body.split(",")
-    if not 2 <= len(parts) <= 3:
-        raise CellSpecError("shape", f'expected "CORES,MEMORY[,DISK][:WEIGHT]", got {text!r}')
+    if len(parts) not in (2, 3, 5):
+        raise CellSpecError("shape", f'expected "CORES,MEMORY[,DISK[,GPUS,MODEL]][:WEIGHT]", got {text!r}')
     try:
         cores = float(parts[0])
         w = float(weight) if weight else 1.0
     except ValueError:
         raise CellSpecError("shape", f"cores and weight must be numbers in {text!r}") from None
     fields = {"cpu": cores, "memory": parts[1], "weight": w}
-    if len(parts) == 3:
+    if len(parts) >= 3:
         fields["disk"] = parts[2]
+    if len(parts) == 5:
+        try:
+            fields["gpu"] = int(parts[3])
+        except ValueError:
+            raise CellSpecError("shape", f"GPUS must be a whole number in {text!r}") from None
+        fields["gpu_model"] = parts[4]
     return parse_shape(fields, "shape")
 
 
@@ -85,7 +92,7 @@ def _weighted(item: str) -> tuple[str, float]:
 
 
 def run_init(args) -> int:
-    from cellstate.cellspec import CellExists, CellSpecError, init_cell, load_cell_spec
+    from cellstate.cellspec import CellExists, CellSpecError, build_machines, gpu_mix, init_cell, load_cell_spec
     from cellstate.store import StoreError
     from tools.cli import InputError, UsageError
 
@@ -110,8 +117,9 @@ def run_init(args) -> int:
         except StoreError as exc:
             print(f"omega: cell init: {store_failure(exc, args)}", file=sys.stderr)
             return 1
+    gpus = gpu_mix(build_machines(spec))
     print(f"cell {keys.cell!r}: {spec.machines} machines in {spec.zones} zones "
-          f"({spec.racks_per_zone} racks each) at revision {revision}")
+          f"({spec.racks_per_zone} racks each){'; ' + gpus if gpus else ''} at revision {revision}")
     return 0
 
 

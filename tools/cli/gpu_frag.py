@@ -52,9 +52,13 @@ def run_gpu_frag(args) -> int:
     except (OpenbError, ExperimentError) as exc:
         raise InputError(str(exc)) from None
 
+    redraw = sys.stderr.isatty()  # one line redrawn on a terminal; a line per run in a log
+
     def progress(done: int, total: int) -> None:
         if not output_json(args):
-            print(f"\rgpu-frag: {done}/{total} runs", end="" if done < total else "\n", file=sys.stderr, flush=True)
+            start = "\r" if redraw else ""
+            print(f"{start}gpu-frag: {done}/{total} runs", end="" if redraw and done < total else "\n",
+                  file=sys.stderr, flush=True)
 
     try:
         doc = run_experiment(inputs, policies, seeds, args.tune, args.tie_break, args.jobs or None, progress)
@@ -77,8 +81,12 @@ def run_gpu_frag(args) -> int:
 
 
 def print_gpu_frag(doc: dict) -> None:
+    import statistics
+
     from rich.console import Console
     from rich.table import Table
+
+    from tools.gpufrag.experiment import published_note
 
     console = Console()
     src, settings = doc["inputs"], doc["settings"]
@@ -95,12 +103,16 @@ def print_gpu_frag(doc: dict) -> None:
                       f"{rng[0]:.2f}-{rng[1]:.2f}" if rng else "", "" if pub is None else f"{pub:.2f}",
                       f"{p['frag_pct_of_idle_at'].get('100', float('nan')):.1f}", f"{p['failed_pods_median']:g}")
     console.print(table)
+    arrived = statistics.median(p["pods_median"] for p in doc["policies"].values())
     console.print("unalloc %: median unallocated GPU (% of capacity) when the arrived GPU demand reaches 100 % "
-                  "of capacity; frag % idle: idle GPU the target workload cannot use", highlight=False)
+                  "of capacity; seed range: its lowest and highest over the seeds; frag % idle: idle GPU the "
+                  f"target workload cannot use; failed: median arrived pods that fit on no node (of {arrived:g} "
+                  "arrived, the median)", highlight=False)
+    console.print(published_note(doc), highlight=False)
     console.print(f"inputs: {src['nodes']} nodes ({src['gpu_nodes']} with {src['gpus']} GPUs), {src['pods']} pods "
                   f"({src['cpu_pods']} CPU-only, {src['share_pods']} sharing a GPU, {src['whole_gpu_pods']} whole GPUs; "
                   f"{src['pods_with_gpu_spec']} name GPU models, {src['pods_whose_gpu_spec_no_node_has']} of them "
-                  f"models no node has); target workload {src['target_shapes']} of {src['distinct_shapes']} shapes "
+                  f"models no node has; {src.get('pods_no_node_fits', 0)} larger than any node); target workload {src['target_shapes']} of {src['distinct_shapes']} shapes "
                   f"covering {100 * src['target_coverage']:.1f} %", highlight=False)
     if src["ignored_columns"]:
         console.print(f"ignored columns: {', '.join(src['ignored_columns'])}", highlight=False)

@@ -1,9 +1,10 @@
 """``omega job submit|kill`` (also spelt ``omega submit``, ``omega kill``) and ``omega
 generate``: put work into a cell; ``omega job list|status|init``: see it, and start a job file.
 
-Exit status: 0 done; 1 refused by the cell (id exists, no such job or cell, store unreachable
-for longer than --retry-for); 2 bad flags; 65 an invalid job file or a stored record this
-version cannot read.
+``submit`` warns (stderr, one line per job) of a job no machine of the cell could hold even
+empty, and keeps it. Exit status: 0 done; 1 refused by the cell (id exists, no such job or
+cell, store unreachable for longer than --retry-for); 2 bad flags; 65 an invalid job file or a
+stored record this version cannot read.
 
 ``submit`` and ``generate --submit`` retry through store outages (an etcd restart, a lost
 leader) for up to ``--retry-for`` seconds per submission, one line on stderr per retry; a
@@ -135,7 +136,32 @@ def run_submit(args) -> int:
                 print(f"omega: {path}: {store_failure(exc, args)}{gave_up}", file=sys.stderr)
                 return 1
             print(f"{path}: submitted {len(jobs)} job(s) to cell {keys.cell!r} at revision {revision}")
+        _warn_unplaceable(store, keys, [job for _, jobs in batches for job in jobs])
     return 0
+
+
+def _warn_unplaceable(store, keys, jobs) -> None:
+    """One warning line per submitted job no machine of the cell could hold even empty (a GPU
+    ask larger than any machine's, a model no machine has…): it is kept, pending, as the cell
+    may gain such machines, but said at once rather than found waiting later."""
+    from cellstate.codec.fields import CodecError
+    from cellstate.codec.records import decode_machine
+    from cellstate.store import StoreError
+    from tools.explain import fits_no_machine
+
+    try:
+        machines = [decode_machine(kv.key, kv.value) for kv in store.range(keys.kind_prefix("machines")).kvs]
+    except (StoreError, CodecError) as exc:
+        print(f"warning: could not read the cell's machines to check the jobs fit one: {exc}", file=sys.stderr)
+        return
+    verdicts: dict = {}  # per distinct ask: a file of many like jobs checks the machines once
+    for job in jobs:
+        ask = (job.request, job.constraints)
+        if ask not in verdicts:
+            verdicts[ask] = fits_no_machine(job, machines)
+        if why := verdicts[ask]:
+            print(f"warning: job {printable(job.id)!r}: no machine of cell {keys.cell!r} can hold a task: {why}; "
+                  f"it stays pending until one can (omega explain {printable(job.id)})", file=sys.stderr)
 
 
 def run_kill(args) -> int:
@@ -335,8 +361,11 @@ def run_job_status(args) -> int:
     """One job: spec, task states, and each placed task's machine (``-o json``: as JSON)."""
     from cellstate.codec.records import decode_alloc, decode_job_record
     from cellstate.codec.fields import CodecError
+    from cellstate.devices import visible_devices
     from cellstate.store import StoreError
+    from schedulers.plugins.constraints import describe
     from tools.cli import InputError
+    from tools.explain import request_text
 
     job_arg(args.job)
     keys = cell_keys(args)
@@ -358,25 +387,42 @@ def run_job_status(args) -> int:
         raise InputError(f"job status {args.job}: cannot read {exc}") from None
     row = _job_row(record, time.time())
     job = record.job
+    ask = _gpu_ask(job)
     row.update({"cpu_cores": job.request.cpu / 1000, "memory_mib": job.request.memory, "gang": job.gang,
+                "gpu": {"count": ask.count, "milli": ask.milli} if ask else None,
+                "constraints": [describe(c) for c in job.constraints],
                 "submitted_at": record.submitted_at, "first_attempt_at": record.first_attempt_at,
                 "placed_at": record.placed_at,
                 "task_states": record.tasks,
-                "machines": {str(a.task_index): a.machine_id for a in placed}})
+                "machines": {str(a.task_index): a.machine_id for a in placed},
+                "devices": {str(a.task_index): visible_devices(a.resources) for a in placed if ask}})
     if output_json(args):
         print(json.dumps(row, indent=1))
         return 0
     states = ", ".join(f"{n} {name}" for name, n in row["states"].items())
     print(f"job {job.id!r} ({job.kind.value}, class {job.scheduler_class}) in cell {keys.cell!r}: "
           f"{job.tasks} task(s): {states}{' (killed)' if record.killed else ''}")
-    print(f"  request per task: {job.request.cpu / 1000:g} cores, {job.request.memory} MiB; priority "
+    print(f"  request per task: {request_text(job.request)}; priority "
           f"{job.priority}{', owner ' + job.owner if job.owner else ''}{', gang' if job.gang else ''}")
+    if row["constraints"]:
+        print(f"  constraints: {', '.join(row['constraints'])}")
     print(f"  submitted {_age(row['age_s'])} ago" + (f"; waiting: {record.reason}" if record.reason else ""))
     for alloc in placed[:20]:
-        print(f"  task {alloc.task_index}: {alloc.machine_id}{' (running)' if alloc.running else ''}")
+        devices = f", GPU devices {row['devices'][str(alloc.task_index)] or '-'}" if ask else ""
+        print(f"  task {alloc.task_index}: {alloc.machine_id}{' (running)' if alloc.running else ''}{devices}")
     if len(placed) > 20:
         print(f"  ... and {len(placed) - 20} more placed task(s) (-o json lists all)")
     return 0
+
+
+def _gpu_ask(job):
+    """The job's GPU ask per task (``cellstate.devices.GpuAsk``), None when it asks none or the
+    stored amount is no valid ask (the request line then shows the raw amount)."""
+    from cellstate.devices import DeviceError, gpu_ask
+    try:
+        return gpu_ask(job.request)
+    except DeviceError:
+        return None
 
 
 EXAMPLE_JOBS = """\
@@ -392,6 +438,10 @@ memory = "512Mi"          # MiB as a number, or with a unit: Ki, Mi, Gi, Ti
 duration_s = 60           # batch tasks end after this long (absent: run until killed)
 priority = 0              # higher first; higher may preempt under the Borg-style scheduler
 owner = "alice"           # fair and drf queue orders share between owners
+# GPUs (a cell with GPU machines, docs/GPU.md): whole GPUs, or a share of one, on some models
+# gpu = 2                 # whole GPUs per task
+# gpu_milli = 300         # or a share of one GPU, 1..1000 milli (with gpu absent or 1)
+# gpu_models = ["V100M32", "A100"]  # GPU models the task may run on
 
 [[job]]
 id = "hello-web"

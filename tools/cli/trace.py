@@ -171,9 +171,10 @@ def run_import_openb(args) -> int:
     print(f"{args.out}: {stats.machines} machines ({stats.gpus} GPUs), {stats.jobs} jobs "
           f"in {time.perf_counter() - started:.1f} s")
     print(f"  {stats.summary()}")
-    if stats.no_creation_time or stats.gpu_spec_no_node_has or stats.unknown_qos:
+    if stats.no_creation_time or stats.gpu_spec_no_node_has or stats.no_node_fits or stats.unknown_qos:
         print(f"warning: {args.pods}: {stats.no_creation_time} pod(s) skipped (no creation_time), "
-              f"{stats.gpu_spec_no_node_has} ask a GPU model no node has (they can never be placed), "
+              f"{stats.gpu_spec_no_node_has} ask a GPU model no node has and {stats.no_node_fits} more than any "
+              f"node (of their models) holds (they can never be placed), "
               f"{sum(stats.unknown_qos.values())} with an unknown qos", file=sys.stderr)
     return 0
 

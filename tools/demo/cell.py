@@ -31,7 +31,7 @@ from typing import Callable, TextIO
 
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
-from cellstate.cellspec import DEMO_GPU_SHAPES, CellSpec, init_cell
+from cellstate.cellspec import DEMO_GPU_SHAPES, CellSpec, build_machines, gpu_mix, init_cell
 from cellstate.check import check_cell
 from cellstate.etcd.cluster import EtcdCluster
 from cellstate.etcd.options import DEFAULT_COMPACTION_RETENTION, DEFAULT_QUOTA_BACKEND_BYTES, EtcdOptions
@@ -231,10 +231,12 @@ class Demo:
         at = args.index("--max-txn-ops")
         return ["omega", "monitor", *args[:at], *args[at + 2:]]
 
-    def init_cell(self) -> int:
+    def init_cell(self) -> tuple[int, str]:
+        """Write the demo cell; its revision and its GPU mix (``cellspec.gpu_mix``, empty: none)."""
         c = self.config
         shapes = {"shapes": DEMO_GPU_SHAPES} if c.gpu else {}
-        return init_cell(self.store, self.keys, CellSpec(machines=c.machines, zones=c.zones, seed=c.seed, **shapes))
+        spec = CellSpec(machines=c.machines, zones=c.zones, seed=c.seed, **shapes)
+        return init_cell(self.store, self.keys, spec), gpu_mix(build_machines(spec))
 
     def start_children(self) -> None:
         """Agents and schedulers; then, once every scheduler publishes, the generator."""
@@ -397,8 +399,9 @@ def _start(demo: Demo) -> None:
     demo.start_etcd()
     say(out, f"etcd up ({'TLS + auth' if c.secure else 'plain'}): {','.join(demo.cluster.endpoints)}; "
              f"logs in {demo.run_dir}")
-    revision = demo.init_cell()
-    say(out, f"cell {c.cell!r}: {c.machines} machines in {c.zones} zones at revision {revision}")
+    revision, gpus = demo.init_cell()
+    say(out, f"cell {c.cell!r}: {c.machines} machines in {c.zones} zones{'; ' + gpus if gpus else ''} "
+             f"at revision {revision}")
     demo.start_children()
     names = ", ".join(name for name, _ in c.scheduler_names())
     say(out, f"running: agents (time x{c.time_scale:g}), generator at {c.rate:g} jobs/s, schedulers {names}")

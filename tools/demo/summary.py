@@ -13,7 +13,7 @@ from typing import TextIO
 
 from cellstate.check import Report
 from cellstate.codec.fields import CodecError
-from cellstate.devices import device_index
+from cellstate.devices import GPU, device_index
 from cellstate.keys import CellKeys
 from cellstate.replica.watched import Replica
 from cellstate.codec.stats import decode_stats
@@ -193,8 +193,8 @@ def print_summary(summary: DemoSummary, out: TextIO) -> None:
     w(f"machines up {summary.machines_up}/{summary.machines_total}; {summary.jobs} jobs")
     w("tasks " + ", ".join(f"{name} {n}" for name, n in summary.tasks.items()))
     for u in summary.utilization:
-        if summary.gpu is not None and device_index(u["name"]) is not None:
-            continue  # the GPU line below sums the devices (--summary-json keeps each)
+        if summary.gpu is not None and (u["name"] == GPU or device_index(u["name"]) is not None):
+            continue  # the GPU line below has the gpu sum and the devices (--summary-json keeps each row)
         w(f"  {u['name']:<8} {u['fraction']:6.1%}  {amount(u['name'], u['allocated'])} / "
           f"{amount(u['name'], u['capacity'])}")
     g = summary.gpu

@@ -21,7 +21,7 @@ from schedulers.gpu.policies import NAMES
 from schedulers.gpu.workload import PodShape, TargetWorkload, target_workload
 from tools.gpufrag.run import TIE_BREAKS, RunResult, run_one
 from tools.htmltemplate import Template, join
-from tools.trace.openb.lists import OpenbPod, read_nodes, read_pods
+from tools.trace.openb.lists import OpenbPod, fits_no_node, read_nodes, read_pods
 
 # The artifact's published medians of unallocated GPU % at 100 % arrived, on its pod lists with
 # the GPU node list, tune 1.3, seeds 42-51 (medians of the per-seed values in
@@ -58,6 +58,10 @@ MODELLING = (
     "fragmentation of a node: for each target shape, all its idle GPU milli when the shape cannot "
     "run there (or asks no GPU), else the idle milli of devices too small for it; weighted by "
     "frequency; reported as % of the cell's idle GPU",
+    "measurement: the cell is sampled after the pod whose arrival first brings the arrived GPU demand to "
+    "each whole percent of the GPU capacity (unallocated GPU = 100 - allocated %, with failed pods' demand "
+    "counted as arrived; fragmentation 0 when no GPU is idle); each figure and curve is the median over the "
+    "seeds at that percent",
 )
 
 
@@ -86,6 +90,7 @@ def load_inputs(nodes_path: str | Path, pods_path: str | Path) -> Inputs:
     shapes = [shape_of_pod(p) for p in pods]
     models = {n.model for n in nodes if n.gpus}
     unrunnable = sum(1 for s in shapes if s.models and not set(s.models) & models)
+    too_big = fits_no_node(((s.cpu, s.memory, s.count, s.models) for s in shapes), nodes)
     workload = target_workload(shapes)
     source = {
         "nodes_file": str(nodes_path), "pods_file": str(pods_path),
@@ -93,6 +98,7 @@ def load_inputs(nodes_path: str | Path, pods_path: str | Path) -> Inputs:
         "pods": len(shapes), "cpu_pods": sum(1 for s in shapes if s.count == 0),
         "share_pods": sum(1 for s in shapes if s.shared), "whole_gpu_pods": sum(1 for s in shapes if s.count and not s.shared),
         "pods_with_gpu_spec": sum(1 for s in shapes if s.models), "pods_whose_gpu_spec_no_node_has": unrunnable,
+        "pods_no_node_fits": too_big,
         "ignored_columns": sorted(set(node_stats.ignored_columns) | set(pod_stats.ignored_columns)),
         "absent_optional_columns": sorted(pod_stats.absent_columns),
         "target_shapes": len(workload.shapes), "distinct_shapes": workload.distinct,
@@ -107,6 +113,13 @@ def load_inputs(nodes_path: str | Path, pods_path: str | Path) -> Inputs:
         raise ExperimentError(f"{pods_path}: no GPU pod can run on {nodes_path}'s nodes: every one names only GPU "
                               f"models no node has (gpu_spec: {', '.join(asked[:8])}{', …' if len(asked) > 8 else ''}; "
                               f"the nodes have {', '.join(sorted(models))})")
+    gpu_pods = [s for s in shapes if s.count]
+    named_out = sum(1 for s in gpu_pods if s.models and not set(s.models) & models)
+    if named_out + fits_no_node(((s.cpu, s.memory, s.count, s.models) for s in gpu_pods), nodes) == len(gpu_pods):
+        raise ExperimentError(f"{pods_path}: no GPU pod can run on {nodes_path}'s nodes: each asks more CPU, "
+                              f"memory or GPUs than any node (of its models) has (at most "
+                              f"{max(n.gpus for n in nodes)} GPUs on a node)"
+                              + (" or names only GPU models no node has" if named_out else ""))
     return Inputs(specs, shapes, workload, source)
 
 
@@ -212,16 +225,50 @@ def to_json(inputs: Inputs, by_policy: dict[str, PolicySummary], seeds, tune, ti
             "wall_s": round(wall_s, 2)}
 
 
+PUBLISHED_SETTINGS = {"seeds": list(range(42, 52)), "tune": 1.3, "tie_break": "shuffled"}
+"""The settings the artifact's published medians were run with (on the GPU node list)."""
+
+
+def published_note(doc: dict) -> str:
+    """One line on the artifact column: where its numbers come from, or why it is empty, and
+    which of this run's settings differ from the artifact's (then the comparison is not like for
+    like)."""
+    if all(p["published_unallocated_gpu_pct_at_100"] is None for p in doc["policies"].values()):
+        return ("artifact: no published median for this pod list and node list (the artifact published "
+                "the four openb_pod_list_{default,gpushare40,multigpu20,gpuspec10} on openb_node_list_gpu_node)")
+    settings = doc["settings"]
+    differ = [f"{k} {_setting(settings[k])} (artifact {_setting(v)})" for k, v in PUBLISHED_SETTINGS.items()
+              if settings[k] != v]
+    return ("artifact: the artifact's published median unallocated GPU % at 100 % arrived (hkust-adsl/"
+            "kubernetes-scheduler-simulator expected_results; seeds 42-51, tune 1.3, the same lists)"
+            + ("; this run differs in " + ", ".join(differ) + ": not like for like" if differ else ""))
+
+
+def _setting(value) -> str:
+    if isinstance(value, list) and value == list(range(value[0], value[-1] + 1)) and len(value) > 1:
+        return f"{value[0]}-{value[-1]}"
+    return ",".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
 # The page of ``write_html`` (tools.htmltemplate: every value is escaped).
 PAGE = Template("<!doctype html><html><head><meta charset='utf-8'><title>gpu-frag</title></head><body>"
                 "<h1>gpu-frag</h1><p>settings: <code>$settings</code></p>"
                 "<table border=1 cellpadding=4><tr><th>policy</th><th>unallocated GPU % at 100 % arrived (median)</th>"
-                "<th>artifact's published median</th><th>fragmentation % of idle at 100 %</th>"
-                "<th>failed pods (median)</th></tr>$rows</table>"
-                "$plots<h2>inputs</h2><ul>$inputs</ul><h2>modelling choices</h2><ul>$modelling</ul></body></html>")
-ROW = Template("<tr><td>$policy</td><td>$unallocated</td><td>$published</td><td>$frag</td><td>$failed</td></tr>")
+                "<th>range over the seeds</th><th>artifact's published median</th>"
+                "<th>fragmentation % of idle at 100 %</th><th>failed pods (median)</th><th>arrived pods (median)</th>"
+                "</tr>$rows</table><p>$published</p><p>failed: arrived pods that fit on no node (not retried); "
+                "arrived: the pods of the arrival sequence, up to tune x the GPU capacity in demand</p>"
+                "<p>The plots show, per policy, the median over the seeds at each whole percent of arrived GPU "
+                "demand (unallocated GPU as % of the cell's GPU capacity; fragmentation as % of the idle GPU)."
+                "</p>$plots<h2>inputs</h2><ul>$inputs</ul><h2>modelling choices</h2><ul>$modelling</ul></body></html>")
+ROW = Template("<tr><td>$policy</td><td>$unallocated</td><td>$range</td><td>$published</td><td>$frag</td>"
+               "<td>$failed</td><td>$arrived</td></tr>")
 PLOT = Template("<h2>$label</h2><img src='data:image/png;base64,$data'>")
 ITEM = Template("<li>$text</li>")
+
+
+def _range(rng) -> str:
+    return f"{rng[0]:.2f}-{rng[1]:.2f}" if rng else ""
 
 
 def write_html(doc: dict, directory: str | Path) -> Path:
@@ -258,10 +305,13 @@ def write_html(doc: dict, directory: str | Path) -> Path:
     page = PAGE.render(
         settings=json.dumps(doc["settings"]),
         rows=join(ROW.render(policy=n, unallocated=f"{p['unallocated_gpu_pct_at'].get('100', float('nan')):.2f}",
+                             range=_range(p["unallocated_gpu_pct_at_100_range"]),
                              published="" if p["published_unallocated_gpu_pct_at_100"] is None
                              else p["published_unallocated_gpu_pct_at_100"],
                              frag=f"{p['frag_pct_of_idle_at'].get('100', float('nan')):.1f}",
-                             failed=p["failed_pods_median"]) for n, p in doc["policies"].items()),
+                             failed=f"{p['failed_pods_median']:g}", arrived=f"{p['pods_median']:g}")
+                  for n, p in doc["policies"].items()),
+        published=published_note(doc),
         plots=join(PLOT.render(label=label, data=data) for label, data in images),
         inputs=join(ITEM.render(text=f"{k}: {v}") for k, v in doc["inputs"].items()),
         modelling=join(ITEM.render(text=m) for m in doc["modelling"]))

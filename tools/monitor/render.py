@@ -21,7 +21,7 @@ from typing import Callable
 from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.text import Text
 
-from cellstate.devices import device_index
+from cellstate.devices import GPU, MILLI, device_index
 from tools.monitor.model import MonitorFrame, SchedulerRow, WindowRate
 from tools.printable import printable
 
@@ -159,9 +159,12 @@ def bar(fraction: float, cells: int) -> Text:
 
 
 def amount(resource: str, value: int) -> str:
-    """A resource amount in readable units: cpu millicores as cores, memory/disk MiB as GiB."""
+    """A resource amount in readable units: cpu millicores as cores, memory/disk MiB as GiB,
+    ``gpu`` milli as GPUs; other resources as stored."""
     if resource == "cpu":
         return f"{value / 1000:,.1f} cores"
+    if resource == GPU:
+        return f"{value / MILLI:,.1f} GPUs"
     if resource in ("memory", "disk"):
         return f"{value / 1024:,.1f} GiB"
     return f"{value:,}"
@@ -169,9 +172,10 @@ def amount(resource: str, value: int) -> str:
 
 def utilization_lines(frame: MonitorFrame, width: int, wide: bool) -> list[Text]:
     """Per resource: a bar and the used share (wide: one line each, with allocated / capacity;
-    narrow: as many resources to a line as fit). GPU devices (``gpu.<i>``) are left to the GPU
-    line (``gpu_lines``)."""
-    shown = [u for u in frame.utilization if device_index(u.name) is None]
+    narrow: as many resources to a line as fit). When the cell has GPU devices, the ``gpu`` sum
+    and the devices (``gpu.<i>``) are left to the GPU line (``gpu_lines``), which shows the same
+    share and more."""
+    shown = [u for u in frame.utilization if device_index(u.name) is None and (frame.gpu is None or u.name != GPU)]
     if wide:
         name_w = max((len(u.name) for u in shown), default=0)
         return [Text.assemble(f"{u.name:<{name_w}} ", bar(u.fraction, 40), f" {u.fraction:6.1%}  ",

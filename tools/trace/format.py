@@ -55,7 +55,12 @@ class TraceWriter:
             if atomic:
                 head, tail = os.path.split(self.name)
                 path = self._temp = os.path.join(head, f".{tail}.{os.getpid()}.tmp")
-            self._file = gzip.open(path, "wb") if self.name.endswith(".gz") else open(path, "wb")
+            try:
+                self._file = gzip.open(path, "wb") if self.name.endswith(".gz") else open(path, "wb")
+            except OSError as exc:
+                if self._temp is not None and exc.filename == self._temp:
+                    exc.filename = self.name  # the file asked for, not its temporary sibling
+                raise
             self._owned = True
         elif atomic:
             raise ValueError("an atomic TraceWriter needs a path, not an open file")

@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from cellstate.model import Job, JobKind, Machine
 from tools.trace.events import JobKill, JobSubmit, MachineAdd
 from tools.trace.format import TraceHeader, TraceWriter
-from tools.trace.openb.lists import OpenbError, read_nodes, read_pods
+from tools.trace.openb.lists import OpenbError, fits_no_node, read_nodes, read_pods
 from tools.trace.truth import GroundTruth, Occupancy
 
 IMPORTER_REVISION = 1
@@ -44,6 +44,7 @@ class OpenbStats:
     never_scheduled: int = 0
     no_creation_time: int = 0
     gpu_spec_no_node_has: int = 0
+    no_node_fits: int = 0  # pods no node could hold even empty (lists.fits_no_node)
     unknown_qos: dict[str, int] = field(default_factory=dict)
     ignored_columns: tuple[str, ...] = ()
     absent_columns: tuple[str, ...] = ()  # optional pod-list columns the list leaves out (``POD_OPTIONAL``)
@@ -52,7 +53,8 @@ class OpenbStats:
         parts = [f"{self.machines} machines ({self.gpus} GPUs)", f"{self.jobs} of {self.pods} pods as jobs",
                  f"{self.never_scheduled} never scheduled by the real cell (no delay in the truth)",
                  f"{self.no_creation_time} without creation_time skipped",
-                 f"{self.gpu_spec_no_node_has} asking a GPU model no node has"]
+                 f"{self.gpu_spec_no_node_has} asking a GPU model no node has",
+                 f"{self.no_node_fits} asking more CPU, memory or GPUs than any node (of their models) has"]
         if self.unknown_qos:
             parts.append("unknown qos as batch priority 0: " + ", ".join(f"{k} {n}" for k, n in self.unknown_qos.items()))
         if self.ignored_columns:
@@ -77,6 +79,7 @@ def import_openb(nodes_path: str, pods_path: str, out) -> OpenbStats:
     models = {n.model for n in nodes if n.gpus}
     timed = [p for p in pods if p.created is not None]
     stats.no_creation_time = len(pods) - len(timed)
+    stats.no_node_fits = fits_no_node(((p.cpu, p.memory, p.num_gpu, p.models) for p in timed), nodes)
     if not timed:
         raise OpenbError(f"{pods_path}: no pod has a creation_time")
     t0 = min(p.created for p in timed)

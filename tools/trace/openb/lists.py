@@ -178,6 +178,24 @@ def read_nodes(path: str | Path) -> tuple[list[OpenbNode], ListStats]:
     return nodes, stats
 
 
+def fits_no_node(asks, nodes: list[OpenbNode]) -> int:
+    """How many of ``asks`` (``(cpu, memory, num_gpu, models)`` per pod) no node could hold even
+    empty: more CPU, memory or GPUs than every node of an allowed model has. A pod naming only
+    models no node has is left out (counted apart as such)."""
+    known = {n.model for n in nodes if n.gpus}
+    verdicts: dict[tuple, bool] = {}
+    count = 0
+    for ask in asks:
+        cpu, memory, gpus, models = ask
+        if models and not set(models) & known:
+            continue
+        if ask not in verdicts:
+            verdicts[ask] = not any(cpu <= n.cpu and memory <= n.memory and gpus <= n.gpus
+                                    and (not models or n.model in models) for n in nodes)
+        count += verdicts[ask]
+    return count
+
+
 def read_pods(path: str | Path) -> tuple[list[OpenbPod], ListStats]:
     """The pods of an openb pod list, in file order."""
     path, stats, pods, names = Path(path), ListStats(), [], set()
