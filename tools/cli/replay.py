@@ -45,9 +45,11 @@ def register(sub) -> None:
     p.add_argument("--unplaced-charge", choices=("every", "once"), default="every",
                    help="modelled t_task for the tasks a decision leaves unplaced: every one (default, "
                         "the paper's model) or once per decision (Borg's equivalence classes)")
-    p.add_argument("--time-scale", type=float, default=1.0, help="measured decision time multiplier")
-    p.add_argument("--t-job", type=float, default=None, help="modelled seconds per job (default 0.1)")
-    p.add_argument("--t-task", type=float, default=None, help="modelled seconds per task (default 0.005)")
+    p.add_argument("--time-scale", type=float, default=1.0, metavar="X",
+                   help="measured decision time multiplier (default 1)")
+    p.add_argument("--t-job", type=float, default=None, metavar="S", help="modelled seconds per job (default 0.1)")
+    p.add_argument("--t-task", type=float, default=None, metavar="S",
+                   help="modelled seconds per task (default 0.005)")
     p.add_argument("--submit-latency", type=float, default=None, metavar="S",
                    help="seconds from a job's submission (after t = 0) to the schedulers seeing it; its "
                         "wait counts from the submission (default: the trace's, 0 unless its importer states "
@@ -57,11 +59,12 @@ def register(sub) -> None:
                    help="queue order of schedulers whose config names none: fair (default) | drf")
     p.add_argument("--drf-weight", action="append", default=[], metavar="OWNER=W",
                    help="owner weight under --order drf (default 1; repeatable)")
-    p.add_argument("--until", type=float, default=None, help="stop at this virtual time (default: trace end)")
+    p.add_argument("--until", type=float, default=None, metavar="S",
+                   help="stop at this virtual time, s (default: the trace's end)")
     p.add_argument("--initial-state", choices=("recorded", "scheduled"), default="recorded",
                    help="recorded (default): start from the trace's t = 0 task_placed events where they "
                         "fit; scheduled: the schedulers place every task submitted at t = 0")
-    p.add_argument("--sample-every", type=float, default=60.0, help="utilization sample period (virtual s, default 60); it grows with the span so that a "
+    p.add_argument("--sample-every", type=float, default=60.0, metavar="S", help="utilization sample period (virtual s, default 60); it grows with the span so that a "
                         "replay holds at most 4,000 samples (tools.fauxmaster.replay.MAX_SAMPLES)")
     p.add_argument("--no-check", action="store_true", help="skip the invariant check of the final cell")
     p.add_argument("--json-out", metavar="FILE", dest="json", help="also write the result as JSON to FILE")
