@@ -260,3 +260,13 @@ def test_experiment_json_output_and_the_deprecated_file_flag(tmp_path):
     status, out, _ = run_cli(["experiment", "commit-modes", "--quick", "--json", str(tmp_path / "r.json")])
     assert json.loads((tmp_path / "r.json").read_text())["name"] == "commit-modes"  # --json FILE: --json-out
     assert "commit-modes" in out  # the table still printed
+
+
+def test_a_closed_stdout_pipe_is_a_quiet_stop_not_a_traceback():
+    """``omega replay TRACE | head``: the reader went away; exit 141 (128 + SIGPIPE), nothing on stderr."""
+    trace = str(REPO / "tests" / "data" / "traces" / "sweep" / "tiny-a.omt.gz")
+    proc = subprocess.Popen([sys.executable, "-m", "tools.cli", "replay", trace], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # before the first line is written
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141 and err == "", err

@@ -82,3 +82,13 @@ def test_replay_max_txn_ops_flag(tmp_path, capsys):
     assert info.value.code == 2 and "max_txn_ops must be an int >= 4" in capsys.readouterr().err
     assert main(["replay", trace, "--max-txn-ops", "512", "--json", str(tmp_path / "r.json")]) == 0
     assert json.loads((tmp_path / "r.json").read_text())["config"]["max_txn_ops"] == 512
+
+
+def test_replay_help_names_the_unit_of_each_time_flag(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["replay", "--help"])
+    assert exc.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for flag in ("--until S", "--t-job S", "--t-task S", "--sample-every S", "--submit-latency S"):
+        assert flag in text, flag
+    assert "stop at this virtual time, s (default: the trace's end)" in text

@@ -236,3 +236,15 @@ def test_the_usage_ledger_sums_extra_resources_exactly():
     assert ledger.extra == {"fpga": [0, 0], "gpu": [2, 1]}
     ledger.add_machine(Machine("b", Resources(4000, 100)))  # replaced without gpus
     assert ledger.extra == {"fpga": [0, 0], "gpu": [0, 0]} and ledger.machine_extra == {}
+
+
+def test_the_page_groups_the_thousands_of_its_counts(tmp_path):
+    """Jobs, attempts and tasks placed read 12,345 as everywhere else, not 12345."""
+    from tools.fauxmaster.report import page
+
+    run = run_of(replay(cdf_trace(tmp_path / "t.omt"), ReplayConfig(schedulers=[{"name": "b", "kind": "batch"}],
+                                                                    until=1200.0)))
+    run.data["wait_to_placed"]["jobs"] = 12345
+    run.data["schedulers"][0].update(attempts=23456, tasks_placed=34567)
+    text = str(page._run_html(run)) + str(page._schedulers_html([run]))
+    assert "(12,345 jobs)" in text and "<td>23,456</td>" in text and "<td>34,567</td>" in text

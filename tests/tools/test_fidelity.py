@@ -197,9 +197,15 @@ def test_bad_inputs_and_outputs_fail_before_the_replay(tmp_path, capsys):
     cases = [([str(cut)], "cut.omt: truncated (it does not end with an end record)", 65),
              ([str(cut_gz)], "cut.omt.gz: truncated (compressed stream ends early)", 65),
              ([str(tmp_path / "missing.omt")], "missing.omt: No such file or directory", 2),
-             ([str(trace), "--json", str(tmp_path / "dir")], "--json " + str(tmp_path / "dir") + ": is a directory", 2),
+             ([str(trace), "--json", str(tmp_path / "dir")], "--json-out " + str(tmp_path / "dir") + ": is a directory", 2),
              ([str(trace), "--html", str(trace)], ": exists and is not a directory", 2),
-             ([str(trace), "--json", str(trace / "x.json")], "is not a directory", 2)]
+             ([str(trace), "--json", str(trace / "x.json")], "is not a directory", 2),
+             # a non-finite number would run for ever (nan, inf) or poison every figure: refused
+             ([str(trace), "--until", "nan"], "until must be a finite number > 0", 2),
+             ([str(trace), "--until", "inf"], "until must be a finite number > 0", 2),
+             ([str(trace), "--sample-every", "nan"], "sample_every_s and time_scale must be finite", 2),
+             ([str(trace), "--time-scale", "inf"], "sample_every_s and time_scale must be finite", 2),
+             ([str(trace), "--t-job", "nan"], "t_job and t_task must be finite numbers >= 0", 2)]
     for argv, message, status in cases:
         with pytest.raises(SystemExit) as info:
             cli_main(["replay", *argv])

@@ -201,7 +201,11 @@ def test_a_window_past_the_replays_end_has_no_figures(tmp_path):
     f = replay(str(out), ReplayConfig(until=40.0)).fidelity
     w1 = f.windows[1]
     assert w1["tasks"] == 0 and w1["scheduled_ratio"] is None and w1["real_delay_p50_s"] is None
-    assert "part 1 (50..100 s, 0 tasks): t=0 pending" in "\n".join(f.lines())
+    assert w1["initial_pending_fraction"] is None  # the replay never reached the part's opening
+    assert "part 0 (0..50 s, cut at the horizon 40 s, " in "\n".join(f.lines())
+    assert "part 1 (50..100 s, after the horizon 40 s, 0 tasks): t=0 pending n/a," in "\n".join(f.lines())
+    cut = replay(str(out), ReplayConfig(until=60.0)).fidelity
+    assert "part 1 (50..100 s, cut at the horizon 60 s, 1 tasks)" in "\n".join(cut.lines())
     assert "delay p50 n/a (replay n/a s / real n/a s)" in "\n".join(f.lines())
 
 

@@ -183,5 +183,9 @@ def test_cli_states_the_cell_model(tmp_path, capsys):
     assert cli_main(["import", "google2011", "--task-events", te, "--job-events", je, "--out",
                      str(tmp_path / "default.omt")]) == 0
     assert "cell model overcommit, reclaim auto" in capsys.readouterr().out  # the default
-    assert cli_main(["replay", str(out), "--until", "10"]) == 0
-    assert "cell (trace header): cell model overcommit" in capsys.readouterr().out
+    assert cli_main(["replay", str(out), "--until", "10", "--html", str(tmp_path / "page")]) == 0
+    text = capsys.readouterr().out
+    assert "cell (trace header): cell model overcommit" in text
+    assert text.count("cell model overcommit") == 1, text  # the fidelity section does not repeat it
+    page = (tmp_path / "page" / "index.html").read_text()
+    assert page.count("cell model overcommit") == 1 and "Fidelity" in page

@@ -206,7 +206,7 @@ def test_cli_import_and_info(tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     counts = Counter(dict(line.split(": ") for line in lines if line.split(":")[0] in ("JobSubmit", "MachineAdd")))
     assert counts == {"JobSubmit": "2", "MachineAdd": "4"}
-    assert "events: 6, time span: 0.000 .. 20.000 s (20.000 s)" in lines
+    assert "events: 6, time span: 0.000 .. 20.000 s (20.000 s), first job submitted at 10.000 s" in lines
 
 
 def test_cli_reports_bad_input_as_data_error(tmp_path, capsys):

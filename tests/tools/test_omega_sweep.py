@@ -48,7 +48,10 @@ def test_a_tiny_grid_runs_on_the_engine_and_draws_its_heatmaps(tmp_path, capsys)
         assert data["saturation"][name]["0.1"] == (min(saturated) if saturated else None)
     assert "shared-state" in data["shift"] and data["paper"]["saturation_shift"] == 3.0
     page = (tmp_path / "html" / "index.html").read_text()
-    assert page.count("<table>") == 2 * len(data["grids"]) and "background:rgb(255," in page
+    assert page.count("<table>") == 2 * len(data["grids"]) + 1 and "background:rgb(255," in page
+    # the saturation points and shifts read as a table and sentences with units, not a JSON dump
+    assert "<th>saturates at batch t_job</th>" in page and '{"' not in page and "<th>0.05 s</th>" in page
+    assert "<li>shared-state: median " in page and "by service t_job: 0.1 s " in page
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -56,7 +59,7 @@ def test_a_tiny_grid_runs_on_the_engine_and_draws_its_heatmaps(tmp_path, capsys)
     (["omega-sweep", TINY, "--batch-tjob", "0,1"], "--batch-tjob: expected positive numbers"),
     (["omega-sweep", TINY, "--architectures", "mesos"], "--architectures: unknown mesos"),
     (["omega-sweep", TINY, "--batch-schedulers", "x"], "--batch-schedulers"),
-    (["omega-sweep", TINY, "--until", "-1"], "--until must be > 0"),
+    (["omega-sweep", TINY, "--until", "-1"], "--until must be a finite number > 0"),
     (["omega-sweep", TINY, "--variants", "pow2"], "--variants: not for experiment omega-sweep"),
 ])
 def test_bad_input_is_a_one_line_usage_error(argv, message, capsys):
@@ -65,3 +68,24 @@ def test_bad_input_is_a_one_line_usage_error(argv, message, capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
+
+
+def test_the_table_puts_a_unit_on_every_t_job():
+    """The columns are batch t_job values and the saturation point is one: each says it is seconds."""
+    import io
+
+    from rich.console import Console
+
+    from tools.cli.experiment import print_omega_sweep
+
+    data = {"trace": "t.omt", "until_s": 60.0, "batch_t_job": [0.5, 2.0], "service_t_job": [0.1],
+            "grids": {"shared-state x1": {"0.1": {"0.5": {"batch_busyness": 0.2, "saturated": False},
+                                                  "2.0": {"batch_busyness": 0.95, "saturated": True}}}},
+            "saturation": {"shared-state x1": {"0.1": 2.0}}, "rule": "saturated: …", "shift": {}, "failed": [],
+            "paper": {"saturation_shift": 3.0}}
+    out = io.StringIO()
+    print_omega_sweep(data, Console(file=out, width=200))
+    text = out.getvalue()
+    assert "batch busyness by batch t_job" in text and "0.5 s" in text and "saturates at batch t_job" in text
+    row = next(line for line in text.splitlines() if "shared-state x1" in line)
+    assert "0.1 s" in row and "0.95*" in row and row.rstrip("│ ").endswith("2 s")

@@ -45,6 +45,9 @@ def test_jobs_out_csv_has_one_row_per_job(tmp_path, capsys):
     assert g2["scheduler"] == "service" and g2["machines"] in ("1", "2") and g2["initial"] == "False"
     assert rows["g1"]["initial"] == "True" and rows["g1"]["scheduler"] == "" and rows["g1"]["end"] == "50.0"
     assert rows["g3"]["scheduler"] == "batch" and rows["g3"]["first_attempt"] != ""
+    for row in rows.values():  # times to the microsecond: no float noise such as 1.2249999999999999
+        for key in ("submit", "first_attempt", "placed", "end", "wait"):
+            assert row[key] == "" or len(row[key].partition(".")[2]) <= 6, (key, row[key])
 
 
 def test_jobs_out_refuses_an_unknown_suffix_before_replaying(tmp_path, capsys):
@@ -129,6 +132,9 @@ def test_seeds_html_puts_the_runs_side_by_side(tmp_path):
     assert cli_main(["replay", _trace(tmp_path), "--seeds", "2", "--html", str(out)]) == 0
     page = (out / "index.html").read_text()
     assert "seed 0" in page and "seed 2" in page
+    # the mean and 95 % interval open the page, as printed
+    assert page.index("over 2 seeds (0, 2): mean [95 % t-interval]") < page.index("Settings that differ")
+    assert "wait_to_placed_mean_s: " in page
     assert json.loads((out / "result-seed2.json").read_text())["config"]["schedulers"][0]["seed"] == 2
 
 
@@ -156,3 +162,85 @@ def test_a_sweep_can_vary_the_submit_latency(tmp_path):
     spec.write_text(f'[sweep]\nname = "lat"\ntraces = ["{traces / "tiny-a.omt.gz"}"]\nseeds = [0]\n'
                     '[grid]\nsubmit_latency_s = [0.0, 0.62]\n')
     assert [run.replay_config()["submit_latency_s"] for run in load_spec(spec).runs] == [0.0, 0.62]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["tjob-sweep", "--quick", "--batch-tjob", "0.1,1"], "--batch-tjob: for experiment omega-sweep only"),
+    (["all", "--quick", "--until", "30"], "--until: for experiment omega-sweep only"),
+    (["conflict-modes", "--quick", "--seeds", "3"], "--seeds: for experiment gpu-frag or compaction only"),
+    (["compaction", "t.omt", "--service-tjob", "1"], "--service-tjob: not for experiment compaction"),
+    (["omega-sweep", "t.omt", "--until", "inf"], "--until must be a finite number > 0"),
+    (["conflict-modes", "--quick", "--json-out", "/"], "--json-out /: is a directory"),
+    (["all", "--quick", "--html", __file__], f"--html {__file__}: exists and is not a directory"),
+], ids=["tjob-points", "until", "seeds", "compaction", "until-inf", "json-dir", "html-file"])
+def test_experiment_refuses_a_flag_it_would_ignore(argv, message, capsys):
+    """A sweep-point flag of another experiment is a usage error, not silently dropped; so is an
+    output path that cannot be written, before any run (nothing printed)."""
+    with pytest.raises(SystemExit) as exc:
+        cli_main(["experiment", *argv])
+    assert exc.value.code == 2
+    captured = capsys.readouterr()
+    assert message in captured.err and len(captured.err.strip().splitlines()) == 1, captured.err
+    assert captured.out == ""
+
+
+def test_slowdown_leaves_out_the_jobs_the_recorded_state_placed(tmp_path, capsys):
+    """g1 runs from t = 0 on its recorded machine: no scheduler placed it, so it is neither a
+    bounded-slowdown value nor "never" fully placed, but counted apart (as the wait CDF does)."""
+    out = tmp_path / "r.json"
+    assert cli_main(["replay", _trace(tmp_path), "--json-out", str(out)]) == 0
+    text = capsys.readouterr().out
+    sd = json.loads(out.read_text())["slowdown"]
+    assert sd["never"] == 0 and sd["recorded_at_t0"] == 1, sd
+    assert "(0 never; 1 placed whole by the recorded t = 0 state left out)" in text
+
+
+def test_a_figure_the_same_in_every_run_says_so():
+    from tools.fauxmaster.seeds import lines, summarize
+    text = "\n".join(lines([0, 2], summarize([{"a": 1.0, "b": 1.0}, {"a": 1.0, "b": 3.0}])))
+    assert "a: 1 [1, 1] (n=2; the same in every run)" in text
+    assert "b: 2 [-10.71, 14.71] (n=2)" in text and "changes nothing" not in text
+    text = "\n".join(lines([0, 2], summarize([{"a": 1.0}, {"a": 1.0}])))
+    assert text.endswith("every figure is the same in every run: the seed changes nothing in this replay")
+
+
+def test_json_out_is_written_whole_or_not_at_all(tmp_path, monkeypatch, capsys):
+    """A write that fails midway (a full disk) leaves the previous file as it was, no temporary
+    file beside it; a device such as /dev/null is written in place, never replaced."""
+    from pathlib import Path
+
+    from tools.fauxmaster.report import result as result_module
+
+    out = tmp_path / "r.json"
+    out.write_text("previous\n")
+    real = Path.write_text
+
+    def half(self, text, *args, **kwargs):
+        real(self, text[:10], *args, **kwargs)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", half)
+    assert cli_main(["replay", _trace(tmp_path), "--seeds", "2", "--json-out", str(out)]) == 1
+    assert "--json-out" in capsys.readouterr().err
+    assert out.read_text() == "previous\n" and [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    monkeypatch.setattr(Path, "write_text", real)
+    assert result_module.write_whole("/dev/null", "x").is_char_device()
+
+
+def test_a_replay_stopped_before_the_first_submission_says_where_it_is(tmp_path, capsys):
+    """A cleaned log may open with days of nothing (KTH SP2: 599,850 s): an empty replay says why."""
+    from cellstate.model import Job, JobKind
+    from cellstate.resources import Resources
+    from fauxmaster_traces import machine, write
+
+    from tools.trace.events import JobSubmit, MachineAdd
+
+    path = write(tmp_path / "late.omt", [MachineAdd(0.0, machine(0)),
+                                         JobSubmit(500.0, Job("j", JobKind.BATCH, 1, Resources(100, 64)))])
+    assert cli_main(["replay", str(path), "--until", "100"]) == 0
+    assert ("NOTE: no job submitted by the stop at 100 virtual s: the trace's first submission is at 500 s"
+            in capsys.readouterr().out)
+    assert cli_main(["replay", str(path), "--until", "600"]) == 0
+    out = capsys.readouterr().out
+    assert "NOTE" not in out
+    assert "(p90 0.00 s, p99 0.00 s); to placed mean 0.11 s (p90 0.11 s, p99 0.11 s)" in out  # units on all

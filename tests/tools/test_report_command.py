@@ -34,6 +34,10 @@ def test_report_prints_the_runs_side_by_side(results, capsys):
     capsys.readouterr()
     assert main(["report", str(one), str(two)]) == 0
     out = capsys.readouterr().out.splitlines()
+    assert out[0] == "settings that differ:"  # first, each once: the schedulers, not the shared trace
+    assert "  scheduler b2 conflict_mode: one: sequence; two: n/a" in out
+    assert not any(line.startswith("  trace:") for line in out)
+    out = out[next(i for i, line in enumerate(out) if line.startswith("trace ")) - 1:]  # the labels' row
     assert out[0].split() == ["one", "two"]  # a file's stem, a directory's name
     assert out[6].split() == ["jobs", "submitted", "14", "14"]
     assert any(line.split() == ["never", "fully", "placed", "0", "of", "14", "0", "of", "14"] for line in out)
@@ -51,6 +55,10 @@ def test_report_html_overlays_every_run_in_one_page(results, tmp_path, capsys):
     page = (out / "index.html").read_text()
     assert "<h1>Replays compared: three schedulers, default</h1>" in page
     assert "<th>three schedulers</th><th>default</th>" in page  # the figures' and the losses' columns
+    # the page opens with the settings that differ; the shared ones are stated once, below the figures
+    assert page.index("<h2>Settings that differ</h2>") < page.index("jobs submitted")
+    assert '<td style="text-align:left">scheduler b2 conflict_mode</td>' in page
+    assert page.count("Shared by every run: trace: ") == 1
     assert "<td>three schedulers</td><td>b2</td>" in page and "<td>default</td><td>service</td>" in page
     for name in PLOTS:
         assert f'<img src="{name}"' in page and (out / name).read_bytes()[:4] == b"\x89PNG"
@@ -198,3 +206,27 @@ def test_report_prints_the_same_figures_as_json_with_o_json(results, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert [run["label"] for run in doc["runs"]] == ["one", "two"]
     assert all(run["figures"] and run["schedulers"] for run in doc["runs"])
+
+
+def test_a_seeds_output_is_reported_one_column_per_seed(tmp_path, capsys):
+    """``omega replay --seeds`` writes {seeds, summary, runs} (--json-out) and result-seedN.json files
+    (--html): both are reported, each seed a column; a run that is not a result names its seed."""
+    trace = mixed_trace(tmp_path / "mixed.omt")
+    out = tmp_path / "s.json"
+    assert main(["replay", trace, "--until", "20", "--seeds", "2", "--json-out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 0
+    text = capsys.readouterr().out.splitlines()
+    assert text[0] == "settings that differ:" and "  scheduler batch seed: s seed 0: 0; s seed 2: 2" in text
+    html = tmp_path / "html"
+    html.mkdir()
+    data = json.loads(out.read_text())
+    for seed, run in zip(data["seeds"], data["runs"]):
+        (html / f"result-seed{seed}.json").write_text(json.dumps(run))
+    assert main(["report", str(html)]) == 0
+    assert "html seed 0" in capsys.readouterr().out
+    data["runs"][1] = {"trace": "x"}
+    out.write_text(json.dumps(data))
+    with pytest.raises(SystemExit) as exc:
+        main(["report", str(out)])
+    assert exc.value.code == 65 and "the run of seed 2 is not a replay result" in capsys.readouterr().err

@@ -175,6 +175,7 @@ def run() -> None:
     own_process()
     try:
         code = main()
+        sys.stdout.flush()  # here, not in the interpreter's teardown, where a closed pipe is a traceback
     except BrokenPipeError:
         # the reader of stdout went away (`omega job list | head -1`): stop quietly, with the
         # status of a shell tool killed by SIGPIPE, and keep the interpreter's final flush of

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
-from pathlib import Path
 
 from tools.cli.common import add_output_arg, output_json
 from tools.cli.gpu_frag import add_gpu_frag_args, run_gpu_frag
@@ -55,15 +55,36 @@ def register(sub) -> None:
     g.add_argument("--engine", choices=("local", "ray"), help="sweep engine of the searches (default local)")
     g.add_argument("--out", metavar="DIR", help="sweep folder, resumable (default: a new temp folder)")
     w = p.add_argument_group(f"{OMEGA_SWEEP} (Omega EuroSys'13 §4-5; also --engine, --out, --jobs, --html, --seed)")
-    w.add_argument("--until", type=float, default=300.0, metavar="S",
+    w.add_argument("--until", type=float, metavar="S",
                    help="replay window: the first S virtual seconds of TRACE (default 300)")
-    w.add_argument("--batch-tjob", default="0.1,0.25,0.5,1,2,4", metavar="LIST", help="batch t_job values, s (default 0.1,0.25,0.5,1,2,4)")
-    w.add_argument("--service-tjob", default="0.1,10", metavar="LIST", help="service t_job values, s (default 0.1,10)")
-    w.add_argument("--architectures", default="monolithic,two-level,shared-state", metavar="LIST",
+    w.add_argument("--batch-tjob", metavar="LIST", help="batch t_job values, s (default 0.1,0.25,0.5,1,2,4)")
+    w.add_argument("--service-tjob", metavar="LIST", help="service t_job values, s (default 0.1,10)")
+    w.add_argument("--architectures", metavar="LIST",
                    help="monolithic, two-level, shared-state (default: all)")
-    w.add_argument("--batch-schedulers", default="1,3", metavar="LIST",
+    w.add_argument("--batch-schedulers", metavar="LIST",
                    help="numbers of batch schedulers (default 1,3; monolithic runs with 1 only)")
     p.set_defaults(func=run_experiment_command)
+
+
+OMEGA_SWEEP_DEFAULTS = {"until": 300.0, "batch_tjob": "0.1,0.25,0.5,1,2,4", "service_tjob": "0.1,10",
+                        "architectures": "monolithic,two-level,shared-state", "batch_schedulers": "1,3"}
+"""The omega-sweep flags' defaults: the parser's are None, so that a flag given to another experiment
+is refused rather than ignored."""
+
+
+def _omega_sweep_flags_given(args) -> list[str]:
+    return ["--" + name.replace("_", "-") for name in OMEGA_SWEEP_DEFAULTS if getattr(args, name) is not None]
+
+
+def _check_outputs(args) -> None:
+    """UsageError for a ``--json-out`` or ``--html`` path that cannot be written (a directory as the
+    file, a file as the directory, no permission): before the runs, whose work would be lost."""
+    from tools.cli import UsageError
+    from tools.cli.replay import unwritable
+
+    for flag, path, directory in (("--json-out", args.json, False), ("--html", args.html, True)):
+        if path and (why := unwritable(path, directory)):
+            raise UsageError(f"{flag} {path}: {why}")
 
 
 def run_experiment_command(args) -> int:
@@ -73,6 +94,7 @@ def run_experiment_command(args) -> int:
     from tools.fauxmaster.experiments.catalogue import run_experiment
     from tools.fauxmaster.experiments.runs import Overrides
 
+    _check_outputs(args)
     if args.name == COMPACTION:
         return run_compaction_command(args)
     if args.name == OMEGA_SWEEP:
@@ -82,11 +104,15 @@ def run_experiment_command(args) -> int:
                                       ("--out", args.out)) if value not in (None, False)]
     if given:
         raise UsageError(f"{', '.join(given)}: for experiment {COMPACTION} or {OMEGA_SWEEP} only")
+    if given := _omega_sweep_flags_given(args):
+        raise UsageError(f"{', '.join(given)}: for experiment {OMEGA_SWEEP} only")
     if args.name == GPU_FRAG:
         args.seeds = args.seeds or "42-51"
         return run_gpu_frag(args)
     if args.nodes or args.pods:
         raise UsageError("--nodes/--pods are for experiment gpu-frag")
+    if args.seeds is not None:  # the Omega experiments take one --seed
+        raise UsageError(f"--seeds: for experiment {GPU_FRAG} or {COMPACTION} only (these take --seed)")
     load_plugin_args(args)
     try:
         overrides = Overrides(args.batch_kind, args.order, parse_weight_flags(args.drf_weight), args.seed)
@@ -107,10 +133,9 @@ def run_experiment_command(args) -> int:
     if output_json(args):
         print(text, end="")
     if args.json:
-        out = Path(args.json)
+        from tools.fauxmaster.report.result import write_whole
         with output_file_errors("experiment", "--json-out", args.json):
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(text)
+            write_whole(args.json, text)
     if args.html:
         from tools.fauxmaster.experiments.html import write_experiment_html
         with output_file_errors("experiment", "--html", args.html):
@@ -131,7 +156,7 @@ def run_compaction_command(args) -> int:
     if not args.target:
         raise UsageError(f"experiment {COMPACTION} needs TRACE (an omega trace: omega import google2011)")
     other = [flag for flag, value in (("--trace", args.trace), ("--quick", args.quick), ("--nodes", args.nodes),
-                                      ("--pods", args.pods)) if value]
+                                      ("--pods", args.pods)) if value] + _omega_sweep_flags_given(args)
     if other:
         raise UsageError(f"{', '.join(other)}: not for experiment {COMPACTION}")
     if args.jobs < 0:
@@ -188,9 +213,9 @@ def _emit_sweep_report(args, data: dict, print_table, write_html) -> int:
     else:
         print_table(data)
     if args.json:
+        from tools.fauxmaster.report.result import write_whole
         with output_file_errors("experiment", "--json-out", args.json):
-            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.json).write_text(text)
+            write_whole(args.json, text)
     if args.html:
         with output_file_errors("experiment", "--html", args.html):
             index = write_html(data, args.html)
@@ -209,6 +234,9 @@ def run_omega_sweep_command(args) -> int:
 
     if not args.target:
         raise UsageError(f"experiment {OMEGA_SWEEP} needs TRACE (an omega trace: omega import google2011)")
+    for name, default in OMEGA_SWEEP_DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
     other = [flag for flag, value in (("--trace", args.trace), ("--quick", args.quick), ("--nodes", args.nodes),
                                       ("--pods", args.pods), ("--variants", args.variants), ("--at", args.at),
                                       ("--sample", args.sample != 1.0), ("--seeds", args.seeds)) if value]
@@ -222,8 +250,8 @@ def run_omega_sweep_command(args) -> int:
         setups = parse_setups(args.architectures, args.batch_schedulers)
     except SweepInputError as exc:
         raise UsageError(str(exc)) from None
-    if not args.until > 0:
-        raise UsageError(f"--until must be > 0 seconds, got {args.until:g}")
+    if not 0 < args.until < math.inf:
+        raise UsageError(f"--until must be a finite number > 0 of seconds, got {args.until:g}")
     engine, progress = _sweep_engine(args, OMEGA_SWEEP, "points")
     with replay_errors():
         data = run_omega_sweep(args.target, batch, service, setups, args.until, args.seed, engine, args.out,
@@ -237,21 +265,21 @@ def print_omega_sweep(data: dict, console=None) -> None:
     from rich.table import Table
 
     console = console or Console()
-    table = Table(title=f"omega-sweep of {data['trace']}, first {data['until_s']:g} s: batch busyness",
-                  title_justify="left")
+    table = Table(title=f"omega-sweep of {data['trace']}, first {data['until_s']:g} s: batch busyness "
+                        "by batch t_job", title_justify="left")
     table.add_column("set-up")
     table.add_column("service t_job", justify="right")
     for b in data["batch_t_job"]:
-        table.add_column(f"{b:g}", justify="right")
-    table.add_column("saturates at", justify="right")
+        table.add_column(f"{b:g} s", justify="right")
+    table.add_column("saturates at batch t_job", justify="right")
     for name, grid in data["grids"].items():
         for service in data["service_t_job"]:
             cells = grid.get(str(service), {})
             values = [cells.get(str(b)) for b in data["batch_t_job"]]
             point = data["saturation"][name][str(service)]
-            table.add_row(name, f"{service:g}", *(
+            table.add_row(name, f"{service:g} s", *(
                 "" if v is None else f"{v['batch_busyness']:.2f}{'*' if v['saturated'] in (True, 'True') else ''}"
-                for v in values), "—" if point is None else f"{point:g}")
+                for v in values), "—" if point is None else f"{point:g} s")
     console.print(table)
     console.print(f"{data['rule']} (*)", highlight=False)
     for arch, shift in data["shift"].items():

@@ -45,9 +45,11 @@ def register(sub) -> None:
     p.add_argument("--unplaced-charge", choices=("every", "once"), default="every",
                    help="modelled t_task for the tasks a decision leaves unplaced: every one (default, "
                         "the paper's model) or once per decision (Borg's equivalence classes)")
-    p.add_argument("--time-scale", type=float, default=1.0, help="measured decision time multiplier")
-    p.add_argument("--t-job", type=float, default=None, help="modelled seconds per job (default 0.1)")
-    p.add_argument("--t-task", type=float, default=None, help="modelled seconds per task (default 0.005)")
+    p.add_argument("--time-scale", type=float, default=1.0, metavar="X",
+                   help="measured decision time multiplier (default 1)")
+    p.add_argument("--t-job", type=float, default=None, metavar="S", help="modelled seconds per job (default 0.1)")
+    p.add_argument("--t-task", type=float, default=None, metavar="S",
+                   help="modelled seconds per task (default 0.005)")
     p.add_argument("--submit-latency", type=float, default=None, metavar="S",
                    help="seconds from a job's submission (after t = 0) to the schedulers seeing it; its "
                         "wait counts from the submission (default: the trace's, 0 unless its importer states "
@@ -57,11 +59,12 @@ def register(sub) -> None:
                    help="queue order of schedulers whose config names none: fair (default) | drf")
     p.add_argument("--drf-weight", action="append", default=[], metavar="OWNER=W",
                    help="owner weight under --order drf (default 1; repeatable)")
-    p.add_argument("--until", type=float, default=None, help="stop at this virtual time (default: trace end)")
+    p.add_argument("--until", type=float, default=None, metavar="S",
+                   help="stop at this virtual time, s (default: the trace's end)")
     p.add_argument("--initial-state", choices=("recorded", "scheduled"), default="recorded",
                    help="recorded (default): start from the trace's t = 0 task_placed events where they "
                         "fit; scheduled: the schedulers place every task submitted at t = 0")
-    p.add_argument("--sample-every", type=float, default=60.0, help="utilization sample period (virtual s, default 60); it grows with the span so that a "
+    p.add_argument("--sample-every", type=float, default=60.0, metavar="S", help="utilization sample period (virtual s, default 60); it grows with the span so that a "
                         "replay holds at most 4,000 samples (tools.fauxmaster.replay.MAX_SAMPLES)")
     p.add_argument("--no-check", action="store_true", help="skip the invariant check of the final cell")
     p.add_argument("--json-out", metavar="FILE", dest="json", help="also write the result as JSON to FILE")
@@ -183,8 +186,9 @@ def _run_seeds(args, config) -> int:
                   f"mean {result.wait_to_placed.mean:.2f} s")
         print("\n".join(seeding.lines(bases, summary)))
     if args.json:
-        with output_file_errors("replay", "--json-out", args.json), open(args.json, "w") as f:
-            json.dump(data, f, indent=2, default=str)
+        from tools.fauxmaster.report.result import write_whole
+        with output_file_errors("replay", "--json-out", args.json):
+            write_whole(args.json, json.dumps(data, indent=2, default=str))
     if args.jobs_out:
         from tools.fauxmaster.job_records import write_job_rows
         rows = [{"seed": base, **row} for base, r in zip(bases, results) for row in r.jobs]
@@ -201,7 +205,8 @@ def _run_seeds(args, config) -> int:
             for base, r in zip(bases, results):
                 write_json(r, out / f"result-seed{base}.json")
             index = write_report([run_of(r, f"seed {base}") for base, r in zip(bases, results)], out,
-                                 links={f"seed {b}": f"result-seed{b}.json" for b in bases})
+                                 links={f"seed {b}": f"result-seed{b}.json" for b in bases},
+                                 preface=seeding.lines(bases, summary))
         print(f"report: {index}", file=sys.stderr if output_json(args) else sys.stdout)
     ok = all(r.check is None or r.check["ok"] for r in results)
     return 0 if ok else 1
@@ -209,7 +214,7 @@ def _run_seeds(args, config) -> int:
 
 def _check_before_replay(args) -> None:
     """UsageError (one line naming the file) for a trace that is missing, unreadable or truncated
-    (``tools.trace.format.check_complete``), or a ``--json`` / ``--html`` path that cannot be
+    (``tools.trace.format.check_complete``), or a ``--json-out`` / ``--html`` / ``--jobs-out`` path that cannot be
     written: checked before the replay, whose result would otherwise be lost."""
     from tools.cli import InputError, UsageError
     from tools.trace.format import TraceError, check_complete
@@ -220,7 +225,7 @@ def _check_before_replay(args) -> None:
         raise UsageError(f"trace {args.file}: {exc.strerror or exc}") from None
     except TraceError as exc:
         raise InputError(str(exc)) from None
-    for flag, path, directory in (("--json", args.json, False), ("--html", args.html, True),
+    for flag, path, directory in (("--json-out", args.json, False), ("--html", args.html, True),
                                   ("--jobs-out", args.jobs_out, False)):
         if path:
             why = unwritable(path, directory)
@@ -242,6 +247,17 @@ def unwritable(path: str, directory: bool) -> str | None:
     return None if os.access(parent, os.W_OK | os.X_OK) else f"cannot create it in {parent} (permission denied)"
 
 
+def first_submission(path) -> float | None:
+    """The time of the first job submission in the trace at ``path`` (None: it has none). A log
+    cleaned of its first days (SWF's KTH SP2 starts at 599,850 s) leaves a short replay empty."""
+    from tools.trace.events import JobSubmit
+    from tools.trace.reader import read_trace
+
+    _, events = read_trace(path)
+    with events:
+        return next((e.t for e in events if isinstance(e, JobSubmit)), None)
+
+
 def _print_summary(result) -> None:
     from tools.fauxmaster.replay import decision_model
     from tools.fauxmaster.report.summary import utilization_means
@@ -249,6 +265,11 @@ def _print_summary(result) -> None:
     print(f"{result.trace}: {result.sim_time_s:,.1f} virtual s in {result.wall_time_s:,.2f} s "
           f"({result.speedup:,.0f}x), {result.events:,} events, {result.jobs_submitted:,} jobs, "
           f"{result.jobs_unscheduled:,} unscheduled at the end")
+    if not result.jobs_submitted:
+        first = first_submission(result.trace)
+        print(f"  NOTE: no job submitted by the stop at {result.sim_time_s:,.0f} virtual s: "
+              + (f"the trace's first submission is at {first:,.0f} s (--until beyond it replays some)"
+                 if first is not None else "the trace submits none"))
     if result.capacity_model:
         print(f"  cell (trace header): {result.capacity_model}")
     print(f"  decision time: {decision_model(result.config)}")
@@ -260,8 +281,8 @@ def _print_summary(result) -> None:
         print(f"  {s.name} ({s.kind}): busyness {s.busyness:.3f}, conflict fraction {s.conflict_fraction:.4f}, "
               f"{s.attempts:,} attempts, {s.tasks_placed:,} tasks placed")
     w1, w2 = result.wait_to_first_attempt, result.wait_to_placed
-    print(f"  wait to first attempt mean {w1.mean:.2f} s (p90 {w1.p90:.2f}, p99 {w1.p99:.2f}); "
-          f"to placed mean {w2.mean:.2f} s (p90 {w2.p90:.2f}, p99 {w2.p99:.2f})")
+    print(f"  wait to first attempt mean {w1.mean:,.2f} s (p90 {w1.p90:,.2f} s, p99 {w1.p99:,.2f} s); "
+          f"to placed mean {w2.mean:,.2f} s (p90 {w2.p90:,.2f} s, p99 {w2.p99:,.2f} s)")
     if result.wait_cdf:
         cdf = result.wait_cdf
         print(f"  of {cdf['jobs']:,} jobs to place: {cdf['to_first_attempt']['never']:,} never attempted, "
@@ -281,7 +302,7 @@ def _print_summary(result) -> None:
         state = "ok" if result.check["ok"] else f"{len(result.check['violations'])} VIOLATIONS"
         print(f"  invariants: {state}")
     if result.fidelity is not None:
-        print("\n".join(result.fidelity.lines()))
+        print("\n".join(result.fidelity.lines(cell=not result.capacity_model)))  # else printed above
 
 
 @contextmanager

@@ -16,7 +16,8 @@ from tools.cli.common import add_output_arg, output_json
 def register(sub) -> None:
     p = sub.add_parser("report", help="put replay results side by side (table; --html: one page of overlaid plots)")
     p.add_argument("results", nargs="+", metavar="RESULT",
-                   help="replay result: an omega replay --json-out file, or an omega replay --html directory")
+                   help="replay result: an omega replay --json-out file, or an omega replay --html directory "
+                        "(of a --seeds run: one column per seed)")
     p.add_argument("--html", metavar="DIR", help="write index.html and the PNG plots here (needs matplotlib)")
     p.add_argument("--label", action="append", default=[], metavar="NAME",
                    help="a run's name in the table and legends, once per RESULT in order "
@@ -44,7 +45,7 @@ def run_report(args) -> int:
     from tools.cli.replay import unwritable
     from tools.cli.common import require_optional
     from tools.fauxmaster.report.page import write_report
-    from tools.fauxmaster.report.result import ResultError, Run, load_result
+    from tools.fauxmaster.report.result import ResultError, Run, load_results
 
     if args.label and len(args.label) != len(args.results):
         raise UsageError(f"--label given {len(args.label)} times for {len(args.results)} results: give one per result")
@@ -60,7 +61,8 @@ def run_report(args) -> int:
             raise UsageError(f"{path}: No such file or directory")
     labels = args.label or labels_of(args.results)
     try:
-        runs = [Run(label, load_result(path)) for label, path in zip(labels, args.results)]
+        runs = [Run(f"{label} {suffix}" if suffix else label, data)  # a --seeds output: one run per seed
+                for label, path in zip(labels, args.results) for suffix, data in load_results(path)]
     except ResultError as exc:
         raise InputError(str(exc)) from None
     if output_json(args):
@@ -84,8 +86,13 @@ def _print_json(runs) -> None:
 
 
 def _print_table(runs) -> None:
-    """The figures side by side, then each run's schedulers."""
-    from tools.fauxmaster.report.summary import summary_rows
+    """The settings that differ between the runs, the figures side by side, then each run's schedulers."""
+    from tools.fauxmaster.report.summary import settings_compared, summary_rows
+
+    differ, _ = settings_compared(runs)
+    print("settings that differ:" + ("" if differ else " none"))
+    for name, values in differ:
+        print(f"  {name}: " + "; ".join(f"{run.label}: {value}" for run, value in zip(runs, values)))
 
     rows = [("", [r.label for r in runs])] + summary_rows(runs)
     first = max(len(what) for what, _ in rows)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import errno
 import sys
 import time
 from collections import Counter
@@ -35,7 +37,8 @@ def register(sub) -> None:
                              "they are left out, and counted: the real cell held them for reasons the tables "
                              "read here do not carry)")
     google.add_argument("--seed", type=int, default=0, help="seed of the capacity draw (default 0)")
-    google.add_argument("--limit", type=int, default=None, help="read only the first N task event rows")
+    google.add_argument("--limit", type=_positive_int, default=None, metavar="N",
+                        help="read only the first N task event rows (N >= 1)")
     google.set_defaults(func=run_import_google)
     swf = imp_sub.add_parser("swf", help="Standard Workload Format v2.2 log (.swf or .swf.gz)")
     swf.add_argument("file")
@@ -60,6 +63,17 @@ def register(sub) -> None:
     info.set_defaults(func=run_info)
 
 
+def _positive_int(text: str) -> int:
+    """An argparse type: an int >= 1 (``--limit 0`` or ``-3`` would import nothing, silently)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
+    return value
+
+
 def run_import_google(args) -> int:
     from tools.cli import InputError, UsageError
     from tools.trace.format import TraceError
@@ -79,7 +93,7 @@ def run_import_google(args) -> int:
                                   cell_model=cell_model, machine_events=args.machine_events,
                                   keep_unscheduled_at_open=args.keep_unscheduled_at_open)
     except OSError as exc:
-        raise UsageError(_os_error(exc)) from None
+        raise _import_os_error(exc, args.out) from None
     except (GoogleTraceError, TraceError, MachineEventsError) as exc:
         raise InputError(str(exc)) from None
     counts = ", ".join(f"{name} {n}" for name, n in stats.events.items())
@@ -112,7 +126,7 @@ def run_import_swf(args) -> int:
         hint = " (--skip-bad skips and counts such lines)" if skippable and not args.skip_bad else ""
         raise InputError(f"{exc}{hint}; nothing written to {args.out}") from None
     except OSError as exc:
-        raise UsageError(_os_error(exc)) from None
+        raise _import_os_error(exc, args.out) from None
     except TraceError as exc:
         raise InputError(str(exc)) from None
     print(f"{args.out}: {stats.machines} machines, {stats.jobs} jobs in {time.perf_counter() - started:.1f} s")
@@ -151,7 +165,7 @@ def run_import_openb(args) -> int:
     except OpenbError as exc:
         raise InputError(f"{exc}; nothing written to {args.out}") from None
     except OSError as exc:
-        raise UsageError(_os_error(exc)) from None
+        raise _import_os_error(exc, args.out) from None
     except TraceError as exc:
         raise InputError(str(exc)) from None
     print(f"{args.out}: {stats.machines} machines ({stats.gpus} GPUs), {stats.jobs} jobs "
@@ -170,7 +184,7 @@ def run_info(args) -> int:
     from tools.trace.format import TraceError, read_trace
 
     counts: Counter[str] = Counter()
-    first = last = None
+    first = last = first_submit = None
     try:
         header, events = read_trace(args.file)
         with events:
@@ -178,6 +192,8 @@ def run_info(args) -> int:
                 counts[type(event).__name__] += 1
                 first = event.t if first is None else first
                 last = event.t
+                if first_submit is None and type(event).__name__ == "JobSubmit":
+                    first_submit = event.t
     except OSError as exc:
         raise UsageError(_os_error(exc)) from None
     except TraceError as exc:
@@ -193,8 +209,23 @@ def run_info(args) -> int:
     for name, n in sorted(counts.items()):
         print(f"{name}: {n}")
     span = "no events" if first is None else f"{first:.3f} .. {last:.3f} s ({last - first:.3f} s)"
-    print(f"events: {sum(counts.values())}, time span: {span}")
+    print(f"events: {sum(counts.values())}, time span: {span}"
+          + ("" if first_submit is None else f", first job submitted at {first_submit:.3f} s"))
     return 0
+
+
+WRITE_FAILURES = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG)
+"""Errors of writing, not of naming a file: a full disk (``--out /dev/full``), a quota, a device."""
+
+
+def _import_os_error(exc: OSError, out: str) -> Exception:
+    """An importer's OSError: a failed write of ``--out`` is a runtime error (exit 1) naming the flag;
+    anything else (a missing input, a directory as ``--out``) a usage error naming the file (exit 2)."""
+    from tools.cli import CommandError, UsageError
+
+    if exc.errno in WRITE_FAILURES:
+        return CommandError(f"import: --out {out}: cannot write it: {exc.strerror or exc}; nothing written")
+    return UsageError(_os_error(exc))
 
 
 def _os_error(exc: OSError) -> str:

@@ -93,8 +93,9 @@ class Fidelity:
         del d["real_delays"], d["replay_delays"]
         return d
 
-    def lines(self) -> list[str]:
-        """The section as printed by ``omega replay`` and the bench."""
+    def lines(self, cell: bool = True) -> list[str]:
+        """The section as printed by ``omega replay`` and the bench; ``cell``: end with the replayed
+        cell's paragraph (False where the page or summary already shows it)."""
         def num(x, fmt="{:.3f}"):
             return "n/a" if x is None else fmt.format(x)
 
@@ -127,7 +128,11 @@ class Fidelity:
             def wmark(name, w=w):
                 met = w["goals"].get(name)
                 return "" if met is None else ("" if met else " MISSED")
-            out.append(f"  part {w['part']} ({w['start_s']:,.0f}..{w['end_s']:,.0f} s, {w['tasks']:,} {self.unit}s): "
+            cut = ("" if w["end_s"] <= self.horizon_s else f", after the horizon {self.horizon_s:,.0f} s"
+                   if w["start_s"] >= self.horizon_s and w["part"] != self.windows[0]["part"]
+                   else f", cut at the horizon {self.horizon_s:,.0f} s")
+            out.append(f"  part {w['part']} ({w['start_s']:,.0f}..{w['end_s']:,.0f} s{cut}, {w['tasks']:,} "
+                       f"{self.unit}s): "
                        f"t=0 pending {num(w['initial_pending_fraction'], '{:.4f}')}{wmark('initial_pending_fraction')}, "
                        f"scheduled {num(w['scheduled_ratio'])}{wmark('scheduled_ratio')}, "
                        f"delay p50 {num(w['delay_p50_ratio'])}{wmark('delay_p50_ratio')} "
@@ -137,7 +142,7 @@ class Fidelity:
                        f"({num(w['replay_delay_p90_s'], '{:.2f}')} / {num(w['real_delay_p90_s'], '{:.2f}')} s)")
         for warning in self.warnings:
             out.append(f"  WARNING: {warning}")
-        if self.capacity_model:
+        if cell and self.capacity_model:
             out.append(f"  the replayed cell (trace header): {self.capacity_model}")
         return out
 
@@ -275,6 +280,8 @@ def _windows(truth: GroundTruth, horizon: float, at: list[float], real: list[flo
         replay_n = sum(1 for k in rows if replay[k] != INF)
         if i == 0:
             pending = initial_pending
+        elif start >= horizon:  # the replay stopped before this part opened: nothing to compare
+            pending = None
         else:
             before = [k for k, t in enumerate(at) if t <= start and t + real[k] <= start]
             pending = (sum(1 for k in before if at[k] + replay[k] > start) / len(before)) if before else None

@@ -1,7 +1,8 @@
 """Per-job records of a replay (``omega replay --jobs-out FILE.csv|.parquet``): one row per job
 the trace submitted, for analysis outside omega.
 
-Columns (times in virtual seconds; empty / null: it did not happen by the replay's end):
+Columns (times in virtual seconds, rounded to the microsecond so that sums of modelled decision times
+print as 1.225, not 1.2249999999999999; empty / null: it did not happen by the replay's end):
 ``job``, ``kind``, ``priority``, ``owner``, ``tasks``; ``submit`` (the trace's submission);
 ``first_attempt`` (a scheduler first took it); ``placed`` (all its tasks placed); ``end`` (the
 last time a task of it ended, or it was killed); ``wait`` (placed - submit); ``scheduler`` (the
@@ -35,17 +36,22 @@ def job_rows(journal, job_log, initial_jobs: set[str]) -> list[dict]:
     taken_by = journal.taken_by or {}
     for job_id, at in journal.submitted.items():
         spec = job_log.specs.get(job_id)
-        placed = journal.fully_placed.get(job_id)
+        at, placed = _us(at), _us(journal.fully_placed.get(job_id))
         initial = job_id in initial_jobs
         rows.append({
             "job": job_id, "kind": spec.kind.value if spec is not None else "",
             "priority": spec.priority if spec is not None else None, "owner": spec.owner if spec is not None else "",
             "tasks": spec.tasks if spec is not None else None, "submit": at,
-            "first_attempt": journal.first_taken.get(job_id), "placed": placed,
-            "end": job_log.ended.get(job_id), "wait": None if placed is None else placed - at,
+            "first_attempt": _us(journal.first_taken.get(job_id)), "placed": placed,
+            "end": _us(job_log.ended.get(job_id)), "wait": None if placed is None else _us(placed - at),
             "scheduler": taken_by.get(job_id, ""), "machines": len(job_log.machines.get(job_id, ())),
             "initial": initial})
     return rows
+
+
+def _us(t: float | None) -> float | None:
+    """``t`` rounded to the microsecond (None stays None)."""
+    return None if t is None else round(t, 6)
 
 
 def write_job_rows(rows: list[dict], path: str) -> None:

@@ -193,12 +193,14 @@ def bounded_slowdown(wait: float, run: float, threshold: float = BSLD_THRESHOLD_
     return max(1.0, (wait + run) / max(run, threshold))
 
 
-def slowdown(journal: JobJournal, sim_time: float) -> dict:
+def slowdown(journal: JobJournal, sim_time: float, recorded: set[str] = frozenset()) -> dict:
     """Bounded slowdown and makespan of the jobs with a run time (``journal.runs``):
-    ``{"jobs": fully placed ones, "never": never fully placed, "threshold_s", "mean", "median", "p90"
-    (None when no job), "makespan_s": first submission to the last end by ``sim_time`` (None when none
-    ended), "jobs_ended", "jobs_not_ended": submitted jobs without an end by the stop (never placed, no run
-    time, or running on)}``. The wait is submission to fully placed (a gang: its one commit)."""
+    ``{"jobs": fully placed ones, "never": never fully placed, "recorded_at_t0": left out, placed whole
+    by the recorded t = 0 state (``recorded``) and untouched by the schedulers (they never waited, as in
+    ``wait_cdf``), "threshold_s", "mean", "median", "p90" (None when no job), "makespan_s": first
+    submission to the last end by ``sim_time`` (None when none ended), "jobs_ended", "jobs_not_ended":
+    submitted jobs without an end by the stop (never placed, no run time, or running on)}``. The wait is
+    submission to fully placed (a gang: its one commit)."""
     submitted, placed, runs = journal.submitted, journal.fully_placed, journal.runs
     values, ends = [], []
     for job_id, run in runs.items():
@@ -209,9 +211,11 @@ def slowdown(journal: JobJournal, sim_time: float) -> dict:
         if at + run <= sim_time:
             ends.append(at + run)
     values.sort()
-    with_run = sum(1 for j in runs if j in submitted)
+    with_run = [j for j in runs if j in submitted]
+    untouched = sum(1 for j in with_run if j in recorded and j not in journal.first_taken and j not in placed)
     first = min(submitted.values()) if submitted else None
-    return {"jobs": len(values), "never": with_run - len(values), "threshold_s": BSLD_THRESHOLD_S,
+    return {"jobs": len(values), "never": len(with_run) - untouched - len(values), "recorded_at_t0": untouched,
+            "threshold_s": BSLD_THRESHOLD_S,
             "mean": sum(values) / len(values) if values else None,
             "median": percentile(values, 50) if values else None,
             "p90": percentile(values, 90) if values else None,

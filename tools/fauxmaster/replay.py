@@ -14,6 +14,7 @@ result (with ``decision_time="modelled"``; measured times vary with the host).
 from __future__ import annotations
 
 import gc
+import math
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
@@ -104,14 +105,14 @@ class ReplayConfig:
             raise ValueError(f"decision_commits must be one of {DECISION_COMMITS}, got {self.decision_commits!r}")
         if self.unplaced_charge not in UNPLACED_CHARGES:
             raise ValueError(f"unplaced_charge must be one of {UNPLACED_CHARGES}, got {self.unplaced_charge!r}")
-        if self.until is not None and self.until <= 0:
-            raise ValueError(f"until must be > 0 virtual seconds, got {self.until!r}")
+        if self.until is not None and not 0 < self.until < math.inf:
+            raise ValueError(f"until must be a finite number > 0 of virtual seconds, got {self.until!r}")
         if type(self.max_txn_ops) is not int or self.max_txn_ops < 4:
             raise ValueError(f"max_txn_ops must be an int >= 4 (one claim per txn), got {self.max_txn_ops!r}")
         if self.submit_latency_s is not None and not 0 <= self.submit_latency_s < float("inf"):
             raise ValueError(f"submit_latency_s must be a finite number >= 0, got {self.submit_latency_s!r}")
-        if self.sample_every_s <= 0 or self.time_scale <= 0:
-            raise ValueError(f"sample_every_s and time_scale must be > 0, got {self.sample_every_s!r}, "
+        if not (0 < self.sample_every_s < math.inf and 0 < self.time_scale < math.inf):
+            raise ValueError(f"sample_every_s and time_scale must be finite numbers > 0, got {self.sample_every_s!r}, "
                              f"{self.time_scale!r}")
 
 
@@ -457,7 +458,7 @@ def _result(trace_path, config, store, keys, schedulers, cell, journal, samples,
         jobs_unscheduled=len(pending), cell=asdict(cell.counters), utilization=samples, check=report,
         config=plain_config, waits_first=waits_first, waits_placed=waits_placed, store=store, keys=keys,
         losses=replay_losses(schedulers, cell.counters, gangs), wait_cdf=wait_cdf(journal, pending, cell.initial_jobs),
-        slowdown=slowdown(journal, sim_time))
+        slowdown=slowdown(journal, sim_time, cell.initial_jobs))
 
 
 def _scheduler_metrics(s: SimScheduler, sim_time: float) -> SchedulerMetrics:

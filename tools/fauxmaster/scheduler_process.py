@@ -19,6 +19,7 @@ default, a replayed queue steals after ``STEAL_AFTER_S`` (its peers never die).
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -91,8 +92,8 @@ class SchedulerConfig:
             object.__setattr__(self, "drf_weights", check_order(self.order, self.drf_weights))
         except ValueError as exc:
             raise ValueError(f"scheduler {self.name!r}: {exc}") from None
-        if self.t_job < 0 or self.t_task < 0:
-            raise ValueError(f"scheduler {self.name!r}: t_job and t_task must be >= 0, "
+        if not (0 <= self.t_job < math.inf and 0 <= self.t_task < math.inf):
+            raise ValueError(f"scheduler {self.name!r}: t_job and t_task must be finite numbers >= 0, "
                              f"got {self.t_job!r} and {self.t_task!r}")
         try:
             make_scheduler(self.kind, self.name, self.seed, self.scheduler_config())  # checks plugins/options

@@ -79,5 +79,9 @@ def lines(seeds: list[int], summary: dict[str, dict[str, Any]]) -> list[str]:
         elif s["low"] is None:
             out.append(f"  {name}: {s['mean']:.4g} (one run: no interval)")
         else:
-            out.append(f"  {name}: {s['mean']:.4g} [{s['low']:.4g}, {s['high']:.4g}] (n={s['n']})")
+            same = "; the same in every run" if s["low"] == s["high"] else ""
+            out.append(f"  {name}: {s['mean']:.4g} [{s['low']:.4g}, {s['high']:.4g}] (n={s['n']}{same})")
+    spread = [s for s in summary.values() if s["low"] is not None]
+    if len(seeds) > 1 and spread and all(s["low"] == s["high"] for s in spread):
+        out.append("  every figure is the same in every run: the seed changes nothing in this replay")
     return out

@@ -13,6 +13,7 @@ re-exported here with the header's names, ``tools.trace.header``).
 
 from __future__ import annotations
 
+import errno
 import gzip
 import os
 
@@ -38,13 +39,19 @@ class TraceWriter:
     which announces it (``ground_truth``: the header's own text, else the truth's notes). Leaving the ``with`` block by an exception skips the end record, so
     the partial file reads as truncated; with ``atomic`` (a path only) the trace is written to
     a temporary file beside it, renamed to the path by a complete close and removed by an
-    incomplete one, so a failed write leaves no file (and an older file at the path intact)."""
+    incomplete one, so a failed write leaves no file (and an older file at the path intact). A path
+    that is a directory is an IsADirectoryError at once; one that exists and is not a regular file
+    (``/dev/null``, ``/dev/full``, a pipe) is written in place, never renamed over."""
 
     def __init__(self, target, header: TraceHeader, atomic: bool = False, truth: GroundTruth | None = None):
         self.name = os.fspath(target) if isinstance(target, (str, os.PathLike)) else getattr(target, "name", "<stream>")
         self._temp = None
         if isinstance(target, (str, os.PathLike)):
             path = self.name
+            if os.path.isdir(path):
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+            if atomic and os.path.exists(path) and not os.path.isfile(path):
+                atomic = False  # a device or a pipe: replacing it would remove it (as root, /dev/full)
             if atomic:
                 head, tail = os.path.split(self.name)
                 path = self._temp = os.path.join(head, f".{tail}.{os.getpid()}.tmp")

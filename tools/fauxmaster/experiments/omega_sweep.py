@@ -207,7 +207,7 @@ def write_sweep_html(data: dict[str, Any], directory) -> Path:
     for name, grid in data["grids"].items():
         for key, label, top in (("batch_busyness", "batch scheduler busyness", 1.0),
                                 ("conflict_fraction", "conflict fraction", top_conflict)):
-            head = "".join(f"<th>{b:g}</th>" for b in data["batch_t_job"])
+            head = "".join(f"<th>{b:g} s</th>" for b in data["batch_t_job"])
             rows = []
             for service in data["service_t_job"]:
                 cells = grid.get(str(service), {})
@@ -220,11 +220,21 @@ def write_sweep_html(data: dict[str, Any], directory) -> Path:
                     value = float(cell[key])
                     mark = " *" if key == "batch_busyness" and cell["saturated"] in (True, "True") else ""
                     tds.append(f'<td style="background:{_colour(value, top)}">{value:.3f}{mark}</td>')
-                rows.append(f"<tr><th>{service:g}</th>{''.join(tds)}</tr>")
+                rows.append(f"<tr><th>{service:g} s</th>{''.join(tds)}</tr>")
             sections.append(f"<h3>{html.escape(name)}: {label}</h3><table><tr><th>service t_job \\ batch t_job"
                             f"</th>{head}</tr>{''.join(rows)}</table>")
-    shifts = "".join(f"<li>{html.escape(a)}: median {s['median']}; by service t_job {html.escape(str(s['by_service_t_job']))}"
-                     f"</li>" for a, s in data["shift"].items())
+    def times(x):
+        return "—" if x is None else f"{x:.2f}x"
+
+    def seconds(x):
+        return "— (none saturates in the grid)" if x is None else f"{x:g} s"
+
+    saturation = "".join(f"<tr><td>{html.escape(name)}</td><td>{float(service):g} s</td><td>{seconds(point)}</td></tr>"
+                         for name, by_service in data["saturation"].items() for service, point in by_service.items())
+    shifts = "".join(f"<li>{html.escape(a)}: median {times(s['median'])}; by service t_job: "
+                     + html.escape(", ".join(f"{float(t):g} s {times(r)}" for t, r in s["by_service_t_job"].items()))
+                     + "</li>" for a, s in data["shift"].items()) or \
+        "<li>none: the grid has no architecture with both 1 and 3 batch schedulers (--batch-schedulers 1,3)</li>"
     index = out / "index.html"
     index.write_text(f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>omega sweep</title>
@@ -232,7 +242,8 @@ def write_sweep_html(data: dict[str, Any], directory) -> Path:
 td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}</style></head>
 <body><h1>The Omega sweep: {html.escape(str(data["trace"]))} up to {data["until_s"]:g} s</h1>
 <p>{html.escape(data["rule"])} (cells marked *). <a href="omega-sweep.json">omega-sweep.json</a></p>
-<p>saturation point (smallest saturating batch t_job, by service t_job): {html.escape(json.dumps(data["saturation"]))}</p>
+<p>Saturation point: the smallest saturating batch t_job, by set-up and service t_job</p>
+<table><tr><th>set-up</th><th>service t_job</th><th>saturates at batch t_job</th></tr>{saturation}</table>
 <p>shift, 3 vs 1 batch schedulers (paper: about {PAPER["saturation_shift"]:g}x):</p><ul>{shifts}</ul>
 {"".join(sections)}
 </body></html>

@@ -11,7 +11,7 @@ from tools.fauxmaster.report.plots import (
     draw_utilization, draw_wait_cdf,
 )
 from tools.fauxmaster.report.result import NUMBER, Run, fidelity_of, run_of, write_json
-from tools.fauxmaster.report.summary import slowdown_text, summary_rows
+from tools.fauxmaster.report.summary import settings_compared, slowdown_text, summary_rows
 from tools.htmltemplate import EMPTY, TABLE_ROW, TD, TH, Html, Template, join
 
 MATPLOTLIB_MISSING = "the HTML report needs matplotlib: pip install 'omega-scheduler[report]'"
@@ -34,9 +34,11 @@ def write_html(result: ReplayResult, directory) -> Path:
     return write_report([run_of(result)], out, links={"result.json": "result.json"})
 
 
-def write_report(runs: list[Run], directory, links: dict[str, str] | None = None) -> Path:
+def write_report(runs: list[Run], directory, links: dict[str, str] | None = None,
+                 preface: list[str] = ()) -> Path:
     """``index.html`` and the PNG plots of ``runs`` (one, or several side by side) in ``directory``;
-    the index path. The plots are drawn before anything is written."""
+    the index path. ``preface``: lines shown first, under the title (``--seeds``: the mean and 95 %
+    interval of each headline figure). The plots are drawn before anything is written."""
     if not runs:
         raise ValueError("a report needs at least one replay result")
     require_matplotlib()
@@ -57,7 +59,7 @@ def write_report(runs: list[Run], directory, links: dict[str, str] | None = None
             images[name] = _png(fig)
         finally:
             plt.close(fig)
-    page = _page(runs, [name for name, _, _ in plots], links or {})
+    page = _page(runs, [name for name, _, _ in plots], links or {}, preface)
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     for name, data in images.items():
@@ -79,6 +81,7 @@ def _png(fig) -> bytes:
 PAGE = Template("""<!doctype html><html><head><meta charset="utf-8"><title>omega $kind</title>
 <style>body{font-family:sans-serif;margin:2em}td,th{padding:2px 8px;text-align:right}</style></head><body>
 <h1>$title</h1>
+$preface
 $figures
 $schedulers
 $losses
@@ -103,8 +106,6 @@ TABLE = Template("<table><tr>$heads</tr>$rows</table>")
 TD_LEFT = Template('<td style="text-align:left">$text</td>')
 PARAGRAPH = Template("<p>$text</p>")
 SMALL = Template("<p><small>$text</small></p>")
-ITEMS = Template("<ul>$items</ul>")
-ITEM = Template("<li>$text</li>")
 H2 = Template("<h2>$text</h2>")
 H3 = Template("<h3>$text</h3>")
 IMAGE = Template('<p><img src="$name" alt="$name"></p>')
@@ -144,22 +145,31 @@ def _run_html(run: Run) -> Html:
         submitted=f"{d['jobs_submitted']:,}", unscheduled=f"{d['jobs_unscheduled']:,}",
         capacity=SMALL.render(text=f"The cell (trace header): {capacity}") if capacity else EMPTY,
         decision=SMALL.render(text=f"Decision time: {decision_model(d['config'])}") if d.get("config") else EMPTY,
-        w1_mean=f"{w1['mean']:.2f}", w1_p90=f"{w1['p90']:.2f}", w1_p99=f"{w1['p99']:.2f}", w1_jobs=w1["jobs"],
-        w2_mean=f"{w2['mean']:.2f}", w2_p90=f"{w2['p90']:.2f}", w2_p99=f"{w2['p99']:.2f}", w2_jobs=w2["jobs"],
+        w1_mean=f"{w1['mean']:.2f}", w1_p90=f"{w1['p90']:.2f}", w1_p99=f"{w1['p99']:.2f}", w1_jobs=f"{w1['jobs']:,}",
+        w2_mean=f"{w2['mean']:.2f}", w2_p90=f"{w2['p90']:.2f}", w2_p99=f"{w2['p99']:.2f}", w2_jobs=f"{w2['jobs']:,}",
         never=_never_text(d),
         slowdown=PARAGRAPH.render(text=slowdown[:1].upper() + slowdown[1:] + ".") if slowdown else EMPTY,
         samples=f"{len(d['utilization']):,}", every=every)
 
 
 def _summary_html(runs: list[Run]) -> Html:
-    heads = [TH.render(text=""), *(TH.render(text=r.label) for r in runs)]
+    """Several runs: the settings that differ first, the figures side by side, then what every run
+    shares, stated once (the cell paragraph is not repeated per run)."""
+    differ, shared = settings_compared(runs)
+    labels = [TH.render(text=""), *(TH.render(text=r.label) for r in runs)]
+    if differ:
+        opening = TABLE.render(heads=join(labels), rows=join(
+            _row(TD_LEFT.render(text=name), *(TD_LEFT.render(text=v) for v in values)) for name, values in differ))
+    else:
+        opening = PARAGRAPH.render(text="None: every run has the same settings (listed below the figures).")
     rows = [_row(TD_LEFT.render(text=what), *(TD.render(text=v) for v in values))
             for what, values in summary_rows(runs)]
-    cells = [ITEM.render(text=f"{r.label}: {r.data['trace']}"
-                         + (f"; the cell (trace header): {c}" if (c := _capacity(r)) else "")
-                         + (f"; decision time: {decision_model(r.data['config'])}" if r.data.get("config") else ""))
-             for r in runs]
-    return join([TABLE.render(heads=join(heads), rows=join(rows)), ITEMS.render(items=join(cells))], "\n")
+    models = {decision_model(r.data["config"]) for r in runs if r.data.get("config")}
+    common = [f"{name}: {value}" for name, value in shared]
+    if len(models) == 1 and all(r.data.get("config") for r in runs):
+        common.insert(min(2, len(common)), f"decision time: {models.pop()}")
+    return join([H2.render(text="Settings that differ"), opening, TABLE.render(heads=join(labels), rows=join(rows)),
+                 SMALL.render(text="Shared by every run: " + "; ".join(common)) if common else EMPTY], "\n")
 
 
 def _capacity(run: Run) -> str:
@@ -172,7 +182,7 @@ def _schedulers_html(runs: list[Run]) -> Html:
                                            "conflict fraction", "attempts", "tasks placed"]
     rows = [_row(*(TD.render(text=v) for v in ([run.label] if several else []) + [
                 s["name"], s["kind"], s["conflict_mode"], s["commit_mode"], f"{s['busyness']:.3f}",
-                f"{s['conflict_fraction']:.4f}", s["attempts"], s["tasks_placed"]]))
+                f"{s['conflict_fraction']:.4f}", f"{s['attempts']:,}", f"{s['tasks_placed']:,}"]))
             for run in runs for s in run.data["schedulers"]]
     return TABLE.render(heads=join(TH.render(text=h) for h in heads), rows=join(rows))
 
@@ -194,6 +204,7 @@ def _losses_html(runs: list[Run]) -> Html:
 
 
 def _fidelity_html(runs: list[Run]) -> Html:
+    """Each run's fidelity lines (without the cell paragraph: the figures above show it) and the plots."""
     parts = []
     for run in runs:
         f = run.data.get("fidelity")
@@ -201,19 +212,20 @@ def _fidelity_html(runs: list[Run]) -> Html:
             continue
         parts.append(FIDELITY_RUN.render(
             title=H3.render(text=run.label) if len(runs) > 1 else EMPTY,
-            lines=join((line.strip() for line in fidelity_of(f).lines()), "<br>"), notes=f["notes"]))
+            lines=join((line.strip() for line in fidelity_of(f).lines(cell=False)), "<br>"), notes=f["notes"]))
     if not parts:
         return EMPTY
     return join([H2.render(text="Fidelity"), *parts, *(IMAGE.render(name=name) for name in FIDELITY_PLOTS)])
 
 
-def _page(runs: list[Run], plots: list[str], links: dict[str, str]) -> Html:
+def _page(runs: list[Run], plots: list[str], links: dict[str, str], preface: list[str] = ()) -> Html:
     several = len(runs) > 1
     title = ("Replays compared: " + ", ".join(r.label for r in runs)) if several else \
         f"Replay of {runs[0].data['trace']}"
     anchors = join((LINK.render(href=href, text=text) for text, href in links.items()), " ")
     return PAGE.render(
         kind="report" if several else "replay", title=title,
+        preface=PARAGRAPH.render(text=join((line.strip() for line in preface), "<br>")) if preface else EMPTY,
         figures=_summary_html(runs) if several else _run_html(runs[0]),
         schedulers=_schedulers_html(runs), losses=_losses_html(runs),
         images=join(IMAGE.render(name=name) for name in plots if name in PLOTS),

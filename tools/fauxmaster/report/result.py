@@ -5,6 +5,7 @@ names the file and what is wrong."""
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,10 +29,26 @@ class Run:
 
 
 def write_json(result: ReplayResult, path) -> Path:
-    """The result as JSON at ``path`` (parent directories created)."""
+    """The result as JSON at ``path`` (parent directories created; ``write_whole``)."""
+    return write_whole(path, result.to_json() + "\n")
+
+
+def write_whole(path, text: str) -> Path:
+    """``text`` at ``path``, parent directories created: a regular file is written beside it and renamed
+    over it, so a failure (a full disk) leaves no half-written file; anything else that exists
+    (``/dev/stdout``, a pipe) is written in place, never replaced."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(result.to_json() + "\n")
+    if path.exists() and not path.is_file():
+        path.write_text(text)
+        return path
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
     return path
 
 
@@ -49,6 +66,40 @@ _SCHEDULER = {"name": str, "kind": str, "conflict_mode": str, "commit_mode": str
               "conflict_fraction": NUMBER, "attempts": int, "tasks_placed": int}
 _WAIT = {"jobs": int, "mean": NUMBER, "p90": NUMBER, "p99": NUMBER}
 _SAMPLE = {"t": NUMBER, "cpu": NUMBER, "memory": NUMBER, "load_cv": NUMBER}
+
+
+def load_results(path) -> list[tuple[str, dict[str, Any]]]:
+    """The replay results in ``path`` as (label suffix, result): one ("", result) for a result file or
+    a ``--html`` directory's ``result.json``; ("seed N", result) per run of an ``omega replay --seeds``
+    output (its ``--json-out`` document ``{seeds, summary, runs}``, or its ``--html`` directory's
+    ``result-seedN.json`` files). ``ResultError`` naming the file for anything else."""
+    path = Path(path)
+    if path.is_dir() and not (path / "result.json").exists():
+        seeded = sorted(path.glob("result-seed*.json"), key=lambda p: _seed_of(p.name))
+        if seeded:
+            return [(f"seed {_seed_of(p.name)}", load_result(p)) for p in seeded]
+    elif path.is_file():
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            data = None  # load_result says what is wrong
+        if isinstance(data, dict) and isinstance(data.get("runs"), list) and isinstance(data.get("seeds"), list):
+            if len(data["runs"]) != len(data["seeds"]):
+                raise ResultError(f"{path}: not a replay --seeds result (not one run per seed)")
+            out = []
+            for seed, run in zip(data["seeds"], data["runs"]):
+                try:
+                    _check_result(run)
+                except ValueError as exc:
+                    raise ResultError(f"{path}: the run of seed {seed} is not a replay result ({exc})") from None
+                out.append((f"seed {seed}", run))
+            return out
+    return [("", load_result(path))]
+
+
+def _seed_of(name: str) -> int:
+    digits = name[len("result-seed"):-len(".json")]
+    return int(digits) if digits.isdigit() else -1
 
 
 def load_result(path) -> dict[str, Any]:

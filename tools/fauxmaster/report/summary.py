@@ -26,8 +26,10 @@ def slowdown_text(sd: dict) -> str:
     def num(value, spec):
         return "n/a" if value is None else format(value, spec)
 
+    recorded = (f"; {sd['recorded_at_t0']:,} placed whole by the recorded t = 0 state left out"
+                if sd.get("recorded_at_t0") else "")
     return (f"bounded slowdown (threshold {sd['threshold_s']:g} s) over {sd['jobs']:,} jobs with a run time fully "
-            f"placed ({sd['never']:,} never): mean {num(sd['mean'], ',.2f')}, median {num(sd['median'], ',.2f')}, "
+            f"placed ({sd['never']:,} never{recorded}): mean {num(sd['mean'], ',.2f')}, median {num(sd['median'], ',.2f')}, "
             f"p90 {num(sd['p90'], ',.2f')}; makespan {num(sd['makespan_s'], ',.0f')} s over {sd['jobs_ended']:,} "
             f"jobs ended ({sd['jobs_not_ended']:,} submitted jobs had not ended by the stop)")
 
@@ -83,3 +85,47 @@ def summary_rows(runs: list[Run]) -> list[tuple[str, list[str]]]:
     return [(what, [value(r.data) for r in runs]) for what, value in rows]
 
 
+
+
+NOT_SETTINGS = ("cell", "endpoints", "check", "job_records", "store_history")
+"""Config keys that do not change a replay's figures (the store's cell name, where the store runs,
+whether the final cell is checked, what else is kept): left out of the settings compared."""
+
+
+def settings_of(run: Run) -> dict[str, str]:
+    """The settings of ``run`` as (name, value text): the trace, the cell (trace header), and each
+    config key (a scheduler's as ``scheduler NAME KEY``), in a stable order."""
+    import json
+
+    d = run.data
+    out = {"trace": str(d.get("trace", "")), "the cell (trace header)": run.capacity_model
+           or (d.get("fidelity") or {}).get("capacity_model", "")}
+    config = d.get("config") or {}
+    for key, value in sorted(config.items()):
+        if key == "schedulers":
+            for s in value:
+                for field, v in sorted(s.items()):
+                    if field != "name":
+                        out[f"scheduler {s.get('name', '?')} {field}"] = _text(v, json)
+        elif key not in NOT_SETTINGS:
+            out[key] = _text(value, json)
+    return out
+
+
+def _text(value, json) -> str:
+    return json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else str(value)
+
+
+def settings_compared(runs: list[Run]) -> tuple[list[tuple[str, list[str]]], list[tuple[str, str]]]:
+    """(the settings that differ between ``runs``: (name, one value per run, "n/a" where a run lacks it),
+    the settings every run shares: (name, value)); empty values are left out of both."""
+    each = [settings_of(r) for r in runs]
+    names = list(dict.fromkeys(name for s in each for name in s))
+    differ, shared = [], []
+    for name in names:
+        values = [s.get(name, "n/a") for s in each]
+        if len(set(values)) > 1:
+            differ.append((name, values))
+        elif values[0] not in ("", "n/a"):
+            shared.append((name, values[0]))
+    return differ, shared
