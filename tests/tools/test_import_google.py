@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from collections import Counter
 
 import pytest
@@ -247,6 +249,7 @@ def test_submissions_pending_together_form_one_batch(tmp_path):
     assert grouping["batches split: priority, request or different-machine flag differs"] == 2
     assert grouping["batch span max ms"] == 500
     assert "importer revision 6" in header.notes and "batches (replayed jobs) 9" in header.notes
+    assert re.search(r"t = max\(0, \(timestamp_us - \d+\)/1e6\)", header.notes)  # the window's opening, filled in
     # the ground truth: each task's own SUBMIT -> first SCHEDULE (job 2 task 0: 10 -> 12 s)
     truth = read_trace(out)[1].truth
     assert truth.submitted["g2"] == 10.5

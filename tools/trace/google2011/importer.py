@@ -62,7 +62,7 @@ def import_google2011(task_events, job_events, out, capacity: CapacityModel | No
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
         capacity_model=text, cell=cell, submit_latency_s=SUBMIT_LATENCY_S,
         notes=f"importer revision {IMPORTER_REVISION}; submissions reach the scheduler {SUBMIT_LATENCY_S:g} s late "
-              "(calibrated on part 0, docs/EXPERIMENTS.md); t = max(0, (timestamp_us - {s.window_us})/1e6) (the window "
+              f"(calibrated on part 0, docs/EXPERIMENTS.md); t = max(0, (timestamp_us - {s.window_us})/1e6) (the window "
               f"opens at {s.window_us} us" + ("" if not s.carried else "; the opening state inferred from the part's "
                                               "rows: " + ", ".join(f"{n} tasks {what}" for what, n in s.carried.items()))
               + ("" if keep_unscheduled_at_open else
